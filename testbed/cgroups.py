@@ -1,0 +1,238 @@
+"""Compute limits with cgroups (v1 controllers or the v2 unified hierarchy).
+
+A node's cgroup is `edgebed/<run_id>/<node>` under each controller. CPU is a CFS
+quota (`cpus: 0.25` = 25 ms of CPU per 100 ms period, whatever the number of
+threads), memory a hard limit, cpuset an optional pinning.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+ROOT = Path(os.environ.get("EDGEBED_CGROUP_ROOT", "/sys/fs/cgroup"))
+TOP = "edgebed"
+PERIOD_US = 100_000
+V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "cpuset", "freezer")
+
+
+class CgroupError(RuntimeError):
+    pass
+
+
+def is_v2() -> bool:
+    return (ROOT / "cgroup.controllers").exists()
+
+
+def _write(path: Path, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _v1_mount(controller: str) -> Optional[Path]:
+    """Where a v1 controller is mounted (co-mounted 'cpu,cpuacct' is common)."""
+    for cand in (ROOT / controller, ROOT / "cpu,cpuacct", ROOT / "cpuacct,cpu"):
+        if (cand / "tasks").exists() and (controller in cand.name.split(",")):
+            return cand
+    return None
+
+
+@dataclass
+class NodeCgroup:
+    run_id: str
+    node: str
+
+    @property
+    def rel(self) -> str:
+        return f"{TOP}/{self.run_id}/{self.node}"
+
+    def dirs(self) -> list[Path]:
+        if is_v2():
+            return [ROOT / self.rel]
+        out = []
+        for c in V1_CONTROLLERS:
+            m = _v1_mount(c)
+            if m is not None and m / self.rel not in out:
+                out.append(m / self.rel)
+        return out
+
+    # -- creation ----------------------------------------------------------------------
+    def create(self, cpus: Optional[float], memory: Optional[int], cpuset: Optional[str]) -> dict:
+        """Make the cgroup and set its limits; returns what was set (for meta.json)."""
+        applied: dict = {"version": 2 if is_v2() else 1, "path": self.rel}
+        if is_v2():
+            self._create_v2()
+            d = ROOT / self.rel
+            if cpus is not None:
+                _write(d / "cpu.max", f"{int(cpus * PERIOD_US)} {PERIOD_US}")
+                applied["cpu_quota"] = cpus
+            if memory is not None:
+                _write(d / "memory.max", str(memory))
+                applied["memory_bytes"] = memory
+            if cpuset is not None:
+                _write(d / "cpuset.cpus", cpuset)
+                applied["cpuset"] = cpuset
+            return applied
+        for d in self.dirs():
+            d.mkdir(parents=True, exist_ok=True)
+        cpu = _v1_mount("cpu")
+        if cpu is None:
+            raise CgroupError("no cgroup v1 cpu controller mounted")
+        if cpus is not None:
+            _write(cpu / self.rel / "cpu.cfs_period_us", str(PERIOD_US))
+            _write(cpu / self.rel / "cpu.cfs_quota_us", str(max(1000, int(cpus * PERIOD_US))))
+            applied["cpu_quota"] = cpus
+        mem = _v1_mount("memory")
+        if memory is not None and mem is not None:
+            _write(mem / self.rel / "memory.limit_in_bytes", str(memory))
+            applied["memory_bytes"] = memory
+        cs = _v1_mount("cpuset")
+        if cs is not None:
+            # v1 cpuset groups start empty and refuse tasks until cpus and mems are set.
+            for level in (f"{TOP}", f"{TOP}/{self.run_id}", self.rel):
+                for fname in ("cpuset.cpus", "cpuset.mems"):
+                    cur = (cs / level / fname).read_text().strip()
+                    if not cur:
+                        parent_val = (cs / level).parent.joinpath(fname).read_text().strip()
+                        _write(cs / level / fname, parent_val)
+            if cpuset is not None:
+                _write(cs / self.rel / "cpuset.cpus", cpuset)
+                applied["cpuset"] = cpuset
+        return applied
+
+    def _create_v2(self) -> None:
+        parts = [TOP, f"{TOP}/{self.run_id}", self.rel]
+        enable = "+cpu +memory +cpuset"
+        prev = ROOT
+        for p in parts:
+            try:
+                _write(prev / "cgroup.subtree_control", enable)
+            except OSError:
+                # Some controllers may be unavailable; enable one by one.
+                for c in ("+cpu", "+memory", "+cpuset"):
+                    try:
+                        _write(prev / "cgroup.subtree_control", c)
+                    except OSError:
+                        pass
+            (ROOT / p).mkdir(exist_ok=True)
+            prev = ROOT / p
+
+    # -- membership and accounting -----------------------------------------------------
+    def attach(self, pid: int) -> None:
+        for d in self.dirs():
+            _write(d / "cgroup.procs", str(pid))
+
+    def pids(self) -> set[int]:
+        out: set[int] = set()
+        for d in self.dirs():
+            try:
+                out |= {int(x) for x in (d / "cgroup.procs").read_text().split()}
+            except OSError:
+                pass
+        return out
+
+    def cpu_seconds(self) -> Optional[float]:
+        """Cumulative CPU time used by the node's processes."""
+        try:
+            if is_v2():
+                for line in (ROOT / self.rel / "cpu.stat").read_text().splitlines():
+                    k, v = line.split()
+                    if k == "usage_usec":
+                        return int(v) / 1e6
+                return None
+            acct = _v1_mount("cpuacct")
+            if acct is None:
+                return None
+            return int((acct / self.rel / "cpuacct.usage").read_text()) / 1e9
+        except OSError:
+            return None
+
+    def memory_bytes(self) -> Optional[int]:
+        try:
+            if is_v2():
+                return int((ROOT / self.rel / "memory.current").read_text())
+            mem = _v1_mount("memory")
+            return int((mem / self.rel / "memory.usage_in_bytes").read_text()) if mem else None
+        except OSError:
+            return None
+
+    def throttled(self) -> Optional[dict]:
+        try:
+            if is_v2():
+                path = ROOT / self.rel / "cpu.stat"
+            else:
+                cpu = _v1_mount("cpu")
+                path = cpu / self.rel / "cpu.stat" if cpu else None
+            if path is None:
+                return None
+            return {k: int(v) for k, v in (ln.split() for ln in path.read_text().splitlines())}
+        except OSError:
+            return None
+
+
+def kill_and_remove(rel: str, timeout: float = 5.0) -> list[str]:
+    """Kill every process in the cgroup subtree `rel` (e.g. 'edgebed/<run>') and rmdir it.
+
+    Returns the problems that remain (empty on success).
+    """
+    dirs: list[Path] = []
+    if is_v2():
+        dirs = [ROOT / rel]
+    else:
+        for c in V1_CONTROLLERS:
+            m = _v1_mount(c)
+            if m is not None and m / rel not in dirs:
+                dirs.append(m / rel)
+    dirs = [d for d in dirs if d.exists()]
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = set()
+        for d in dirs:
+            for procs in d.rglob("cgroup.procs"):
+                try:
+                    pids |= {int(x) for x in procs.read_text().split()}
+                except OSError:
+                    pass
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        if time.monotonic() > deadline:
+            return [f"cgroup {rel}: processes {sorted(pids)} would not die"]
+        time.sleep(0.05)
+    problems = []
+    for d in dirs:
+        # Deepest first: a cgroup with children cannot be removed.
+        for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)) + [d]:
+            for _ in range(50):
+                try:
+                    sub.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY:
+                        problems.append(f"{sub}: {e}")
+                        break
+                    time.sleep(0.05)  # an exiting task still counted; retry briefly
+            else:
+                problems.append(f"{sub}: busy")
+    return problems
+
+
+def list_runs() -> set[str]:
+    """Run ids that have a cgroup under edgebed/ in any hierarchy."""
+    runs: set[str] = set()
+    bases = [ROOT / TOP] if is_v2() else [m / TOP for c in V1_CONTROLLERS if (m := _v1_mount(c)) is not None]
+    for b in bases:
+        if b.is_dir():
+            runs |= {p.name for p in b.iterdir() if p.is_dir()}
+    return runs

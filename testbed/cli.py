@@ -1,0 +1,196 @@
+"""The `edgebed` command line."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="edgebed: emulate an edge cluster on this machine and train on it.")
+bench_app = typer.Typer(no_args_is_help=True, help="Fidelity benchmarks (JSON results under benchmarks/results/).")
+app.add_typer(bench_app, name="bench")
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    typer.echo(msg, err=True)
+    raise typer.Exit(code)
+
+
+def _load(path: Path):
+    from .scenario import ScenarioError, load_scenario
+
+    try:
+        return load_scenario(path)
+    except ScenarioError as e:
+        for line in e.lines:
+            typer.echo(f"error: {line}", err=True)
+        raise typer.Exit(2)
+
+
+@app.command()
+def validate(scenario: Path = typer.Argument(..., help="scenario YAML file")) -> None:
+    """Check a scenario file; errors name the field."""
+    sc = _load(scenario)
+    typer.echo(f"ok: {sc.name}: {sc.n_workers} workers, algorithm {sc.algorithm.name}, "
+               f"model {sc.workload.model}, dataset {sc.workload.dataset}, runtime {sc.runtime}")
+
+
+@app.command()
+def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
+       out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<time>)"),
+       quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress")) -> None:
+    """Bring up the cluster, train, record, tear everything down."""
+    from .runner import default_run_dir, run
+    from .runtimes import RuntimeUnavailable
+
+    sc = _load(scenario)
+    run_dir = out or default_run_dir(sc)
+    say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
+    try:
+        summary = run(sc, str(scenario), run_dir, say=say)
+    except RuntimeUnavailable as e:
+        _fail(f"error: {e}")
+    except FileExistsError as e:
+        _fail(f"error: {e}")
+    acc = summary.get("final_accuracy")
+    typer.echo(f"{summary['status']} ({summary['reason']}): final accuracy "
+               f"{'-' if acc is None else f'{acc:.4f}'}, {summary['steps']} steps, "
+               f"{summary['wall_seconds']:.1f} s, PS ingress {(summary['ps_ingress_bytes'] or 0) / 1e6:.2f} MB")
+    typer.echo(summary["run_dir"])
+    if summary["status"] == "failed":
+        raise typer.Exit(1)
+    if summary["status"] == "stopped" and "interrupted" in str(summary["reason"]):
+        raise typer.Exit(130)
+
+
+@app.command()
+def plot(run_dir: Path = typer.Argument(..., help="a run directory"),
+         out: Optional[Path] = typer.Option(None, "--out", help="where to write PNGs (default RUN/plots)")) -> None:
+    """Draw a run: accuracy vs time and steps, loss, per-node traffic."""
+    from .plotting import plot_run
+    from .records import RunNotFound
+
+    try:
+        files = plot_run(run_dir, out)
+    except RunNotFound as e:
+        _fail(f"error: {e}")
+    for f in files:
+        typer.echo(str(f))
+
+
+@app.command()
+def status() -> None:
+    """What edgebed has running or left on this machine."""
+    from .state import leftovers
+
+    lines = leftovers()
+    if not lines:
+        typer.echo("nothing of edgebed is up")
+    for line in lines:
+        typer.echo(line)
+
+
+@app.command()
+def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: all)")) -> None:
+    """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash)."""
+    import os
+
+    from .state import cleanup_run, known_runs
+
+    if os.geteuid() != 0:
+        _fail("error: edgebed down needs root (it removes namespaces and cgroups)")
+    runs = known_runs()
+    if run_id is not None:
+        if run_id not in runs:
+            typer.echo(f"no run {run_id} on this machine")
+            return
+        runs = {run_id: runs[run_id]}
+    problems = []
+    for rid, st in runs.items():
+        p = cleanup_run(rid, st)
+        problems += p
+        typer.echo(f"{rid}: {'removed' if not p else 'problems: ' + '; '.join(p)}")
+    if not runs:
+        typer.echo("nothing to remove")
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command()
+def algorithms() -> None:
+    """List training algorithms and their parameters."""
+    from .strategies import STRATEGIES
+
+    for name, cls in sorted(STRATEGIES.items()):
+        typer.echo(f"{name:10s} {cls.summary}")
+        for field, info in cls.Params.model_fields.items():
+            typer.echo(f"    {field} = {info.default!r}  {info.description or ''}")
+
+
+@app.command()
+def models() -> None:
+    """List models."""
+    from .models import MODEL_NAMES
+
+    for name, desc in MODEL_NAMES.items():
+        typer.echo(f"{name:14s} {desc}")
+
+
+@app.command()
+def datasets() -> None:
+    """List datasets."""
+    from .datasets import DATASET_NAMES
+
+    items = DATASET_NAMES.items() if isinstance(DATASET_NAMES, dict) else DATASET_NAMES
+    for item in items:
+        name, desc = item if isinstance(item, tuple) else (item, "")
+        typer.echo(f"{name:18s} {desc}")
+
+
+@app.command()
+def kernel() -> None:
+    """Which shaping features this kernel has (netem, htb, tbf, ifb) and the cgroup version."""
+    from . import cgroups
+    from .shaping import probe_kernel
+
+    caps = probe_kernel()
+    typer.echo(json.dumps({**caps.__dict__, "cgroup_version": 2 if cgroups.is_v2() else 1}))
+    if not caps.netem:
+        typer.echo("no sch_netem: latency/jitter fall back to edgebed's transport; loss is not applied", err=True)
+
+
+@bench_app.command("link")
+def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
+               seconds: float = typer.Option(5.0, help="seconds per direction"),
+               flows: int = typer.Option(1, help="parallel TCP flows"),
+               out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
+    """Achieved vs configured throughput of a shaped access link, both directions."""
+    from .bench import link_benchmark
+
+    res = link_benchmark(rate, seconds=seconds, flows=flows, out_dir=out, say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("cpu")
+def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
+              seconds: float = typer.Option(5.0),
+              out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Achieved vs configured CPU share of a node's cgroup under a busy loop."""
+    from .bench import cpu_benchmark
+
+    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

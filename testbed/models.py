@@ -1,0 +1,161 @@
+"""Models trained by edgebed workers.
+
+Every model keeps its whole state in ``parameters()`` (no buffers such as
+BatchNorm running statistics), because the parameter server only ships
+parameters. Initialization uses torch's global RNG, so ``torch.manual_seed``
+makes builds reproducible.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["MODEL_NAMES", "ModelError", "build_model", "count_parameters"]
+
+
+class ModelError(ValueError):
+    """Unknown model name or an input shape the model cannot take."""
+
+
+MODEL_NAMES: dict[str, str] = {
+    "adacomp_cnn": "AdaComp paper's MNIST CNN: 2x (conv3x3 32 + ReLU + maxpool2), dense 128, "
+                   "dense classes; 211,690 params for 1x28x28/10",
+    "mlp": "flatten, dense 200 + ReLU, dense 200 + ReLU, dense classes; "
+           "199,210 params for 1x28x28/10, 656,810 for 3x32x32/10",
+    "resnet_small": "ResNet-8: conv16 stem, 3 stages (16/32/64 ch, one basic block each), "
+                    "GroupNorm, global avg pool; 78,042 params for 3x32x32/10",
+    "dlion_cnn": "DLion's CNN: conv5x5 32 + pool2, conv5x5 64 + pool2, dense 1024, dense classes; "
+                 "4,259,274 params for 3x32x32/10",
+}
+
+
+def count_parameters(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """Build a freshly initialized model for ``input_shape`` = (C, H, W)."""
+    if name not in MODEL_NAMES:
+        raise ModelError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
+    if len(input_shape) != 3 or min(input_shape) < 1:
+        raise ModelError(f"input_shape must be (C, H, W) with positive sizes, got {input_shape!r}")
+    if num_classes < 2:
+        raise ModelError(f"num_classes must be >= 2, got {num_classes}")
+    c, h, w = (int(s) for s in input_shape)
+    if name == "mlp":
+        return MLP(c * h * w, num_classes)
+    if h < 4 or w < 4:
+        raise ModelError(f"model {name!r} downsamples by 4 and needs H, W >= 4, got {h}x{w}")
+    if name == "adacomp_cnn":
+        return AdaCompCNN(c, h, w, num_classes)
+    if name == "dlion_cnn":
+        return DLionCNN(c, h, w, num_classes)
+    if name == "resnet_small":
+        return ResNetSmall(c, num_classes)
+    raise AssertionError(name)  # unreachable: MODEL_NAMES covers every name
+
+
+class AdaCompCNN(nn.Module):
+    """CNN from AdaComp (Chen et al., AAAI 2018) for MNIST.
+
+    Layout: conv3x3(C->32, same) ReLU maxpool2, conv3x3(32->32, same) ReLU maxpool2,
+    dense 32*(H/4)*(W/4) -> 128 ReLU, dense 128 -> classes.
+    """
+
+    def __init__(self, c: int, h: int, w: int, num_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(c, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(32 * (h // 4) * (w // 4), 128), nn.ReLU(),
+            nn.Linear(128, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+class MLP(nn.Module):
+    def __init__(self, in_features: int, num_classes: int) -> None:
+        super().__init__()
+        self.net = nn.Sequential(
+            nn.Flatten(), nn.Linear(in_features, 200), nn.ReLU(),
+            nn.Linear(200, 200), nn.ReLU(), nn.Linear(200, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x)
+
+
+class DLionCNN(nn.Module):
+    """CNN used by DLion (Hong et al., 2021) on CIFAR-10.
+
+    conv5x5(C->32, same) ReLU maxpool2, conv5x5(32->64, same) ReLU maxpool2,
+    dense 64*(H/4)*(W/4) -> 1024 ReLU, dense 1024 -> classes. With 'same' padding a
+    3x32x32 input gives 64*8*8 = 4096 features and 4,259,274 parameters.
+    """
+
+    def __init__(self, c: int, h: int, w: int, num_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(c, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(32, 64, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(), nn.Linear(64 * (h // 4) * (w // 4), 1024), nn.ReLU(),
+            nn.Linear(1024, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def _gn(channels: int) -> nn.GroupNorm:
+    # GroupNorm keeps no running statistics, so parameters are the whole state;
+    # 8 groups divide 16/32/64 channels.
+    return nn.GroupNorm(8, channels)
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, c_in: int, c_out: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False)
+        self.norm1 = _gn(c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1, bias=False)
+        self.norm2 = _gn(c_out)
+        self.shortcut: nn.Module = nn.Identity()
+        if stride != 1 or c_in != c_out:
+            self.shortcut = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride=stride, bias=False), _gn(c_out))
+        self.relu = nn.ReLU()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.relu(self.norm1(self.conv1(x)))
+        out = self.norm2(self.conv2(out))
+        return self.relu(out + self.shortcut(x))
+
+
+class ResNetSmall(nn.Module):
+    """ResNet-8 (He et al.'s CIFAR layout with one basic block per stage).
+
+    Stride-2 stages give 32->16->8 on CIFAR and 28->14->7 on MNIST; global average
+    pooling makes the classifier independent of the input size.
+    """
+
+    def __init__(self, c: int, num_classes: int, blocks_per_stage: int = 1) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(c, 16, 3, padding=1, bias=False), _gn(16), nn.ReLU())
+        layers: list[nn.Module] = []
+        c_in = 16
+        for i, c_out in enumerate((16, 32, 64)):
+            for j in range(blocks_per_stage):
+                layers.append(BasicBlock(c_in, c_out, stride=2 if (i > 0 and j == 0) else 1))
+                c_in = c_out
+        self.stages = nn.Sequential(*layers)
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(64, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(self.pool(self.stages(self.stem(x))), 1))

@@ -1,0 +1,114 @@
+"""Netlink sockets bound to a named network namespace, without forking.
+
+pyroute2's NetNS serves a namespace from a forked copy of the calling process; a fork
+of the runner would inherit its signal handlers and `finally` blocks (a stray SIGTERM
+there once ran a second teardown). Instead the calling thread enters the namespace
+with setns(2), opens an IPRoute socket (a socket stays in the namespace it was made
+in), and returns.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from contextlib import contextmanager
+from typing import Iterator
+
+CLONE_NEWNET = 0x40000000
+NETNS_DIR = "/run/netns"
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _setns(fd: int) -> None:
+    if _libc.setns(fd, CLONE_NEWNET) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"setns: {os.strerror(err)}")
+
+
+def enter_netns(name: str) -> None:
+    """Move the calling thread (the whole process, if single-threaded) into netns `name`."""
+    fd = os.open(os.path.join(NETNS_DIR, name), os.O_RDONLY)
+    try:
+        _setns(fd)
+    finally:
+        os.close(fd)
+
+
+def ns_iproute(name: str):
+    """An IPRoute socket inside netns `name` (caller closes it)."""
+    from pyroute2 import IPRoute
+
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        enter_netns(name)
+        try:
+            return IPRoute()
+        finally:
+            _setns(home)
+    finally:
+        os.close(home)
+
+
+@contextmanager
+def in_netns(name: str) -> Iterator:
+    ipr = ns_iproute(name)
+    try:
+        yield ipr
+    finally:
+        ipr.close()
+
+
+MS_BIND = 4096
+MS_REC = 16384
+MS_SHARED = 1 << 20
+MNT_DETACH = 2
+
+
+def create_netns(name: str) -> None:
+    """`ip netns add NAME` without forking: unshare in a throwaway thread, bind-mount its namespace.
+
+    unshare(CLONE_NEWNET) moves only the calling thread, so the runner's own
+    threads stay in the host namespace.
+    """
+    import threading
+
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    # /run/netns must be a shared mount so the bind mounts propagate (as iproute2 does).
+    if _libc.mount(b"", NETNS_DIR.encode(), b"none", MS_SHARED | MS_REC, None) != 0:
+        if _libc.mount(NETNS_DIR.encode(), NETNS_DIR.encode(), b"none", MS_BIND | MS_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot bind-mount {NETNS_DIR}")
+        if _libc.mount(b"", NETNS_DIR.encode(), b"none", MS_SHARED | MS_REC, None) != 0:
+            raise OSError(ctypes.get_errno(), f"cannot make {NETNS_DIR} shared")
+    path = os.path.join(NETNS_DIR, name)
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+    errors: list[BaseException] = []
+
+    def make() -> None:
+        try:
+            if _libc.unshare(CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET) failed")
+            src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
+            if _libc.mount(src, path.encode(), b"none", MS_BIND, None) != 0:
+                raise OSError(ctypes.get_errno(), f"bind mount of the new namespace onto {path} failed")
+        except BaseException as e:  # reported to the caller
+            errors.append(e)
+
+    t = threading.Thread(target=make, name=f"netns-{name}")
+    t.start()
+    t.join()
+    if errors:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        raise errors[0]
+
+
+def remove_netns(name: str) -> None:
+    """`ip netns del NAME`: detach the bind mount and remove the file (FileNotFoundError if absent)."""
+    path = os.path.join(NETNS_DIR, name)
+    if not os.path.exists(path):
+        raise FileNotFoundError(path)
+    _libc.umount2(path.encode(), MNT_DETACH)
+    os.unlink(path)

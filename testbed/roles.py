@@ -1,0 +1,378 @@
+"""The training roles that run inside the nodes: parameter server, worker, evaluator.
+
+Each is a plain function started by a runtime inside its node (namespace + cgroup).
+They talk only through transport.py and write only through metrics.py.
+
+Protocol (every message is a wire.Message):
+  worker -> ps   hello | push{base_version, step} + update tensors | bye
+  ps -> worker   model{version} + parameter tensors | stop
+  eval -> ps     hello | eval_ready | target_reached{accuracy, version}
+  ps -> eval     evaluate{version, updates_received, time, final} + parameters | stop
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+import zmq
+
+from . import metrics, transport
+from .scenario import Scenario
+from .wire import Message
+
+
+@dataclass
+class RoleConfig:
+    """Everything a role needs, picklable (it crosses the forkserver)."""
+
+    node: str
+    role: str
+    rank: int
+    run_dir: str
+    t0: float  # wall-clock start of the run; record times are time.time() - t0
+    scenario: dict
+    ps_address: str
+    threads: int
+    delay: transport.DelaySpec = field(default_factory=transport.DelaySpec)
+    workers: list[str] = field(default_factory=list)
+
+
+def _setup_torch(cfg: RoleConfig, sc: Scenario) -> None:
+    torch.set_num_threads(cfg.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    torch.manual_seed(sc.seed)
+
+
+def _model_and_data(sc: Scenario, *, need_data: bool = True):
+    from .datasets import load_dataset
+    from .models import build_model
+
+    ds = load_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
+    torch.manual_seed(sc.seed)  # identical initial model everywhere
+    model = build_model(sc.workload.model, tuple(ds.input_shape), ds.num_classes)
+    return model, ds
+
+
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def _load(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n in tensors:
+                p.copy_(tensors[n])
+
+
+def _now(cfg: RoleConfig) -> float:
+    return time.time() - cfg.t0
+
+
+# --------------------------------------------------------------------------------------------
+# parameter server
+
+
+def run_ps(cfg: RoleConfig, stop_event) -> None:
+    from .strategies import ServerState, make_strategy
+
+    sc = Scenario.model_validate(cfg.scenario)
+    _setup_torch(cfg, sc)
+    model, _ = _model_and_data(sc)
+    server = ServerState(params=_params(model), lr=sc.workload.lr, n_workers=len(cfg.workers))
+    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
+    zctx = zmq.Context()
+    ep = transport.ps_endpoint(zctx, cfg.ps_address, cfg.delay)
+    log = metrics.open_table(Path(cfg.run_dir), "server.csv")
+    interval = sc.workload.eval_interval
+    next_eval = interval
+    snapshots: deque = deque()
+    evaluator_ready = False
+    last_eval_version = -1
+    joined: set[str] = set()
+    left: set[str] = set()
+    reason: Optional[str] = None
+    ingress_payload = 0
+    start = time.time()
+
+    def send_model(to: str) -> None:
+        ep.send(Message("model", server.params, {"version": server.version}), to)
+
+    def snapshot(final: bool = False) -> None:
+        nonlocal last_eval_version
+        if server.version == last_eval_version:
+            return
+        last_eval_version = server.version
+        snapshots.append(({k: v.clone() for k, v in server.params.items()},
+                          {"version": server.version, "updates_received": server.updates_received,
+                           "time": _now(cfg), "final": final}))
+
+    def serve(msgs) -> None:
+        nonlocal evaluator_ready, reason, next_eval, ingress_payload
+        for sender, msg, nbytes in msgs:
+            if msg.kind == "hello":
+                if sender == "eval":
+                    evaluator_ready = True
+                    if server.version == 0:
+                        snapshot()  # accuracy of the initial model: the curves start at step 0
+                else:
+                    joined.add(sender)
+                    send_model(sender)
+            elif msg.kind == "push":
+                if reason is not None:
+                    continue
+                ingress_payload += nbytes
+                server.updates_received += 1
+                before = len(server.log)
+                answer = strategy.server_on_push(server, sender, msg.tensors, int(msg.meta["base_version"]))
+                for w, staleness, lr in server.log[before:]:
+                    log.write(time=_now(cfg), version=server.version, worker=w, staleness=staleness, lr=lr,
+                              payload_bytes=nbytes if w == sender else None)
+                del server.log[:]
+                for w in answer:
+                    send_model(w)
+                while server.version >= next_eval:
+                    snapshot()
+                    next_eval += interval
+            elif msg.kind == "eval_ready":
+                evaluator_ready = True
+            elif msg.kind == "target_reached":
+                reason = reason or "target_accuracy"
+            elif msg.kind == "bye":
+                left.add(sender)
+                for w in strategy.server_on_leave(server, sender):
+                    send_model(w)
+
+    try:
+        while reason is None:
+            if stop_event.is_set():
+                reason = "interrupted"
+                break
+            if sc.stop.steps is not None and server.version >= sc.stop.steps:
+                reason = "steps"
+                break
+            if sc.stop.seconds is not None and time.time() - start >= sc.stop.seconds:
+                reason = "seconds"
+                break
+            if joined and left >= joined:
+                reason = "all workers left"
+                break
+            serve(ep.recv(0.05))
+            if evaluator_ready and snapshots:
+                params, meta = snapshots.popleft()
+                ep.send(Message("evaluate", params, meta), "eval")
+                evaluator_ready = False
+        # Tell workers first (they stop computing), then let the evaluator finish.
+        for w in sorted(joined - left):
+            try:
+                ep.send(Message("stop", meta={"reason": reason}), w)
+            except zmq.ZMQError:
+                pass
+        snapshot(final=True)
+        deadline = time.time() + 120
+        while (snapshots or not evaluator_ready) and time.time() < deadline and not stop_event.is_set():
+            if evaluator_ready and snapshots:
+                params, meta = snapshots.popleft()
+                ep.send(Message("evaluate", params, meta), "eval")
+                evaluator_ready = False
+            for sender, msg, _ in ep.recv(0.05):
+                if msg.kind == "eval_ready":
+                    evaluator_ready = True
+        try:
+            ep.send(Message("stop"), "eval")
+        except zmq.ZMQError:
+            pass
+    finally:
+        (Path(cfg.run_dir) / "ps.json").write_text(json.dumps({
+            "version": server.version,
+            "updates_received": server.updates_received,
+            "stop_reason": reason,
+            "ingress_payload_bytes": ingress_payload,
+            "transport_bytes_sent": ep.bytes_sent,
+            "transport_bytes_received": ep.bytes_received,
+            "workers_joined": sorted(joined),
+        }))
+        time.sleep(0.2)  # let the last stop messages leave
+        ep.close()
+        zctx.term()
+
+
+# --------------------------------------------------------------------------------------------
+# worker
+
+
+class _Batches:
+    """Reshuffle the worker's shard every epoch; draw fixed-size batches."""
+
+    def __init__(self, n: int, batch: int, seed: int):
+        self.n, self.batch = n, batch
+        self.rng = np.random.default_rng(seed)
+        self.order = self.rng.permutation(n)
+        self.pos = 0
+
+    def next(self) -> np.ndarray:
+        out = []
+        need = min(self.batch, self.n)
+        while need:
+            if self.pos >= self.n:
+                self.order = self.rng.permutation(self.n)
+                self.pos = 0
+            take = self.order[self.pos:self.pos + need]
+            self.pos += len(take)
+            need -= len(take)
+            out.append(take)
+        return np.concatenate(out)
+
+
+def run_worker(cfg: RoleConfig, stop_event) -> None:
+    from .partition import partition_indices
+    from .strategies import WorkerContext, make_strategy
+
+    sc = Scenario.model_validate(cfg.scenario)
+    _setup_torch(cfg, sc)
+    model, ds = _model_and_data(sc)
+    shard = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)[cfg.rank]
+    x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
+    y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
+    batches = _Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank)
+    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
+    lr = sc.workload.lr
+    zctx = zmq.Context()
+    ep = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed + cfg.rank)
+    log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
+    version = -1
+
+    def wait_reply() -> Optional[Message]:
+        """The next 'model' or 'stop' from the PS; None when the runner says stop."""
+        while not stop_event.is_set():
+            for _, msg, _ in ep.recv(0.1):
+                if msg.kind in ("model", "stop"):
+                    return msg
+        return None
+
+    try:
+        ep.send(Message("hello"))
+        reply = wait_reply()
+        if reply is None or reply.kind == "stop":
+            return
+        _load(model, reply.tensors)
+        version = int(reply.meta["version"])
+        step = 0
+        while not stop_event.is_set():
+            step += 1
+            t_start = time.time()
+            idx = torch.from_numpy(batches.next())
+            model.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss.backward()
+            grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
+            ctx = WorkerContext(worker=cfg.node, rank=cfg.rank, step=step, base_version=version, lr=lr)
+            payload = strategy.worker_payload(grads, ctx)
+            t_computed = time.time()
+            sent = received = 0
+            if payload is None:  # the strategy keeps this step local
+                with torch.no_grad():
+                    for n, p in model.named_parameters():
+                        if p.grad is not None:
+                            p.sub_(p.grad, alpha=lr)
+            else:
+                before = ep.bytes_received
+                sent = ep.send(Message("push", payload, {"base_version": version, "step": step}))
+                reply = wait_reply()
+                received = ep.bytes_received - before
+            t_done = time.time()
+            log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(idx), lr=lr,
+                      bytes_sent=sent, bytes_received=received, compute_seconds=t_computed - t_start,
+                      comm_seconds=t_done - t_computed, model_version=version)
+            if payload is not None:
+                if reply is None or reply.kind == "stop":
+                    break
+                _load(model, reply.tensors)
+                version = int(reply.meta["version"])
+    finally:
+        try:
+            ep.send(Message("bye"))
+            time.sleep(0.05)
+        except zmq.ZMQError:
+            pass
+        ep.close()
+        zctx.term()
+
+
+# --------------------------------------------------------------------------------------------
+# evaluator
+
+
+def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 500) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of `model` on (x, y)."""
+    model.eval()
+    correct = 0
+    total_loss = 0.0
+    with torch.no_grad():
+        for i in range(0, len(x), batch):
+            out = model(x[i:i + batch])
+            total_loss += float(F.cross_entropy(out, y[i:i + batch], reduction="sum"))
+            correct += int((out.argmax(1) == y[i:i + batch]).sum())
+    model.train()
+    return correct / len(x), total_loss / len(x)
+
+
+def run_evaluator(cfg: RoleConfig, stop_event) -> None:
+    sc = Scenario.model_validate(cfg.scenario)
+    _setup_torch(cfg, sc)
+    model, ds = _model_and_data(sc)
+    n = len(ds.test_y) if sc.workload.eval_samples is None else min(len(ds.test_y), sc.workload.eval_samples)
+    x = torch.from_numpy(np.ascontiguousarray(ds.test_x[:n]))
+    y = torch.from_numpy(np.ascontiguousarray(ds.test_y[:n]))
+    zctx = zmq.Context()
+    ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay)
+    log = metrics.open_table(Path(cfg.run_dir), "eval.csv")
+    target = sc.stop.target_accuracy
+    try:
+        ep.send(Message("hello"))
+        while not stop_event.is_set():
+            msgs = ep.recv(0.2)
+            if any(m.kind == "stop" for _, m, _ in msgs):
+                break
+            for _, msg, _ in msgs:
+                if msg.kind != "evaluate":
+                    continue
+                _load(model, msg.tensors)
+                acc, loss = evaluate(model, x, y)
+                log.write(time=float(msg.meta["time"]), step=int(msg.meta["version"]),
+                          updates_received=int(msg.meta["updates_received"]), accuracy=acc, loss=loss, samples=n)
+                if target is not None and acc >= target:
+                    ep.send(Message("target_reached", meta={"accuracy": acc, "version": msg.meta["version"]}))
+                ep.send(Message("eval_ready"))
+    finally:
+        ep.close()
+        zctx.term()
+
+
+# --------------------------------------------------------------------------------------------
+# background stress
+
+
+def run_stress(load: float, stop_event, period: float = 0.1) -> None:
+    """Busy-loop `load` of every `period` seconds (load >= 1 means always busy)."""
+    busy = min(1.0, load) * period
+    while not stop_event.is_set():
+        end = time.monotonic() + busy
+        while time.monotonic() < end:
+            pass
+        if load < 1.0:
+            time.sleep(period - busy)
+
+
+ROLE_TARGETS = {"ps": run_ps, "worker": run_worker, "evaluator": run_evaluator}

@@ -1,0 +1,311 @@
+"""`edgebed up`: make the cluster, run the roles, sample counters, report, always tear down."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import signal
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Optional
+
+from . import __version__, cgroups, metrics
+from .cluster import ClusterSpec, build_cluster
+from .roles import ROLE_TARGETS, RoleConfig, run_stress
+from .runtimes import select_runtime
+from .scenario import Scenario, scenario_to_yaml
+from .state import RunState
+from .transport import DelaySpec
+
+PRELOAD = ["torch", "numpy", "zmq", "testbed.roles", "testbed.datasets", "testbed.models",
+           "testbed.partition", "testbed.strategies"]
+
+
+class Interrupted(Exception):
+    pass
+
+
+_RUNNER_PID = os.getpid()
+
+
+def _raise_interrupted(signum, frame):
+    # A forked copy of the runner (a library's helper process) must never run the
+    # runner's teardown: only the runner itself turns the signal into an interrupt.
+    if os.getpid() != _RUNNER_PID:
+        os._exit(128 + signum)
+    raise Interrupted(signal.Signals(signum).name)
+
+
+class _Tail:
+    """New complete lines appended to a CSV since the last call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.pos = 0
+        self.header: Optional[list[str]] = None
+
+    def rows(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.pos += end + 1
+        out = []
+        for line in data[:end].decode(errors="replace").splitlines():
+            cells = line.split(",")
+            if self.header is None:
+                self.header = cells
+                continue
+            if len(cells) == len(self.header):
+                out.append(dict(zip(self.header, cells)))
+        return out
+
+
+def default_run_dir(sc: Scenario) -> Path:
+    return Path("runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _versions() -> dict:
+    import numpy
+    import pyroute2
+    import torch
+    import zmq
+
+    return {"edgebed": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "numpy": numpy.__version__, "pyroute2": getattr(pyroute2, "__version__", "?"),
+            "pyzmq": zmq.__version__}
+
+
+def _host() -> dict:
+    u = os.uname()
+    mem = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"hostname": u.nodename, "kernel": u.release, "machine": u.machine, "cpus": os.cpu_count(),
+            "memory_bytes": mem}
+
+
+def _delay_for(node, plans) -> DelaySpec:
+    up, down = plans[node.name]["uplink"], plans[node.name]["downlink"]
+    return DelaySpec(up=up["transport_delay_s"], up_jitter=up["transport_jitter_s"],
+                     down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"])
+
+
+def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
+        progress_every: float = 2.0) -> dict:
+    """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
+    runtime_name = select_runtime(sc.runtime)
+    run_dir = Path(run_dir).resolve()
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise FileExistsError(f"--out: {run_dir} exists and is not empty")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.yaml").write_text(scenario_to_yaml(sc))
+    metrics.init_tables(run_dir)
+    run_id = secrets.token_hex(3)
+    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(run_dir), scenario=str(scenario_path),
+                     runtime=runtime_name)
+    state.save()
+
+    from .runtimes.netns import NetnsRuntime
+
+    global _RUNNER_PID
+    _RUNNER_PID = os.getpid()
+    old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    t0 = time.time()
+    status, reason = "failed", "did not start"
+    runtime: Optional[NetnsRuntime] = None
+    spec: Optional[ClusterSpec] = None
+    last_counters: dict = {}
+    stop_event = None
+    procs: dict = {}
+    try:
+        runtime = NetnsRuntime(state)
+        runtime.set_preload(PRELOAD)
+        spec = build_cluster(sc, run_id)
+        runtime.create(spec)
+        node_meta = runtime.node_meta()
+        meta = {
+            "run_id": run_id, "scenario": str(scenario_path), "name": sc.name, "runtime": runtime_name,
+            "started": t0, "versions": _versions(), "host": _host(),
+            "kernel_features": asdict(runtime.caps), "cgroup_version": 2 if cgroups.is_v2() else 1,
+            "nodes": {n.name: {"role": n.role, "rank": n.rank, "address": n.address, "profile_name": n.profile_name,
+                               "profile": n.profile.model_dump(mode="json", exclude_none=True),
+                               "netns": node_meta[n.name]["netns"], "compute": node_meta[n.name]["compute"],
+                               "threads": sc.workload.threads or n.threads}
+                      for n in spec.nodes},
+            "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
+        }
+        if not runtime.caps.netem:
+            meta["warnings"] = ["this kernel has no sch_netem: latency/jitter are applied by edgebed's transport "
+                                "(per message), loss is not applied"]
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+        say(f"run {run_id}: {len(spec.workers)} workers, {sc.algorithm.name}, {sc.workload.model} on "
+            f"{sc.workload.dataset} -> {run_dir}")
+        for w in meta.get("warnings", []):
+            say(f"warning: {w}")
+
+        stop_event = runtime._ctx.Event()
+        workers = [n.name for n in spec.workers]
+        t0 = time.time()  # records count from the moment nodes start
+        for node in [spec.ps, spec.evaluator] + spec.workers:
+            cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(run_dir), t0=t0,
+                             scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
+                             threads=sc.workload.threads or node.threads, delay=_delay_for(node, node_meta),
+                             workers=workers)
+            procs[node.name] = runtime.start(node.name, ROLE_TARGETS[node.role], {"cfg": cfg, "stop_event": stop_event})
+            stress = node.profile.stress
+            if stress is not None:
+                for k in range(stress.processes):
+                    runtime.start(node.name, run_stress, {"load": stress.cpu / stress.processes,
+                                                           "stop_event": stop_event}, label=f"stress{k}")
+        status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
+                                  last_counters)
+    except (KeyboardInterrupt, Interrupted) as e:
+        status, reason = "stopped", f"interrupted ({e or 'SIGINT'})"
+        say(f"\ninterrupted: stopping the run and tearing down")
+    except Exception as e:
+        status, reason = "failed", f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        # Ignore further Ctrl-C while tearing down: a half teardown is the worst outcome.
+        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            if stop_event is not None:
+                stop_event.set()
+            if runtime is not None:
+                runtime.stop_processes(grace=10.0)
+                if spec is not None:
+                    _sample(runtime, spec, run_dir, t0, last_counters)
+                problems = runtime.teardown()
+                if problems:
+                    say("teardown problems (run `edgebed down`): " + "; ".join(problems))
+            else:
+                from .state import cleanup_run
+
+                cleanup_run(run_id, state, stop_runner=False)
+            summary = _summarize(sc, run_dir, t0, status, reason, last_counters, spec)
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        finally:
+            signal.signal(signal.SIGINT, prev_int)
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+    return summary
+
+
+def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) -> None:
+    now = time.time() - t0
+    try:
+        counters = runtime.counters()
+    except Exception:
+        return
+    traffic = metrics.open_table(run_dir, "traffic.csv")
+    res = metrics.open_table(run_dir, "resources.csv")
+    try:
+        for name, c in counters.items():
+            prev = last.get(name, {"up_bytes": 0, "down_bytes": 0})
+            for d in ("up", "down"):
+                traffic.write(time=now, node=name, link="access", direction=d, bytes=c[f"{d}_bytes"],
+                              delta_bytes=c[f"{d}_bytes"] - prev[f"{d}_bytes"], packets=c[f"{d}_packets"])
+            last[name] = c
+        for h in runtime.handles.values():
+            thr = h.cgroup.throttled() or {}
+            throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
+            res.write(time=now, node=h.node.name, cpu_seconds=h.cgroup.cpu_seconds(),
+                      memory_bytes=h.cgroup.memory_bytes(), throttled_seconds=throttled)
+    finally:
+        traffic.close()
+        res.close()
+
+
+def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every, last_counters):
+    steps_tail = _Tail(run_dir / "steps.csv")
+    eval_tail = _Tail(run_dir / "eval.csv")
+    hard_deadline = t0 + (sc.stop.seconds or 24 * 3600) + 300
+    worker_steps = {}
+    last_loss = None
+    last_eval = None
+    next_progress = time.time() + progress_every
+    next_sample = time.time()
+    ps = procs["ps"]
+    while True:
+        now = time.time()
+        if now >= next_sample:
+            _sample(runtime, spec, run_dir, t0, last_counters)
+            next_sample += 1.0
+        for row in steps_tail.rows():
+            worker_steps[row["node"]] = int(row["step"])
+            last_loss = row["loss"]
+        for row in eval_tail.rows():
+            last_eval = row
+        if now >= next_progress:
+            ps_in = last_counters.get("ps", {}).get("down_bytes", 0)
+            acc = f"acc {float(last_eval['accuracy']):.3f} @ {last_eval['step']}" if last_eval else "acc -"
+            loss = f"loss {float(last_loss):.3f}" if last_loss else "loss -"
+            say(f"[{now - t0:7.1f}s] worker steps {sum(worker_steps.values()):6d}  {loss}  {acc}  "
+                f"PS in {ps_in / 1e6:8.2f} MB")
+            next_progress += progress_every
+        if not ps.is_alive():
+            break
+        dead = [n for n, p in procs.items() if n != "ps" and not p.is_alive() and p.exitcode not in (0, None)]
+        if dead:
+            stop_event.set()
+            ps.join(timeout=30)
+            return "failed", f"node(s) {', '.join(dead)} exited with an error"
+        if now > hard_deadline:
+            stop_event.set()
+            return "stopped", "runner deadline passed"
+        time.sleep(0.2)
+    if ps.exitcode != 0:
+        return "failed", f"parameter server exited with code {ps.exitcode}"
+    try:
+        ps_info = json.loads((run_dir / "ps.json").read_text())
+    except (OSError, ValueError):
+        ps_info = {}
+    why = ps_info.get("stop_reason")
+    return ("completed" if why in ("steps", "seconds", "target_accuracy") else "stopped"), why or "unknown"
+
+
+def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters: dict, spec) -> dict:
+    from .records import load_run
+
+    rec = load_run(run_dir)
+    ev = rec.evals.sort_values("step") if len(rec.evals) else rec.evals
+    try:
+        ps_info = json.loads((run_dir / "ps.json").read_text())
+    except (OSError, ValueError):
+        ps_info = {}
+    target = sc.stop.target_accuracy
+    ttt = None
+    if target is not None and len(ev):
+        hit = ev[ev["accuracy"] >= target]
+        ttt = float(hit["time"].min()) if len(hit) else None
+    return {
+        "status": status,
+        "reason": reason,
+        "final_accuracy": float(ev["accuracy"].iloc[-1]) if len(ev) else None,
+        "best_accuracy": float(ev["accuracy"].max()) if len(ev) else None,
+        "time_to_target_seconds": ttt,
+        "steps": ps_info.get("version"),
+        "updates_received": ps_info.get("updates_received"),
+        "worker_steps": int(len(rec.steps)),
+        "wall_seconds": round(time.time() - t0, 3),
+        "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
+        "ps_ingress_payload_bytes": ps_info.get("ingress_payload_bytes"),
+        "ps_egress_bytes": counters.get("ps", {}).get("up_bytes"),
+        "workers": len(spec.workers) if spec else sc.n_workers,
+        "algorithm": sc.algorithm.name,
+        "run_dir": str(run_dir),
+    }

@@ -1,0 +1,388 @@
+"""The scenario file: schema, defaults, validation with errors that name the field.
+
+A scenario says what cluster to emulate (profiles, nodes), what to train (workload,
+algorithm) and when to stop. `load_scenario()` returns a fully resolved `Scenario`;
+every problem is reported as `ScenarioError` with lines like
+`workers[1].profile.bandwidth: '-5mbit' is not a rate`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from pathlib import Path
+from typing import Annotated, Any, Callable, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import units
+
+NODE_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+
+
+class ScenarioError(ValueError):
+    """Invalid scenario. `lines` holds one 'field.path: message' line per problem."""
+
+    def __init__(self, lines: list[str]):
+        self.lines = lines
+        super().__init__("\n".join(lines))
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_default=True)
+
+
+# --- quantities written with units ------------------------------------------------------------
+
+
+def _optional(parse: Callable[[Any], Any]) -> BeforeValidator:
+    return BeforeValidator(lambda v: None if v is None else parse(v))
+
+
+Rate = Annotated[Optional[float], _optional(units.parse_rate)]  # bit/s
+Seconds = Annotated[Optional[float], _optional(units.parse_duration)]
+Probability = Annotated[Optional[float], _optional(units.parse_fraction)]
+Bytes = Annotated[Optional[int], _optional(units.parse_size)]
+
+
+# --- link and compute profiles -------------------------------------------------------------
+
+
+class Direction(_Strict):
+    """One direction of a node's access link. Unset fields inherit the profile's."""
+
+    rate: Rate = None  # None = unshaped
+    latency: Seconds = None  # one-way
+    jitter: Seconds = None
+    loss: Probability = None
+
+
+def _direction(v: Any) -> Any:
+    # `uplink: 10mbit` is shorthand for `uplink: {rate: 10mbit}`.
+    if v is None or isinstance(v, (dict, Direction)):
+        return v
+    return {"rate": v}
+
+
+class Stress(_Strict):
+    """Background CPU load inside the node's own cgroup (competes with training for the quota)."""
+
+    cpu: float = Field(0.5, gt=0, le=64, description="cores' worth of busy-looping (0.5 = half a core)")
+    processes: int = Field(1, ge=1, le=64)
+
+
+class Profile(_Strict):
+    """A device class: compute budget plus access link."""
+
+    cpus: Optional[float] = Field(None, gt=0, le=1024, description="CPU quota in cores (0.25 = quarter core)")
+    cpuset: Optional[str] = Field(None, description="CPUs to pin to, e.g. '0' or '0-1'")
+    memory: Bytes = None
+    bandwidth: Rate = None  # both directions
+    uplink: Optional[Direction] = None
+    downlink: Optional[Direction] = None
+    latency: Seconds = None
+    jitter: Seconds = None
+    loss: Probability = None
+    stress: Optional[Stress] = None
+    gpus: Optional[Union[int, list[int]]] = None
+
+    @field_validator("uplink", "downlink", mode="before")
+    @classmethod
+    def _dir(cls, v: Any) -> Any:
+        return _direction(v)
+
+    @field_validator("cpuset")
+    @classmethod
+    def _cpuset(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.fullmatch(r"\d+(-\d+)?(,\d+(-\d+)?)*", str(v)):
+            raise ValueError(f"'{v}' is not a cpuset (e.g. '0', '0-1', '0,2')")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: Any) -> Any:
+        if v not in (None, 0, []):
+            raise ValueError("GPUs need the docker runtime, which this version does not have yet")
+        return v
+
+    def resolved_direction(self, which: Literal["uplink", "downlink"]) -> Direction:
+        """The direction with profile-wide bandwidth/latency/jitter/loss filled in."""
+        d = getattr(self, which) or Direction()
+        return Direction(
+            rate=d.rate if d.rate is not None else self.bandwidth,
+            latency=d.latency if d.latency is not None else self.latency,
+            jitter=d.jitter if d.jitter is not None else self.jitter,
+            loss=d.loss if d.loss is not None else self.loss,
+        )
+
+
+# --- nodes ---------------------------------------------------------------------------------
+
+
+class NodeSpec(_Strict):
+    profile: Union[str, Profile, None] = None
+
+
+class WorkerGroup(_Strict):
+    count: int = Field(1, ge=1, le=1024)
+    profile: Union[str, Profile, None] = None
+    name: Optional[str] = Field(None, description="prefix of the node names of this group (default 'w')")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: Optional[str]) -> Optional[str]:
+        if v is not None and not re.fullmatch(r"[a-z][a-z0-9]{0,5}", v):
+            raise ValueError(f"'{v}' is not a group name (lowercase letters/digits, at most 6, starting with a letter)")
+        return v
+
+
+# --- training ------------------------------------------------------------------------------
+
+
+class Workload(_Strict):
+    model: str = "adacomp_cnn"
+    dataset: str = "mnist5k"
+    partition: str = "iid"
+    batch_size: int = Field(32, ge=1, le=65536)
+    lr: float = Field(0.05, gt=0, le=100)
+    momentum: float = Field(0.0, ge=0, lt=1)
+    eval_interval: int = Field(20, ge=1, description="evaluate every N model updates at the PS")
+    eval_samples: Optional[int] = Field(None, ge=1, description="cap on test samples per evaluation")
+    test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
+    threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
+
+    @field_validator("model")
+    @classmethod
+    def _model(cls, v: str) -> str:
+        from .models import MODEL_NAMES
+
+        if v not in MODEL_NAMES:
+            raise ValueError(f"unknown model '{v}' (known: {', '.join(sorted(MODEL_NAMES))})")
+        return v
+
+    @field_validator("dataset")
+    @classmethod
+    def _dataset(cls, v: str) -> str:
+        from .datasets import DatasetError, validate_dataset_spec
+
+        try:
+            validate_dataset_spec(v)
+        except DatasetError as e:
+            raise ValueError(str(e)) from None
+        return v
+
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, v: str) -> str:
+        from .partition import parse_partition
+
+        parse_partition(v)  # ValueError names the problem
+        return v
+
+
+class Stop(_Strict):
+    steps: Optional[int] = Field(None, ge=1, description="model updates applied at the PS")
+    seconds: Optional[float] = None
+    target_accuracy: Optional[float] = Field(None, gt=0, le=1)
+
+    @field_validator("seconds", mode="before")
+    @classmethod
+    def _secs(cls, v: Any) -> Optional[float]:
+        return None if v is None else units.parse_duration(v, allow_zero=False)
+
+    @model_validator(mode="after")
+    def _some(self) -> "Stop":
+        if self.steps is None and self.seconds is None and self.target_accuracy is None:
+            self.steps = 200  # a file that says nothing still ends
+        return self
+
+
+class Algorithm(_Strict):
+    name: str = "bsp"
+    params: dict[str, Any] = Field(default_factory=dict)
+
+
+class Network(_Strict):
+    subnet: str = "10.77.0.0/16"
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"'{v}' is not an IPv4 subnet ({e})") from None
+        if net.num_addresses < 8:
+            raise ValueError(f"'{v}' is too small")
+        return v
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    seed: int = 0
+    runtime: Literal["auto", "netns", "docker"] = "auto"
+    network: Network = Field(default_factory=Network)
+    workload: Workload = Field(default_factory=Workload)
+    stop: Stop = Field(default_factory=Stop)
+    algorithm: Algorithm = Field(default_factory=Algorithm)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    ps: NodeSpec = Field(default_factory=NodeSpec)
+    evaluator: NodeSpec = Field(default_factory=NodeSpec)
+    workers: list[WorkerGroup] = Field(default_factory=lambda: [WorkerGroup(count=2)])
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError(f"'{v}' is not a scenario name (letters, digits, '-', '_', '.')")
+        return v
+
+    @field_validator("runtime")
+    @classmethod
+    def _runtime(cls, v: str) -> str:
+        if v == "docker":
+            raise ValueError("the docker runtime is not in this version yet; use 'netns' or 'auto'")
+        return v
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: list[WorkerGroup]) -> list[WorkerGroup]:
+        if not v:
+            raise ValueError("at least one worker group is needed")
+        return v
+
+    # -- resolution helpers ------------------------------------------------------------------
+
+    def profile_of(self, ref: Union[str, Profile, None]) -> Profile:
+        if ref is None:
+            return Profile()
+        if isinstance(ref, Profile):
+            return ref
+        return self.profiles[ref]
+
+    def worker_names(self) -> list[tuple[str, int]]:
+        """(node name, group index) for every worker, in order."""
+        out: list[tuple[str, int]] = []
+        counters: dict[str, int] = {}
+        for gi, g in enumerate(self.workers):
+            prefix = g.name or "w"
+            for _ in range(g.count):
+                i = counters.get(prefix, 0)
+                counters[prefix] = i + 1
+                out.append((f"{prefix}{i}", gi))
+        return out
+
+    @property
+    def n_workers(self) -> int:
+        return sum(g.count for g in self.workers)
+
+
+def _fmt_loc(loc: tuple) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            # pydantic adds the union member's type name ('str', 'Profile', 'function-before[...]') to loc.
+            if part in ("str", "Profile", "int", "list[int]") or "[" in str(part) or part.startswith("function"):
+                continue
+            out += ("." if out else "") + str(part)
+    return out or "(top level)"
+
+
+def _fmt_msg(err: dict) -> str:
+    msg = err.get("msg", "")
+    for prefix in ("Value error, ", "Assertion failed, "):
+        if msg.startswith(prefix):
+            msg = msg[len(prefix):]
+    if err.get("type") == "extra_forbidden":
+        return "unknown field"
+    if err.get("type") == "literal_error":
+        return f"{err.get('input')!r} is not one of the allowed values ({msg.split('Input should be ')[-1]})"
+    return msg
+
+
+def _errors_to_lines(e: ValidationError) -> list[str]:
+    lines: list[str] = []
+    seen = set()
+    for err in e.errors():
+        line = f"{_fmt_loc(tuple(err['loc']))}: {_fmt_msg(err)}"
+        # A union field (profile: str | Profile) fails once per member; the str member's
+        # complaint ("Input should be a valid string") is noise when the dict was meant.
+        if "Input should be a valid string" in line or "Input should be a valid integer" in line and "gpus" in line:
+            continue
+        if line not in seen:
+            seen.add(line)
+            lines.append(line)
+    return lines or [str(e)]
+
+
+def _cross_checks(sc: Scenario) -> list[str]:
+    lines: list[str] = []
+    known = ", ".join(sorted(sc.profiles)) or "none defined"
+    refs: list[tuple[str, Any]] = [("ps.profile", sc.ps.profile), ("evaluator.profile", sc.evaluator.profile)]
+    refs += [(f"workers[{i}].profile", g.profile) for i, g in enumerate(sc.workers)]
+    for where, ref in refs:
+        if isinstance(ref, str) and ref not in sc.profiles:
+            lines.append(f"{where}: unknown profile '{ref}' (defined: {known})")
+    names = [n for n, _ in sc.worker_names()]
+    if len(names) + 2 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
+        lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes")
+    for n in names:
+        if n in ("ps", "eval"):
+            lines.append(f"workers: node name '{n}' is reserved")
+    if len(set(names)) != len(names):
+        lines.append("workers: two groups produce the same node names; give them different 'name' prefixes")
+    from .strategies import StrategyError, get_strategy_class
+
+    try:
+        cls = get_strategy_class(sc.algorithm.name)
+    except StrategyError as e:
+        lines.append(f"algorithm.name: {e}")
+    else:
+        try:
+            cls.Params(**sc.algorithm.params)
+        except ValidationError as e:
+            lines += [f"algorithm.params.{line}" for line in _errors_to_lines(e)]
+        except TypeError as e:
+            lines.append(f"algorithm.params: {e}")
+    for pname, prof in sc.profiles.items():
+        for d in ("uplink", "downlink"):
+            r = prof.resolved_direction(d)  # type: ignore[arg-type]
+            if r.jitter and not r.latency:
+                lines.append(f"profiles.{pname}.{d}: jitter without latency")
+    return lines
+
+
+def parse_scenario(data: Any) -> Scenario:
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(["(top level): a scenario must be a mapping of fields"])
+    try:
+        sc = Scenario.model_validate(data)
+    except ValidationError as e:
+        raise ScenarioError(_errors_to_lines(e)) from None
+    lines = _cross_checks(sc)
+    if lines:
+        raise ScenarioError(lines)
+    return sc
+
+
+def load_scenario(path: Union[str, Path]) -> Scenario:
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError([f"{p}: no such scenario file"])
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
+        raise ScenarioError([f"{p}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
+    return parse_scenario(data)
+
+
+def scenario_to_yaml(sc: Scenario) -> str:
+    """The resolved scenario (defaults filled in), as written to RUN/scenario.yaml."""
+    return yaml.safe_dump(sc.model_dump(mode="json", exclude_none=True), sort_keys=False)

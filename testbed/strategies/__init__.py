@@ -1,0 +1,23 @@
+"""Training algorithms as pluggable strategies, one file each (see base.py)."""
+
+from __future__ import annotations
+
+from .asgd import ASGD
+from .base import ServerState, Strategy, StrategyError, WorkerContext
+from .bsp import BSP
+
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD)}
+
+
+def get_strategy_class(name: str) -> type[Strategy]:
+    try:
+        return STRATEGIES[name]
+    except KeyError:
+        raise StrategyError(f"unknown algorithm '{name}' (known: {', '.join(sorted(STRATEGIES))})") from None
+
+
+def make_strategy(name: str, params: dict | None = None) -> Strategy:
+    return get_strategy_class(name)(params)
+
+
+__all__ = ["STRATEGIES", "Strategy", "StrategyError", "ServerState", "WorkerContext", "get_strategy_class", "make_strategy"]

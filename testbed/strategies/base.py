@@ -1,0 +1,85 @@
+"""The algorithm seam: a strategy decides what a worker sends and how the PS applies it.
+
+In the spirit of Flower strategies (server-side aggregation policy) and PyTorch DDP
+communication hooks (worker-side transformation of gradients before they travel):
+
+worker side   `worker_payload(grads, ctx)` -> tensors to push, or None to apply locally
+server side   `server_on_push(server, worker, payload, base_version)` -> workers to answer now
+
+The parameter server owns the model as a dict of tensors (`ServerState.params`) and
+answers a worker with the full dense model. One file per algorithm in this package,
+each citing the equations of its paper that it implements.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Optional
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+Tensors = dict[str, torch.Tensor]
+
+
+class StrategyError(ValueError):
+    pass
+
+
+class NoParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass
+class ServerState:
+    """What the PS knows. `version` counts model updates applied (the global step)."""
+
+    params: Tensors
+    lr: float
+    n_workers: int
+    version: int = 0
+    updates_received: int = 0
+    # Per-push log the PS writes to server.csv: (worker, staleness, lr applied).
+    log: list[tuple[str, int, float]] = field(default_factory=list)
+
+    def apply(self, update: Tensors, lr: float) -> None:
+        """Plain SGD step W <- W - lr * update on the tensors present in `update`."""
+        with torch.no_grad():
+            for name, u in update.items():
+                self.params[name].sub_(u.to(self.params[name].dtype), alpha=lr)
+        self.version += 1
+
+
+@dataclass
+class WorkerContext:
+    worker: str
+    rank: int
+    step: int
+    base_version: int
+    lr: float
+
+
+class Strategy:
+    """Base class. Subclasses set `name`, `summary`, `Params` and override the hooks."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    synchronous: ClassVar[bool] = False
+    Params: ClassVar[type[BaseModel]] = NoParams
+
+    def __init__(self, params: Optional[dict] = None):
+        self.params = self.Params(**(params or {}))
+
+    # -- worker side --------------------------------------------------------------------
+    def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Optional[Tensors]:
+        """Tensors to push for this step (default: the dense gradients)."""
+        return grads
+
+    # -- server side --------------------------------------------------------------------
+    def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
+        raise NotImplementedError
+
+    def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
+        """A worker stopped; return workers to answer now (a barrier may complete)."""
+        return []

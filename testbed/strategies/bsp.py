@@ -1,0 +1,58 @@
+"""BSP: bulk-synchronous parallel SGD through a parameter server.
+
+Every step the PS waits for one gradient from each worker, averages them and applies
+W <- W - lr * (1/N) sum_i g_i (the synchronous baseline of AdaComp Sec. II, SelSync Eq. 1,
+ADSP Sec. II-A), then sends the new model to all workers.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import ServerState, Strategy, Tensors
+
+
+def average(payloads: list[Tensors]) -> Tensors:
+    """Element-wise mean of equally-keyed tensor dicts."""
+    n = len(payloads)
+    out: Tensors = {}
+    for name in payloads[0]:
+        acc = torch.zeros_like(payloads[0][name], dtype=torch.float32)
+        for p in payloads:
+            acc.add_(p[name].to(torch.float32))
+        out[name] = acc.div_(n)
+    return out
+
+
+class BSP(Strategy):
+    name = "bsp"
+    summary = "bulk-synchronous: PS waits for all workers each step, averages gradients, broadcasts"
+    synchronous = True
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self._pending: dict[str, Tensors] = {}
+        self._left: set[str] = set()
+
+    def _complete(self, server: ServerState) -> list[str]:
+        expected = server.n_workers - len(self._left)
+        if not self._pending or len(self._pending) < expected:
+            return []
+        update = average(list(self._pending.values()))
+        server.apply(update, server.lr)
+        for w in self._pending:
+            server.log.append((w, 0, server.lr))
+        answered = sorted(self._pending)
+        self._pending.clear()
+        return answered
+
+    def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
+        if worker in self._pending:
+            raise RuntimeError(f"BSP: {worker} pushed twice in step {server.version}")
+        self._pending[worker] = payload
+        return self._complete(server)
+
+    def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
+        self._left.add(worker)
+        self._pending.pop(worker, None)
+        return self._complete(server)

@@ -1,0 +1,150 @@
+"""Parameter-server transport over ZeroMQ (ROUTER at the PS, DEALER at each node).
+
+Messages are wire.encode() frames. When the kernel cannot delay packets (no sch_netem),
+link latency is emulated here: the receiver holds each message until
+arrival + sender's uplink delay + own downlink delay (+ jitter), keeping FIFO order,
+which is what a delay line in the path would do to a message-sized burst.
+"""
+
+from __future__ import annotations
+
+import heapq
+import random
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+import zmq
+
+from . import wire
+
+PS_PORT = 5555
+
+
+@dataclass
+class DelaySpec:
+    """One-way delays of this node's own access link (seconds), used only as a fallback."""
+
+    up: float = 0.0
+    up_jitter: float = 0.0
+    down: float = 0.0
+    down_jitter: float = 0.0
+
+    @property
+    def active(self) -> bool:
+        return any((self.up, self.up_jitter, self.down, self.down_jitter))
+
+
+class DelayLine:
+    def __init__(self, spec: DelaySpec, seed: int = 0):
+        self.spec = spec
+        self._rng = random.Random(seed)
+        self._heap: list = []
+        self._seq = 0
+        self._last_release = 0.0
+
+    def _sample(self, mean: float, jitter: float) -> float:
+        return max(0.0, self._rng.gauss(mean, jitter)) if jitter else mean
+
+    def hold(self, item, sender_up: float, sender_up_jitter: float) -> None:
+        delay = self._sample(sender_up, sender_up_jitter) + self._sample(self.spec.down, self.spec.down_jitter)
+        release = max(time.monotonic() + delay, self._last_release)  # FIFO, like a wire
+        self._last_release = release
+        heapq.heappush(self._heap, (release, self._seq, item))
+        self._seq += 1
+
+    def ready(self) -> list:
+        now = time.monotonic()
+        out = []
+        while self._heap and self._heap[0][0] <= now:
+            out.append(heapq.heappop(self._heap)[2])
+        return out
+
+    def next_release(self) -> Optional[float]:
+        return self._heap[0][0] if self._heap else None
+
+
+class Endpoint:
+    """A socket plus the delay fallback plus byte counting. `peer` is None for the ROUTER side."""
+
+    def __init__(self, sock: zmq.Socket, delay: DelaySpec, router: bool, seed: int = 0):
+        self.sock = sock
+        self.router = router
+        self.delay = delay
+        self.line = DelayLine(delay, seed) if delay.active else None
+        self.bytes_sent = 0
+        self.bytes_received = 0
+
+    def send(self, msg: wire.Message, to: Optional[str] = None) -> int:
+        if self.line is not None:
+            msg.meta["_up"] = self.delay.up
+            msg.meta["_upj"] = self.delay.up_jitter
+        frames = wire.encode(msg)
+        n = wire.message_bytes(frames)
+        if self.router:
+            frames = [to.encode()] + frames
+        self.sock.send_multipart(frames, copy=False)
+        self.bytes_sent += n
+        return n
+
+    def _drain(self) -> list[tuple[Optional[str], wire.Message, int]]:
+        got = []
+        while True:
+            try:
+                frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                break
+            sender = None
+            if self.router:
+                sender = bytes(frames[0].buffer).decode()
+                frames = frames[1:]
+            n = wire.message_bytes(frames)
+            self.bytes_received += n
+            msg = wire.decode(frames)
+            got.append((sender, msg, n))
+        return got
+
+    def recv(self, timeout: float) -> list[tuple[Optional[str], wire.Message, int]]:
+        """Messages deliverable within `timeout` seconds (possibly none)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            arrived = self._drain()
+            if self.line is None:
+                if arrived:
+                    return arrived
+            else:
+                for item in arrived:
+                    meta = item[1].meta
+                    self.line.hold(item, float(meta.pop("_up", 0.0)), float(meta.pop("_upj", 0.0)))
+                ready = self.line.ready()
+                if ready:
+                    return ready
+            now = time.monotonic()
+            if now >= deadline:
+                return []
+            wait = deadline - now
+            if self.line is not None and self.line.next_release() is not None:
+                wait = min(wait, max(0.0, self.line.next_release() - now))
+            self.sock.poll(timeout=max(1, int(wait * 1000)))
+
+    def close(self) -> None:
+        self.sock.close(linger=0)
+
+
+def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec) -> Endpoint:
+    s = ctx.socket(zmq.ROUTER)
+    s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not silent drop
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.bind(f"tcp://{address}:{PS_PORT}")
+    return Endpoint(s, delay, router=True)
+
+
+def node_endpoint(ctx: zmq.Context, ps_address: str, identity: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.IDENTITY, identity.encode())
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.setsockopt(zmq.RECONNECT_IVL, 100)
+    s.connect(f"tcp://{ps_address}:{PS_PORT}")
+    return Endpoint(s, delay, router=False, seed=seed)

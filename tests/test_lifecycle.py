@@ -1,0 +1,118 @@
+"""Everything edgebed makes is removed: after success, Ctrl-C, kill -9 + `edgebed down`; bad input starts nothing."""
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, our_processes
+
+pytestmark = [needs_root, pytest.mark.root]
+
+LONG = {
+    "name": "lifecycle",
+    "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 16, "eval_interval": 5},
+    "stop": {"seconds": 120},
+    "algorithm": {"name": "asgd"},
+    "profiles": {"edge": {"cpus": 0.3, "bandwidth": "50mbit"}},
+    "workers": [{"count": 2, "profile": "edge"}],
+}
+
+
+def _nothing_left(run_id=None):
+    from testbed import cgroups
+    from testbed.state import STATE_DIR
+
+    ns = our_netns()
+    cg = cgroups.list_runs()
+    procs = our_processes()
+    states = list(STATE_DIR.glob("*.json")) if STATE_DIR.is_dir() else []
+    if run_id:
+        ns = [n for n in ns if run_id in n]
+        cg = {c for c in cg if c == run_id}
+        states = [s for s in states if run_id in s.name]
+    return ns, cg, procs, states
+
+
+def _start(tmp_path):
+    scen = tmp_path / "s.yaml"
+    scen.write_text(yaml.safe_dump(LONG))
+    run_dir = tmp_path / "run"
+    p = subprocess.Popen(edgebed_cmd() + ["up", str(scen), "--out", str(run_dir), "-q"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        steps = run_dir / "steps.csv"
+        if steps.exists() and len(steps.read_text().splitlines()) > 3:
+            break
+        if p.poll() is not None:
+            pytest.fail(f"edgebed up ended early: {p.stdout.read()}")
+        time.sleep(0.2)
+    else:
+        p.kill()
+        pytest.fail("training did not start within 90 s")
+    run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
+    assert [n for n in our_netns() if run_id in n], "namespaces should exist while running"
+    return p, run_dir, run_id
+
+
+def test_ctrl_c_tears_down_and_keeps_records(tmp_path):
+    p, run_dir, run_id = _start(tmp_path)
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    assert p.returncode == 130, out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "interrupted" in summary["reason"]
+    assert summary["worker_steps"] > 0
+    ns, cg, procs, states = _nothing_left(run_id)
+    assert (ns, cg, procs, states) == ([], set(), [], [])
+
+
+def test_kill_9_then_down_removes_everything(tmp_path):
+    p, run_dir, run_id = _start(tmp_path)
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    time.sleep(0.5)
+    ns, cg, _, _ = _nothing_left(run_id)
+    assert ns and cg, "a killed runner cannot clean up; these are what `down` must remove"
+    status = subprocess.run(edgebed_cmd() + ["status"], capture_output=True, text=True)
+    assert run_id in status.stdout and "runner gone" in status.stdout
+    down = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=60)
+    assert down.returncode == 0, down.stdout + down.stderr
+    ns, cg, procs, states = _nothing_left(run_id)
+    assert (ns, cg, procs, states) == ([], set(), [], [])
+    # the records written before the crash are still readable
+    from testbed.records import load_run
+
+    assert len(load_run(run_dir).steps) > 0
+
+
+@pytest.mark.parametrize("bad,field", [
+    ({"algorithm": {"name": "nope"}}, "algorithm.name"),
+    ({"workload": {"model": "nope"}}, "workload.model"),
+    ({"workers": [{"count": 1, "profile": {"bandwidth": "-5mbit"}}]}, "workers[0].profile.bandwidth"),
+    ({"workers": [{"count": 0}]}, "workers[0].count"),
+    ({"workers": [{"count": 1, "profile": "ghost"}]}, "workers[0].profile"),
+])
+def test_bad_input_starts_nothing(tmp_path, bad, field):
+    scen = tmp_path / "bad.yaml"
+    scen.write_text(yaml.safe_dump({"name": "bad", **bad}))
+    before = our_netns()
+    r = subprocess.run(edgebed_cmd() + ["up", str(scen), "--out", str(tmp_path / "run")], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), r.stderr
+    assert not (tmp_path / "run").exists()
+    assert our_netns() == before
+
+
+def test_missing_file_is_one_clear_line(tmp_path):
+    r = subprocess.run(edgebed_cmd() + ["up", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: no such scenario file"

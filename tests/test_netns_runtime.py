@@ -1,0 +1,176 @@
+"""The LXC-style runtime on real namespaces: shaping installed, connectivity, limits, teardown."""
+
+import json
+import os
+import secrets
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import needs_root, our_netns
+
+pytestmark = [needs_root, pytest.mark.root]
+
+
+def _echo_server(port, path):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", port))
+    s.listen(1)
+    s.settimeout(20)
+    c, addr = s.accept()
+    data = c.recv(100)
+    c.sendall(data.upper())
+    Path(path).write_text(json.dumps({"peer": addr[0], "data": data.decode()}))
+
+
+def _echo_client(addr, port, path):
+    for _ in range(100):
+        try:
+            c = socket.create_connection((addr, port), timeout=2)
+            break
+        except OSError:
+            time.sleep(0.05)
+    c.sendall(b"hello")
+    Path(path).write_text(json.dumps({"reply": c.recv(100).decode()}))
+
+
+def _read_cgroup_quota(run_id, node):
+    from testbed import cgroups
+
+    if cgroups.is_v2():
+        q, p = (cgroups.ROOT / f"edgebed/{run_id}/{node}/cpu.max").read_text().split()
+        return int(q) / int(p)
+    base = cgroups._v1_mount("cpu") / f"edgebed/{run_id}/{node}"
+    return int((base / "cpu.cfs_quota_us").read_text()) / int((base / "cpu.cfs_period_us").read_text())
+
+
+@pytest.fixture
+def cluster(tmp_path, clean_host):
+    from testbed.cluster import build_cluster
+    from testbed.runtimes.netns import NetnsRuntime
+    from testbed.scenario import parse_scenario
+    from testbed.state import RunState
+
+    sc = parse_scenario({
+        "name": "t",
+        "profiles": {
+            "edge": {"cpus": 0.25, "memory": "256m", "uplink": "10mbit", "downlink": "30mbit"},
+            "dc": {"bandwidth": "1gbit"},
+        },
+        "ps": {"profile": "dc"},
+        "workers": [{"count": 2, "profile": "edge"}],
+    })
+    run_id = secrets.token_hex(3)
+    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(tmp_path), scenario="t")
+    state.save()
+    rt = NetnsRuntime(state)
+    rt.set_preload([])
+    spec = build_cluster(sc, run_id)
+    try:
+        rt.create(spec)
+        yield rt, spec
+    finally:
+        problems = rt.teardown()
+        assert problems == []
+        assert not [n for n in our_netns() if run_id in n]
+
+
+def test_shaping_installed_per_direction(cluster):
+    from testbed.netlink import in_netns
+    from testbed.runtimes.netns import switch_netns
+    from testbed.shaping import qdisc_kinds, read_htb_class
+
+    rt, spec = cluster
+    h = rt.handles["w0"]
+    with in_netns(h.netns) as ns:
+        idx = ns.link_lookup(ifname="eth0")[0]
+        assert "htb" in qdisc_kinds(ns, idx)
+        assert read_htb_class(ns, idx)["rate_bps"] == pytest.approx(10e6, rel=0.01)
+    with in_netns(switch_netns(rt.run_id)) as sw:
+        idx = sw.link_lookup(ifname="w0")[0]
+        assert read_htb_class(sw, idx)["rate_bps"] == pytest.approx(30e6, rel=0.01)
+        ps_idx = sw.link_lookup(ifname="ps")[0]
+        assert read_htb_class(sw, ps_idx)["rate_bps"] == pytest.approx(1e9, rel=0.01)
+    # the evaluator has no profile: nothing shaped
+    ev = rt.handles["eval"]
+    assert ev.uplink.rate_bps is None and ev.downlink.rate_bps is None
+
+
+def test_change_rate_in_place(cluster):
+    from testbed.netlink import in_netns
+    from testbed.shaping import change_rate, read_htb_class
+
+    rt, _ = cluster
+    with in_netns(rt.handles["w1"].netns) as ns:
+        idx = ns.link_lookup(ifname="eth0")[0]
+        change_rate(ns, idx, 5e6)
+        assert read_htb_class(ns, idx)["rate_bps"] == pytest.approx(5e6, rel=0.01)
+
+
+def test_cgroup_limits(cluster):
+    rt, _ = cluster
+    assert _read_cgroup_quota(rt.run_id, "w0") == pytest.approx(0.25)
+    assert rt.handles["w0"].compute["memory_bytes"] == 256 * 1024 ** 2
+
+
+def test_nodes_talk_across_the_bridge_and_nothing_else(cluster, tmp_path):
+    """Connectivity between namespaces (also with Docker's FORWARD DROP on the host), and no route out."""
+    rt, spec = cluster
+    srv_out, cli_out = tmp_path / "srv.json", tmp_path / "cli.json"
+    srv = rt.start("ps", _echo_server, {"port": 7000, "path": str(srv_out)})
+    cli = rt.start("w1", _echo_client, {"addr": spec.ps.address, "port": 7000, "path": str(cli_out)})
+    cli.join(30)
+    srv.join(30)
+    assert json.loads(cli_out.read_text())["reply"] == "HELLO"
+    assert json.loads(srv_out.read_text())["peer"] == spec.node("w1").address
+    routes = subprocess.run(["ip", "netns", "exec", rt.handles["w1"].netns, "ip", "route"],
+                            capture_output=True, text=True).stdout
+    assert "default" not in routes  # no way out of the machine
+    counters = rt.counters()
+    assert counters["w1"]["up_bytes"] > 0 and counters["ps"]["down_bytes"] > 0
+
+
+def test_processes_join_cgroup_and_netns(cluster, tmp_path):
+    rt, _ = cluster
+    out = tmp_path / "who.json"
+    p = rt.start("w0", _whoami, {"path": str(out)})
+    p.join(20)
+    info = json.loads(out.read_text())
+    assert "edgebed/" + rt.run_id + "/w0" in info["cgroup"]
+    assert info["netns_inode"] == os.stat(f"/run/netns/{rt.handles['w0'].netns}").st_ino
+
+
+def _whoami(path):
+    Path(path).write_text(json.dumps({
+        "cgroup": Path("/proc/self/cgroup").read_text(),
+        "netns_inode": os.stat("/proc/self/ns/net").st_ino,
+    }))
+
+
+@pytest.fixture
+def host_forward_drop():
+    """The host as Docker leaves it: FORWARD policy DROP (restored afterwards)."""
+    pol = subprocess.run(["iptables", "-S", "FORWARD"], capture_output=True, text=True)
+    if pol.returncode != 0:
+        pytest.skip("iptables not usable here")
+    old = "DROP" if "-P FORWARD DROP" in pol.stdout else "ACCEPT"
+    subprocess.run(["iptables", "-P", "FORWARD", "DROP"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["iptables", "-P", "FORWARD", old], check=True)
+
+
+def test_connectivity_with_host_forward_drop(host_forward_drop, cluster, tmp_path):
+    """Docker's FORWARD DROP drops a root-namespace bridge's traffic; ours lives in its own namespace."""
+    rt, spec = cluster
+    srv_out, cli_out = tmp_path / "srv.json", tmp_path / "cli.json"
+    srv = rt.start("w0", _echo_server, {"port": 7001, "path": str(srv_out)})
+    cli = rt.start("w1", _echo_client, {"addr": spec.node("w0").address, "port": 7001, "path": str(cli_out)})
+    cli.join(30)
+    srv.join(30)
+    assert json.loads(cli_out.read_text())["reply"] == "HELLO"

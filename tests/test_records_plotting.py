@@ -1,0 +1,305 @@
+"""Reader side of the run records, and the figures built from them, on synthetic runs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from testbed.plotting import PLOT_FILES, plot_compare, plot_run
+from testbed.records import (
+    EVAL_COLUMNS,
+    EVENT_COLUMNS,
+    STEP_COLUMNS,
+    TRAFFIC_COLUMNS,
+    RunNotFound,
+    load_run,
+    traffic_rates,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+WORKER_SPEED = {"w0": 2.0, "w1": 1.0, "w2": 0.25}  # steps/s: w2 is the straggler
+DURATION = 40
+STEP_BYTES = 40_000
+TRAFFIC_NODES = ["ps", "eval", "w0", "w1", "w2"]
+
+
+def _write_csv(path: Path, columns: list[str], rows: list[list[Any]]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(columns)
+        w.writerows(rows)
+
+
+def _step_rows() -> list[list[Any]]:
+    rows = []
+    for node, speed in WORKER_SPEED.items():
+        n = int(DURATION * speed)
+        for i in range(1, n + 1):
+            t = round(i / speed, 3)
+            loss = 2.3 * math.exp(-t / 15) + 0.1
+            rows.append([t, node, i, loss, 32, 0.05, STEP_BYTES, STEP_BYTES, 0.8 / speed, 0.2 / speed, i - 1])
+    return sorted(rows, key=lambda r: r[0])
+
+
+def _eval_rows() -> list[list[Any]]:
+    rows = []
+    for k, t in enumerate(range(5, DURATION + 1, 5), start=1):
+        acc = 0.95 - 0.8 * math.exp(-t / 12)
+        rows.append([float(t), 14 * k, 14 * k, acc, 2.3 * math.exp(-t / 15) + 0.1, 1000])
+    return rows
+
+
+def _traffic_rows() -> list[list[Any]]:
+    rows = []
+    totals = {(n, d): 0 for n in TRAFFIC_NODES for d in ("up", "down")}
+    for t in range(1, DURATION + 1):
+        for node in TRAFFIC_NODES:
+            for direction in ("up", "down"):
+                if node == "ps":
+                    delta = 125_000 * 3 if direction == "down" else 125_000 * 2  # ingress 3 Mbit/s
+                else:
+                    delta = 125_000 if direction == "up" else 60_000
+                totals[(node, direction)] += delta
+                rows.append([float(t), node, "access", direction, totals[(node, direction)], delta, t * 10])
+    return rows
+
+
+def make_run(
+    root: Path,
+    name: str = "run-a",
+    *,
+    steps: bool = True,
+    evals: bool = True,
+    traffic: bool = True,
+    events: bool = True,
+    target: float | None = 0.9,
+) -> Path:
+    run = root / name
+    run.mkdir(parents=True)
+    nodes = {
+        "ps": {"role": "ps", "profile": {"cpus": 2.0}, "address": "10.0.0.2"},
+        "eval": {"role": "evaluator", "profile": {}, "address": "10.0.0.3"},
+        **{
+            w: {"role": "worker", "profile": {"cpus": s}, "address": f"10.0.0.{10 + i}"}
+            for i, (w, s) in enumerate(WORKER_SPEED.items())
+        },
+    }
+    (run / "meta.json").write_text(json.dumps({"run_id": name, "nodes": nodes, "links": {}}))
+    stop = {"seconds": DURATION} | ({"target_accuracy": target} if target is not None else {})
+    (run / "scenario.yaml").write_text(json.dumps({"name": "synthetic", "stop": stop}))  # JSON is YAML
+    if steps:
+        _write_csv(run / "steps.csv", STEP_COLUMNS, _step_rows())
+    if evals:
+        _write_csv(run / "eval.csv", EVAL_COLUMNS, _eval_rows())
+    if traffic:
+        _write_csv(run / "traffic.csv", TRAFFIC_COLUMNS, _traffic_rows())
+    if events:
+        _write_csv(run / "events.csv", EVENT_COLUMNS, [[20.02, 20.0, "w2", "set_link", "rate=1mbit"]])
+    summary = {
+        "final_accuracy": _eval_rows()[-1][3], "best_accuracy": _eval_rows()[-1][3],
+        "steps": 112, "wall_seconds": DURATION, "ps_ingress_bytes": 125_000 * 3 * DURATION,
+        "workers": 3, "status": "completed", "reason": "seconds",
+    }  # fmt: skip
+    (run / "summary.json").write_text(json.dumps(summary))
+    return run
+
+
+# --- records ------------------------------------------------------------------------------
+
+
+def test_load_realistic_run(tmp_path: Path) -> None:
+    rec = load_run(make_run(tmp_path))
+    assert list(rec.steps.columns) == STEP_COLUMNS
+    assert list(rec.evals.columns) == EVAL_COLUMNS
+    assert list(rec.traffic.columns) == TRAFFIC_COLUMNS
+    assert list(rec.events.columns) == EVENT_COLUMNS
+
+    s = rec.steps
+    assert len(s) == sum(int(DURATION * v) for v in WORKER_SPEED.values())
+    for col in ("step", "batch_size", "bytes_sent", "bytes_received", "model_version"):
+        assert s[col].dtype == "int64", col
+    for col in ("time", "loss", "lr", "compute_seconds", "comm_seconds"):
+        assert s[col].dtype == "float64", col
+    assert pd.api.types.is_string_dtype(s["node"])
+    assert s["time"].is_monotonic_increasing
+    assert s.groupby("node")["step"].max().to_dict() == {"w0": 80, "w1": 40, "w2": 10}
+    assert int(s["bytes_sent"].sum()) == len(s) * STEP_BYTES
+
+    assert rec.evals["step"].dtype == "int64" and rec.evals["samples"].dtype == "int64"
+    assert rec.evals["accuracy"].between(0, 1).all()
+
+    t = rec.traffic
+    assert t["delta_bytes"].dtype == "int64" and t["bytes"].dtype == "int64"
+    ps_in = t[(t["node"] == "ps") & (t["direction"] == "down")]
+    assert int(ps_in["delta_bytes"].sum()) == 125_000 * 3 * DURATION == rec.summary["ps_ingress_bytes"]
+    assert int(ps_in["bytes"].iloc[-1]) == int(ps_in["delta_bytes"].sum())
+
+    assert rec.events.loc[0, "action"] == "set_link" and rec.events.loc[0, "time"] == pytest.approx(20.02)
+    assert rec.name == "run-a"  # run_id equals the directory name here
+    assert rec.ps_nodes == ["ps"]
+    assert rec.node_roles["w2"] == "worker"
+    assert rec.target_accuracy == pytest.approx(0.9)
+    assert rec.summary["status"] == "completed"
+
+
+def test_traffic_rates_known_numbers() -> None:
+    traffic = pd.DataFrame(
+        {
+            "time": [0.0, 1.0, 3.0, 0.0, 1.0, 2.0],
+            "node": ["ps", "ps", "ps", "w0", "w0", "w0"],
+            "link": ["access"] * 6,
+            "direction": ["down", "down", "down", "up", "up", "up"],
+            "bytes": [0, 1_250_000, 3_750_000, 100, 200, 50],
+            "delta_bytes": [0, 1_250_000, 2_500_000, 100, 100, -150],
+            "packets": [0, 1000, 3000, 1, 2, 3],
+        }
+    )
+    r = traffic_rates(traffic)
+    ps = r[r["node"] == "ps"]["mbps"].tolist()
+    assert math.isnan(ps[0])  # first sample: no interval yet
+    assert ps[1] == pytest.approx(10.0)  # 1,250,000 B in 1 s = 10 Mbit/s
+    assert ps[2] == pytest.approx(10.0)  # 2,500,000 B in 2 s
+    w0 = r[r["node"] == "w0"]["mbps"].tolist()
+    assert w0[1] == pytest.approx(100 * 8 / 1e6)
+    assert math.isnan(w0[2])  # counter went backwards: no rate
+    assert traffic_rates(traffic.iloc[:0]).empty
+
+
+def test_traffic_rates_on_loaded_run(tmp_path: Path) -> None:
+    r = traffic_rates(load_run(make_run(tmp_path)).traffic)
+    ps_in = r[(r["node"] == "ps") & (r["direction"] == "down")]["mbps"].dropna()
+    assert len(ps_in) == DURATION - 1
+    assert ps_in.to_numpy() == pytest.approx(3.0)
+
+
+def test_header_only_run(tmp_path: Path) -> None:
+    run = tmp_path / "crashed"
+    run.mkdir()
+    (run / "meta.json").write_text("{}")
+    tables = [("steps.csv", STEP_COLUMNS), ("eval.csv", EVAL_COLUMNS), ("traffic.csv", TRAFFIC_COLUMNS)]
+    for name, cols in tables:
+        _write_csv(run / name, cols, [])
+    rec = load_run(run)
+    for df, cols in [(rec.steps, STEP_COLUMNS), (rec.evals, EVAL_COLUMNS), (rec.traffic, TRAFFIC_COLUMNS)]:
+        assert df.empty and list(df.columns) == cols
+    assert rec.steps["step"].dtype == "int64" and rec.steps["time"].dtype == "float64"
+    assert rec.events.empty and list(rec.events.columns) == EVENT_COLUMNS  # events.csv absent
+    assert rec.summary == {} and rec.scenario == {} and rec.target_accuracy is None
+    assert traffic_rates(rec.traffic).empty
+    assert plot_run(run) == []
+    assert not (run / "plots").exists()
+
+
+def test_truncated_and_malformed_lines_are_skipped(tmp_path: Path) -> None:
+    run = tmp_path / "torn"
+    run.mkdir()
+    header = ",".join(STEP_COLUMNS)
+    good = [
+        "1.0,w0,1,2.30,32,0.05,100,100,0.8,0.2,0",
+        "2.0,w0,2,nan,32,0.05,100,100,0.8,0.2,1",  # diverged loss is data, not damage
+        "2.5,w1,1,2.20,32,0.05,100,100,0.8,0.2,",  # empty int field
+        "2.7,w1,x,2.20,32,0.05,100,100,0.8,0.2,0",  # garbage in an int column
+        "2.9,w1,1,2.20,32",  # too few fields
+        "3.0,w1,1,2.10,32,0.05,100,100,0.8,0.2,1",
+    ]
+    # The last line lost its tail in a crash: "...,12" of what would have been "...,125\n".
+    torn = "4.0,w0,3,2.0,32,0.05,100,100,0.8,0.2,12"
+    (run / "steps.csv").write_text(header + "\n" + "\n".join(good) + "\n" + torn)
+    (run / "eval.csv").write_text(",".join(EVAL_COLUMNS) + "\n5.0,3,3,0.5,1.9,1000\n6.0,4,4,0.")
+    (run / "summary.json").write_text('{"final_accuracy": 0.5, "sta')  # half-written
+    rec = load_run(run)
+    assert rec.steps["time"].tolist() == [1.0, 2.0, 3.0]
+    assert math.isnan(rec.steps["loss"].iloc[1])
+    assert rec.steps["model_version"].dtype == "int64"
+    assert rec.evals["time"].tolist() == [5.0]
+    assert rec.summary == {}
+    assert rec.meta == {}  # no meta.json: steps.csv alone makes it a run dir
+    assert rec.name == "torn"
+    assert {p.name for p in plot_run(run)} == {"accuracy.png", "loss.png", "steps.png"}
+
+
+@pytest.mark.parametrize(
+    "body, expected_times",
+    [
+        (b"1.0,,w0,kill,\n2.0,,w1,kill,\n", [1.0, 2.0]),
+        (b"1.0,,w0,kill,\r\n2.0,,w1,kill,\r\n", [1.0, 2.0]),  # CRLF
+        (b"1.0,,w0,kill,\n2.0,,w1,\n", [1.0]),  # short row: no action
+        (b"1.0,,w0,kill,x,y\n2.0,,w1,kill,\n", [2.0]),  # too many fields
+        (b'0.5,,w0,kill,ok\n1.0,,w0,kill,"never closed\n2.0,,w1,kill,\n', [0.5, 1.0]),  # fallback parser
+        (b"1.0,,w0,kill,\n\x00\x00\x00\x00", [1.0]),  # preallocated tail
+        (b"\xff\xfe garbage \x80\n1.0,,w0,kill,\n", [1.0]),  # not UTF-8
+    ],
+)
+def test_damaged_events_never_raise(tmp_path: Path, body: bytes, expected_times: list[float]) -> None:
+    run = make_run(tmp_path, steps=False, evals=False, traffic=False, events=False)
+    header = "\ufeff" + ",".join(EVENT_COLUMNS) + "\n"  # with a BOM, as some editors save
+    (run / "events.csv").write_bytes(header.encode() + body)
+    ev = load_run(run).events
+    assert list(ev.columns) == EVENT_COLUMNS
+    assert ev["time"].tolist() == expected_times
+
+
+def test_not_a_run_dir(tmp_path: Path) -> None:
+    with pytest.raises(RunNotFound, match="not an edgebed run directory"):
+        load_run(tmp_path)
+    with pytest.raises(FileNotFoundError):
+        load_run(tmp_path / "does-not-exist")
+
+
+# --- plotting -----------------------------------------------------------------------------
+
+
+def _assert_png(path: Path) -> None:
+    assert path.is_file() and path.stat().st_size > 10_000, path
+    assert path.read_bytes()[:8] == PNG_MAGIC
+
+
+def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run = make_run(tmp_path)
+    written = plot_run(run)
+    assert [p.name for p in written] == list(PLOT_FILES)
+    for p in written:
+        assert p.parent == run / "plots"
+        _assert_png(p)
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+def test_plot_run_skips_missing_tables(tmp_path: Path) -> None:
+    run = make_run(tmp_path, evals=False, traffic=False, events=False, target=None)
+    out_dir = tmp_path / "figs"
+    written = plot_run(run, out_dir)
+    assert [p.name for p in written] == ["loss.png", "steps.png"]
+    for p in written:
+        assert p.parent == out_dir
+        _assert_png(p)
+    assert not (run / "plots").exists()
+
+
+def test_plot_compare_and_script(tmp_path: Path) -> None:
+    a = make_run(tmp_path, "run-a")
+    b = make_run(tmp_path, "run-b", target=None)
+    c = make_run(tmp_path, "run-c", evals=False)
+    path = plot_compare([a, b, c], tmp_path / "cmp" / "compare_accuracy.png")
+    assert path is not None
+    _assert_png(path)
+    assert plot_compare([c], tmp_path / "none.png") is None
+    assert not (tmp_path / "none.png").exists()
+
+    result = subprocess.run(
+        [sys.executable, str(REPO / "analysis" / "run_overview.py"), str(a), str(b)],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    _assert_png(tmp_path / "compare_accuracy.png")
+    _assert_png(b / "plots" / "traffic.png")

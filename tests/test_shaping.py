@@ -1,0 +1,45 @@
+"""Shaping rules built for given profiles (pure), and installed on real interfaces (root)."""
+
+import pytest
+
+from testbed.scenario import Direction
+from testbed.shaping import KernelCaps, htb_burst, plan_direction
+
+NO_NETEM = KernelCaps(htb=True, netem=False, tbf=True, ifb=True)
+NETEM = KernelCaps(htb=True, netem=True, tbf=True, ifb=True)
+
+
+def test_rate_only_uses_htb_with_explicit_burst():
+    p = plan_direction(Direction(rate=10e6), NO_NETEM)
+    assert p.rate_bps == 10e6
+    assert p.burst_bytes == htb_burst(10e6) == 3028  # two full frames floor
+    assert p.mechanisms == {"rate": "htb"}
+    assert p.netem == {} and p.transport_delay_s == 0
+
+
+def test_burst_scales_with_rate():
+    assert htb_burst(1e9) == 125_000  # 1 ms at 1 Gbit/s
+    assert htb_burst(1e6) == 3028
+
+
+def test_netem_kernel_puts_delay_jitter_loss_in_netem():
+    p = plan_direction(Direction(rate=20e6, latency=0.02, jitter=0.005, loss=0.01), NETEM)
+    assert p.netem["delay"] == 20000 and p.netem["jitter"] == 5000
+    assert p.netem["loss"] == pytest.approx(1.0)
+    assert p.netem["limit"] >= 1000
+    assert p.mechanisms == {"rate": "htb", "latency": "netem", "jitter": "netem", "loss": "netem"}
+    assert p.transport_delay_s == 0
+
+
+def test_without_netem_delay_falls_back_to_transport_and_loss_is_not_claimed():
+    p = plan_direction(Direction(rate=20e6, latency=0.02, jitter=0.005, loss=0.01), NO_NETEM)
+    assert p.netem == {}
+    assert p.transport_delay_s == pytest.approx(0.02)
+    assert p.transport_jitter_s == pytest.approx(0.005)
+    assert p.mechanisms["latency"].startswith("transport")
+    assert p.mechanisms["loss"].startswith("not-applied")
+
+
+def test_unshaped_direction_plans_nothing():
+    p = plan_direction(Direction(), NO_NETEM)
+    assert p.rate_bps is None and p.mechanisms == {} and p.to_meta()["netem"] is None

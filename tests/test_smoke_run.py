@@ -1,0 +1,52 @@
+"""The README's main job: scenarios/smoke.yaml trains to >= 0.90 on held-out MNIST, records and plots."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO, edgebed_cmd, needs_root, our_netns
+
+pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
+
+
+def test_smoke_scenario_end_to_end(tmp_path, clean_host):
+    run_dir = tmp_path / "smoke"
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--out", str(run_dir)], cwd=REPO,
+                       capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert str(run_dir) in r.stdout.splitlines()[-1]
+    assert "worker steps" in r.stdout  # live progress was printed
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    assert summary["best_accuracy"] >= 0.90
+    assert summary["workers"] == 4
+    # BSP: every model version came from one push per worker
+    assert summary["updates_received"] == 4 * summary["steps"]
+    assert summary["ps_ingress_bytes"] >= summary["ps_ingress_payload_bytes"] > 0
+    for f in ("scenario.yaml", "meta.json", "steps.csv", "eval.csv", "traffic.csv", "server.csv"):
+        assert (run_dir / f).stat().st_size > 0, f
+    meta = json.loads((run_dir / "meta.json").read_text())
+    slow = meta["links"]["w3"]["uplink"]
+    assert slow["rate_bps"] == 20e6 and slow["mechanisms"]["rate"] == "htb"
+    if meta["kernel_features"]["netem"]:
+        assert slow["mechanisms"]["latency"] == "netem"
+    else:
+        assert slow["mechanisms"]["latency"].startswith("transport") and slow["transport_delay_s"] == 0.02
+    assert meta["nodes"]["w3"]["compute"]["cpu_quota"] == 0.2
+
+    from testbed.records import load_run
+
+    rec = load_run(run_dir)
+    assert set(rec.steps["node"]) == {"w0", "w1", "w2", "w3"}
+    # the slow workers' uplink (20 Mbit/s) carried no more than its rate (1 s samples, 10% slack for timing)
+    t = rec.traffic[(rec.traffic.node == "w3") & (rec.traffic.direction == "up")]
+    dt = t["time"].diff()
+    rate = (t["delta_bytes"] * 8 / dt)[dt > 0.5]
+    assert rate.max() <= 20e6 * 1.1
+    assert our_netns() == [] or all(meta["run_id"] not in n for n in our_netns())
+
+    p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    for name in ("accuracy.png", "loss.png", "traffic.png"):
+        assert (run_dir / "plots" / name).stat().st_size > 10_000
