@@ -93,7 +93,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     server = ServerState(params=_params(model), lr=sc.workload.lr, n_workers=len(cfg.workers))
     strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
     zctx = zmq.Context()
-    ep = transport.ps_endpoint(zctx, cfg.ps_address, cfg.delay)
+    ep = transport.ps_endpoint(zctx, cfg.ps_address, cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "server.csv")
     interval = sc.workload.eval_interval
     next_eval = interval
@@ -249,7 +249,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
     lr = sc.workload.lr
     zctx = zmq.Context()
-    ep = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed + cfg.rank)
+    ep = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
     version = -1
 
@@ -336,7 +336,7 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     x = torch.from_numpy(np.ascontiguousarray(ds.test_x[:n]))
     y = torch.from_numpy(np.ascontiguousarray(ds.test_y[:n]))
     zctx = zmq.Context()
-    ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay)
+    ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "eval.csv")
     target = sc.stop.target_accuracy
     try:

@@ -149,8 +149,9 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
             "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
         }
         if not runtime.caps.netem:
+            loss = "an eBPF drop filter" if runtime.caps.bpf_loss else "nothing: loss is NOT applied"
             meta["warnings"] = ["this kernel has no sch_netem: latency/jitter are applied by edgebed's transport "
-                                "(per message), loss is not applied"]
+                                f"(per message), loss by {loss}"]
         (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
         say(f"run {run_id}: {len(spec.workers)} workers, {sc.algorithm.name}, {sc.workload.model} on "
             f"{sc.workload.dataset} -> {run_dir}")

@@ -18,7 +18,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from . import units
 
-NODE_NAME_RE = re.compile(r"^[a-z][a-z0-9]{0,9}$")
+FIXED_SPLIT_DATASETS = ("mnist", "fashion_mnist", "idx", "cifar10")
 
 
 class ScenarioError(ValueError):
@@ -347,6 +347,8 @@ def _cross_checks(sc: Scenario) -> list[str]:
             lines += [f"algorithm.params.{line}" for line in _errors_to_lines(e)]
         except TypeError as e:
             lines.append(f"algorithm.params: {e}")
+    if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
+        lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
     for pname, prof in sc.profiles.items():
         for d in ("uplink", "downlink"):
             r = prof.resolved_direction(d)  # type: ignore[arg-type]

@@ -5,10 +5,11 @@ uplink (node -> network) on the node's eth0, downlink (network -> node) on the p
 end inside the switch namespace. Egress shaping on both ends needs neither IFB nor
 ingress policing, and it backs TCP off the way a real bottleneck does.
 
-Kernels without sch_netem (this project's CI machine is one) cannot delay or drop
-packets in tc. Then latency and jitter fall back to edgebed's transport, which holds
-each received message for the link's one-way delay (see transport.DelayLine), and
-loss is not applied. `plan_direction` records which mechanism produces each property,
+Kernels without sch_netem (this project's CI machine is one) cannot delay packets in
+tc. Then latency and jitter fall back to edgebed's transport, which holds each received
+message for the link's one-way delay (see transport.DelayLine), and loss falls back to
+an eBPF drop filter on the HTB root (bpf.py) where the bpf classifier exists; else it
+is not applied. `plan_direction` records which mechanism produces each property,
 and meta.json carries that record: a property is never claimed when it was not applied.
 """
 
@@ -26,6 +27,7 @@ MTU = 1500
 HTB_HANDLE = 0x10000  # 1:
 HTB_CLASS = 0x10010  # 1:10
 NETEM_HANDLE = 0x100000  # 10:
+UNLIMITED_BPS = 100e9  # HTB class that never limits (a veth carries ~16 Gbit/s here)
 
 
 @dataclass(frozen=True)
@@ -34,6 +36,7 @@ class KernelCaps:
     netem: bool
     tbf: bool
     ifb: bool
+    bpf_loss: bool = False  # eBPF classifier can drop packets (loss without netem)
 
     def describe(self) -> str:
         missing = [k for k, v in asdict(self).items() if not v]
@@ -49,6 +52,7 @@ class DirectionPlan:
     netem: dict = field(default_factory=dict)  # pyroute2 netem kwargs (delay/jitter in us, loss in %)
     transport_delay_s: float = 0.0  # fallback: held by the receiver's transport
     transport_jitter_s: float = 0.0
+    bpf_loss: Optional[float] = None  # fallback: drop probability of the eBPF filter
     mechanisms: dict = field(default_factory=dict)  # property -> "htb" | "netem" | "transport" | "not-applied: why"
 
     def to_meta(self) -> dict:
@@ -58,6 +62,7 @@ class DirectionPlan:
             "netem": self.netem or None,
             "transport_delay_s": self.transport_delay_s,
             "transport_jitter_s": self.transport_jitter_s,
+            "bpf_loss": self.bpf_loss,
             "mechanisms": self.mechanisms,
         }
 
@@ -101,24 +106,34 @@ def plan_direction(d: Direction, caps: KernelCaps) -> DirectionPlan:
             plan.mechanisms["latency"] = "transport (no sch_netem in this kernel)"
             if d.jitter:
                 plan.mechanisms["jitter"] = "transport (no sch_netem in this kernel)"
-        if d.loss:
-            plan.mechanisms["loss"] = "not-applied: no sch_netem in this kernel"
+        if d.loss and caps.bpf_loss:
+            plan.bpf_loss = float(d.loss)
+            plan.mechanisms["loss"] = "bpf (random drop filter; no sch_netem in this kernel)"
+        elif d.loss:
+            plan.mechanisms["loss"] = "not-applied: neither sch_netem nor a usable bpf classifier"
     return plan
 
 
 def apply_direction(ipr, ifindex: int, plan: DirectionPlan) -> None:
     """Install `plan` on interface `ifindex` of the namespace `ipr` is bound to."""
-    if plan.rate_bps is None and not plan.netem:
+    if plan.rate_bps is None and not plan.netem and not plan.bpf_loss:
         return
     parent = None
-    if plan.rate_bps is not None:
+    if plan.rate_bps is not None or plan.bpf_loss:
+        # A loss filter needs a classful root; without a rate, the class never limits.
+        rate_bps = plan.rate_bps if plan.rate_bps is not None else UNLIMITED_BPS
+        burst = plan.burst_bytes or htb_burst(rate_bps)
         ipr.tc("add", "htb", index=ifindex, handle=HTB_HANDLE, default=0x10)
-        rate = f"{int(plan.rate_bps)}bit"
+        rate = f"{int(rate_bps)}bit"
         ipr.tc(
             "add-class", "htb", index=ifindex, handle=HTB_CLASS, parent=HTB_HANDLE,
-            rate=rate, ceil=rate, burst=plan.burst_bytes, cburst=plan.burst_bytes,
+            rate=rate, ceil=rate, burst=burst, cburst=burst,
         )
         parent = HTB_CLASS
+    if plan.bpf_loss:
+        from .bpf import attach_loss
+
+        attach_loss(ipr, ifindex, HTB_HANDLE, plan.bpf_loss)
     if plan.netem:
         kw = dict(plan.netem)
         if parent is None:
@@ -187,7 +202,17 @@ def probe_kernel() -> KernelCaps:
                 ifb = True
             except Exception:
                 ifb = False
-        return KernelCaps(htb=htb, netem=netem, tbf=tbf, ifb=ifb)
+            bpf_loss = False
+            if htb:
+                try:
+                    from .bpf import attach_loss
+
+                    ns.tc("add", "htb", index=idx, handle=HTB_HANDLE, default=0x10)
+                    attach_loss(ns, idx, HTB_HANDLE, 0.5)
+                    bpf_loss = True
+                except Exception:
+                    bpf_loss = False
+        return KernelCaps(htb=htb, netem=netem, tbf=tbf, ifb=ifb, bpf_loss=bpf_loss)
     finally:
         try:
             remove_netns(name)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import heapq
 import random
 import time
+import zlib
 from dataclasses import dataclass
 from typing import Optional
 
@@ -36,25 +37,28 @@ class DelaySpec:
 
 
 class DelayLine:
+    """Holds received messages until their emulated arrival time, FIFO per sender (like one wire each)."""
+
     def __init__(self, spec: DelaySpec, seed: int = 0):
         self.spec = spec
         self._rng = random.Random(seed)
         self._heap: list = []
         self._seq = 0
-        self._last_release = 0.0
+        self._last_release: dict = {}
 
     def _sample(self, mean: float, jitter: float) -> float:
         return max(0.0, self._rng.gauss(mean, jitter)) if jitter else mean
 
-    def hold(self, item, sender_up: float, sender_up_jitter: float) -> None:
+    def hold(self, item, sender, sender_up: float, sender_up_jitter: float, now: Optional[float] = None) -> None:
+        now = time.monotonic() if now is None else now
         delay = self._sample(sender_up, sender_up_jitter) + self._sample(self.spec.down, self.spec.down_jitter)
-        release = max(time.monotonic() + delay, self._last_release)  # FIFO, like a wire
-        self._last_release = release
+        release = max(now + delay, self._last_release.get(sender, 0.0))  # no overtaking on one path
+        self._last_release[sender] = release
         heapq.heappush(self._heap, (release, self._seq, item))
         self._seq += 1
 
-    def ready(self) -> list:
-        now = time.monotonic()
+    def ready(self, now: Optional[float] = None) -> list:
+        now = time.monotonic() if now is None else now
         out = []
         while self._heap and self._heap[0][0] <= now:
             out.append(heapq.heappop(self._heap)[2])
@@ -71,12 +75,14 @@ class Endpoint:
         self.sock = sock
         self.router = router
         self.delay = delay
-        self.line = DelayLine(delay, seed) if delay.active else None
+        # Every endpoint keeps a delay line: a sender's uplink delay must be applied by the
+        # receiver even when the receiver's own link has none.
+        self.line = DelayLine(delay, seed)
         self.bytes_sent = 0
         self.bytes_received = 0
 
     def send(self, msg: wire.Message, to: Optional[str] = None) -> int:
-        if self.line is not None:
+        if self.delay.up or self.delay.up_jitter:
             msg.meta["_up"] = self.delay.up
             msg.meta["_upj"] = self.delay.up_jitter
         frames = wire.encode(msg)
@@ -108,36 +114,43 @@ class Endpoint:
         """Messages deliverable within `timeout` seconds (possibly none)."""
         deadline = time.monotonic() + timeout
         while True:
-            arrived = self._drain()
-            if self.line is None:
-                if arrived:
-                    return arrived
-            else:
-                for item in arrived:
-                    meta = item[1].meta
-                    self.line.hold(item, float(meta.pop("_up", 0.0)), float(meta.pop("_upj", 0.0)))
-                ready = self.line.ready()
-                if ready:
-                    return ready
+            for item in self._drain():
+                meta = item[1].meta
+                self.line.hold(item, item[0], float(meta.pop("_up", 0.0)), float(meta.pop("_upj", 0.0)))
+            ready = self.line.ready()
+            if ready:
+                return ready
             now = time.monotonic()
             if now >= deadline:
                 return []
             wait = deadline - now
-            if self.line is not None and self.line.next_release() is not None:
-                wait = min(wait, max(0.0, self.line.next_release() - now))
+            release = self.line.next_release()
+            if release is not None and release - now < wait:
+                wait = max(0.0, release - now)
+                if wait < 0.002:
+                    # poll() counts whole milliseconds; sleep the last bit so held messages
+                    # are released on time, not up to 1 ms late.
+                    time.sleep(wait)
+                    continue
+                wait -= 0.001  # wake a little early, then sleep the remainder precisely
             self.sock.poll(timeout=max(1, int(wait * 1000)))
 
     def close(self) -> None:
         self.sock.close(linger=0)
 
 
-def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec) -> Endpoint:
+def _seed(identity: str, seed: int) -> int:
+    # Independent jitter per node: equal seeds would make the two halves of a round trip equal.
+    return zlib.crc32(identity.encode()) ^ seed
+
+
+def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
     s = ctx.socket(zmq.ROUTER)
     s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not silent drop
     s.setsockopt(zmq.SNDHWM, 0)
     s.setsockopt(zmq.RCVHWM, 0)
     s.bind(f"tcp://{address}:{PS_PORT}")
-    return Endpoint(s, delay, router=True)
+    return Endpoint(s, delay, router=True, seed=_seed("ps", seed))
 
 
 def node_endpoint(ctx: zmq.Context, ps_address: str, identity: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
@@ -147,4 +160,4 @@ def node_endpoint(ctx: zmq.Context, ps_address: str, identity: str, delay: Delay
     s.setsockopt(zmq.RCVHWM, 0)
     s.setsockopt(zmq.RECONNECT_IVL, 100)
     s.connect(f"tcp://{ps_address}:{PS_PORT}")
-    return Endpoint(s, delay, router=False, seed=seed)
+    return Endpoint(s, delay, router=False, seed=_seed(identity, seed))

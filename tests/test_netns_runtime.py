@@ -174,3 +174,15 @@ def test_connectivity_with_host_forward_drop(host_forward_drop, cluster, tmp_pat
     cli.join(30)
     srv.join(30)
     assert json.loads(cli_out.read_text())["reply"] == "HELLO"
+
+
+def test_loss_is_measured_where_a_mechanism_exists(clean_host):
+    """20% configured loss on an uplink drops 20% of paced UDP datagrams (netem or the eBPF fallback)."""
+    from testbed.bench import loss_benchmark
+    from testbed.shaping import probe_kernel
+
+    caps = probe_kernel()
+    if not (caps.netem or caps.bpf_loss):
+        pytest.skip("this kernel has neither sch_netem nor a usable bpf classifier: loss cannot be made")
+    res = loss_benchmark("20%", packets=4000, say=lambda s: None)
+    assert res["measured"] == pytest.approx(0.20, abs=0.025), res

@@ -43,3 +43,22 @@ def test_without_netem_delay_falls_back_to_transport_and_loss_is_not_claimed():
 def test_unshaped_direction_plans_nothing():
     p = plan_direction(Direction(), NO_NETEM)
     assert p.rate_bps is None and p.mechanisms == {} and p.to_meta()["netem"] is None
+
+
+def test_without_netem_loss_uses_bpf_when_the_kernel_can():
+    caps = KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=True)
+    p = plan_direction(Direction(loss=0.05), caps)
+    assert p.bpf_loss == pytest.approx(0.05)
+    assert p.mechanisms == {"loss": "bpf (random drop filter; no sch_netem in this kernel)"}
+    assert p.rate_bps is None  # no rate is claimed for a loss-only link
+
+
+def test_bpf_loss_program_threshold():
+    import struct
+
+    from testbed.bpf import RESOLUTION, loss_program
+
+    code = loss_program(0.25)
+    assert len(code) == 7 * 8
+    opcode, _, off, imm = struct.unpack("<BBhi", code[16:24])  # the compare instruction
+    assert (opcode, off, imm) == (0x35, 2, RESOLUTION // 4)

@@ -21,8 +21,8 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host):
     assert summary["status"] == "completed"
     assert summary["best_accuracy"] >= 0.90
     assert summary["workers"] == 4
-    # BSP: every model version came from one push per worker
-    assert summary["updates_received"] == 4 * summary["steps"]
+    # BSP: every model version came from one push per worker (a last round may be cut short by the stop)
+    assert 4 * summary["steps"] <= summary["updates_received"] < 4 * (summary["steps"] + 1)
     assert summary["ps_ingress_bytes"] >= summary["ps_ingress_payload_bytes"] > 0
     for f in ("scenario.yaml", "meta.json", "steps.csv", "eval.csv", "traffic.csv", "server.csv"):
         assert (run_dir / f).stat().st_size > 0, f

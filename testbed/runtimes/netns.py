@@ -24,7 +24,7 @@ from typing import Any, Callable, Optional
 
 from .. import cgroups
 from ..cluster import ClusterSpec, Node
-from ..netlink import create_netns, enter_netns, ns_iproute
+from ..netlink import create_netns, disable_offloads, enter_netns, ns_iproute
 from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
 from ..state import RunState, cleanup_run, temp_link_name
 
@@ -116,6 +116,8 @@ class NetnsRuntime:
         s.link("set", index=pidx, ifname=node.name)
         s.link("set", index=pidx, master=br, state="up")
         apply_direction(s, pidx, down)
+        disable_offloads(name, ["eth0"])
+        disable_offloads(switch_netns(self.run_id), [node.name])
         return NodeHandle(node, name, node.name, up, down, cg, compute)
 
     # -- processes ---------------------------------------------------------------------

@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Rerun the fidelity benchmarks of the netns runtime (needs root) and print the table
+# that BENCHMARKS.md keeps. Results: benchmarks/results/*.json
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EB=${EB:-.venv/bin/edgebed}
+OUT=benchmarks/results
+for r in 1mbit 10mbit 100mbit 1gbit; do $EB bench link --rate $r --out $OUT; done
+$EB bench link --rate 10mbit --flows 4 --out $OUT
+for c in 0.1 0.25 0.5 1.0 1.5; do $EB bench cpu --cpus $c --seconds 8 --out $OUT; done
+for l in 1% 10%; do $EB bench loss --loss $l --out $OUT; done
+$EB bench delay --latency 0ms --count 200 --out $OUT
+$EB bench delay --latency 20ms --count 200 --out $OUT
+$EB bench delay --latency 20ms --jitter 5ms --count 200 --out $OUT
+$EB bench delay --latency 50ms --count 100 --out $OUT
+.venv/bin/python benchmarks/report.py $OUT
