@@ -5,7 +5,8 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast bench clean down
+.PHONY: setup sysdeps demo test test-fast bench images clean down
+SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
 
@@ -45,6 +46,11 @@ bench: setup
 	$(BIN)/edgebed bench link --rate 100mbit
 	$(BIN)/edgebed bench cpu --cpus 0.25
 	$(BIN)/edgebed bench cpu --cpus 1.0
+
+# The docker runtime's node image (SOURCE=offline: debootstrap base, no registry needed).
+images: setup
+	command -v debootstrap >/dev/null || (apt-get update -q && apt-get install -y -q debootstrap)
+	$(BIN)/edgebed build --source $(SOURCE)
 
 down: setup
 	$(BIN)/edgebed down

@@ -61,11 +61,13 @@ def _sink(port: int, seconds: float, flows: int, result_path: str) -> None:
     Path(result_path).write_text(json.dumps({"bytes": total, "seconds": elapsed}))
 
 
-def _source(addr: str, port: int, seconds: float, flows: int) -> None:
+def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = "") -> None:
     import threading
 
     buf = b"\0" * (1 << 16)
     deadline = time.monotonic() + seconds + 1.5
+    if ready_path:
+        Path(ready_path).touch()
 
     def one() -> None:
         for _ in range(100):
@@ -88,35 +90,79 @@ def _source(addr: str, port: int, seconds: float, flows: int) -> None:
         t.join()
 
 
-def _cluster(profile: dict, run_id: str):
-    from .runtimes.netns import NetnsRuntime
+class _Bench:
+    """A one-worker cluster (w0 with the profile under test, an unshaped ps) on either runtime."""
 
-    sc = parse_scenario({"name": "bench", "profiles": {"shaped": profile}, "workers": [{"count": 1, "profile": "shaped"}]})
-    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir="", scenario="bench")
-    state.save()
-    rt = NetnsRuntime(state)
-    rt.set_preload([])
-    spec = build_cluster(sc, run_id)
-    return rt, spec
+    def __init__(self, profile: dict, runtime: str = "netns"):
+        import tempfile
+
+        self.run_id = secrets.token_hex(3)
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"edgebed-bench-{self.run_id}-"))
+        sc = parse_scenario({"name": "bench", "profiles": {"shaped": profile},
+                             "workers": [{"count": 1, "profile": "shaped"}]})
+        self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.scratch), scenario="bench",
+                              runtime=runtime)
+        self.state.save()
+        self.spec = build_cluster(sc, self.run_id)
+        self.runtime = runtime
+        if runtime == "docker":
+            from .images import ensure_node_image
+            from .runtimes.docker import DockerRuntime, docker_client
+
+            client = docker_client()
+            if client is None:
+                raise RuntimeError("--runtime docker: no Docker engine answers")
+            self.rt = DockerRuntime(self.state, client, ensure_node_image(client, say=lambda s: None))
+        else:
+            from .runtimes.netns import NetnsRuntime
+
+            self.rt = NetnsRuntime(self.state)
+            self.rt.set_preload([])
+        self.stop = None
+
+    def __enter__(self):
+        try:
+            self.rt.create(self.spec)
+            if self.runtime == "docker":
+                self.stop = self.rt.make_stop_event()
+                self.rt.start_idle(self.stop)
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self.rt, self.spec
+
+    def result(self, name: str) -> str:
+        return str(self.scratch / name)
+
+    def __exit__(self, *exc) -> None:
+        import shutil
+
+        if self.stop is not None:
+            self.stop.set()
+        self.problems = self.rt.teardown()
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: Path | None = None,
-                   say: Callable[[str], None] = print, tolerance: float = 0.05) -> dict:
+                   say: Callable[[str], None] = print, tolerance: float = 0.05, runtime: str = "netns") -> dict:
     """Shape w0's access link to `rate` both ways, saturate each direction with TCP between w0 and ps."""
     configured = units.parse_rate(rate)
-    run_id = secrets.token_hex(3)
-    rt, spec = _cluster({"bandwidth": rate}, run_id)
+    bench = _Bench({"bandwidth": rate}, runtime)
     results = []
-    try:
-        rt.create(spec)
+    with bench as (rt, spec):
         w0, ps = spec.node("w0"), spec.node("ps")
         for direction, sender, receiver in (("up", w0, ps), ("down", ps, w0)):
-            res_file = f"/tmp/edgebed-bench-{run_id}-{direction}.json"
+            res_file = bench.result(f"{direction}.json")
             sink = rt.start(receiver.name, _sink, {"port": BENCH_PORT, "seconds": seconds, "flows": flows,
                                                    "result_path": res_file})
             time.sleep(0.3)
+            ready = Path(bench.result(f"{direction}.ready"))
             src = rt.start(sender.name, _source, {"addr": receiver.address, "port": BENCH_PORT,
-                                                  "seconds": seconds, "flows": flows})
+                                                  "seconds": seconds, "flows": flows, "ready_path": str(ready)})
+            for _ in range(600):  # a container's python starts slower than a forked process
+                if ready.exists():
+                    break
+                time.sleep(0.01)
             # Wire rate from the interface counters over the steady-state window (after warm-up).
             time.sleep(1.2)
             c1, t1 = rt.counters()["w0"][f"{direction}_bytes"], time.monotonic()
@@ -125,17 +171,15 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
             src.join(seconds + 30)
             sink.join(seconds + 30)
             good = json.loads(Path(res_file).read_text())
-            os.unlink(res_file)
             goodput = good["bytes"] * 8 / good["seconds"]
             wire = (c2 - c1) * 8 / (t2 - t1)
             results.append({"direction": direction, "goodput_bps": goodput, "wire_bps": wire,
                             "goodput_ratio": goodput / configured, "wire_ratio": wire / configured})
             say(f"{direction:4s} configured {units.format_rate(configured):>8s}  goodput {goodput / 1e6:8.3f} Mbit/s "
                 f"({100 * goodput / configured:5.1f}%)  wire {wire / 1e6:8.3f} Mbit/s ({100 * wire / configured:5.1f}%)")
-    finally:
-        problems = rt.teardown()
+    problems = bench.problems
     ok = all(abs(1 - r["goodput_ratio"]) <= tolerance for r in results) and not problems
-    out = {"benchmark": "link", "configured_bps": configured, "flows": flows, "seconds": seconds,
+    out = {"benchmark": "link", "runtime": runtime, "configured_bps": configured, "flows": flows, "seconds": seconds,
            "results": results, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "shaper": "htb (egress of each veth end)",
            "note": "goodput = TCP payload bytes received per second after a 1 s warm-up; wire = bytes "
@@ -144,49 +188,55 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
                    "sits below the configured rate by about that much"}
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"link-{units.format_rate(configured)}-{flows}flow.json"
+        path = Path(out_dir) / f"link-{runtime}-{units.format_rate(configured)}-{flows}flow.json"
         path.write_text(json.dumps(out, indent=1))
         say(f"wrote {path}")
     return out
 
 
-def _busy(seconds: float) -> None:
+def _busy(seconds: float, ready_path: str = "") -> None:
     end = time.monotonic() + seconds
+    if ready_path:
+        Path(ready_path).touch()
     x = 0
     while time.monotonic() < end:
         x += 1
 
 
 def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = None,
-                  say: Callable[[str], None] = print, tolerance: float = 0.03) -> dict:
+                  say: Callable[[str], None] = print, tolerance: float = 0.03, runtime: str = "netns") -> dict:
     """Run one busy loop per core in a node capped at `cpus`; compare the CPU it got to the quota."""
-    run_id = secrets.token_hex(3)
-    rt, spec = _cluster({"cpus": cpus}, run_id)
-    try:
-        rt.create(spec)
+    bench = _Bench({"cpus": cpus}, runtime)
+    with bench as (rt, spec):
         h = rt.handles["w0"]
         n_loops = max(1, min(os.cpu_count() or 1, int(cpus) + 1))
-        before = h.cgroup.cpu_seconds()
         t = time.monotonic()
-        procs = [rt.start("w0", _busy, {"seconds": seconds}) for _ in range(n_loops)]
+        readies = [Path(bench.result(f"busy{i}.ready")) for i in range(n_loops)]
+        procs = [rt.start("w0", _busy, {"seconds": seconds + 1.0, "ready_path": str(r)}) for r in readies]
+        for _ in range(1000):
+            if all(r.exists() for r in readies):
+                break
+            time.sleep(0.01)
+        # Sample the cgroup over a window inside the loops' run, so process start-up
+        # (a container's python import) is outside it.
+        time.sleep(0.3)
+        c1, t1 = h.cgroup.cpu_seconds(), time.monotonic()
+        time.sleep(seconds)
+        c2, t2 = h.cgroup.cpu_seconds(), time.monotonic()
         for p in procs:
             p.join(seconds + 30)
         wall = time.monotonic() - t
-        used = h.cgroup.cpu_seconds() - before
-        # Process start-up (fork from the server, joining the cgroup) is inside `wall`, so
-        # measure against the loop's own duration, which is the window the quota acted on.
-        achieved = used / seconds
+        achieved = (c2 - c1) / (t2 - t1)
         say(f"quota {cpus:.2f} cores  achieved {achieved:.3f} cores  ({n_loops} busy loop(s), {seconds:.0f} s, "
-            f"wall {wall:.2f} s)")
-    finally:
-        problems = rt.teardown()
+            f"wall {wall:.2f} s, {runtime})")
+    problems = bench.problems
     ok = abs(achieved - cpus) <= tolerance and not problems
-    out = {"benchmark": "cpu", "quota_cores": cpus, "achieved_cores": achieved, "seconds": seconds,
+    out = {"benchmark": "cpu", "runtime": runtime, "quota_cores": cpus, "achieved_cores": achieved, "seconds": seconds,
            "busy_loops": n_loops, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"cpu-{cpus:g}.json"
+        path = Path(out_dir) / f"cpu-{runtime}-{cpus:g}.json"
         path.write_text(json.dumps(out, indent=1))
         say(f"wrote {path}")
     return out
@@ -233,17 +283,15 @@ def _udp_source(addr: str, port: int, packets: int, rate_pps: float) -> None:
 
 
 def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = None,
-                   say: Callable[[str], None] = print) -> dict:
+                   say: Callable[[str], None] = print, runtime: str = "netns") -> dict:
     """Send paced UDP datagrams over a lossy uplink; compare the measured loss with the configured one."""
     from math import sqrt
 
     p = units.parse_fraction(loss)
-    run_id = secrets.token_hex(3)
-    rt, spec = _cluster({"uplink": {"loss": loss}}, run_id)
-    try:
-        rt.create(spec)
+    bench = _Bench({"uplink": {"loss": loss}}, runtime)
+    with bench as (rt, spec):
         mech = rt.handles["w0"].uplink.mechanisms.get("loss", "none")
-        res_file = f"/tmp/edgebed-bench-{run_id}-loss.json"
+        res_file = bench.result("loss.json")
         rate_pps = 10000.0
         sink = rt.start("ps", _udp_sink, {"port": BENCH_PORT, "seconds": packets / rate_pps + 20,
                                           "result_path": res_file})
@@ -254,9 +302,7 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
         sink.join(packets / rate_pps + 30)
         sink_result = json.loads(Path(res_file).read_text())
         received, host_drops = sink_result["received"], sink_result["rcvbuf_errors"]
-        os.unlink(res_file)
-    finally:
-        problems = rt.teardown()
+    problems = bench.problems
     # Datagrams the receiving host dropped (CPU-starved reader) are not the link's loss.
     measured = 1 - (received + host_drops) / packets
     # 3 standard deviations of a binomial proportion, at least 0.2 points
@@ -264,13 +310,13 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
     ok = abs(measured - p) <= tol and not problems and not mech.startswith("not-applied")
     say(f"loss configured {100 * p:.2f}%  measured {100 * measured:.2f}% over {packets} datagrams  "
         f"(mechanism: {mech}, tolerance +/-{100 * tol:.2f} points)")
-    out = {"benchmark": "loss", "configured": p, "measured": measured, "packets": packets, "received": received,
+    out = {"benchmark": "loss", "runtime": runtime, "configured": p, "measured": measured, "packets": packets, "received": received,
            "receiver_buffer_drops": host_drops,
            "mechanism": mech, "ok": ok, "tolerance": tol, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"loss-{p:g}.json"
+        path = Path(out_dir) / f"loss-{runtime}-{p:g}.json"
         path.write_text(json.dumps(out, indent=1))
         say(f"wrote {path}")
     return out
@@ -318,44 +364,75 @@ def _ping_client(ps_address: str, delay: dict, count: int, size: int, result_pat
 
 
 def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size: int = 64,
-                    out_dir: Path | None = None, say: Callable[[str], None] = print) -> dict:
+                    out_dir: Path | None = None, say: Callable[[str], None] = print, runtime: str = "netns") -> dict:
     """Round trips of small training messages between w0 (link latency L) and an unshaped PS: expect 2L."""
     import statistics
 
     lat = units.parse_duration(latency)
     jit = units.parse_duration(jitter)
-    run_id = secrets.token_hex(3)
     prof = {"latency": latency} | ({"jitter": jitter} if jit else {})
-    rt, spec = _cluster(prof, run_id)
-    try:
-        rt.create(spec)
+    bench = _Bench(prof, runtime)
+    with bench as (rt, spec):
         h = rt.handles["w0"]
         mech = h.uplink.mechanisms.get("latency", "none")
         # netem delays packets; without it the transport's delay line does (same as a run).
         w_delay = {"up": h.uplink.transport_delay_s, "up_jitter": h.uplink.transport_jitter_s,
                    "down": h.downlink.transport_delay_s, "down_jitter": h.downlink.transport_jitter_s}
-        res_file = f"/tmp/edgebed-bench-{run_id}-delay.json"
+        res_file = bench.result("delay.json")
         srv = rt.start("ps", _ping_server, {"address": spec.ps.address, "delay": {}, "count": count + 1})
         cli = rt.start("w0", _ping_client, {"ps_address": spec.ps.address, "delay": w_delay, "count": count + 1,
                                             "size": size, "result_path": res_file})
         cli.join(120)
         srv.join(10)
         rtts = json.loads(Path(res_file).read_text())["rtts"][1:]  # the first includes connection set-up
-        os.unlink(res_file)
-    finally:
-        problems = rt.teardown()
+    problems = bench.problems
     expected = 2 * lat
     med = statistics.median(rtts)
     ok = abs(med - expected) <= max(0.002, 0.1 * expected) and not problems
     say(f"latency {1000 * lat:g} ms each way (jitter {1000 * jit:g} ms): RTT median {1000 * med:.2f} ms, "
         f"p10 {1000 * sorted(rtts)[len(rtts) // 10]:.2f}, p90 {1000 * sorted(rtts)[9 * len(rtts) // 10]:.2f}, "
         f"stdev {1000 * statistics.pstdev(rtts):.2f} ms; expected {1000 * expected:g} ms  (mechanism: {mech})")
-    out = {"benchmark": "delay", "latency_s": lat, "jitter_s": jit, "expected_rtt_s": expected,
+    out = {"benchmark": "delay", "runtime": runtime, "latency_s": lat, "jitter_s": jit, "expected_rtt_s": expected,
            "median_rtt_s": med, "stdev_rtt_s": statistics.pstdev(rtts), "rtts_s": rtts, "message_bytes": size,
            "mechanism": mech, "ok": ok, "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"delay-{1000 * lat:g}ms-{1000 * jit:g}ms.json"
+        path = Path(out_dir) / f"delay-{runtime}-{1000 * lat:g}ms-{1000 * jit:g}ms.json"
+        path.write_text(json.dumps(out, indent=1))
+        say(f"wrote {path}")
+    return out
+
+
+def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | None = None,
+                      say: Callable[[str], None] = print) -> dict:
+    """Seconds from `edgebed up` to the first training step, and to tear down, for N workers."""
+    import shutil
+    import tempfile
+
+    from .runner import run
+
+    sc = parse_scenario({"name": f"startup-{workers}", "runtime": runtime,
+                         "workload": {"model": "mlp", "dataset": "mnist5k", "eval_interval": 1000},
+                         "stop": {"steps": 3 * workers, "seconds": 600}, "algorithm": {"name": "asgd"},
+                         "profiles": {"edge": {"cpus": 0.5, "bandwidth": "100mbit"}},
+                         "workers": [{"count": workers, "profile": "edge"}]})
+    run_dir = Path(tempfile.mkdtemp(prefix="edgebed-startup-")) / "run"
+    t = time.time()
+    try:
+        summary = run(sc, "bench-startup", run_dir, say=lambda s: None)
+    finally:
+        total = time.time() - t
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+    ok = summary["status"] == "completed" and summary["startup_seconds"] is not None
+    say(f"{runtime}: {workers} workers: first training step after {summary['startup_seconds']} s, "
+        f"teardown {summary['teardown_seconds']} s, whole command {total:.1f} s")
+    out = {"benchmark": "startup", "runtime": runtime, "workers": workers,
+           "startup_seconds": summary["startup_seconds"], "teardown_seconds": summary["teardown_seconds"],
+           "total_seconds": total, "ok": ok, "kernel": os.uname().release,
+           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        path = Path(out_dir) / f"startup-{runtime}-{workers}.json"
         path.write_text(json.dumps(out, indent=1))
         say(f"wrote {path}")
     return out

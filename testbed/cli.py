@@ -43,7 +43,7 @@ def validate(scenario: Path = typer.Argument(..., help="scenario YAML file")) ->
 def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<time>)"),
        quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress"),
-       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns)")) -> None:
+       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns, docker)")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     from .runner import default_run_dir, run
     from .runtimes import RuntimeUnavailable
@@ -72,6 +72,24 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         raise typer.Exit(1)
     if summary["status"] == "stopped" and "interrupted" in str(summary["reason"]):
         raise typer.Exit(130)
+
+
+@app.command()
+def build(source: str = typer.Option("auto", help="auto | offline | registry (auto: registry if python:3.11-slim is "
+                                                  "already local, else offline)"),
+          mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base (default: the host's)")) -> None:
+    """Build the docker runtime's node image (offline: debootstrap base + host wheelhouse)."""
+    from .images import ImageError, build_node_image
+    from .runtimes.docker import docker_client
+
+    client = docker_client()
+    if client is None:
+        _fail("error: no Docker engine answers (start dockerd)")
+    try:
+        tag = build_node_image(client, source=source, say=typer.echo, mirror=mirror)
+    except ImageError as e:
+        _fail(f"error: {e}")
+    typer.echo(tag)
 
 
 @app.command()
@@ -175,6 +193,7 @@ def kernel() -> None:
 def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
                seconds: float = typer.Option(0.0, help="seconds per direction (default 8, 20 below 2 Mbit/s)"),
                flows: int = typer.Option(1, help="parallel TCP flows"),
+               runtime: str = typer.Option("netns", help="netns | docker"),
                out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
     """Achieved vs configured throughput of a shaped access link, both directions."""
     from . import units
@@ -183,7 +202,7 @@ def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
     if seconds <= 0:
         # TCP needs longer to fill and settle a slow link's queue.
         seconds = 20.0 if units.parse_rate(rate) < 2e6 else 8.0
-    res = link_benchmark(rate, seconds=seconds, flows=flows, out_dir=out, say=typer.echo)
+    res = link_benchmark(rate, seconds=seconds, flows=flows, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
         raise typer.Exit(1)
 
@@ -191,11 +210,12 @@ def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
 @bench_app.command("loss")
 def bench_loss(loss: str = typer.Option("1%", help="configured loss (uplink of w0)"),
                packets: int = typer.Option(20000, help="UDP datagrams to send"),
+               runtime: str = typer.Option("netns", help="netns | docker"),
                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Measured vs configured packet loss (netem, or the eBPF fallback)."""
     from .bench import loss_benchmark
 
-    res = loss_benchmark(loss, packets=packets, out_dir=out, say=typer.echo)
+    res = loss_benchmark(loss, packets=packets, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
         raise typer.Exit(1)
 
@@ -204,11 +224,24 @@ def bench_loss(loss: str = typer.Option("1%", help="configured loss (uplink of w
 def bench_delay(latency: str = typer.Option("20ms", help="one-way latency of w0's link, each direction"),
                 jitter: str = typer.Option("0ms"),
                 count: int = typer.Option(50),
+                runtime: str = typer.Option("netns", help="netns | docker"),
                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Round-trip time of training messages vs configured latency (netem, or the transport fallback)."""
     from .bench import delay_benchmark
 
-    res = delay_benchmark(latency, jitter=jitter, count=count, out_dir=out, say=typer.echo)
+    res = delay_benchmark(latency, jitter=jitter, count=count, out_dir=out, say=typer.echo, runtime=runtime)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("startup")
+def bench_startup(workers: int = typer.Option(4, help="number of workers"),
+                  runtime: str = typer.Option("netns", help="netns | docker"),
+                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Seconds from `up` to the first training step (and teardown) for N workers."""
+    from .bench import startup_benchmark
+
+    res = startup_benchmark(workers, runtime=runtime, out_dir=out, say=typer.echo)
     if not res["ok"]:
         raise typer.Exit(1)
 
@@ -216,11 +249,12 @@ def bench_delay(latency: str = typer.Option("20ms", help="one-way latency of w0'
 @bench_app.command("cpu")
 def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               seconds: float = typer.Option(5.0),
+              runtime: str = typer.Option("netns", help="netns | docker"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Achieved vs configured CPU share of a node's cgroup under a busy loop."""
     from .bench import cpu_benchmark
 
-    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo)
+    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
         raise typer.Exit(1)
 

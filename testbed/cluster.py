@@ -45,6 +45,7 @@ class ClusterSpec:
     run_id: str
     subnet: str
     prefixlen: int
+    gateway: str = ""
     nodes: list[Node] = field(default_factory=list)
 
     def node(self, name: str) -> Node:
@@ -75,7 +76,8 @@ def _profile_label(ref) -> str:
 def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     net = ipaddress.IPv4Network(sc.network.subnet)
     hosts = net.hosts()
-    spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen)
+    spec_gateway = str(next(hosts))  # reserved: Docker puts its bridge here; netns leaves it unused
+    spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway)
 
     def add(name: str, role: Role, rank: int, ref, group=None) -> None:
         prof = sc.profile_of(ref)

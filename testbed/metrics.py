@@ -12,10 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .records import EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
-
-SERVER_COLUMNS = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
-RESOURCE_COLUMNS = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds"]
+from .columns import (EVAL_COLUMNS, EVENT_COLUMNS, RESOURCE_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS,
+                      TRAFFIC_COLUMNS)
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,

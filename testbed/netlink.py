@@ -118,7 +118,18 @@ OFFLOADS = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-tcp-ecn-segmentat
             "tx-tcp-mangleid-segmentation", "tx-generic-segmentation", "generic-receive-offload")
 
 
-def disable_offloads(name: str, ifnames: list[str]) -> None:
+def attach_netns(name: str, pid: int) -> None:
+    """`ip netns attach NAME PID`: give a process's network namespace (a container's) a name."""
+    os.makedirs(NETNS_DIR, exist_ok=True)
+    path = os.path.join(NETNS_DIR, name)
+    os.close(os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL, 0))
+    if _libc.mount(f"/proc/{pid}/ns/net".encode(), path.encode(), b"none", MS_BIND, None) != 0:
+        err = ctypes.get_errno()
+        os.unlink(path)
+        raise OSError(err, f"cannot attach the network namespace of pid {pid}: {os.strerror(err)}")
+
+
+def disable_offloads(name: "str | None", ifnames: list[str]) -> None:
     """Turn off TSO/GSO/GRO on interfaces of netns `name`.
 
     With segmentation offload a veth hands HTB 64 KB super-packets: the average rate is
@@ -129,7 +140,8 @@ def disable_offloads(name: str, ifnames: list[str]) -> None:
 
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        enter_netns(name)
+        if name is not None:  # None: the caller's own namespace (the host's, for Docker's veth ends)
+            enter_netns(name)
         et = Ethtool()
         try:
             for ifname in ifnames:

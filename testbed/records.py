@@ -1,7 +1,6 @@
 """Reader side of the run-record contract: RUN/ -> DataFrames and dicts.
 
-The writer imports the ``*_COLUMNS`` constants from here so both sides agree on
-column names and order. Readers must cope with crashed runs: a CSV may be
+Column names and order come from columns.py, shared with the writer (metrics.py). Readers must cope with crashed runs: a CSV may be
 missing, hold only a header, or end in a half-written line, so every table is
 returned with its full set of columns and malformed rows are dropped instead of
 raising.
@@ -37,13 +36,7 @@ __all__ = [
 
 # --- the contract (imported by the writer; keep at module top) ----------------------------
 
-STEP_COLUMNS: list[str] = [
-    "time", "node", "step", "loss", "batch_size", "lr", "bytes_sent", "bytes_received",
-    "compute_seconds", "comm_seconds", "model_version",
-]  # fmt: skip
-EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss", "samples"]
-TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "delta_bytes", "packets"]
-EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
+from .columns import EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS  # noqa: E402
 
 SCENARIO_FILE = "scenario.yaml"
 META_FILE = "meta.json"

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 from . import __version__, cgroups, metrics
 from .cluster import ClusterSpec, build_cluster
-from .roles import ROLE_TARGETS, RoleConfig, run_stress
+from .roles import RoleConfig
 from .runtimes import select_runtime
 from .scenario import Scenario, scenario_to_yaml
 from .state import RunState
@@ -107,6 +107,7 @@ def _delay_for(node, plans) -> DelaySpec:
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
         progress_every: float = 2.0) -> dict:
     """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
+    t_invoked = time.time()
     runtime_name = select_runtime(sc.runtime)
     run_dir = Path(run_dir).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
@@ -119,28 +120,27 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
                      runtime=runtime_name)
     state.save()
 
-    from .runtimes.netns import NetnsRuntime
-
     global _RUNNER_PID
     _RUNNER_PID = os.getpid()
     old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
     t0 = time.time()
     status, reason = "failed", "did not start"
-    runtime: Optional[NetnsRuntime] = None
+    runtime = None
     spec: Optional[ClusterSpec] = None
     last_counters: dict = {}
     stop_event = None
     procs: dict = {}
     try:
-        runtime = NetnsRuntime(state)
-        runtime.set_preload(PRELOAD)
+        say(f"runtime: {runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and runtime_name == "docker"
+                                         else " (no Docker engine)" if sc.runtime == "auto" else ""))
+        runtime = _make_runtime(runtime_name, state, say)
         spec = build_cluster(sc, run_id)
         runtime.create(spec)
         node_meta = runtime.node_meta()
         meta = {
             "run_id": run_id, "scenario": str(scenario_path), "name": sc.name, "runtime": runtime_name,
             "started": t0, "versions": _versions(), "host": _host(),
-            "kernel_features": asdict(runtime.caps), "cgroup_version": 2 if cgroups.is_v2() else 1,
+            "kernel_features": asdict(runtime.caps), "image": getattr(runtime, "image", None), "cgroup_version": 2 if cgroups.is_v2() else 1,
             "nodes": {n.name: {"role": n.role, "rank": n.rank, "address": n.address, "profile_name": n.profile_name,
                                "profile": n.profile.model_dump(mode="json", exclude_none=True),
                                "netns": node_meta[n.name]["netns"], "compute": node_meta[n.name]["compute"],
@@ -158,7 +158,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
         for w in meta.get("warnings", []):
             say(f"warning: {w}")
 
-        stop_event = runtime._ctx.Event()
+        stop_event = runtime.make_stop_event()
         workers = [n.name for n in spec.workers]
         t0 = time.time()  # records count from the moment nodes start
         for node in [spec.ps, spec.evaluator] + spec.workers:
@@ -166,12 +166,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
                              scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
                              threads=sc.workload.threads or node.threads, delay=_delay_for(node, node_meta),
                              workers=workers)
-            procs[node.name] = runtime.start(node.name, ROLE_TARGETS[node.role], {"cfg": cfg, "stop_event": stop_event})
-            stress = node.profile.stress
-            if stress is not None:
-                for k in range(stress.processes):
-                    runtime.start(node.name, run_stress, {"load": stress.cpu / stress.processes,
-                                                           "stop_event": stop_event}, label=f"stress{k}")
+            procs[node.name] = runtime.start_node(node, cfg, stop_event)
         status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
                                   last_counters)
     except (KeyboardInterrupt, Interrupted) as e:
@@ -183,6 +178,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     finally:
         # Ignore further Ctrl-C while tearing down: a half teardown is the worst outcome.
         prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        t_teardown = time.time()
         try:
             if stop_event is not None:
                 stop_event.set()
@@ -198,12 +194,30 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
 
                 cleanup_run(run_id, state, stop_runner=False)
             summary = _summarize(sc, run_dir, t0, status, reason, last_counters, spec)
+            summary["runtime"] = runtime_name
+            summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
+            first = summary.pop("_first_step_time", None)
+            summary["startup_seconds"] = round(t0 - t_invoked + first, 3) if first is not None else None
             (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
         finally:
             signal.signal(signal.SIGINT, prev_int)
             for s, h in old_handlers.items():
                 signal.signal(s, h)
     return summary
+
+
+def _make_runtime(name: str, state: RunState, say: Callable[[str], None]):
+    if name == "docker":
+        from .images import ensure_node_image
+        from .runtimes.docker import DockerRuntime, docker_client
+
+        client = docker_client()
+        return DockerRuntime(state, client, ensure_node_image(client, say=say))
+    from .runtimes.netns import NetnsRuntime
+
+    rt = NetnsRuntime(state)
+    rt.set_preload(PRELOAD)
+    return rt
 
 
 def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) -> None:
@@ -244,6 +258,8 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
     while True:
         now = time.time()
         if now >= next_sample:
+            if hasattr(stop_event, "beat"):
+                stop_event.beat()  # containers stop by themselves if this goes stale (runner killed)
             _sample(runtime, spec, run_dir, t0, last_counters)
             next_sample += 1.0
         for row in steps_tail.rows():
@@ -302,6 +318,7 @@ def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters:
         "steps": ps_info.get("version"),
         "updates_received": ps_info.get("updates_received"),
         "worker_steps": int(len(rec.steps)),
+        "_first_step_time": float(rec.steps["time"].min()) if len(rec.steps) else None,
         "wall_seconds": round(time.time() - t0, 3),
         "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
         "ps_ingress_payload_bytes": ps_info.get("ingress_payload_bytes"),

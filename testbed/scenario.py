@@ -102,8 +102,8 @@ class Profile(_Strict):
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
-        if v not in (None, 0, []):
-            raise ValueError("GPUs need the docker runtime, which this version does not have yet")
+        if isinstance(v, int) and v < 0 or isinstance(v, list) and any(g < 0 for g in v):
+            raise ValueError(f"{v!r} is not a GPU count or list of GPU indices")
         return v
 
     def resolved_direction(self, which: Literal["uplink", "downlink"]) -> Direction:
@@ -238,13 +238,6 @@ class Scenario(_Strict):
             raise ValueError(f"'{v}' is not a scenario name (letters, digits, '-', '_', '.')")
         return v
 
-    @field_validator("runtime")
-    @classmethod
-    def _runtime(cls, v: str) -> str:
-        if v == "docker":
-            raise ValueError("the docker runtime is not in this version yet; use 'netns' or 'auto'")
-        return v
-
     @field_validator("workers")
     @classmethod
     def _workers(cls, v: list[WorkerGroup]) -> list[WorkerGroup]:
@@ -327,8 +320,8 @@ def _cross_checks(sc: Scenario) -> list[str]:
         if isinstance(ref, str) and ref not in sc.profiles:
             lines.append(f"{where}: unknown profile '{ref}' (defined: {known})")
     names = [n for n, _ in sc.worker_names()]
-    if len(names) + 2 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
-        lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes")
+    if len(names) + 3 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
+        lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes and a gateway")
     for n in names:
         if n in ("ps", "eval"):
             lines.append(f"workers: node name '{n}' is reserved")
@@ -347,6 +340,10 @@ def _cross_checks(sc: Scenario) -> list[str]:
             lines += [f"algorithm.params.{line}" for line in _errors_to_lines(e)]
         except TypeError as e:
             lines.append(f"algorithm.params: {e}")
+    gpu_users = [f"profiles.{n}.gpus" for n, p in sc.profiles.items() if p.gpus not in (None, 0, [])]
+    gpu_users += [w for w, ref in refs if isinstance(ref, Profile) and ref.gpus not in (None, 0, [])]
+    if gpu_users:
+        lines += _gpu_checks(sc, gpu_users)
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
     for pname, prof in sc.profiles.items():
@@ -355,6 +352,19 @@ def _cross_checks(sc: Scenario) -> list[str]:
             if r.jitter and not r.latency:
                 lines.append(f"profiles.{pname}.{d}: jitter without latency")
     return lines
+
+
+def _gpu_checks(sc: Scenario, where: list[str]) -> list[str]:
+    if sc.runtime == "netns":
+        return [f"{w}: GPUs need the docker runtime (runtime: docker or auto)" for w in where]
+    from .runtimes.docker import docker_client, nvidia_runtime_available
+
+    client = docker_client(timeout=3)
+    if client is None:
+        return [f"{w}: GPUs need the docker runtime, and no Docker engine answers" for w in where]
+    if not nvidia_runtime_available(client):
+        return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in where]
+    return []
 
 
 def parse_scenario(data: Any) -> Scenario:

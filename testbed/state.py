@@ -94,6 +94,13 @@ def known_runs() -> dict[str, Optional[RunState]]:
             runs.setdefault(rid, None)
     except OSError:
         pass
+    try:
+        from .runtimes.docker import docker_runs
+
+        for rid in docker_runs():
+            runs.setdefault(rid, None)
+    except ImportError:
+        pass
     return runs
 
 
@@ -137,6 +144,13 @@ def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool
                 os.kill(st.runner_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    # 0. containers and networks of the docker runtime (their processes die with them).
+    try:
+        from .runtimes.docker import remove_docker_resources
+
+        problems += remove_docker_resources(run_id)
+    except ImportError:
+        pass
     # 1. processes: everything in the run's cgroups and namespaces.
     problems += cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
     names = sorted(set(netns_of_run(run_id)) | set(st.netns if st else []))

@@ -24,6 +24,23 @@ LONG = {
 }
 
 
+def _docker_or_skip(runtime):
+    if runtime == "docker":
+        from testbed.runtimes.docker import docker_client
+
+        if docker_client(timeout=3) is None:
+            pytest.skip("no Docker engine answers (CI starts dockerd)")
+
+
+def _containers(run_id):
+    from testbed.runtimes.docker import docker_client
+
+    c = docker_client(timeout=3)
+    if c is None:
+        return []
+    return [x.name for x in c.containers.list(all=True, filters={"label": f"edgebed.run={run_id}"})]
+
+
 def _nothing_left(run_id=None):
     from testbed import cgroups
     from testbed.state import STATE_DIR
@@ -39,11 +56,12 @@ def _nothing_left(run_id=None):
     return ns, cg, procs, states
 
 
-def _start(tmp_path):
+def _start(tmp_path, runtime="netns"):
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump(LONG))
     run_dir = tmp_path / "run"
-    p = subprocess.Popen(edgebed_cmd() + ["up", str(scen), "--out", str(run_dir), "-q"], cwd=REPO,
+    p = subprocess.Popen(edgebed_cmd() + ["up", str(scen), "--out", str(run_dir), "-q", "--runtime", runtime],
+                         cwd=REPO,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.time() + 90
     while time.time() < deadline:
@@ -61,8 +79,10 @@ def _start(tmp_path):
     return p, run_dir, run_id
 
 
-def test_ctrl_c_tears_down_and_keeps_records(tmp_path):
-    p, run_dir, run_id = _start(tmp_path)
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_ctrl_c_tears_down_and_keeps_records(tmp_path, runtime):
+    _docker_or_skip(runtime)
+    p, run_dir, run_id = _start(tmp_path, runtime)
     p.send_signal(signal.SIGINT)
     out, _ = p.communicate(timeout=60)
     assert p.returncode == 130, out
@@ -71,21 +91,28 @@ def test_ctrl_c_tears_down_and_keeps_records(tmp_path):
     assert summary["worker_steps"] > 0
     ns, cg, procs, states = _nothing_left(run_id)
     assert (ns, cg, procs, states) == ([], set(), [], [])
+    assert _containers(run_id) == []
 
 
-def test_kill_9_then_down_removes_everything(tmp_path):
-    p, run_dir, run_id = _start(tmp_path)
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_kill_9_then_down_removes_everything(tmp_path, runtime):
+    _docker_or_skip(runtime)
+    p, run_dir, run_id = _start(tmp_path, runtime)
     os.kill(p.pid, signal.SIGKILL)
     p.wait(timeout=10)
     time.sleep(0.5)
     ns, cg, _, _ = _nothing_left(run_id)
-    assert ns and cg, "a killed runner cannot clean up; these are what `down` must remove"
+    if runtime == "netns":
+        assert ns and cg, "a killed runner cannot clean up; these are what `down` must remove"
+    else:
+        assert ns and _containers(run_id), "containers and netns handles outlive a killed runner"
     status = subprocess.run(edgebed_cmd() + ["status"], capture_output=True, text=True)
     assert run_id in status.stdout and "runner gone" in status.stdout
     down = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
     ns, cg, procs, states = _nothing_left(run_id)
     assert (ns, cg, procs, states) == ([], set(), [], [])
+    assert _containers(run_id) == []
     # the records written before the crash are still readable
     from testbed.records import load_run
 

@@ -10,15 +10,22 @@ from conftest import REPO, edgebed_cmd, needs_root, our_netns
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
 
-def test_smoke_scenario_end_to_end(tmp_path, clean_host):
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
+    if runtime == "docker":
+        from testbed.runtimes.docker import docker_client
+
+        if docker_client(timeout=3) is None:
+            pytest.skip("no Docker engine answers (CI starts dockerd)")
     run_dir = tmp_path / "smoke"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--out", str(run_dir)], cwd=REPO,
-                       capture_output=True, text=True, timeout=400)
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--runtime", runtime, "--out", str(run_dir)],
+                       cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert str(run_dir) in r.stdout.splitlines()[-1]
     assert "worker steps" in r.stdout  # live progress was printed
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
+    assert summary["runtime"] == runtime
     assert summary["best_accuracy"] >= 0.90
     assert summary["workers"] == 4
     # BSP: every model version came from one push per worker (a last round may be cut short by the stop)
@@ -45,6 +52,7 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host):
     rate = (t["delta_bytes"] * 8 / dt)[dt > 0.5]
     assert rate.max() <= 20e6 * 1.1
     assert our_netns() == [] or all(meta["run_id"] not in n for n in our_netns())
+    assert meta["runtime"] == runtime
 
     p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr

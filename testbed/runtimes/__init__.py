@@ -10,7 +10,22 @@ class RuntimeUnavailable(RuntimeError):
 
 
 def select_runtime(name: str) -> str:
-    """Resolve 'auto' to a concrete runtime and check that it can run here."""
+    """Resolve 'auto' to a concrete runtime and check that it can run here.
+
+    auto: docker when an engine answers, else the netns runtime.
+    """
+    if os.geteuid() != 0:
+        raise RuntimeUnavailable(
+            f"the {'netns' if name != 'docker' else 'docker'} runtime needs root (it creates network namespaces, "
+            "veth links, tc qdiscs and cgroups, and shapes containers' links from the host); run edgebed with sudo"
+        )
+    if name in ("auto", "docker"):
+        from .docker import docker_client
+
+        if docker_client() is not None:
+            return "docker"
+        if name == "docker":
+            raise RuntimeUnavailable("runtime docker: no Docker engine answers (is dockerd running?)")
     if name in ("auto", "netns"):
         if os.geteuid() != 0:
             raise RuntimeUnavailable(

@@ -124,6 +124,21 @@ class NetnsRuntime:
     def set_preload(self, modules: list[str]) -> None:
         self._ctx.set_forkserver_preload(modules)
 
+    def make_stop_event(self):
+        return self._ctx.Event()
+
+    def start_node(self, node: Node, cfg, stop_event):
+        """Start the node's role (and its background stress); returns the role's process."""
+        from ..roles import ROLE_TARGETS, run_stress
+
+        proc = self.start(node.name, ROLE_TARGETS[node.role], {"cfg": cfg, "stop_event": stop_event})
+        stress = node.profile.stress
+        if stress is not None:
+            for k in range(stress.processes):
+                self.start(node.name, run_stress, {"load": stress.cpu / stress.processes, "stop_event": stop_event},
+                           label=f"stress{k}")
+        return proc
+
     def start(self, node: str, target: Callable, kwargs: dict[str, Any], label: str = "") -> Any:
         h = self.handles[node]
         p = self._ctx.Process(

@@ -1,0 +1,15 @@
+"""Column names of the run records: the contract between writer (metrics.py) and reader (records.py).
+
+Kept free of imports so that node containers, which carry neither pandas nor matplotlib,
+can write records.
+"""
+
+STEP_COLUMNS: list[str] = [
+    "time", "node", "step", "loss", "batch_size", "lr", "bytes_sent", "bytes_received",
+    "compute_seconds", "comm_seconds", "model_version",
+]  # fmt: skip
+EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss", "samples"]
+TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "delta_bytes", "packets"]
+EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
+SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
+RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds"]

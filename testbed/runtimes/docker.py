@@ -1,0 +1,396 @@
+"""The docker runtime: one container per node on an internal bridge network of the run.
+
+Engine access goes through the Docker SDK. Links are shaped from the host with the same
+code as the netns runtime: the container's network namespace is attached as a named
+netns (eb-<run>-<node>, like `ip netns attach`) for the uplink (egress of its eth0), and
+the downlink is the egress of the container's veth peer on the host. Compute limits are
+the engine's (nano_cpus, mem_limit, cpuset_cpus); background stress runs inside the
+container, inside its quota.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from ..cluster import ClusterSpec, Node
+from ..netlink import attach_netns, disable_offloads, ns_iproute
+from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
+from ..state import RunState
+from .netns import netns_name
+
+LABEL = "edgebed"
+RUN_LABEL = "edgebed.run"
+
+
+def docker_client(timeout: float = 5.0):
+    """A client whose engine answered a ping, or None."""
+    try:
+        import docker
+
+        c = docker.from_env(timeout=int(max(1, timeout)))
+        c.ping()
+        return c
+    except Exception:
+        return None
+
+
+def nvidia_runtime_available(client) -> bool:
+    try:
+        return "nvidia" in (client.info().get("Runtimes") or {})
+    except Exception:
+        return False
+
+
+class PidCgroup:
+    """CPU and memory accounting of a container, read from its PID's cgroups."""
+
+    def __init__(self, pid: int):
+        self.paths: dict[str, str] = {}
+        try:
+            for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+                _, ctrls, path = line.split(":", 2)
+                for c in ctrls.split(",") if ctrls else ["unified"]:
+                    self.paths[c] = path
+        except OSError:
+            pass
+
+    def _file(self, ctrl: str, name: str) -> Optional[Path]:
+        from .. import cgroups
+
+        if cgroups.is_v2():
+            return cgroups.ROOT / self.paths.get("unified", "/").lstrip("/") / name
+        mount = cgroups._v1_mount(ctrl)
+        return mount / self.paths.get(ctrl, "/").lstrip("/") / name if mount else None
+
+    def cpu_seconds(self) -> Optional[float]:
+        from .. import cgroups
+
+        try:
+            if cgroups.is_v2():
+                for line in self._file("cpu", "cpu.stat").read_text().splitlines():
+                    k, v = line.split()
+                    if k == "usage_usec":
+                        return int(v) / 1e6
+                return None
+            return int(self._file("cpuacct", "cpuacct.usage").read_text()) / 1e9
+        except (OSError, AttributeError):
+            return None
+
+    def memory_bytes(self) -> Optional[int]:
+        from .. import cgroups
+
+        try:
+            f = self._file("memory", "memory.current" if cgroups.is_v2() else "memory.usage_in_bytes")
+            return int(f.read_text())
+        except (OSError, AttributeError):
+            return None
+
+    def throttled(self) -> Optional[dict]:
+        try:
+            f = self._file("cpu", "cpu.stat")
+            return {k: int(v) for k, v in (ln.split() for ln in f.read_text().splitlines())}
+        except (OSError, AttributeError, ValueError):
+            return None
+
+
+class ContainerProcess:
+    """The multiprocessing.Process-like view of a node container the runner monitors."""
+
+    def __init__(self, container):
+        self.container = container
+        self._state: dict = {}
+        self._checked = 0.0
+
+    def _refresh(self, max_age: float = 0.5) -> dict:
+        if time.monotonic() - self._checked > max_age:
+            try:
+                self.container.reload()
+                self._state = self.container.attrs["State"]
+            except Exception:
+                self._state = {"Running": False, "ExitCode": -1}
+            self._checked = time.monotonic()
+        return self._state
+
+    def is_alive(self) -> bool:
+        return bool(self._refresh().get("Running"))
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        st = self._refresh()
+        return None if st.get("Running") else st.get("ExitCode")
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        try:
+            self.container.wait(timeout=timeout)
+        except Exception:
+            pass
+        self._checked = 0.0
+
+    def kill(self) -> None:
+        try:
+            self.container.kill()
+        except Exception:
+            pass
+        self._checked = 0.0
+
+
+class ExecProcess:
+    """A function run with `docker exec` inside a node container, seen as a process."""
+
+    def __init__(self, client, container, target, kwargs: dict):
+        self.api = client.api
+        payload = json.dumps({"target": f"{target.__module__}:{target.__qualname__}", "kwargs": kwargs})
+        self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node", "--exec", payload])["Id"]
+        self.api.exec_start(self.exec_id, detach=True)
+
+    def _inspect(self) -> dict:
+        try:
+            return self.api.exec_inspect(self.exec_id)
+        except Exception:
+            return {"Running": False, "ExitCode": -1}
+
+    def is_alive(self) -> bool:
+        return bool(self._inspect().get("Running"))
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        st = self._inspect()
+        return None if st.get("Running") else st.get("ExitCode")
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while self.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        pass  # dies with its container
+
+
+@dataclass
+class DockerHandle:
+    node: Node
+    netns: str
+    container: Any
+    host_ifindex: int
+    uplink: DirectionPlan
+    downlink: DirectionPlan
+    cgroup: PidCgroup
+    compute: dict
+    processes: list = field(default_factory=list)
+
+
+class DockerRuntime:
+    name = "docker"
+
+    def __init__(self, state: RunState, client=None, image: Optional[str] = None,
+                 caps: Optional[KernelCaps] = None):
+        self.state = state
+        self.run_id = state.run_id
+        self.client = client or docker_client()
+        if self.client is None:
+            raise RuntimeError("no Docker engine answers")
+        self.image = image
+        self.caps = caps or probe_kernel()
+        self.handles: dict[str, DockerHandle] = {}
+        self.network = None
+        self._host_ipr = None
+        self.run_dir = Path(state.run_dir)
+        self.conf_dir = self.run_dir / ".nodes"
+
+    @property
+    def labels(self) -> dict:
+        return {LABEL: "1", RUN_LABEL: self.run_id}
+
+    def make_stop_event(self):
+        from ..node import FileStop
+
+        return FileStop(str(self.conf_dir / "stop"))
+
+    # -- bring-up ----------------------------------------------------------------------
+    def create(self, spec: ClusterSpec) -> None:
+        import docker
+        from pyroute2 import IPRoute
+
+        if self.image is None:
+            raise RuntimeError("no node image: run `edgebed build`")
+        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet, gateway=spec.gateway)])
+        # internal: no route out of the machine and no NAT, like the netns runtime's bridge.
+        self.network = self.client.networks.create(
+            f"eb-{self.run_id}", driver="bridge", internal=True, ipam=ipam, labels=self.labels,
+            options={"com.docker.network.bridge.name": f"eb-{self.run_id}"})
+        self._host_ipr = IPRoute()
+        for node in spec.nodes:
+            self.handles[node.name] = self._create_node(node, spec)
+
+    def _create_node(self, node: Node, spec: ClusterSpec) -> DockerHandle:
+        import docker
+
+        prof = node.profile
+        host_kw: dict[str, Any] = {
+            "binds": {str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
+            "shm_size": "256m",
+        }
+        compute: dict[str, Any] = {"engine": "docker"}
+        if prof.cpus is not None:
+            host_kw["nano_cpus"] = int(prof.cpus * 1e9)
+            compute["cpu_quota"] = prof.cpus
+        if prof.memory is not None:
+            host_kw["mem_limit"] = prof.memory
+            compute["memory_bytes"] = prof.memory
+        if prof.cpuset is not None:
+            host_kw["cpuset_cpus"] = prof.cpuset
+            compute["cpuset"] = prof.cpuset
+        if prof.gpus not in (None, 0, []):
+            ids = [str(g) for g in prof.gpus] if isinstance(prof.gpus, list) else None
+            count = None if ids else int(prof.gpus)
+            host_kw["device_requests"] = [docker.types.DeviceRequest(count=count, device_ids=ids,
+                                                                     capabilities=[["gpu"]])]
+            compute["gpus"] = prof.gpus
+        api = self.client.api
+        host_config = api.create_host_config(**host_kw)
+        net_config = api.create_networking_config(
+            {self.network.name: api.create_endpoint_config(ipv4_address=node.address)})
+        cname = f"eb-{self.run_id}-{node.name}"
+        cid = api.create_container(self.image, command=[str(self.conf_dir / f"{node.name}.json")], name=cname,
+                                   hostname=node.name, labels=self.labels, host_config=host_config,
+                                   networking_config=net_config, detach=True)["Id"]
+        container = self.client.containers.get(cid)
+        container.start()
+        container.reload()
+        pid = container.attrs["State"]["Pid"]
+        name = netns_name(self.run_id, node.name)
+        self.state.netns.append(name)
+        self.state.save()
+        attach_netns(name, pid)
+        up = plan_direction(node.link.uplink, self.caps)
+        down = plan_direction(node.link.downlink, self.caps)
+        with ns_iproute(name) as ns:
+            idx = ns.link_lookup(ifname="eth0")[0]
+            peer = ns.get_links(idx)[0].get_attr("IFLA_LINK")  # the veth peer's ifindex on the host
+            apply_direction(ns, idx, up)
+        apply_direction(self._host_ipr, peer, down)
+        disable_offloads(name, ["eth0"])
+        host_ifname = self._host_ipr.get_links(peer)[0].get_attr("IFLA_IFNAME")
+        disable_offloads(None, [host_ifname])
+        return DockerHandle(node, name, container, peer, up, down, PidCgroup(pid), compute)
+
+    # -- processes ---------------------------------------------------------------------
+    def set_preload(self, modules: list[str]) -> None:  # nothing to preload: containers import on their own
+        pass
+
+    def start_node(self, node: Node, cfg, stop_event) -> ContainerProcess:
+        h = self.handles[node.name]
+        stress = []
+        if node.profile.stress is not None:
+            stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
+        cfg_data = asdict(cfg)
+        self._go(node.name, {"cfg": cfg_data, "stop_file": stop_event.path, "stress": stress})
+        proc = ContainerProcess(h.container)
+        h.processes.append(proc)
+        return proc
+
+    def _go(self, node: str, spec: dict) -> None:
+        (self.conf_dir / f"{node}.json").write_text(json.dumps(spec))
+        (self.conf_dir / f"{node}.go").touch()  # after the config: the container reads it on seeing this
+
+    def start_idle(self, stop_event) -> None:
+        """Let every container idle (hosting `start` jobs) until the stop event."""
+        for name in self.handles:
+            self._go(name, {"idle": True, "stop_file": stop_event.path})
+
+    def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":
+        """Run a module-level function inside a node's container (benchmarks)."""
+        proc = ExecProcess(self.client, self.handles[node].container, target, kwargs)
+        self.handles[node].processes.append(proc)
+        return proc
+
+    # -- observation -------------------------------------------------------------------
+    def counters(self) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        if self._host_ipr is None:
+            return out
+        by_index = {h.host_ifindex: name for name, h in self.handles.items()}
+        for link in self._host_ipr.get_links():
+            name = by_index.get(link["index"])
+            if name is None:
+                continue
+            st = link.get_attr("IFLA_STATS64")
+            # The host end receives what the container sends (uplink) and transmits its downlink.
+            out[name] = {"up_bytes": st["rx_bytes"], "up_packets": st["rx_packets"],
+                         "down_bytes": st["tx_bytes"], "down_packets": st["tx_packets"]}
+        return out
+
+    def node_meta(self) -> dict:
+        return {name: {"netns": h.netns, "container": h.container.name, "image": self.image,
+                       "compute": h.compute, "uplink": h.uplink.to_meta(), "downlink": h.downlink.to_meta()}
+                for name, h in self.handles.items()}
+
+    # -- teardown ------------------------------------------------------------------------
+    def stop_processes(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        for h in self.handles.values():
+            for p in h.processes:
+                p.join(timeout=max(0.1, deadline - time.monotonic()))
+        for h in self.handles.values():
+            for p in h.processes:
+                if p.is_alive():
+                    p.kill()
+
+    def save_logs(self) -> None:
+        """Keep each container's output in RUN/logs/<node>.log (containers are removed at teardown)."""
+        logs = self.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for name, h in self.handles.items():
+            try:
+                (logs / f"{name}.log").write_bytes(h.container.logs(stdout=True, stderr=True))
+            except Exception:
+                pass
+
+    def teardown(self) -> list[str]:
+        from ..state import cleanup_run
+
+        self.save_logs()
+        if self._host_ipr is not None:
+            self._host_ipr.close()
+            self._host_ipr = None
+        return cleanup_run(self.run_id, self.state, stop_runner=False)
+
+
+def remove_docker_resources(run_id: Optional[str] = None) -> list[str]:
+    """Remove containers and networks labelled by edgebed (one run, or all). Returns problems."""
+    client = docker_client(timeout=3)
+    if client is None:
+        return []
+    flt = {"label": f"{RUN_LABEL}={run_id}"} if run_id else {"label": LABEL}
+    problems = []
+    for c in client.containers.list(all=True, filters=flt):
+        try:
+            c.remove(force=True)
+        except Exception as e:
+            problems.append(f"container {c.name}: {e}")
+    for n in client.networks.list(filters=flt):
+        try:
+            n.remove()
+        except Exception as e:
+            problems.append(f"network {n.name}: {e}")
+    return problems
+
+
+def docker_runs() -> set[str]:
+    client = docker_client(timeout=3)
+    if client is None:
+        return set()
+    runs = set()
+    for c in client.containers.list(all=True, filters={"label": LABEL}):
+        if c.labels.get(RUN_LABEL):
+            runs.add(c.labels[RUN_LABEL])
+    for n in client.networks.list(filters={"label": LABEL}):
+        if (n.attrs.get("Labels") or {}).get(RUN_LABEL):
+            runs.add(n.attrs["Labels"][RUN_LABEL])
+    return runs

@@ -1,0 +1,103 @@
+"""The docker runtime: internal network, shaped container links, engine limits, labels, teardown."""
+
+import os
+
+import pytest
+
+from conftest import needs_root, our_netns
+
+pytestmark = [needs_root, pytest.mark.root]
+
+
+def _client():
+    from testbed.runtimes.docker import docker_client
+
+    c = docker_client(timeout=3)
+    if c is None:
+        pytest.skip("no Docker engine answers (CI starts dockerd; elsewhere start it to run these)")
+    return c
+
+
+@pytest.fixture(scope="module")
+def image():
+    from testbed.images import ensure_node_image
+
+    return ensure_node_image(_client(), say=lambda s: None)
+
+
+@pytest.fixture
+def cluster(image, tmp_path, clean_host):
+    import secrets
+
+    from testbed.cluster import build_cluster
+    from testbed.runtimes.docker import DockerRuntime
+    from testbed.scenario import parse_scenario
+    from testbed.state import RunState
+
+    client = _client()
+    sc = parse_scenario({
+        "name": "t", "runtime": "docker",
+        "profiles": {"edge": {"cpus": 0.5, "memory": "300m", "uplink": "10mbit", "downlink": "30mbit"}},
+        "workers": [{"count": 1, "profile": "edge"}],
+    })
+    run_id = secrets.token_hex(3)
+    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(tmp_path), scenario="t", runtime="docker")
+    state.save()
+    rt = DockerRuntime(state, client, image)
+    spec = build_cluster(sc, run_id)
+    try:
+        rt.create(spec)
+        yield rt, spec, client
+    finally:
+        stop = rt.make_stop_event()
+        stop.set()
+        assert rt.teardown() == []
+        assert client.containers.list(all=True, filters={"label": f"edgebed.run={run_id}"}) == []
+        assert client.networks.list(filters={"label": f"edgebed.run={run_id}"}) == []
+        assert not [n for n in our_netns() if run_id in n]
+
+
+def test_network_is_internal_with_the_scenarios_subnet(cluster):
+    rt, spec, client = cluster
+    net = client.networks.get(rt.network.id)
+    assert net.attrs["Internal"] is True
+    assert net.attrs["IPAM"]["Config"][0]["Subnet"] == spec.subnet
+    assert net.attrs["Labels"]["edgebed.run"] == rt.run_id
+
+
+def test_container_links_shaped_from_the_host(cluster):
+    from testbed.netlink import in_netns
+    from testbed.shaping import read_htb_class
+
+    rt, spec, client = cluster
+    h = rt.handles["w0"]
+    with in_netns(h.netns) as ns:
+        idx = ns.link_lookup(ifname="eth0")[0]
+        assert read_htb_class(ns, idx)["rate_bps"] == pytest.approx(10e6, rel=0.01)
+        addrs = [a.get_attr("IFA_ADDRESS") for a in ns.get_addr(index=idx)]
+        assert spec.node("w0").address in addrs
+    assert read_htb_class(rt._host_ipr, h.host_ifindex)["rate_bps"] == pytest.approx(30e6, rel=0.01)
+
+
+def test_engine_limits_and_labels(cluster):
+    rt, spec, client = cluster
+    c = client.containers.get(rt.handles["w0"].container.id)
+    assert c.attrs["HostConfig"]["NanoCpus"] == 500_000_000
+    assert c.attrs["HostConfig"]["Memory"] == 300 * 1024 ** 2
+    assert c.labels["edgebed"] == "1" and c.labels["edgebed.run"] == rt.run_id
+    assert rt.node_meta()["w0"]["compute"]["cpu_quota"] == 0.5
+
+
+def test_cpu_quota_benchmark_in_docker(image, clean_host):
+    from testbed.bench import cpu_benchmark
+
+    res = cpu_benchmark(0.5, seconds=3, say=lambda s: None, runtime="docker")
+    assert res["achieved_cores"] == pytest.approx(0.5, abs=0.05)
+
+
+def test_link_benchmark_in_docker(image, clean_host):
+    from testbed.bench import link_benchmark
+
+    res = link_benchmark("10mbit", seconds=4, say=lambda s: None, runtime="docker")
+    for r in res["results"]:
+        assert 9.3e6 <= r["goodput_bps"] <= 10.0e6, r
