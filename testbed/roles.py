@@ -76,6 +76,15 @@ def _load(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
                 p.copy_(tensors[n])
 
 
+def _device() -> torch.device:
+    """CUDA when the node sees a GPU (a `gpus:` profile in the docker runtime), else CPU."""
+    if torch.cuda.is_available():
+        dev = torch.device("cuda", 0)
+        print(f"training on {torch.cuda.get_device_name(dev)}", flush=True)
+        return dev
+    return torch.device("cpu")
+
+
 def _now(cfg: RoleConfig) -> float:
     return time.time() - cfg.t0
 
@@ -242,6 +251,8 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     sc = Scenario.model_validate(cfg.scenario)
     _setup_torch(cfg, sc)
     model, ds = _model_and_data(sc)
+    device = _device()
+    model.to(device)
     shard = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)[cfg.rank]
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
@@ -274,7 +285,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             t_start = time.time()
             idx = torch.from_numpy(batches.next())
             model.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x[idx]), y[idx])
+            loss = F.cross_entropy(model(x[idx].to(device, non_blocking=True)), y[idx].to(device, non_blocking=True))
             loss.backward()
             grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
             ctx = WorkerContext(worker=cfg.node, rank=cfg.rank, step=step, base_version=version, lr=lr)
@@ -332,9 +343,11 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     sc = Scenario.model_validate(cfg.scenario)
     _setup_torch(cfg, sc)
     model, ds = _model_and_data(sc)
+    device = _device()
+    model.to(device)
     n = len(ds.test_y) if sc.workload.eval_samples is None else min(len(ds.test_y), sc.workload.eval_samples)
-    x = torch.from_numpy(np.ascontiguousarray(ds.test_x[:n]))
-    y = torch.from_numpy(np.ascontiguousarray(ds.test_y[:n]))
+    x = torch.from_numpy(np.ascontiguousarray(ds.test_x[:n])).to(device)
+    y = torch.from_numpy(np.ascontiguousarray(ds.test_y[:n])).to(device)
     zctx = zmq.Context()
     ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "eval.csv")

@@ -346,11 +346,14 @@ def _cross_checks(sc: Scenario) -> list[str]:
         lines += _gpu_checks(sc, gpu_users)
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
-    for pname, prof in sc.profiles.items():
+    # Named profiles and inline ones (`workers[0].profile: {jitter: 5ms}`) alike.
+    checked = [(f"profiles.{n}", p) for n, p in sc.profiles.items()]
+    checked += [(w, ref) for w, ref in refs if isinstance(ref, Profile)]
+    for where, prof in checked:
         for d in ("uplink", "downlink"):
             r = prof.resolved_direction(d)  # type: ignore[arg-type]
             if r.jitter and not r.latency:
-                lines.append(f"profiles.{pname}.{d}: jitter without latency")
+                lines.append(f"{where}.{d}: jitter without latency")
     return lines
 
 

@@ -8,12 +8,13 @@ Bytes per second must be written explicitly as `MB/s`, `KB/s` ...
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUM = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
 _RATE_UNITS = {
-    "bit": 1, "bps": 1, "b/s": 1,
+    "": 1, "bit": 1, "bps": 1, "b/s": 1,  # "" : YAML reads 1e7 as the string "1e7"
     "kbit": 1e3, "kbps": 1e3, "kb/s": 1e3,
     "mbit": 1e6, "mbps": 1e6, "mb/s": 1e6,
     "gbit": 1e9, "gbps": 1e9, "gb/s": 1e9,
@@ -37,7 +38,7 @@ class UnitError(ValueError):
 
 def _split(text: str) -> tuple[float, str]:
     m = re.fullmatch(_NUM + r"\s*(?P<unit>[A-Za-z/%]*)", text.strip())
-    if not m:
+    if not m or not math.isfinite(float(m.group("num"))):  # '1e400' overflows to inf
         raise UnitError
     return float(m.group("num")), m.group("unit")
 
@@ -47,8 +48,8 @@ def parse_rate(value: object) -> float:
     if isinstance(value, bool):
         raise UnitError(f"{value!r} is not a rate")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise UnitError(f"{value!r} is not a rate (must be > 0)")
+        if not value > 0 or not math.isfinite(value):  # also YAML's .nan / .inf
+            raise UnitError(f"{value!r} is not a rate (must be a finite number > 0)")
         return float(value)
     if not isinstance(value, str):
         raise UnitError(f"{value!r} is not a rate")
@@ -72,8 +73,8 @@ def parse_size(value: object) -> int:
     if isinstance(value, bool):
         raise UnitError(f"{value!r} is not a size")
     if isinstance(value, (int, float)):
-        if value <= 0:
-            raise UnitError(f"{value!r} is not a size (must be > 0)")
+        if not value > 0 or not math.isfinite(value):  # int(inf) would raise OverflowError
+            raise UnitError(f"{value!r} is not a size (must be a finite number > 0)")
         return int(value)
     if not isinstance(value, str):
         raise UnitError(f"{value!r} is not a size")
@@ -95,6 +96,8 @@ def parse_duration(value: object, *, allow_zero: bool = True) -> float:
         raise UnitError(f"{value!r} is not a duration")
     if isinstance(value, (int, float)):
         secs = float(value)
+        if not math.isfinite(secs):
+            raise UnitError(f"{value!r} is not a duration (must be finite)")
     elif isinstance(value, str):
         try:
             num, unit = _split(value)

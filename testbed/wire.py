@@ -51,6 +51,8 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     if t.device.type != "cpu":
         t = t.cpu()
     t = t.contiguous()
+    if t.numel() == 0:  # memoryview.cast() refuses shapes with a zero in them
+        return memoryview(b"")
     if t.dtype == torch.bfloat16:  # numpy has no bfloat16: reinterpret the same 2-byte words
         t = t.view(torch.int16)
     return memoryview(t.numpy()).cast("B")

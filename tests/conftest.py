@@ -32,12 +32,20 @@ def our_processes() -> list[str]:
 
 
 @pytest.fixture
-def clean_host():
-    """Fail a test that leaves namespaces, cgroups or state files of edgebed behind."""
+def clean_host(tmp_path):
+    """Fail a test that leaves namespaces, cgroups, containers or state files of edgebed behind.
+
+    Only runs this test made count (runner is this process, or the run dir is in the test's
+    tmp_path): other edgebed runs on the same machine must not fail it.
+    """
     from testbed import cgroups
     from testbed.state import known_runs
 
     before = set(known_runs())
     yield
-    after = set(known_runs()) - before
+
+    def ours(st) -> bool:
+        return st is None or st.runner_pid == os.getpid() or str(st.run_dir).startswith(str(tmp_path))
+
+    after = {rid for rid, st in known_runs().items() if rid not in before and ours(st)}
     assert not after, f"leftover runs: {after}; netns {our_netns()}; cgroups {cgroups.list_runs()}"

@@ -101,3 +101,19 @@ def test_link_benchmark_in_docker(image, clean_host):
     res = link_benchmark("10mbit", seconds=4, say=lambda s: None, runtime="docker")
     for r in res["results"]:
         assert 9.3e6 <= r["goodput_bps"] <= 10.0e6, r
+
+
+def test_gpu_profile_without_nvidia_runtime_fails_validation():
+    from testbed.runtimes.docker import docker_client, nvidia_runtime_available
+    from testbed.scenario import ScenarioError, parse_scenario
+
+    c = docker_client(timeout=3)
+    if c is not None and nvidia_runtime_available(c):
+        pytest.skip("this engine has the NVIDIA runtime")
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"profiles": {"gpu": {"gpus": 1}}, "workers": [{"count": 1, "profile": "gpu"}]})
+    assert len(e.value.lines) == 1
+    assert e.value.lines[0].startswith("profiles.gpu.gpus: GPUs need")
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"runtime": "netns", "profiles": {"gpu": {"gpus": [0]}}, "workers": [{"count": 1, "profile": "gpu"}]})
+    assert e.value.lines == ["profiles.gpu.gpus: GPUs need the docker runtime (runtime: docker or auto)"]
