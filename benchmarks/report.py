@@ -7,18 +7,22 @@ from pathlib import Path
 out = Path(sys.argv[1] if len(sys.argv) > 1 else "benchmarks/results")
 rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
 
-print("| link | flows | direction | goodput Mbit/s | goodput / rate | wire Mbit/s | wire / rate |")
-print("|---|---|---|---|---|---|---|")
-for r in sorted((r for r in rows if r["benchmark"] == "link"), key=lambda r: (r["configured_bps"], r["flows"])):
+def rt(r):
+    return r.get("runtime", "netns")
+
+
+print("| runtime | link | flows | direction | goodput Mbit/s | goodput / rate | wire Mbit/s | wire / rate |")
+print("|---|---|---|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "link"), key=lambda r: (rt(r), r["configured_bps"], r["flows"])):
     for d in r["results"]:
-        print(f"| {r['configured_bps'] / 1e6:g} Mbit/s | {r['flows']} | {d['direction']} | {d['goodput_bps'] / 1e6:.3f} | "
+        print(f"| {rt(r)} | {r['configured_bps'] / 1e6:g} Mbit/s | {r['flows']} | {d['direction']} | {d['goodput_bps'] / 1e6:.3f} | "
               f"{100 * d['goodput_ratio']:.1f}% | {d.get('wire_bps', float('nan')) / 1e6:.3f} | "
               f"{100 * d.get('wire_ratio', float('nan')):.1f}% |")
 print()
-print("| CPU quota (cores) | achieved (cores) | error | busy loops |")
-print("|---|---|---|---|")
-for r in sorted((r for r in rows if r["benchmark"] == "cpu"), key=lambda r: r["quota_cores"]):
-    print(f"| {r['quota_cores']:g} | {r['achieved_cores']:.3f} | {r['achieved_cores'] - r['quota_cores']:+.3f} | {r['busy_loops']} |")
+print("| runtime | CPU quota (cores) | achieved (cores) | error | busy loops |")
+print("|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "cpu"), key=lambda r: (rt(r), r["quota_cores"])):
+    print(f"| {rt(r)} | {r['quota_cores']:g} | {r['achieved_cores']:.3f} | {r['achieved_cores'] - r['quota_cores']:+.3f} | {r['busy_loops']} |")
 print()
 print("| loss configured | measured | datagrams | mechanism |")
 print("|---|---|---|---|")
@@ -33,6 +37,12 @@ for r in sorted((r for r in rows if r["benchmark"] == "delay"), key=lambda r: (r
     print(f"| {r['latency_s'] * 1000:g} ms | {r['jitter_s'] * 1000:g} ms | {r['expected_rtt_s'] * 1000:g} ms | "
           f"{r['median_rtt_s'] * 1000:.2f} ms | {rt[n // 10] * 1000:.1f} / {rt[9 * n // 10] * 1000:.1f} ms | "
           f"{r['stdev_rtt_s'] * 1000:.2f} ms | {r['mechanism']} |")
+print()
+print("| runtime | workers | up -> first training step | teardown | whole command |")
+print("|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "startup"), key=lambda r: (rt(r), r["workers"])):
+    print(f"| {rt(r)} | {r['workers']} | {r['startup_seconds']:.1f} s | {r['teardown_seconds']:.1f} s | "
+          f"{r['total_seconds']:.1f} s |")
 dates = sorted(r["date"] for r in rows)
 if dates:
     print(f"\nkernel {rows[0]['kernel']}, {dates[0]} to {dates[-1]}")

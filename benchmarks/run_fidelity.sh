@@ -13,4 +13,14 @@ $EB bench delay --latency 0ms --count 200 --out $OUT
 $EB bench delay --latency 20ms --count 200 --out $OUT
 $EB bench delay --latency 20ms --jitter 5ms --count 200 --out $OUT
 $EB bench delay --latency 50ms --count 100 --out $OUT
+# The docker runtime (needs a running engine; `edgebed build` first or it builds on demand).
+if docker info >/dev/null 2>&1; then
+  $EB bench link --rate 10mbit --runtime docker --out $OUT
+  $EB bench link --rate 100mbit --runtime docker --out $OUT
+  for c in 0.25 0.5 1.0; do $EB bench cpu --cpus $c --seconds 8 --runtime docker --out $OUT; done
+fi
+for r in netns docker; do
+  [ $r = docker ] && ! docker info >/dev/null 2>&1 && continue
+  for n in 4 16; do $EB bench startup --workers $n --runtime $r --out $OUT; done
+done
 .venv/bin/python benchmarks/report.py $OUT

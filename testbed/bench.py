@@ -70,7 +70,7 @@ def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = 
         Path(ready_path).touch()
 
     def one() -> None:
-        for _ in range(100):
+        for _ in range(600):  # the sink may still be starting (a container's python import)
             try:
                 s = socket.create_connection((addr, port), timeout=2)
                 break
@@ -248,11 +248,13 @@ def _udp_rcvbuf_errors() -> int:
     return int(dict(zip(lines[0][1:], lines[1][1:]))["RcvbufErrors"])
 
 
-def _udp_sink(port: int, seconds: float, result_path: str) -> None:
+def _udp_sink(port: int, seconds: float, result_path: str, ready_path: str = "") -> None:
     errors_before = _udp_rcvbuf_errors()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind(("0.0.0.0", port))
+    if ready_path:
+        Path(ready_path).touch()  # UDP has no handshake: the sender must not start before this
     s.settimeout(0.5)
     got = 0
     deadline = time.monotonic() + seconds
@@ -293,9 +295,15 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
         mech = rt.handles["w0"].uplink.mechanisms.get("loss", "none")
         res_file = bench.result("loss.json")
         rate_pps = 10000.0
+        ready = Path(bench.result("sink.ready"))
         sink = rt.start("ps", _udp_sink, {"port": BENCH_PORT, "seconds": packets / rate_pps + 20,
-                                          "result_path": res_file})
-        time.sleep(0.3)
+                                          "result_path": res_file, "ready_path": str(ready)})
+        for _ in range(3000):
+            if ready.exists():
+                break
+            time.sleep(0.01)
+        else:
+            raise RuntimeError("the UDP sink did not start within 30 s")
         src = rt.start("w0", _udp_source, {"addr": spec.ps.address, "port": BENCH_PORT, "packets": packets,
                                            "rate_pps": rate_pps})
         src.join(packets / rate_pps + 30)
