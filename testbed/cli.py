@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -63,6 +64,10 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         _fail(f"error: {e}")
     except FileExistsError as e:
         _fail(f"error: {e}")
+    except Exception as e:  # already torn down by the runner; records and summary.json are written
+        if os.environ.get("EDGEBED_DEBUG"):
+            raise
+        _fail(f"error: the run failed: {type(e).__name__}: {e} (EDGEBED_DEBUG=1 for the traceback)", 1)
     acc = summary.get("final_accuracy")
     typer.echo(f"{summary['status']} ({summary['reason']}): final accuracy "
                f"{'-' if acc is None else f'{acc:.4f}'}, {summary['steps']} steps, "
