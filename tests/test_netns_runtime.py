@@ -2,7 +2,6 @@
 
 import json
 import os
-import secrets
 import socket
 import subprocess
 import time
@@ -10,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root, our_netns
+from conftest import needs_root, netns_cluster, our_netns
 
 pytestmark = [needs_root, pytest.mark.root]
 
@@ -50,12 +49,7 @@ def _read_cgroup_quota(run_id, node):
 
 @pytest.fixture
 def cluster(tmp_path, clean_host):
-    from testbed.cluster import build_cluster
-    from testbed.runtimes.netns import NetnsRuntime
-    from testbed.scenario import parse_scenario
-    from testbed.state import RunState
-
-    sc = parse_scenario({
+    with netns_cluster(tmp_path, {
         "name": "t",
         "profiles": {
             "edge": {"cpus": 0.25, "memory": "256m", "uplink": "10mbit", "downlink": "30mbit"},
@@ -63,20 +57,8 @@ def cluster(tmp_path, clean_host):
         },
         "ps": {"profile": "dc"},
         "workers": [{"count": 2, "profile": "edge"}],
-    })
-    run_id = secrets.token_hex(3)
-    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(tmp_path), scenario="t")
-    state.save()
-    rt = NetnsRuntime(state)
-    rt.set_preload([])
-    spec = build_cluster(sc, run_id)
-    try:
-        rt.create(spec)
-        yield rt, spec
-    finally:
-        problems = rt.teardown()
-        assert problems == []
-        assert not [n for n in our_netns() if run_id in n]
+    }) as c:
+        yield c
 
 
 def test_shaping_installed_per_direction(cluster):
