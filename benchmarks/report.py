@@ -43,6 +43,14 @@ print("|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "startup"), key=lambda r: (rt(r), r["workers"])):
     print(f"| {rt(r)} | {r['workers']} | {r['startup_seconds']:.1f} s | {r['teardown_seconds']:.1f} s | "
           f"{r['total_seconds']:.1f} s |")
+print()
+print("| topics | target samples/s per topic | aggregate samples/s | per topic min / median | topics holding the rate | broker node CPU |")
+print("|---|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "stream"), key=lambda r: (r["rate"], r["topics"])):
+    a = sorted(t["achieved"] for t in r["per_topic"])
+    cores = r["broker_node_cpu_seconds"] / (r["seconds"] + r["warmup"])
+    print(f"| {r['topics']} | {r['rate']:g} | {r['aggregate_samples_per_s']:.0f} | {a[0]:.1f} / {a[len(a) // 2]:.1f} | "
+          f"{r['topics_holding_rate']}/{r['topics']} | {cores:.2f} cores |")
 dates = sorted(r["date"] for r in rows)
 if dates:
     print(f"\nkernel {rows[0]['kernel']}, {dates[0]} to {dates[-1]}")

