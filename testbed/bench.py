@@ -90,6 +90,16 @@ def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = 
         t.join()
 
 
+def _save(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]) -> dict:
+    """Write a benchmark's result as JSON (benchmarks/report.py turns these into tables)."""
+    if out_dir is not None:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        path = Path(out_dir) / name
+        path.write_text(json.dumps(out, indent=1))
+        say(f"wrote {path}")
+    return out
+
+
 class _Bench:
     """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime."""
 
@@ -186,12 +196,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
                    "counted by the veth (IP packets + Ethernet header) over the steady-state window. "
                    "TCP/IP + Ethernet headers are ~4.4% of a 1514-byte frame, so goodput "
                    "sits below the configured rate by about that much"}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"link-{runtime}-{units.format_rate(configured)}-{flows}flow.json"
-        path.write_text(json.dumps(out, indent=1))
-        say(f"wrote {path}")
-    return out
+    return _save(out, out_dir, f"link-{runtime}-{units.format_rate(configured)}-{flows}flow.json", say)
 
 
 def _busy(seconds: float, ready_path: str = "") -> None:
@@ -234,12 +239,7 @@ def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = N
     out = {"benchmark": "cpu", "runtime": runtime, "quota_cores": cpus, "achieved_cores": achieved, "seconds": seconds,
            "busy_loops": n_loops, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"cpu-{runtime}-{cpus:g}.json"
-        path.write_text(json.dumps(out, indent=1))
-        say(f"wrote {path}")
-    return out
+    return _save(out, out_dir, f"cpu-{runtime}-{cpus:g}.json", say)
 
 
 def _udp_rcvbuf_errors() -> int:
@@ -322,12 +322,7 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
            "receiver_buffer_drops": host_drops,
            "mechanism": mech, "ok": ok, "tolerance": tol, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"loss-{runtime}-{p:g}.json"
-        path.write_text(json.dumps(out, indent=1))
-        say(f"wrote {path}")
-    return out
+    return _save(out, out_dir, f"loss-{runtime}-{p:g}.json", say)
 
 
 def _ping_server(address: str, delay: dict, count: int) -> None:
@@ -403,12 +398,7 @@ def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size:
     out = {"benchmark": "delay", "runtime": runtime, "latency_s": lat, "jitter_s": jit, "expected_rtt_s": expected,
            "median_rtt_s": med, "stdev_rtt_s": statistics.pstdev(rtts), "rtts_s": rtts, "message_bytes": size,
            "mechanism": mech, "ok": ok, "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"delay-{runtime}-{1000 * lat:g}ms-{1000 * jit:g}ms.json"
-        path.write_text(json.dumps(out, indent=1))
-        say(f"wrote {path}")
-    return out
+    return _save(out, out_dir, f"delay-{runtime}-{1000 * lat:g}ms-{1000 * jit:g}ms.json", say)
 
 
 def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | None = None,
@@ -438,12 +428,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
            "startup_seconds": summary["startup_seconds"], "teardown_seconds": summary["teardown_seconds"],
            "total_seconds": total, "ok": ok, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"startup-{runtime}-{workers}.json"
-        path.write_text(json.dumps(out, indent=1))
-        say(f"wrote {path}")
-    return out
+    return _save(out, out_dir, f"startup-{runtime}-{workers}.json", say)
 
 
 def _stream_producer(bootstrap: str, topic: str, rate: float, seconds: float, sample_bytes: int,
@@ -566,9 +551,4 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
            "seconds": seconds, "warmup": warmup, "aggregate_samples_per_s": agg, "topics_holding_rate": held,
            "per_topic": per_topic, "broker_node_cpu_seconds": cpu_broker, "ok": held == topics,
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    if out_dir is not None:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(out_dir) / f"stream-{topics}x{rate:g}.json"
-        path.write_text(json.dumps(out, indent=1))
-        say(f"wrote {path}")
-    return out
+    return _save(out, out_dir, f"stream-{topics}x{rate:g}.json", say)
