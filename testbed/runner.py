@@ -160,13 +160,33 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
 
         stop_event = runtime.make_stop_event()
         workers = [n.name for n in spec.workers]
+        stream = _stream_config(sc, spec, run_dir)
+        if stream:
+            meta["streaming"] = {"bootstrap": stream["bootstrap"], "rates": stream["rates"], "topics": stream["topics"]}
+            (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+            (run_dir / "logs").mkdir(exist_ok=True)
         t0 = time.time()  # records count from the moment nodes start
-        for node in [spec.ps, spec.evaluator] + spec.workers:
+
+        def start(node) -> None:
             cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(run_dir), t0=t0,
                              scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
                              threads=sc.workload.threads or node.threads, delay=_delay_for(node, node_meta),
-                             workers=workers)
+                             workers=workers, stream=stream)
             procs[node.name] = runtime.start_node(node, cfg, stop_event)
+
+        if spec.broker is not None:
+            # The streams must exist before anyone trains: the broker node comes up first.
+            start(spec.broker)
+            ready = Path(stream["ready_file"])
+            deadline = time.time() + 60
+            while not ready.exists():
+                if not procs["broker"].is_alive() or time.time() > deadline:
+                    raise RuntimeError("the broker node did not come up (see RUN/logs/broker.log)")
+                time.sleep(0.05)
+            say(f"broker up at {stream['bootstrap']}, {len(workers)} topics, rates "
+                + ", ".join(f"{w} {r:.0f}/s" for w, r in stream["rates"].items()))
+        for node in [spec.ps, spec.evaluator] + spec.workers:
+            start(node)
         status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
                                   last_counters)
     except (KeyboardInterrupt, Interrupted) as e:
@@ -204,6 +224,24 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
             for s, h in old_handlers.items():
                 signal.signal(s, h)
     return summary
+
+
+def _stream_config(sc: Scenario, spec: ClusterSpec, run_dir: Path) -> dict:
+    """Per-device topics and rates of a streaming scenario (empty dict when not streaming)."""
+    if sc.streaming is None:
+        return {}
+    from .streaming.broker import KAFKA_PORT
+    from .streaming.rates import parse_rate_spec, sample_device_rates
+
+    workers = [n.name for n in spec.workers]
+    st = sc.streaming
+    if isinstance(st.rates, list):
+        rates = [float(r) for r in st.rates]
+    else:
+        rates = sample_device_rates(parse_rate_spec(st.rates), len(workers), sc.seed)
+    bootstrap = st.broker.bootstrap if st.broker.kind == "external" else f"{spec.broker.address}:{KAFKA_PORT}"
+    return {"bootstrap": bootstrap, "topics": {w: f"edgebed-{spec.run_id}-{w}" for w in workers},
+            "rates": dict(zip(workers, rates)), "ready_file": str(run_dir / ".broker-ready")}
 
 
 def _make_runtime(name: str, state: RunState, say: Callable[[str], None]):

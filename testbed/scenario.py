@@ -203,6 +203,58 @@ class Algorithm(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
+class BrokerSpec(_Strict):
+    """Where the streams live: the embedded Tansu broker on a node of its own, or a user's Kafka."""
+
+    kind: Literal["tansu", "external"] = "tansu"
+    bootstrap: Optional[str] = Field(None, description="host:port of an external Kafka (kind: external)")
+    profile: Union[str, Profile, None] = None
+
+    @model_validator(mode="after")
+    def _bootstrap(self) -> "BrokerSpec":
+        if self.kind == "external":
+            # Cluster networks are internal (no route out), and producers need a node to run on.
+            raise ValueError("kind external is not supported yet; use kind: tansu (the embedded broker)")
+        return self
+
+
+class Streaming(_Strict):
+    """ScaDLES-style streaming: each worker trains on samples that stream to it through Kafka."""
+
+    broker: BrokerSpec = Field(default_factory=BrokerSpec)
+    rates: Any = Field("S1'", description="samples/s per device: a number, a list (one per worker), "
+                                          "S1/S2/S1'/S2', {uniform: {low, high}}, {normal: {mean, std}}, {trace: FILE}")
+    buffer: Literal["persistence", "truncation"] = "persistence"
+    buffer_cap: Optional[int] = Field(None, ge=1, description="most samples a device keeps (memory bound)")
+    batch: Any = Field("fixed", description="fixed (workload.batch_size), {fixed: b}, stream or "
+                                            "{stream: {b_min, b_max}} (b_i = rate clipped)")
+
+    @field_validator("rates")
+    @classmethod
+    def _rates(cls, v: Any) -> Any:
+        from .streaming.rates import parse_rate_spec
+
+        if isinstance(v, list):
+            if not v:
+                raise ValueError("an empty list of rates")
+            for r in v:
+                parse_rate_spec(r)
+                if not isinstance(r, (int, float)):
+                    raise ValueError("a list of rates holds numbers (samples/s), one per worker")
+        else:
+            parse_rate_spec(v)
+        return v
+
+    @field_validator("batch")
+    @classmethod
+    def _batch(cls, v: Any) -> Any:
+        from .streaming.buffer import parse_batch_policy
+
+        if v != "fixed":
+            parse_batch_policy(v)
+        return v
+
+
 class Network(_Strict):
     subnet: str = "10.77.0.0/16"
 
@@ -230,6 +282,7 @@ class Scenario(_Strict):
     ps: NodeSpec = Field(default_factory=NodeSpec)
     evaluator: NodeSpec = Field(default_factory=NodeSpec)
     workers: list[WorkerGroup] = Field(default_factory=lambda: [WorkerGroup(count=2)])
+    streaming: Optional[Streaming] = None
 
     @field_validator("name")
     @classmethod
@@ -316,6 +369,10 @@ def _cross_checks(sc: Scenario) -> list[str]:
     known = ", ".join(sorted(sc.profiles)) or "none defined"
     refs: list[tuple[str, Any]] = [("ps.profile", sc.ps.profile), ("evaluator.profile", sc.evaluator.profile)]
     refs += [(f"workers[{i}].profile", g.profile) for i, g in enumerate(sc.workers)]
+    if sc.streaming is not None:
+        refs.append(("streaming.broker.profile", sc.streaming.broker.profile))
+        if isinstance(sc.streaming.rates, list) and len(sc.streaming.rates) != sc.n_workers:
+            lines.append(f"streaming.rates: {len(sc.streaming.rates)} rates for {sc.n_workers} workers")
     for where, ref in refs:
         if isinstance(ref, str) and ref not in sc.profiles:
             lines.append(f"{where}: unknown profile '{ref}' (defined: {known})")
@@ -323,7 +380,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
     if len(names) + 3 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
         lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes and a gateway")
     for n in names:
-        if n in ("ps", "eval"):
+        if n in ("ps", "eval", "broker"):
             lines.append(f"workers: node name '{n}' is reserved")
     if len(set(names)) != len(names):
         lines.append("workers: two groups produce the same node names; give them different 'name' prefixes")

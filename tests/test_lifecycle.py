@@ -108,7 +108,7 @@ def test_kill_9_then_down_removes_everything(tmp_path, runtime):
         assert ns and _containers(run_id), "containers and netns handles outlive a killed runner"
     status = subprocess.run(edgebed_cmd() + ["status"], capture_output=True, text=True)
     assert run_id in status.stdout and "runner gone" in status.stdout
-    down = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=60)
+    down = subprocess.run(edgebed_cmd() + ["down", run_id], capture_output=True, text=True, timeout=60)
     assert down.returncode == 0, down.stdout + down.stderr
     ns, cg, procs, states = _nothing_left(run_id)
     assert (ns, cg, procs, states) == ([], set(), [], [])

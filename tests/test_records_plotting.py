@@ -267,7 +267,8 @@ def _assert_png(path: Path) -> None:
 def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path)
     written = plot_run(run)
-    assert [p.name for p in written] == list(PLOT_FILES)
+    # streaming.png needs a streaming run's buffer.csv, which this run has not
+    assert [p.name for p in written] == [f for f in PLOT_FILES if f != "streaming.png"]
     for p in written:
         assert p.parent == run / "plots"
         _assert_png(p)
@@ -303,3 +304,14 @@ def test_plot_compare_and_script(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     _assert_png(tmp_path / "compare_accuracy.png")
     _assert_png(b / "plots" / "traffic.png")
+
+
+def test_streaming_figure_from_buffer_records(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    (run / "buffer.csv").write_text("time,node,arrived,trained,dropped,buffered,buffered_bytes\n"
+                                    + "".join(f"{t},w0,{20 * t},{20 * t - 5},0,5,15680\n" for t in range(1, 20)))
+    (run / "stream.csv").write_text("time,node,step,wait_seconds,batch_size,buffered\n"
+                                    + "".join(f"{t},w0,{t},0.2,20,5\n" for t in range(1, 20)))
+    written = plot_run(run)
+    assert "streaming.png" in [p.name for p in written]
+    _assert_png(run / "plots" / "streaming.png")

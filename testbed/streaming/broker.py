@@ -116,3 +116,17 @@ def producer_config(bootstrap: str) -> dict:
     # linger 5 ms batches a device's samples a little, as Kafka clients do by default-ish,
     # without delaying them noticeably at edge rates (tens to hundreds per second).
     return {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "socket.keepalive.enable": True}
+
+
+def create_topics(bootstrap: str, topics: list[str], timeout: float = 30.0) -> None:
+    """One single-partition topic per device (the paper: 1 partition per topic)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics])
+    for t, f in futures.items():
+        try:
+            f.result(timeout=timeout)
+        except Exception as e:
+            if "TOPIC_ALREADY_EXISTS" not in str(e):
+                raise BrokerError(f"could not create topic {t}: {e}") from None

@@ -1,0 +1,67 @@
+"""A device's consumer: a thread that moves its topic's samples into the device's stream buffer."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, Optional
+
+from .broker import consumer_config
+from .buffer import StreamBuffer
+from .sample_wire import decode_sample
+
+
+class StreamFeeder(threading.Thread):
+    """Polls the topic (assign(), no consumer group: one device, one topic) into `buffer`.
+
+    `on_snapshot(row)` is called about every `snapshot_every` seconds with the buffer's
+    counters, for the run's buffer table. Time is seconds since `t0` (the run's clock).
+    """
+
+    def __init__(self, bootstrap: str, topic: str, buffer: StreamBuffer, t0: float,
+                 on_snapshot: Optional[Callable[[dict], None]] = None, snapshot_every: float = 1.0):
+        super().__init__(daemon=True, name=f"feeder-{topic}")
+        self.bootstrap, self.topic, self.buffer, self.t0 = bootstrap, topic, buffer, t0
+        self.on_snapshot = on_snapshot
+        self.snapshot_every = snapshot_every
+        self.lock = threading.Condition()
+        self._halt = threading.Event()
+        self.error: Optional[str] = None
+
+    def now(self) -> float:
+        return time.time() - self.t0
+
+    def run(self) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        cons = Consumer(consumer_config(self.bootstrap, group=f"edgebed-{self.topic}"))
+        cons.assign([TopicPartition(self.topic, 0, 0)])
+        next_snap = time.monotonic()
+        try:
+            while not self._halt.is_set():
+                msgs = cons.consume(num_messages=1000, timeout=0.1)
+                samples = [decode_sample(m.key(), m.value()) for m in msgs if m.error() is None]
+                with self.lock:
+                    if samples:
+                        self.buffer.push(samples, self.now())
+                        self.lock.notify_all()
+                    if self.on_snapshot is not None and time.monotonic() >= next_snap:
+                        self.on_snapshot(self.buffer.snapshot(self.now()))
+                        next_snap += self.snapshot_every
+        except Exception as e:  # reported to the training loop, which fails the node
+            self.error = f"{type(e).__name__}: {e}"
+        finally:
+            cons.close()
+
+    def take(self, want: int, at_least: int, stop_event, timeout: float = 120.0) -> tuple[list, float]:
+        """Wait until `at_least` samples are buffered, then take up to `want`. Returns (samples, waited s)."""
+        start = time.monotonic()
+        with self.lock:
+            while self.buffer.buffered < at_least:
+                if stop_event.is_set() or self.error or time.monotonic() - start > timeout:
+                    return [], time.monotonic() - start
+                self.lock.wait(0.1)
+            return self.buffer.take(want, self.now()), time.monotonic() - start
+
+    def stop(self) -> None:
+        self._halt.set()
