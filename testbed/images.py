@@ -70,7 +70,7 @@ def ensure_offline_base(client, say: Callable[[str], None], mirror: Optional[str
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE, prefix="rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
-        say(f"offline base: debootstrap bookworm from the host's Debian mirror (about a minute)")
+        say("offline base: debootstrap bookworm from the host's Debian mirror (about a minute)")
         r = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
                             "bookworm", str(root), mirror], capture_output=True, text=True)
         if r.returncode != 0:

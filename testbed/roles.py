@@ -13,7 +13,6 @@ Protocol (every message is a wire.Message):
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import deque
 from dataclasses import dataclass, field

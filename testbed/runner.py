@@ -7,7 +7,6 @@ import os
 import platform
 import secrets
 import signal
-import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -191,7 +190,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
                                   last_counters)
     except (KeyboardInterrupt, Interrupted) as e:
         status, reason = "stopped", f"interrupted ({e or 'SIGINT'})"
-        say(f"\ninterrupted: stopping the run and tearing down")
+        say("\ninterrupted: stopping the run and tearing down")
     except Exception as e:
         status, reason = "failed", f"{type(e).__name__}: {e}"
         raise

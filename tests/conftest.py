@@ -1,5 +1,4 @@
 import os
-import shutil
 from contextlib import contextmanager
 import subprocess
 import sys

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import needs_root, netns_cluster, our_netns
+from conftest import needs_root, netns_cluster
 
 pytestmark = [needs_root, pytest.mark.root]
 

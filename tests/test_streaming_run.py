@@ -13,7 +13,6 @@ pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 @pytest.mark.parametrize("scenario,policy", [("streaming-smoke.yaml", "persistence"),
                                              ("streaming-smoke-truncation.yaml", "truncation")])
 def test_streaming_run(tmp_path, clean_host, scenario, policy):
-    from testbed.records import read_csv_records  # noqa: F401  (records readable)
     from testbed.streaming.broker import tansu_binary
 
     if tansu_binary() is None:

@@ -11,7 +11,6 @@ container, inside its quota.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path

@@ -38,7 +38,7 @@ T = TypeVar("T")
 BufferPolicy = Literal["persistence", "truncation"]
 BUFFER_POLICIES: tuple[str, ...] = ("persistence", "truncation")
 
-from ..columns import BUFFER_COLUMNS as STREAM_COLUMNS  # noqa: E402  (snapshot fills all but node)
+from ..columns import BUFFER_COLUMNS as STREAM_COLUMNS  # noqa: E402,F401  (re-exported; snapshot fills all but node)
 
 CIFAR_SAMPLE_BYTES = 3 * 32 * 32
 """Bytes of one 32x32 RGB uint8 image: ScaDLES Table II's per-sample size (its "3 KB")."""
