@@ -42,8 +42,41 @@ def _v1_mount(controller: str) -> Optional[Path]:
     return None
 
 
+class CgroupUsage:
+    """Accounting read from a cgroup's files; subclasses say where a controller's file is."""
+
+    def _file(self, ctrl: str, name: str) -> Optional[Path]:
+        raise NotImplementedError
+
+    def cpu_seconds(self) -> Optional[float]:
+        """Cumulative CPU time used by the cgroup's processes."""
+        try:
+            if is_v2():
+                for line in self._file("cpu", "cpu.stat").read_text().splitlines():
+                    k, v = line.split()
+                    if k == "usage_usec":
+                        return int(v) / 1e6
+                return None
+            return int(self._file("cpuacct", "cpuacct.usage").read_text()) / 1e9
+        except (OSError, AttributeError):  # AttributeError: controller not mounted (no file)
+            return None
+
+    def memory_bytes(self) -> Optional[int]:
+        try:
+            return int(self._file("memory", "memory.current" if is_v2() else "memory.usage_in_bytes").read_text())
+        except (OSError, AttributeError):
+            return None
+
+    def throttled(self) -> Optional[dict]:
+        try:
+            f = self._file("cpu", "cpu.stat")
+            return {k: int(v) for k, v in (ln.split() for ln in f.read_text().splitlines())}
+        except (OSError, AttributeError, ValueError):
+            return None
+
+
 @dataclass
-class NodeCgroup:
+class NodeCgroup(CgroupUsage):
     run_id: str
     node: str
 
@@ -136,43 +169,11 @@ class NodeCgroup:
                 pass
         return out
 
-    def cpu_seconds(self) -> Optional[float]:
-        """Cumulative CPU time used by the node's processes."""
-        try:
-            if is_v2():
-                for line in (ROOT / self.rel / "cpu.stat").read_text().splitlines():
-                    k, v = line.split()
-                    if k == "usage_usec":
-                        return int(v) / 1e6
-                return None
-            acct = _v1_mount("cpuacct")
-            if acct is None:
-                return None
-            return int((acct / self.rel / "cpuacct.usage").read_text()) / 1e9
-        except OSError:
-            return None
-
-    def memory_bytes(self) -> Optional[int]:
-        try:
-            if is_v2():
-                return int((ROOT / self.rel / "memory.current").read_text())
-            mem = _v1_mount("memory")
-            return int((mem / self.rel / "memory.usage_in_bytes").read_text()) if mem else None
-        except OSError:
-            return None
-
-    def throttled(self) -> Optional[dict]:
-        try:
-            if is_v2():
-                path = ROOT / self.rel / "cpu.stat"
-            else:
-                cpu = _v1_mount("cpu")
-                path = cpu / self.rel / "cpu.stat" if cpu else None
-            if path is None:
-                return None
-            return {k: int(v) for k, v in (ln.split() for ln in path.read_text().splitlines())}
-        except OSError:
-            return None
+    def _file(self, ctrl: str, name: str) -> Optional[Path]:
+        if is_v2():
+            return ROOT / self.rel / name
+        mount = _v1_mount(ctrl)
+        return mount / self.rel / name if mount else None
 
 
 def kill_and_remove(rel: str, timeout: float = 5.0) -> list[str]:

@@ -290,7 +290,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
                 idx = torch.from_numpy(batches.next())
                 xb, yb = x[idx], y[idx]
             else:
-                xb, yb = _stream_batch(feeder, cfg, sc, step, stream_log, stop_event)
+                xb, yb = _stream_batch(feeder, cfg, step, stream_log, stop_event)
                 if xb is None:
                     break
             model.zero_grad(set_to_none=True)
@@ -335,7 +335,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
 
 def _start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     """The device's stream: a consumer thread filling a persistence or truncation buffer."""
-    from .streaming.buffer import StreamBuffer
+    from .streaming.buffer import FixedBatch, StreamBuffer, parse_batch_policy
     from .streaming.consumer import StreamFeeder
 
     st = sc.streaming
@@ -344,18 +344,16 @@ def _start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     table = metrics.open_table(Path(cfg.run_dir), "buffer.csv")
     feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
                           on_snapshot=lambda row: table.write(node=cfg.node, **row))
+    # What each step asks of the buffer is fixed for the run: decide it once.
+    policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
+    feeder.batch_size, feeder.min_samples = policy.batch_size(rate), policy.min_samples(rate)
     feeder.start()
     return feeder
 
 
-def _stream_batch(feeder, cfg: RoleConfig, sc: Scenario, step: int, stream_log, stop_event):
+def _stream_batch(feeder, cfg: RoleConfig, step: int, stream_log, stop_event):
     """The next batch from the stream buffer: wait for it (the streaming latency), record the wait."""
-    from .streaming.buffer import FixedBatch, parse_batch_policy
-
-    st = sc.streaming
-    policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
-    rate = float(cfg.stream["rates"][cfg.node])
-    samples, waited = feeder.take(policy.batch_size(rate), policy.min_samples(rate), stop_event)
+    samples, waited = feeder.take(feeder.batch_size, feeder.min_samples, stop_event)
     if feeder.error:
         raise RuntimeError(f"stream of {cfg.node}: {feeder.error}")
     if not samples:

@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
+from ..cgroups import ROOT as CGROUP_ROOT
+from ..cgroups import CgroupUsage, _v1_mount, is_v2
 from ..cluster import ClusterSpec, Node
 from ..netlink import attach_netns, disable_offloads, ns_iproute
 from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
@@ -45,7 +47,7 @@ def nvidia_runtime_available(client) -> bool:
         return False
 
 
-class PidCgroup:
+class PidCgroup(CgroupUsage):
     """CPU and memory accounting of a container, read from its PID's cgroups."""
 
     def __init__(self, pid: int):
@@ -59,42 +61,10 @@ class PidCgroup:
             pass
 
     def _file(self, ctrl: str, name: str) -> Optional[Path]:
-        from .. import cgroups
-
-        if cgroups.is_v2():
-            return cgroups.ROOT / self.paths.get("unified", "/").lstrip("/") / name
-        mount = cgroups._v1_mount(ctrl)
+        if is_v2():
+            return CGROUP_ROOT / self.paths.get("unified", "/").lstrip("/") / name
+        mount = _v1_mount(ctrl)
         return mount / self.paths.get(ctrl, "/").lstrip("/") / name if mount else None
-
-    def cpu_seconds(self) -> Optional[float]:
-        from .. import cgroups
-
-        try:
-            if cgroups.is_v2():
-                for line in self._file("cpu", "cpu.stat").read_text().splitlines():
-                    k, v = line.split()
-                    if k == "usage_usec":
-                        return int(v) / 1e6
-                return None
-            return int(self._file("cpuacct", "cpuacct.usage").read_text()) / 1e9
-        except (OSError, AttributeError):
-            return None
-
-    def memory_bytes(self) -> Optional[int]:
-        from .. import cgroups
-
-        try:
-            f = self._file("memory", "memory.current" if cgroups.is_v2() else "memory.usage_in_bytes")
-            return int(f.read_text())
-        except (OSError, AttributeError):
-            return None
-
-    def throttled(self) -> Optional[dict]:
-        try:
-            f = self._file("cpu", "cpu.stat")
-            return {k: int(v) for k, v in (ln.split() for ln in f.read_text().splitlines())}
-        except (OSError, AttributeError, ValueError):
-            return None
 
 
 class ContainerProcess:
