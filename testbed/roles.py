@@ -361,7 +361,7 @@ def _stream_batch(feeder, cfg: RoleConfig, step: int, stream_log, stop_event):
     xb = torch.from_numpy(np.stack([s[0] for s in samples]).astype(np.float32, copy=False))
     yb = torch.tensor([s[1] for s in samples], dtype=torch.int64)
     stream_log.write(time=feeder.now(), node=cfg.node, step=step, wait_seconds=waited, batch_size=len(samples),
-                     buffered=feeder.buffer.buffered)
+                     buffered=feeder.left_after_take)
     return xb, yb
 
 

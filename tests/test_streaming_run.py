@@ -41,11 +41,14 @@ def test_streaming_run(tmp_path, clean_host, scenario, policy):
         assert last.arrived == last.trained + last.dropped + last.buffered  # every sample accounted for
         if policy == "persistence":
             assert last.dropped == 0
-        else:
-            assert last.buffered <= rate + 1  # truncation keeps at most `rate` samples at a take
     # stream batches follow the rate (b_i = S_i clipped to [8, 1024])
     st = pd.read_csv(run_dir / "stream.csv")
     assert set(st.node) == set(rates)
     for node, rate in rates.items():
         assert st[st.node == node].batch_size.max() <= max(8, int(rate))
     assert (st.wait_seconds >= 0).all()
+    if policy == "truncation":
+        # a take keeps the newest ceil(rate) samples and hands out up to b_i = rate of them;
+        # (buffer.csv rows fall between takes, when arrivals have piled up again)
+        for node, rate in rates.items():
+            assert st[st.node == node].buffered.max() <= rate, node

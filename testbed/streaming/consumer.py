@@ -27,6 +27,7 @@ class StreamFeeder(threading.Thread):
         self.lock = threading.Condition()
         self._halt = threading.Event()
         self.error: Optional[str] = None
+        self.left_after_take = 0  # samples still buffered right after the last take (under the lock)
 
     def now(self) -> float:
         return time.time() - self.t0
@@ -61,7 +62,9 @@ class StreamFeeder(threading.Thread):
                 if stop_event.is_set() or self.error or time.monotonic() - start > timeout:
                     return [], time.monotonic() - start
                 self.lock.wait(0.1)
-            return self.buffer.take(want, self.now()), time.monotonic() - start
+            taken = self.buffer.take(want, self.now())
+            self.left_after_take = self.buffer.buffered
+            return taken, time.monotonic() - start
 
     def stop(self) -> None:
         self._halt.set()
