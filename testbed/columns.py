@@ -15,5 +15,5 @@ SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "pa
 RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds"]
 # stream.csv, one row per step; `buffered` = samples left right after the step's take
 STREAM_STEP_COLUMNS: list[str] = ["time", "node", "step", "wait_seconds", "batch_size", "buffered"]
-# buffer.csv, one row per device about every second (between takes)
-BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "buffered", "buffered_bytes"]
+# buffer.csv, one row per device about every second (between takes); `rate` = its nominal rate then
+BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "buffered", "buffered_bytes", "rate"]

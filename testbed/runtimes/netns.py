@@ -30,6 +30,7 @@ from ..state import RunState, cleanup_run, temp_link_name
 
 PR_SET_PDEATHSIG = 1
 BRIDGE = "br0"
+GATEWAY_INDEX = 0xFFF  # the host's veth to the switch keeps its temporary name: `down` finds it by that
 
 
 def netns_name(run_id: str, node: str) -> str:
@@ -74,6 +75,7 @@ class NetnsRuntime:
         self.handles: dict[str, NodeHandle] = {}
         self._ctx = mp.get_context("forkserver")
         self._sw_ns = None
+        self.host_gateway_ifname: Optional[str] = None
 
     # -- bring-up --------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -90,7 +92,26 @@ class NetnsRuntime:
         s.link("set", index=br, state="up")
         with IPRoute() as ipr:
             for i, node in enumerate(spec.nodes):
+                if node.image is not None:
+                    raise RuntimeError(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
                 self.handles[node.name] = self._create_node(ipr, s, br, i, node, spec.prefixlen)
+            if spec.host_gateway:
+                self._create_host_gateway(ipr, s, br, spec)
+
+    def _create_host_gateway(self, ipr, s, br: int, spec: ClusterSpec) -> None:
+        """Give this host the run's gateway address on the switch (as Docker's bridge has it), so
+        nodes reach a service on the host, e.g. an external Kafka. No route out is added: the
+        host does not forward for the nodes unless its owner makes it."""
+        a, b = temp_link_name(self.run_id, GATEWAY_INDEX, "x"), temp_link_name(self.run_id, GATEWAY_INDEX, "y")
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=switch_netns(self.run_id))
+        pidx = s.link_lookup(ifname=b)[0]
+        s.link("set", index=pidx, ifname="gw")
+        s.link("set", index=pidx, master=br, state="up")
+        idx = ipr.link_lookup(ifname=a)[0]
+        ipr.addr("add", index=idx, address=spec.gateway, prefixlen=spec.prefixlen)
+        ipr.link("set", index=idx, state="up")
+        self.host_gateway_ifname = a
 
     def _create_node(self, ipr, s, br: int, i: int, node: Node, prefixlen: int) -> NodeHandle:
         name = netns_name(self.run_id, node.name)

@@ -50,14 +50,15 @@ def _die_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def wait_for_port(address: str, port: int, timeout: float) -> bool:
+def wait_for_port(address: str, port: int, timeout: float, stop_event=None) -> bool:
+    """True once a TCP connection to address:port succeeds; False after `timeout` s or a stop."""
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (stop_event is not None and stop_event.is_set()):
         try:
             with socket.create_connection((address, port), timeout=0.5):
                 return True
         except OSError:
-            time.sleep(0.05)
+            time.sleep(0.05 if timeout < 30 else 0.5)
     return False
 
 
@@ -107,15 +108,51 @@ def consumer_config(bootstrap: str, group: Optional[str] = None) -> dict:
     which needs no group at all.
     """
     conf = {"bootstrap.servers": bootstrap, "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "socket.keepalive.enable": True}
+            "session.timeout.ms": 6000, "heartbeat.interval.ms": 1000, "socket.keepalive.enable": True,
+            **QUIET}
     conf["group.id"] = group or "edgebed"
     return conf
+
+
+QUIET = {"log_level": 2, "log.connection.close": False}
+"""librdkafka logs only critical lines: a dead broker otherwise prints a connect error per client
+per retry. Clients learn of it from the error callback (`broker_down`) instead."""
+
+
+BROKER_DOWN_GRACE = 10.0
+"""Seconds a client tolerates 'all brokers down' before it gives up (a broker restart is quicker)."""
+
+
+class BrokerWatch:
+    """A librdkafka `error_cb` that notes when every broker is down, and for how long.
+
+    `failed()` is the message to fail with once the broker has been unreachable for
+    BROKER_DOWN_GRACE seconds with no sign of life (`alive()` is called on each delivery).
+    """
+
+    def __init__(self, bootstrap: str, grace: float = BROKER_DOWN_GRACE):
+        self.bootstrap, self.grace = bootstrap, grace
+        self.down_since: Optional[float] = None
+
+    def __call__(self, err) -> None:
+        from confluent_kafka import KafkaError
+
+        if err.code() == KafkaError._ALL_BROKERS_DOWN and self.down_since is None:
+            self.down_since = time.monotonic()
+
+    def alive(self) -> None:
+        self.down_since = None
+
+    def failed(self) -> Optional[str]:
+        if self.down_since is not None and time.monotonic() - self.down_since > self.grace:
+            return f"broker {self.bootstrap} unreachable for {self.grace:.0f} s"
+        return None
 
 
 def producer_config(bootstrap: str) -> dict:
     # linger 5 ms batches a device's samples a little, as Kafka clients do by default-ish,
     # without delaying them noticeably at edge rates (tens to hundreds per second).
-    return {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "socket.keepalive.enable": True}
+    return {"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": 1, "socket.keepalive.enable": True, **QUIET}
 
 
 def create_topics(bootstrap: str, topics: list[str], timeout: float = 30.0) -> None:

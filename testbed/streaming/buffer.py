@@ -301,7 +301,7 @@ class StreamBuffer(Generic[T]):
         return self._take(batch_size, now, None)
 
     def snapshot(self, now: float) -> dict[str, float | int]:
-        """A records row: time, arrived, trained, dropped, buffered, buffered_bytes (no node)."""
+        """A records row: time, arrived, trained, dropped, buffered, buffered_bytes, rate (no node)."""
         self._tick(now)
         return {
             "time": now,
@@ -310,6 +310,7 @@ class StreamBuffer(Generic[T]):
             "dropped": self.dropped,
             "buffered": self._n,
             "buffered_bytes": self.buffered_bytes,
+            "rate": self._rate,
         }
 
 

@@ -430,6 +430,7 @@ def paced(
     origin: float,
     *,
     until: float | None = None,
+    skip_until: float | None = None,
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Iterator[tuple[int, float]]:
@@ -438,8 +439,10 @@ def paced(
     `origin` is the clock reading of the schedule's time 0 and `until` a schedule time at which
     to stop. Every wake-up targets origin + send_time(k), so sleep overshoot is never
     accumulated; a producer that fell behind sends at once (lateness > 0) until it catches up.
+    `skip_until` (a schedule time) starts with the first send after it: a producer that
+    starts late on a schedule whose time 0 is the run's start does not burst to catch up.
     """
-    k = 1
+    k = 1 if skip_until is None else schedule.count_by(skip_until) + 1
     while True:
         st = schedule.send_time(k)
         if until is not None and st > until:
