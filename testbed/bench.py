@@ -103,13 +103,13 @@ def _save(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]
 class _Bench:
     """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime."""
 
-    def __init__(self, profile: dict, runtime: str = "netns", workers: int = 1):
+    def __init__(self, profile: dict, runtime: str = "netns", workers: int = 1, scenario: dict | None = None):
         import tempfile
 
         self.run_id = secrets.token_hex(3)
         self.scratch = Path(tempfile.mkdtemp(prefix=f"edgebed-bench-{self.run_id}-"))
-        sc = parse_scenario({"name": "bench", "profiles": {"shaped": profile},
-                             "workers": [{"count": workers, "profile": "shaped"}]})
+        sc = parse_scenario(scenario or {"name": "bench", "profiles": {"shaped": profile},
+                                         "workers": [{"count": workers, "profile": "shaped"}]})
         self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.scratch), scenario="bench",
                               runtime=runtime)
         self.state.save()
@@ -153,6 +153,70 @@ class _Bench:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, label: str,
+              counter: Callable[[], int]) -> tuple[float, float]:
+    """Saturate sender -> receiver with TCP for `seconds`; (goodput bit/s, wire bit/s from `counter`)."""
+    rt = bench.rt
+    res_file = bench.result(f"{label}.json")
+    sink = rt.start(receiver.name, _sink, {"port": BENCH_PORT, "seconds": seconds, "flows": flows,
+                                           "result_path": res_file})
+    time.sleep(0.3)
+    ready = Path(bench.result(f"{label}.ready"))
+    src = rt.start(sender.name, _source, {"addr": receiver.address, "port": BENCH_PORT,
+                                          "seconds": seconds, "flows": flows, "ready_path": str(ready)})
+    for _ in range(600):  # a container's python starts slower than a forked process
+        if ready.exists():
+            break
+        time.sleep(0.01)
+    # Wire rate from the interface counters over the steady-state window (after warm-up).
+    time.sleep(1.2)
+    c1, t1 = counter(), time.monotonic()
+    time.sleep(seconds - 0.5)
+    c2, t2 = counter(), time.monotonic()
+    src.join(seconds + 30)
+    sink.join(seconds + 30)
+    good = json.loads(Path(res_file).read_text())
+    return good["bytes"] * 8 / good["seconds"], (c2 - c1) * 8 / (t2 - t1)
+
+
+def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: float = 5.0,
+                       out_dir: Path | None = None, say: Callable[[str], None] = print,
+                       tolerance: float = 0.05) -> dict:
+    """Two sites (a: ps, w0; b: w1) with `lan` LANs and a `wan` link: a transfer inside a site
+    runs at the LAN rate and never touches the WAN; one across sites runs at the WAN rate."""
+    lan_bps, wan_bps = units.parse_rate(lan), units.parse_rate(wan)
+    scenario = {"name": "bench", "runtime": "netns", "profiles": {"lan": {"bandwidth": lan}},
+                "sites": {"a": {"lan": "lan"}, "b": {"lan": "lan"}}, "wan": {"default": {"bandwidth": wan}},
+                "ps": {"site": "a"}, "evaluator": {"site": "a"},
+                "workers": [{"count": 1, "site": "a"}, {"count": 1, "site": "b"}]}
+    bench = _Bench({}, "netns", scenario=scenario)
+    results = []
+    with bench as (rt, spec):
+        ps = spec.node("ps")
+        for path, peer, configured in (("lan", spec.node("w0"), lan_bps), ("wan", spec.node("w1"), wan_bps)):
+            for direction, sender, receiver in (("up", peer, ps), ("down", ps, peer)):
+                wan_link = ("b", "a") if direction == "up" else ("a", "b")
+                before = rt.wan_counters()[wan_link]["up_bytes"]
+                goodput, wire = _transfer(bench, sender, receiver, seconds, 1, f"{path}-{direction}",
+                                          lambda n=peer.name, d=direction: rt.counters()[n][f"{d}_bytes"])
+                wan_bytes = rt.wan_counters()[wan_link]["up_bytes"] - before
+                results.append({"path": path, "direction": direction, "configured_bps": configured,
+                                "goodput_bps": goodput, "wire_bps": wire, "goodput_ratio": goodput / configured,
+                                "wan_bytes": wan_bytes})
+                say(f"{path} {direction:4s} configured {units.format_rate(configured):>8s}  goodput "
+                    f"{goodput / 1e6:8.2f} Mbit/s ({100 * goodput / configured:5.1f}%)  bytes on the WAN "
+                    f"{wan_bytes / 1e6:8.2f} MB")
+    problems = bench.problems
+    ok = (all(abs(1 - r["goodput_ratio"]) <= tolerance for r in results) and not problems
+          and all((r["wan_bytes"] < 1e5) == (r["path"] == "lan") for r in results))
+    out = {"benchmark": "topology", "runtime": "netns", "lan_bps": lan_bps, "wan_bps": wan_bps,
+           "seconds": seconds, "results": results, "ok": ok, "tolerance": tolerance,
+           "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "note": "lan: w0 <-> ps in site a; wan: w1 (site b) <-> ps (site a) through both routers; "
+                   "wan_bytes = bytes the WAN link carried in that direction during the transfer"}
+    return _save(out, out_dir, f"topology-netns-{units.format_rate(lan_bps)}-{units.format_rate(wan_bps)}.json", say)
+
+
 def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: Path | None = None,
                    say: Callable[[str], None] = print, tolerance: float = 0.05, runtime: str = "netns") -> dict:
     """Shape w0's access link to `rate` both ways, saturate each direction with TCP between w0 and ps."""
@@ -162,27 +226,8 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
     with bench as (rt, spec):
         w0, ps = spec.node("w0"), spec.node("ps")
         for direction, sender, receiver in (("up", w0, ps), ("down", ps, w0)):
-            res_file = bench.result(f"{direction}.json")
-            sink = rt.start(receiver.name, _sink, {"port": BENCH_PORT, "seconds": seconds, "flows": flows,
-                                                   "result_path": res_file})
-            time.sleep(0.3)
-            ready = Path(bench.result(f"{direction}.ready"))
-            src = rt.start(sender.name, _source, {"addr": receiver.address, "port": BENCH_PORT,
-                                                  "seconds": seconds, "flows": flows, "ready_path": str(ready)})
-            for _ in range(600):  # a container's python starts slower than a forked process
-                if ready.exists():
-                    break
-                time.sleep(0.01)
-            # Wire rate from the interface counters over the steady-state window (after warm-up).
-            time.sleep(1.2)
-            c1, t1 = rt.counters()["w0"][f"{direction}_bytes"], time.monotonic()
-            time.sleep(seconds - 0.5)
-            c2, t2 = rt.counters()["w0"][f"{direction}_bytes"], time.monotonic()
-            src.join(seconds + 30)
-            sink.join(seconds + 30)
-            good = json.loads(Path(res_file).read_text())
-            goodput = good["bytes"] * 8 / good["seconds"]
-            wire = (c2 - c1) * 8 / (t2 - t1)
+            goodput, wire = _transfer(bench, sender, receiver, seconds, flows, direction,
+                                      lambda d=direction: rt.counters()["w0"][f"{d}_bytes"])
             results.append({"direction": direction, "goodput_bps": goodput, "wire_bps": wire,
                             "goodput_ratio": goodput / configured, "wire_ratio": wire / configured})
             say(f"{direction:4s} configured {units.format_rate(configured):>8s}  goodput {goodput / 1e6:8.3f} Mbit/s "

@@ -2,8 +2,9 @@
 
 Kernels built without netem (this project's CI machine) often still have the bpf
 classifier. In direct-action mode it returns TC_ACT_SHOT (drop) when a fresh 16-bit
-random number falls below p * 65536, else TC_ACT_OK; HTB then classifies the packet
-as usual. This is independent per-packet (Bernoulli) loss, netem's `loss p` model.
+random number falls below p * 65536, else TC_ACT_UNSPEC: the next filter classifies the
+packet (a per-destination u32 filter of `links:`), or HTB's default class. This is
+independent per-packet (Bernoulli) loss, netem's `loss p` model.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import struct
 BPF_PROG_LOAD = 5
 BPF_PROG_TYPE_SCHED_CLS = 3
 _NR_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "ppc64le": 361, "s390x": 351, "riscv64": 280}
-TC_ACT_OK = 0
+TC_ACT_UNSPEC = -1  # "no verdict": classification goes on with the next filter
 TC_ACT_SHOT = 2
 RESOLUTION = 1 << 16
 
@@ -38,7 +39,7 @@ def loss_program(probability: float) -> bytes:
         _insn(0x35, off=2, imm=threshold),  # if r0 >= threshold goto keep
         _insn(0xB7, imm=TC_ACT_SHOT),  # r0 = drop
         _insn(0x95),  # exit
-        _insn(0xB7, imm=TC_ACT_OK),  # keep: r0 = pass on
+        _insn(0xB7, imm=TC_ACT_UNSPEC),  # keep: r0 = no verdict, classify on
         _insn(0x95),  # exit
     ])
 

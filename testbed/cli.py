@@ -262,6 +262,19 @@ def bench_stream(topics: int = typer.Option(4, help="topics = devices, one produ
     stream_benchmark(topics, rate, seconds=seconds, sample_bytes=sample_bytes, out_dir=out, say=typer.echo)
 
 
+@bench_app.command("topology")
+def bench_topology(lan: str = typer.Option("1gbit", help="LAN rate of both sites"),
+                   wan: str = typer.Option("100mbit", help="WAN rate between them"),
+                   seconds: float = typer.Option(6.0, help="seconds per transfer"),
+                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Two sites: a transfer inside a site runs at the LAN rate, across sites at the WAN rate (netns)."""
+    from .bench import topology_benchmark
+
+    res = topology_benchmark(lan=lan, wan=wan, seconds=seconds, out_dir=out, say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("cpu")
 def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               seconds: float = typer.Option(5.0),

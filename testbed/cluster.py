@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from .scenario import Direction, Profile, Scenario
+from .topology import Topology, node_site, plan_topology
 
 Role = Literal["ps", "worker", "evaluator", "broker", "kafka", "producer"]
 """broker: the embedded Tansu broker and the producers; kafka: Apache Kafka from its image;
@@ -20,10 +21,22 @@ producer: the producers alone (beside a kafka or an external broker)."""
 
 
 @dataclass
+class PeerShape:
+    """Traffic of one access-link direction to or from one peer, shaped apart from the rest."""
+
+    peer: str
+    address: str
+    match: Literal["dst", "src"]  # uplink classes match the destination, downlink ones the source
+    direction: Direction
+
+
+@dataclass
 class Link:
     node: str
     uplink: Direction  # node -> network
     downlink: Direction  # network -> node
+    uplink_peers: list[PeerShape] = field(default_factory=list)  # per-destination overrides (`links:`)
+    downlink_peers: list[PeerShape] = field(default_factory=list)
 
 
 @dataclass
@@ -36,6 +49,7 @@ class Node:
     profile: Profile
     link: Link
     group: Optional[int] = None
+    site: Optional[str] = None  # its LAN (None: the one LAN of a scenario without sites)
     image: Optional[str] = None  # a foreign image with its own entrypoint (kafka); None: edgebed's node image
 
     @property
@@ -51,6 +65,7 @@ class ClusterSpec:
     gateway: str = ""
     nodes: list[Node] = field(default_factory=list)
     host_gateway: bool = False  # give the host the gateway address on the run's network (external broker)
+    topology: Optional[Topology] = None  # sites and WAN links; None: one LAN
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -87,28 +102,49 @@ def _profile_label(ref) -> str:
     return ref if isinstance(ref, str) else "(inline)"
 
 
+def _merge(own: Direction, lan: Direction) -> Direction:
+    """A node's access link: its profile's fields, else its site's LAN profile's."""
+    return Direction(**{f: getattr(own, f) if getattr(own, f) is not None else getattr(lan, f)
+                        for f in ("rate", "latency", "jitter", "loss")})
+
+
 def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     net = ipaddress.IPv4Network(sc.network.subnet)
+    topo = plan_topology(sc)
     hosts = net.hosts()
     spec_gateway = str(next(hosts))  # reserved: Docker puts its bridge here; netns leaves it unused
-    spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway)
+    spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway, topology=topo)
+    site_hosts = {s.name: s.hosts() for s in topo.sites} if topo else {}
 
-    def add(name: str, role: Role, rank: int, ref, group=None, image=None) -> None:
+    def add(name: str, role: Role, rank: int, ref, group=None, image=None, site_ref=None) -> None:
         prof = sc.profile_of(ref)
-        link = Link(name, prof.resolved_direction("uplink"), prof.resolved_direction("downlink"))
-        spec.nodes.append(Node(name, role, rank, str(next(hosts)), _profile_label(ref), prof, link, group, image))
+        site = node_site(sc, site_ref)
+        up, down = prof.resolved_direction("uplink"), prof.resolved_direction("downlink")
+        if site is not None:
+            lan = sc.profile_of(sc.sites[site].lan)
+            up, down = _merge(up, lan.resolved_direction("uplink")), _merge(down, lan.resolved_direction("downlink"))
+        address = str(next(site_hosts[site] if site is not None else hosts))
+        spec.nodes.append(Node(name, role, rank, address, _profile_label(ref), prof, Link(name, up, down), group,
+                               site, image))
 
-    add("ps", "ps", -1, sc.ps.profile)
+    add("ps", "ps", -1, sc.ps.profile, site_ref=sc.ps.site)
     for rank, (name, gi) in enumerate(sc.worker_names()):
-        add(name, "worker", rank, sc.workers[gi].profile, gi)
-    add("eval", "evaluator", -1, sc.evaluator.profile)
+        add(name, "worker", rank, sc.workers[gi].profile, gi, site_ref=sc.workers[gi].site)
+    add("eval", "evaluator", -1, sc.evaluator.profile, site_ref=sc.evaluator.site)
     broker = sc.streaming.broker if sc.streaming is not None else None
     if broker is not None and broker.kind == "tansu":
-        add("broker", "broker", -1, broker.profile)
+        add("broker", "broker", -1, broker.profile, site_ref=broker.site)
     elif broker is not None:
         if broker.kind == "kafka":
-            add("broker", "kafka", -1, broker.profile, image=broker.image)
+            add("broker", "kafka", -1, broker.profile, image=broker.image, site_ref=broker.site)
         else:
             spec.host_gateway = True
-        add("producer", "producer", -1, broker.producer_profile)
+        add("producer", "producer", -1, broker.producer_profile, site_ref=broker.site)
+    for link in sc.links:
+        a, b = spec.node(link.between[0]), spec.node(link.between[1])
+        for src, dst, which in ((a, b, "forward"), (b, a, "reverse")):
+            d = link.resolved(which)  # type: ignore[arg-type]
+            # shaped where the flow leaves the sender and where it enters the receiver
+            src.link.uplink_peers.append(PeerShape(dst.name, dst.address, "dst", d))
+            dst.link.downlink_peers.append(PeerShape(src.name, src.address, "src", d))
     return spec

@@ -23,11 +23,12 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
+from .plot_topology import topology_figure, wan_figure
 from .records import RunRecords, finite_float, load_run, traffic_rates
 
 __all__ = ["plot_run", "plot_compare", "PLOT_FILES", "COMPARE_FILE"]
 
-PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png")
+PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png", "topology.png", "wan.png")
 COMPARE_FILE = "compare_accuracy.png"
 
 _DPI = 110
@@ -62,6 +63,8 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
         "traffic.png": _traffic_figure,
         "steps.png": _steps_figure,
         "streaming.png": _streaming_figure,
+        "topology.png": topology_figure,
+        "wan.png": wan_figure,
     }
     written: list[Path] = []
     with warnings.catch_warnings():
@@ -183,6 +186,7 @@ def _loss_figure(rec: RunRecords, style: _Style) -> Figure | None:
 
 def _traffic_figure(rec: RunRecords, style: _Style) -> Figure | None:
     rates = traffic_rates(rec.traffic)
+    rates = rates[~rates["link"].astype(str).str.startswith("wan:")]  # WAN links: wan.png
     if rates.empty:
         return None
     fig = Figure(figsize=(12, 9), layout="constrained")

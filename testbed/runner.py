@@ -97,10 +97,25 @@ def _host() -> dict:
             "memory_bytes": mem}
 
 
-def _delay_for(node, plans) -> DelaySpec:
+def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport: bool = False) -> DelaySpec:
     up, down = plans[node.name]["uplink"], plans[node.name]["downlink"]
+    paths: dict[str, list[float]] = {}
+    if spec is not None and wan_by_transport:
+        # Latency the kernel cannot make: the receiver holds what crossed the WAN path, and what
+        # came over a `links:` pair with a latency of its own (sums; jitters add in quadrature).
+        def add(sender: str, d: float, j: float) -> None:
+            if d or j:
+                old = paths.get(sender, [0.0, 0.0])
+                paths[sender] = [old[0] + d, (old[1] ** 2 + j ** 2) ** 0.5]
+
+        if spec.topology is not None:
+            for other in spec.nodes:
+                if other.site != node.site:
+                    add(other.name, *spec.topology.path_delay(other.site, node.site))
+        for peer in node.link.downlink_peers:
+            add(peer.peer, peer.direction.latency or 0.0, peer.direction.jitter or 0.0)
     return DelaySpec(up=up["transport_delay_s"], up_jitter=up["transport_jitter_s"],
-                     down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"])
+                     down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"], paths=paths)
 
 
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
@@ -147,6 +162,18 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
                       for n in spec.nodes},
             "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
         }
+        if spec.topology is not None:
+            topo = spec.topology
+            meta["topology"] = {
+                "sites": {s.name: {"subnet": s.subnet, "router": s.router,
+                                   "nodes": [n.name for n in spec.nodes if n.site == s.name]} for s in topo.sites},
+                "wan_links": [{"between": [e.a, e.b], "addresses": [e.a_address, e.b_address],
+                               "forward": e.forward.model_dump(exclude_none=True),
+                               "reverse": e.reverse.model_dump(exclude_none=True)} for e in topo.edges],
+                **(runtime.topology_meta() or {}),
+            }
+            for n in spec.nodes:
+                meta["nodes"][n.name]["site"] = n.site
         if not runtime.caps.netem:
             loss = "an eBPF drop filter" if runtime.caps.bpf_loss else "nothing: loss is NOT applied"
             meta["warnings"] = ["this kernel has no sch_netem: latency/jitter are applied by edgebed's transport "
@@ -169,7 +196,8 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
         def start(node) -> None:
             cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(run_dir), t0=t0,
                              scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
-                             threads=sc.workload.threads or node.threads, delay=_delay_for(node, node_meta),
+                             threads=sc.workload.threads or node.threads,
+                             delay=_delay_for(node, node_meta, spec, not runtime.caps.netem),
                              workers=workers, stream=stream)
             procs[node.name] = runtime.start_node(node, cfg, stop_event)
 
@@ -296,6 +324,15 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
                 traffic.write(time=now, node=name, link="access", direction=d, bytes=c[f"{d}_bytes"],
                               delta_bytes=c[f"{d}_bytes"] - prev[f"{d}_bytes"], packets=c[f"{d}_packets"])
             last[name] = c
+        # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,
+        # up = towards the peer (only the sending end's "up" is written: each byte is counted once)
+        wan = runtime.wan_counters() if hasattr(runtime, "wan_counters") else {}
+        for (site, peer), c in wan.items():
+            key = f"wan:{site}->{peer}"
+            prev = last.get(key, {"up_bytes": 0})
+            traffic.write(time=now, node=site, link=f"wan:{peer}", direction="up", bytes=c["up_bytes"],
+                          delta_bytes=c["up_bytes"] - prev["up_bytes"], packets=c["up_packets"])
+            last[key] = c
         for h in runtime.handles.values():
             thr = h.cgroup.throttled() or {}
             throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None

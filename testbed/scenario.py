@@ -122,12 +122,75 @@ class Profile(_Strict):
 
 class NodeSpec(_Strict):
     profile: Union[str, Profile, None] = None
+    site: Optional[str] = Field(None, description="the site (LAN) the node is in; default: the first site")
+
+
+# --- topology ------------------------------------------------------------------------------
+
+
+class Site(_Strict):
+    """A LAN: its own switch. `lan` is the default access link of the nodes placed in it (a
+    profile name or inline profile; a node's own profile overrides it field by field)."""
+
+    lan: Union[str, Profile, None] = None
+
+
+class LinkShape(_Strict):
+    """A link between two places, shaped per direction: `forward` is a -> b of `between: [a, b]`,
+    `reverse` b -> a; bandwidth/latency/jitter/loss set both."""
+
+    bandwidth: Rate = None
+    latency: Seconds = None
+    jitter: Seconds = None
+    loss: Probability = None
+    forward: Optional[Direction] = None
+    reverse: Optional[Direction] = None
+
+    @field_validator("forward", "reverse", mode="before")
+    @classmethod
+    def _dir(cls, v: Any) -> Any:
+        return _direction(v)
+
+    def resolved(self, which: Literal["forward", "reverse"], base: Optional["LinkShape"] = None) -> Direction:
+        """The direction with link-wide fields filled in, then `base`'s (the WAN default)."""
+        d = getattr(self, which) or Direction()
+        b = base.resolved(which) if base is not None else Direction()
+
+        def pick(field_: str):
+            for v in (getattr(d, field_), getattr(self, "bandwidth" if field_ == "rate" else field_), getattr(b, field_)):
+                if v is not None:
+                    return v
+            return None
+
+        return Direction(rate=pick("rate"), latency=pick("latency"), jitter=pick("jitter"), loss=pick("loss"))
+
+
+class WanLink(LinkShape):
+    between: list[str] = Field(..., min_length=2, max_length=2, description="[site a, site b]")
+
+
+class NodeLink(LinkShape):
+    """A per-destination override between two nodes: their traffic to each other is shaped by
+    this (forward = a -> b) instead of their access links' rates (HTB class + u32 filter)."""
+
+    between: list[str] = Field(..., min_length=2, max_length=2, description="[node a, node b]")
+
+
+class Wan(_Strict):
+    """Links between sites. `mesh`: every pair of sites gets a link shaped by `default`, with
+    `links` overriding pairs; mesh false: only the listed `links` exist (traffic is routed over
+    several of them where needed)."""
+
+    default: LinkShape = Field(default_factory=LinkShape)
+    mesh: bool = True
+    links: list[WanLink] = Field(default_factory=list)
 
 
 class WorkerGroup(_Strict):
     count: int = Field(1, ge=1, le=1024)
     profile: Union[str, Profile, None] = None
     name: Optional[str] = Field(None, description="prefix of the node names of this group (default 'w')")
+    site: Optional[str] = Field(None, description="the site (LAN) of this group's nodes; default: the first site")
 
     @field_validator("name")
     @classmethod
@@ -222,6 +285,7 @@ class BrokerSpec(_Strict):
     profile: Union[str, Profile, None] = None
     producer_profile: Union[str, Profile, None] = Field(
         None, description="profile of the producer node (kind: kafka or external)")
+    site: Optional[str] = Field(None, description="the site of the broker (and producer) node")
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "BrokerSpec":
@@ -313,6 +377,17 @@ class Scenario(_Strict):
     evaluator: NodeSpec = Field(default_factory=NodeSpec)
     workers: list[WorkerGroup] = Field(default_factory=lambda: [WorkerGroup(count=2)])
     streaming: Optional[Streaming] = None
+    sites: dict[str, Site] = Field(default_factory=dict, description="named LANs; none: one LAN for all")
+    wan: Wan = Field(default_factory=Wan)
+    links: list[NodeLink] = Field(default_factory=list, description="per node pair overrides of the access links")
+
+    @field_validator("sites")
+    @classmethod
+    def _sites(cls, v: dict[str, Site]) -> dict[str, Site]:
+        for name in v:
+            if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", name):
+                raise ValueError(f"'{name}' is not a site name (lowercase letters/digits, at most 8, starting with a letter)")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -404,9 +479,32 @@ def _cross_checks(sc: Scenario) -> list[str]:
         refs.append(("streaming.broker.producer_profile", sc.streaming.broker.producer_profile))
         if isinstance(sc.streaming.rates, list) and len(sc.streaming.rates) != sc.n_workers:
             lines.append(f"streaming.rates: {len(sc.streaming.rates)} rates for {sc.n_workers} workers")
+    refs += [(f"sites.{n}.lan", site.lan) for n, site in sc.sites.items()]
+    from .topology import topology_problems
+
+    lines += topology_problems(sc)
+    if sc.sites and sc.runtime == "docker":
+        lines.append("sites: the docker runtime does not build multi-site topologies yet (runtime: netns or auto)")
+    if sc.sites and sc.streaming is not None and sc.streaming.broker.kind != "tansu":
+        lines.append(f"streaming.broker.kind: {sc.streaming.broker.kind} with sites is not supported yet (use tansu)")
     for where, ref in refs:
         if isinstance(ref, str) and ref not in sc.profiles:
             lines.append(f"{where}: unknown profile '{ref}' (defined: {known})")
+    all_nodes = ["ps", "eval"] + [n for n, _ in sc.worker_names()]
+    if sc.streaming is not None:
+        all_nodes += ["producer"] if sc.streaming.broker.kind == "external" else ["broker"]
+        all_nodes += ["producer"] if sc.streaming.broker.kind == "kafka" else []
+    pairs: set[frozenset] = set()
+    for i, link in enumerate(sc.links):
+        a, b = link.between
+        for n in (a, b):
+            if n not in all_nodes:
+                lines.append(f"links[{i}].between: unknown node '{n}' (nodes: {', '.join(all_nodes)})")
+        if a == b:
+            lines.append(f"links[{i}].between: a link from node '{a}' to itself")
+        if frozenset((a, b)) in pairs:
+            lines.append(f"links[{i}].between: a second link between '{a}' and '{b}'")
+        pairs.add(frozenset((a, b)))
     names = [n for n, _ in sc.worker_names()]
     if len(names) + 3 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
         lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes and a gateway")

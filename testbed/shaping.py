@@ -16,6 +16,7 @@ and meta.json carries that record: a property is never claimed when it was not a
 from __future__ import annotations
 
 import errno
+import ipaddress
 import uuid
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -54,9 +55,10 @@ class DirectionPlan:
     transport_jitter_s: float = 0.0
     bpf_loss: Optional[float] = None  # fallback: drop probability of the eBPF filter
     mechanisms: dict = field(default_factory=dict)  # property -> "htb" | "netem" | "transport" | "not-applied: why"
+    peers: list["PeerPlan"] = field(default_factory=list)  # per-destination classes (`links:` overrides)
 
     def to_meta(self) -> dict:
-        return {
+        out = {
             "rate_bps": self.rate_bps,
             "burst_bytes": self.burst_bytes,
             "netem": self.netem or None,
@@ -65,6 +67,65 @@ class DirectionPlan:
             "bpf_loss": self.bpf_loss,
             "mechanisms": self.mechanisms,
         }
+        if self.peers:
+            out["peers"] = [p.to_meta() for p in self.peers]
+        return out
+
+
+@dataclass
+class PeerPlan:
+    """An HTB class of its own for the traffic to (match dst) or from (match src) one address."""
+
+    peer: str
+    address: str
+    match: str  # "dst" | "src"
+    classid: int
+    rate_bps: float
+    burst_bytes: int
+    netem: dict = field(default_factory=dict)
+    transport_delay_s: float = 0.0
+    transport_jitter_s: float = 0.0
+    mechanisms: dict = field(default_factory=dict)
+
+    def to_meta(self) -> dict:
+        return {"peer": self.peer, "match": f"{self.match} {self.address}", "class": f"1:{self.classid & 0xFFFF:x}",
+                "rate_bps": self.rate_bps, "netem": self.netem or None, "transport_delay_s": self.transport_delay_s,
+                "mechanisms": self.mechanisms}
+
+
+PEER_CLASS_BASE = 0x10020  # 1:20, 1:21, ... (1:10 is the access link's own class)
+ETH_P_IP = 0x0800
+
+
+def plan_peers(peers, caps: "KernelCaps") -> list[PeerPlan]:
+    """Classes for `links:` overrides. Delay and loss of a pair are made once, where the flow
+    leaves its sender (match dst); the receiving side's class (match src) only limits the rate."""
+    out = []
+    for i, ps in enumerate(peers):
+        d = ps.direction
+        rate = float(d.rate) if d.rate is not None else UNLIMITED_BPS
+        plan = PeerPlan(ps.peer, ps.address, ps.match, PEER_CLASS_BASE + i, rate, htb_burst(rate))
+        plan.mechanisms["rate"] = "htb class + u32 filter" if d.rate is not None else "unlimited"
+        if ps.match == "dst" and (d.latency or d.jitter or d.loss):
+            if caps.netem:
+                if d.latency or d.jitter:
+                    plan.netem["delay"] = int(round((d.latency or 0) * 1e6))
+                    if d.jitter:
+                        plan.netem["jitter"] = int(round(d.jitter * 1e6))
+                    plan.mechanisms["latency"] = "netem"
+                if d.loss:
+                    plan.netem["loss"] = d.loss * 100.0
+                    plan.mechanisms["loss"] = "netem"
+                bdp = rate / 8 * max((d.latency or 0) + 3 * (d.jitter or 0), 0.001)
+                plan.netem["limit"] = max(1000, int(2 * bdp / MTU))
+            else:
+                if d.latency or d.jitter:
+                    plan.transport_delay_s, plan.transport_jitter_s = float(d.latency or 0), float(d.jitter or 0)
+                    plan.mechanisms["latency"] = "transport (no sch_netem in this kernel)"
+                if d.loss:
+                    plan.mechanisms["loss"] = "not-applied: per-pair loss needs sch_netem"
+        out.append(plan)
+    return out
 
 
 def htb_burst(rate_bps: float) -> int:
@@ -76,8 +137,8 @@ def htb_burst(rate_bps: float) -> int:
     return max(2 * (MTU + 14), int(rate_bps / 8 * 0.001))
 
 
-def plan_direction(d: Direction, caps: KernelCaps) -> DirectionPlan:
-    plan = DirectionPlan()
+def plan_direction(d: Direction, caps: KernelCaps, peers=()) -> DirectionPlan:
+    plan = DirectionPlan(peers=plan_peers(peers, caps))
     if d.rate is not None:
         plan.rate_bps = float(d.rate)
         plan.burst_bytes = htb_burst(d.rate)
@@ -116,10 +177,10 @@ def plan_direction(d: Direction, caps: KernelCaps) -> DirectionPlan:
 
 def apply_direction(ipr, ifindex: int, plan: DirectionPlan) -> None:
     """Install `plan` on interface `ifindex` of the namespace `ipr` is bound to."""
-    if plan.rate_bps is None and not plan.netem and not plan.bpf_loss:
+    if plan.rate_bps is None and not plan.netem and not plan.bpf_loss and not plan.peers:
         return
     parent = None
-    if plan.rate_bps is not None or plan.bpf_loss:
+    if plan.rate_bps is not None or plan.bpf_loss or plan.peers:
         # A loss filter needs a classful root; without a rate, the class never limits.
         rate_bps = plan.rate_bps if plan.rate_bps is not None else UNLIMITED_BPS
         burst = plan.burst_bytes or htb_burst(rate_bps)
@@ -140,6 +201,16 @@ def apply_direction(ipr, ifindex: int, plan: DirectionPlan) -> None:
             ipr.tc("add", "netem", index=ifindex, handle=NETEM_HANDLE, **kw)
         else:
             ipr.tc("add", "netem", index=ifindex, handle=NETEM_HANDLE, parent=parent, **kw)
+    for i, peer in enumerate(plan.peers):
+        # A sibling of the access class under the root: the pair's traffic does not share its rate.
+        rate = f"{int(peer.rate_bps)}bit"
+        ipr.tc("add-class", "htb", index=ifindex, handle=peer.classid, parent=HTB_HANDLE,
+               rate=rate, ceil=rate, burst=peer.burst_bytes, cburst=peer.burst_bytes)
+        if peer.netem:
+            ipr.tc("add", "netem", index=ifindex, handle=(0x20 + i) << 16, parent=peer.classid, **peer.netem)
+        offset = 16 if peer.match == "dst" else 12  # IPv4 header: source at byte 12, destination at 16
+        ipr.tc("add-filter", "u32", index=ifindex, parent=HTB_HANDLE, prio=2, protocol=ETH_P_IP,
+               target=peer.classid, keys=[f"0x{int(ipaddress.IPv4Address(peer.address)):08x}/0xffffffff+{offset}"])
 
 
 def change_rate(ipr, ifindex: int, rate_bps: float) -> None:

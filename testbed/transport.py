@@ -12,7 +12,7 @@ import heapq
 import random
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import zmq
@@ -30,10 +30,13 @@ class DelaySpec:
     up_jitter: float = 0.0
     down: float = 0.0
     down_jitter: float = 0.0
+    # WAN path from each sender's site to this node's site: sender node name -> [delay, jitter]
+    # (a DEALER's only sender, the PS, is "ps")
+    paths: dict = field(default_factory=dict)
 
     @property
     def active(self) -> bool:
-        return any((self.up, self.up_jitter, self.down, self.down_jitter))
+        return any((self.up, self.up_jitter, self.down, self.down_jitter)) or bool(self.paths)
 
 
 class DelayLine:
@@ -52,6 +55,9 @@ class DelayLine:
     def hold(self, item, sender, sender_up: float, sender_up_jitter: float, now: Optional[float] = None) -> None:
         now = time.monotonic() if now is None else now
         delay = self._sample(sender_up, sender_up_jitter) + self._sample(self.spec.down, self.spec.down_jitter)
+        wan = self.spec.paths.get(sender if sender is not None else "ps")
+        if wan:
+            delay += self._sample(wan[0], wan[1])
         release = max(now + delay, self._last_release.get(sender, 0.0))  # no overtaking on one path
         self._last_release[sender] = release
         heapq.heappush(self._heap, (release, self._seq, item))

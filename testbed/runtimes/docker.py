@@ -269,8 +269,8 @@ class DockerRuntime:
         self.state.netns.append(name)
         self.state.save()
         attach_netns(name, pid)
-        up = plan_direction(node.link.uplink, self.caps)
-        down = plan_direction(node.link.downlink, self.caps)
+        up = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
+        down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
         with ns_iproute(name) as ns:
             idx = ns.link_lookup(ifname="eth0")[0]
             peer = ns.get_links(idx)[0].get_attr("IFLA_LINK")  # the veth peer's ifindex on the host

@@ -1,0 +1,89 @@
+"""Topologies made real (netns runtime): sites, routers and WAN links, per-destination classes, cleanup."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO, edgebed_cmd, needs_root, our_netns
+
+pytestmark = [needs_root, pytest.mark.root]
+
+
+def _root_links(run_id: str) -> list[str]:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return [link.get_attr("IFLA_IFNAME") for link in ipr.get_links()
+                if run_id in (link.get_attr("IFLA_IFNAME") or "")]
+
+
+def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_host):
+    """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions."""
+    from testbed.bench import topology_benchmark
+
+    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.07)
+    by = {(r["path"], r["direction"]): r for r in res["results"]}
+    for d in ("up", "down"):
+        assert by[("lan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("lan", d)]
+        assert by[("lan", d)]["wan_bytes"] < 1e5  # a transfer inside a site never crosses the WAN
+        assert by[("wan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("wan", d)]
+        # ...and one across sites all does: ~3 s at 20 Mbit/s plus the warm-up
+        assert by[("wan", d)]["wan_bytes"] > 0.9 * 20e6 / 8 * 3
+    assert res["ok"]
+
+
+def test_per_destination_classes_shape_one_peer_apart(clean_host):
+    """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address)."""
+    from testbed.bench import _Bench, _transfer
+    from testbed.netlink import in_netns
+    from testbed.shaping import read_htb_class
+
+    scenario = {"name": "bench", "runtime": "netns", "profiles": {"edge": {"bandwidth": "40mbit", "loss": 0.0001}},
+                "workers": [{"count": 2, "profile": "edge"}],
+                "links": [{"between": ["w0", "w1"], "forward": "8mbit", "reverse": "16mbit"}]}
+    bench = _Bench({}, "netns", scenario=scenario)
+    with bench as (rt, spec):
+        w0, w1, ps = spec.node("w0"), spec.node("w1"), spec.node("ps")
+        meta = rt.node_meta()
+        peers = meta["w0"]["uplink"]["peers"]
+        assert [(p["peer"], p["match"], p["rate_bps"]) for p in peers] == [("w1", f"dst {w1.address}", 8e6)]
+        assert meta["w1"]["downlink"]["peers"][0]["match"] == f"src {w0.address}"
+        to_w1, _ = _transfer(bench, w0, w1, 3.0, 1, "pair", lambda: rt.counters()["w0"]["up_bytes"])
+        back, _ = _transfer(bench, w1, w0, 3.0, 1, "back", lambda: rt.counters()["w1"]["up_bytes"])
+        to_ps, _ = _transfer(bench, w0, ps, 3.0, 1, "ps", lambda: rt.counters()["w0"]["up_bytes"])
+        with in_netns(rt.handles["w0"].netns) as ns:
+            assert read_htb_class(ns, ns.link_lookup(ifname="eth0")[0])["rate_bps"] == 40e6
+    assert to_w1 / 8e6 == pytest.approx(0.95, abs=0.06)
+    assert back / 16e6 == pytest.approx(0.95, abs=0.06)
+    assert to_ps / 40e6 == pytest.approx(0.95, abs=0.06)  # the loss filter lets classification go on
+    assert bench.problems == []
+
+
+def test_p_network_training_run_records_lan_and_wan(tmp_path, clean_host):
+    """scenarios/topologies/dlion-p-network.yaml trains; w3 (site b) is the WAN's only traffic."""
+    import pandas as pd
+
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/topologies/dlion-p-network.yaml", "--out", str(run_dir)],
+                       cwd=REPO, capture_output=True, text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["steps"] > 10
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["topology"]["sites"]["b"]["nodes"] == ["w3"]
+    assert meta["topology"]["wan"]["a->b"]["rate_bps"] == 100e6
+    assert meta["nodes"]["w3"]["site"] == "b" and meta["nodes"]["w3"]["address"].startswith("10.77.1.")
+    t = pd.read_csv(run_dir / "traffic.csv")
+    last = t.sort_values("time").groupby(["node", "link", "direction"]).bytes.last()
+    wan_ba, wan_ab = last[("b", "wan:a", "up")], last[("a", "wan:b", "up")]
+    w3_up, w3_down = last[("w3", "access", "up")], last[("w3", "access", "down")]
+    assert wan_ba > 1e6 and wan_ab > 1e6
+    assert wan_ba == pytest.approx(w3_up, rel=0.02)  # everything w3 sent crossed the WAN (and nothing else)
+    assert wan_ab == pytest.approx(w3_down, rel=0.02)
+    assert not our_netns() or all(meta["run_id"] not in n for n in our_netns())
+    assert _root_links(meta["run_id"]) == []
+    p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    for name in ("topology.png", "wan.png", "traffic.png"):
+        assert (run_dir / "plots" / name).stat().st_size > 10_000
