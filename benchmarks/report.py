@@ -51,6 +51,14 @@ for r in sorted((r for r in rows if r["benchmark"] == "stream"), key=lambda r: (
     cores = r["broker_node_cpu_seconds"] / (r["seconds"] + r["warmup"])
     print(f"| {r['topics']} | {r['rate']:g} | {r['aggregate_samples_per_s']:.0f} | {a[0]:.1f} / {a[len(a) // 2]:.1f} | "
           f"{r['topics_holding_rate']}/{r['topics']} | {cores:.2f} cores |")
+print()
+print("| runtime | LAN | WAN | path | direction | goodput | of configured | bytes on the WAN |")
+print("|---|---|---|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "topology"), key=lambda r: (rt(r), -r["lan_bps"])):
+    for x in r["results"]:
+        print(f"| {rt(r)} | {r['lan_bps'] / 1e6:g} Mbit/s | {r['wan_bps'] / 1e6:g} Mbit/s | {x['path']} | "
+              f"{x['direction']} | {x['goodput_bps'] / 1e6:.2f} Mbit/s | {100 * x['goodput_ratio']:.1f}% | "
+              f"{x['wan_bytes'] / 1e6:.2f} MB |")
 dates = sorted(r["date"] for r in rows)
 if dates:
     print(f"\nkernel {rows[0]['kernel']}, {dates[0]} to {dates[-1]}")

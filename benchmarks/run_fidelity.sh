@@ -23,6 +23,10 @@ for r in netns docker; do
   [ $r = docker ] && ! docker info >/dev/null 2>&1 && continue
   for n in 4 16; do $EB bench startup --workers $n --runtime $r --out $OUT; done
 done
+# Topologies: inside a site at the LAN rate, across sites at the WAN rate (both runtimes).
+$EB bench topology --lan 1gbit --wan 100mbit --out $OUT
+$EB bench topology --lan 100mbit --wan 10mbit --out $OUT
+docker info >/dev/null 2>&1 && $EB bench topology --lan 1gbit --wan 100mbit --runtime docker --out $OUT
 # ScaDLES Fig. 5: embedded broker + one producer process per topic, 3 KB samples.
 for t in 4 16 32; do for r in 100 600; do $EB bench stream --topics $t --rate $r --out $OUT; done; done
 .venv/bin/python benchmarks/report.py $OUT

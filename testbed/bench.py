@@ -181,15 +181,15 @@ def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, lab
 
 def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: float = 5.0,
                        out_dir: Path | None = None, say: Callable[[str], None] = print,
-                       tolerance: float = 0.05) -> dict:
+                       tolerance: float = 0.05, runtime: str = "netns") -> dict:
     """Two sites (a: ps, w0; b: w1) with `lan` LANs and a `wan` link: a transfer inside a site
     runs at the LAN rate and never touches the WAN; one across sites runs at the WAN rate."""
     lan_bps, wan_bps = units.parse_rate(lan), units.parse_rate(wan)
-    scenario = {"name": "bench", "runtime": "netns", "profiles": {"lan": {"bandwidth": lan}},
+    scenario = {"name": "bench", "runtime": runtime, "profiles": {"lan": {"bandwidth": lan}},
                 "sites": {"a": {"lan": "lan"}, "b": {"lan": "lan"}}, "wan": {"default": {"bandwidth": wan}},
                 "ps": {"site": "a"}, "evaluator": {"site": "a"},
                 "workers": [{"count": 1, "site": "a"}, {"count": 1, "site": "b"}]}
-    bench = _Bench({}, "netns", scenario=scenario)
+    bench = _Bench({}, runtime, scenario=scenario)
     results = []
     with bench as (rt, spec):
         ps = spec.node("ps")
@@ -209,12 +209,12 @@ def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: flo
     problems = bench.problems
     ok = (all(abs(1 - r["goodput_ratio"]) <= tolerance for r in results) and not problems
           and all((r["wan_bytes"] < 1e5) == (r["path"] == "lan") for r in results))
-    out = {"benchmark": "topology", "runtime": "netns", "lan_bps": lan_bps, "wan_bps": wan_bps,
+    out = {"benchmark": "topology", "runtime": runtime, "lan_bps": lan_bps, "wan_bps": wan_bps,
            "seconds": seconds, "results": results, "ok": ok, "tolerance": tolerance,
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "note": "lan: w0 <-> ps in site a; wan: w1 (site b) <-> ps (site a) through both routers; "
                    "wan_bytes = bytes the WAN link carried in that direction during the transfer"}
-    return _save(out, out_dir, f"topology-netns-{units.format_rate(lan_bps)}-{units.format_rate(wan_bps)}.json", say)
+    return _save(out, out_dir, f"topology-{runtime}-{units.format_rate(lan_bps)}-{units.format_rate(wan_bps)}.json", say)
 
 
 def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: Path | None = None,

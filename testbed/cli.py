@@ -266,11 +266,12 @@ def bench_stream(topics: int = typer.Option(4, help="topics = devices, one produ
 def bench_topology(lan: str = typer.Option("1gbit", help="LAN rate of both sites"),
                    wan: str = typer.Option("100mbit", help="WAN rate between them"),
                    seconds: float = typer.Option(6.0, help="seconds per transfer"),
+                   runtime: str = typer.Option("netns", help="netns | docker"),
                    out: Path = typer.Option(Path("benchmarks/results"))) -> None:
-    """Two sites: a transfer inside a site runs at the LAN rate, across sites at the WAN rate (netns)."""
+    """Two sites: a transfer inside a site runs at the LAN rate, across sites at the WAN rate."""
     from .bench import topology_benchmark
 
-    res = topology_benchmark(lan=lan, wan=wan, seconds=seconds, out_dir=out, say=typer.echo)
+    res = topology_benchmark(lan=lan, wan=wan, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
         raise typer.Exit(1)
 

@@ -483,8 +483,6 @@ def _cross_checks(sc: Scenario) -> list[str]:
     from .topology import topology_problems
 
     lines += topology_problems(sc)
-    if sc.sites and sc.runtime == "docker":
-        lines.append("sites: the docker runtime does not build multi-site topologies yet (runtime: netns or auto)")
     if sc.sites and sc.streaming is not None and sc.streaming.broker.kind != "tansu":
         lines.append(f"streaming.broker.kind: {sc.streaming.broker.kind} with sites is not supported yet (use tansu)")
     for where, ref in refs:

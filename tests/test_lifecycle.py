@@ -22,6 +22,11 @@ LONG = {
     "workers": [{"count": 2, "profile": "edge"}],
 }
 
+# the same, on two sites joined by a WAN link (switches, routers and WAN veths to remove too)
+SITES = {**LONG, "profiles": {"edge": {"cpus": 0.3}, "lan": {"bandwidth": "200mbit"}},
+         "sites": {"a": {"lan": "lan"}, "b": {"lan": "lan"}}, "wan": {"default": {"bandwidth": "20mbit"}},
+         "workers": [{"count": 1, "profile": "edge", "site": "a"}, {"count": 1, "profile": "edge", "site": "b"}]}
+
 
 def _docker_or_skip(runtime):
     if runtime == "docker":
@@ -55,9 +60,16 @@ def _nothing_left(run_id=None):
     return ns, cg, procs, states
 
 
-def _start(tmp_path, runtime="netns"):
+def _root_links(run_id):
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return [n for n in (link.get_attr("IFLA_IFNAME") for link in ipr.get_links()) if n and run_id in n]
+
+
+def _start(tmp_path, runtime="netns", scenario=LONG):
     scen = tmp_path / "s.yaml"
-    scen.write_text(yaml.safe_dump(LONG))
+    scen.write_text(yaml.safe_dump(scenario))
     run_dir = tmp_path / "run"
     p = subprocess.Popen(edgebed_cmd() + ["up", str(scen), "--out", str(run_dir), "-q", "--runtime", runtime],
                          cwd=REPO,
@@ -93,10 +105,13 @@ def test_ctrl_c_tears_down_and_keeps_records(tmp_path, runtime):
     assert _containers(run_id) == []
 
 
+@pytest.mark.parametrize("scenario", ["one-lan", "sites"])
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
-def test_kill_9_then_down_removes_everything(tmp_path, runtime):
+def test_kill_9_then_down_removes_everything(tmp_path, runtime, scenario):
     _docker_or_skip(runtime)
-    p, run_dir, run_id = _start(tmp_path, runtime)
+    p, run_dir, run_id = _start(tmp_path, runtime, SITES if scenario == "sites" else LONG)
+    if scenario == "sites":
+        assert {f"eb-{run_id}-rt-a", f"eb-{run_id}-sw-b"} <= set(our_netns())
     os.kill(p.pid, signal.SIGKILL)
     p.wait(timeout=10)
     time.sleep(0.5)
@@ -112,6 +127,7 @@ def test_kill_9_then_down_removes_everything(tmp_path, runtime):
     ns, cg, procs, states = _nothing_left(run_id)
     assert (ns, cg, procs, states) == ([], set(), [], [])
     assert _containers(run_id) == []
+    assert _root_links(run_id) == []  # no veth end of the run left in the host namespace
     # the records written before the crash are still readable
     from testbed.records import load_run
 

@@ -63,7 +63,7 @@ def cluster(tmp_path, clean_host):
 
 def test_shaping_installed_per_direction(cluster):
     from testbed.netlink import in_netns
-    from testbed.runtimes.netns import switch_netns
+    from testbed.runtimes.fabric import switch_netns
     from testbed.shaping import qdisc_kinds, read_htb_class
 
     rt, spec = cluster

@@ -39,7 +39,6 @@ def lines_of(data) -> list[str]:
     (two_sites(sites={"a": {"lan": "nope"}, "b": {}}), "sites.a.lan: unknown profile 'nope'"),
     (two_sites(wan={"default": {"bandwidth": "-5mbit"}}), "wan.default.bandwidth: '-5mbit' is not a rate"),
     (two_sites(wan={"links": [{"between": ["a"]}]}), "wan.links[0].between"),
-    (two_sites(runtime="docker"), "sites: the docker runtime does not build multi-site topologies yet"),
     (two_sites(network={"subnet": "10.1.0.0/28"}), "network.subnet: 10.1.0.0/28 is too small for 2 sites"),
 ])
 def test_topology_errors_name_the_field(data, needle):

@@ -18,11 +18,22 @@ def _root_links(run_id: str) -> list[str]:
                 if run_id in (link.get_attr("IFLA_IFNAME") or "")]
 
 
-def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_host):
+def _docker_or_skip(runtime):
+    if runtime == "docker":
+        from testbed.runtimes.docker import docker_client
+
+        if docker_client(timeout=3) is None:
+            pytest.skip("no Docker engine answers (CI starts dockerd)")
+
+
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_host, runtime):
     """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions."""
     from testbed.bench import topology_benchmark
 
-    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.07)
+    _docker_or_skip(runtime)
+    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.07,
+                             runtime=runtime)
     by = {(r["path"], r["direction"]): r for r in res["results"]}
     for d in ("up", "down"):
         assert by[("lan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("lan", d)]
@@ -60,17 +71,21 @@ def test_per_destination_classes_shape_one_peer_apart(clean_host):
     assert bench.problems == []
 
 
-def test_p_network_training_run_records_lan_and_wan(tmp_path, clean_host):
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_p_network_training_run_records_lan_and_wan(tmp_path, clean_host, runtime):
     """scenarios/topologies/dlion-p-network.yaml trains; w3 (site b) is the WAN's only traffic."""
     import pandas as pd
 
+    _docker_or_skip(runtime)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/topologies/dlion-p-network.yaml", "--out", str(run_dir)],
-                       cwd=REPO, capture_output=True, text=True, timeout=400)
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/topologies/dlion-p-network.yaml", "--runtime", runtime,
+                                        "--out", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=400)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] > 10
     meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["runtime"] == runtime
     assert meta["topology"]["sites"]["b"]["nodes"] == ["w3"]
     assert meta["topology"]["wan"]["a->b"]["rate_bps"] == 100e6
     assert meta["nodes"]["w3"]["site"] == "b" and meta["nodes"]["w3"]["address"].startswith("10.77.1.")

@@ -22,6 +22,7 @@ from ..cluster import ClusterSpec, Node
 from ..netlink import attach_netns, disable_offloads, ns_iproute
 from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
 from ..state import RunState
+from .fabric import Fabric
 from .netns import netns_name
 
 LABEL = "edgebed"
@@ -148,7 +149,7 @@ class DockerHandle:
     node: Node
     netns: str
     container: Any
-    host_ifindex: int
+    host_ifindex: Optional[int]  # the veth peer on the host (None: plugged into edgebed's fabric)
     uplink: DirectionPlan
     downlink: DirectionPlan
     cgroup: PidCgroup
@@ -170,6 +171,7 @@ class DockerRuntime:
         self.caps = caps or probe_kernel()
         self.handles: dict[str, DockerHandle] = {}
         self.network = None
+        self.fabric: Optional[Fabric] = None  # multi-site topologies
         self._host_ipr = None
         self.run_dir = Path(state.run_dir)
         self.conf_dir = self.run_dir / ".nodes"
@@ -194,12 +196,23 @@ class DockerRuntime:
             if node.image is not None:
                 self._ensure_foreign_image(node)
         self.conf_dir.mkdir(parents=True, exist_ok=True)
+        self._host_ipr = IPRoute()
+        if spec.topology is not None:
+            # Sites: Docker's internal networks drop traffic for other subnets (its isolation
+            # rules), so containers get no Docker network and edgebed's fabric wires them like
+            # the netns runtime's nodes: switches, routers and WAN links in namespaces of its own.
+            self.fabric = Fabric(self.state, self.caps)
+            for node in spec.nodes:
+                self.handles[node.name] = self._create_node(node, spec)
+            plans = self.fabric.build(self._host_ipr, spec, {n: h.netns for n, h in self.handles.items()})
+            for name, (up, down) in plans.items():
+                self.handles[name].uplink, self.handles[name].downlink = up, down
+            return
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet, gateway=spec.gateway)])
         # internal: no route out of the machine and no NAT, like the netns runtime's bridge.
         self.network = self.client.networks.create(
             f"eb-{self.run_id}", driver="bridge", internal=True, ipam=ipam, labels=self.labels,
             options={"com.docker.network.bridge.name": f"eb-{self.run_id}"})
-        self._host_ipr = IPRoute()
         for node in spec.nodes:
             self.handles[node.name] = self._create_node(node, spec)
 
@@ -253,8 +266,10 @@ class DockerRuntime:
                                                                      capabilities=[["gpu"]])]
             compute["gpus"] = prof.gpus
         api = self.client.api
+        if self.fabric is not None:
+            host_kw["network_mode"] = "none"  # the fabric plugs its eth0 in
         host_config = api.create_host_config(**host_kw)
-        net_config = api.create_networking_config(
+        net_config = None if self.fabric is not None else api.create_networking_config(
             {self.network.name: api.create_endpoint_config(ipv4_address=node.address)})
         cname = f"eb-{self.run_id}-{node.name}"
         image, command, env = self._foreign_container(node)
@@ -269,6 +284,8 @@ class DockerRuntime:
         self.state.netns.append(name)
         self.state.save()
         attach_netns(name, pid)
+        if self.fabric is not None:  # shaped when the fabric plugs it in
+            return DockerHandle(node, name, container, None, DirectionPlan(), DirectionPlan(), PidCgroup(pid), compute)
         up = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
         down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
         with ns_iproute(name) as ns:
@@ -316,8 +333,16 @@ class DockerRuntime:
         return proc
 
     # -- observation -------------------------------------------------------------------
+    def wan_counters(self) -> dict:
+        return self.fabric.wan_counters() if self.fabric is not None else {}
+
+    def topology_meta(self) -> Optional[dict]:
+        return self.fabric.topology_meta() if self.fabric is not None else None
+
     def counters(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
+        if self.fabric is not None:
+            return self.fabric.counters()
         if self._host_ipr is None:
             return out
         by_index = {h.host_ifindex: name for name, h in self.handles.items()}
@@ -361,6 +386,8 @@ class DockerRuntime:
         from ..state import cleanup_run
 
         self.save_logs()
+        if self.fabric is not None:
+            self.fabric.close()
         if self._host_ipr is not None:
             self._host_ipr.close()
             self._host_ipr = None

@@ -1,0 +1,214 @@
+"""The cluster's network, built in namespaces of edgebed's own: switches, site routers, WAN links.
+
+Both runtimes plug their nodes in here: the netns runtime its node namespaces, the docker
+runtime (for multi-site topologies) its containers' namespaces, attached by PID. Nothing of
+it sits in the host's root namespace, so the host's iptables (Docker's FORWARD DROP and its
+isolation rules for internal networks) never see the cluster's traffic.
+
+    one LAN:   node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw
+    sites:     node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw-<site> -- router (eb-<run>-rt-<site>)
+               routers joined pairwise by WAN veths wan-<peer>, each direction shaped on its egress
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..cluster import ClusterSpec, Node
+from ..netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
+from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
+from ..state import RunState, temp_link_name
+
+BRIDGE = "br0"
+ROUTER_INDEX = 0xD00  # temporary veth names: nodes count from 0, site routers and WAN links from here
+WAN_INDEX = 0xE00
+GATEWAY_INDEX = 0xFFF  # the host's veth to the switch keeps its temporary name: `down` finds it by that
+
+
+def switch_netns(run_id: str, site: Optional[str] = None) -> str:
+    return f"eb-{run_id}-sw" if site is None else f"eb-{run_id}-sw-{site}"
+
+
+def router_netns(run_id: str, site: str) -> str:
+    return f"eb-{run_id}-rt-{site}"
+
+
+class Fabric:
+    def __init__(self, state: RunState, caps: KernelCaps):
+        self.state = state
+        self.run_id = state.run_id
+        self.caps = caps
+        self._switches: dict[str, Any] = {}  # switch netns name -> its IPRoute
+        self._routers: dict[str, Any] = {}  # site -> its router's IPRoute
+        self.wan_plans: dict[tuple[str, str], DirectionPlan] = {}  # (from site, to site) -> plan
+        self.host_gateway_ifname: Optional[str] = None
+        self.plugged: set[str] = set()  # nodes whose switch-side veth is named after them
+
+    def _make_ns(self, name: str) -> None:
+        self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
+        self.state.save()
+        create_netns(name)
+
+    def _make_switch(self, name: str):
+        self._make_ns(name)
+        s = ns_iproute(name)
+        self._switches[name] = s
+        s.link("add", ifname=BRIDGE, kind="bridge")
+        br = s.link_lookup(ifname=BRIDGE)[0]
+        s.link("set", index=br, state="up")
+        return s, br
+
+    def build(self, ipr, spec: ClusterSpec, node_netns: dict[str, str]) -> dict[str, tuple[DirectionPlan, DirectionPlan]]:
+        """Switch(es), routers and WAN links; every node's netns plugged in. Returns node -> (up, down) plans."""
+        plans = {}
+        if spec.topology is None:
+            sw = switch_netns(self.run_id)
+            s, br = self._make_switch(sw)
+            for i, node in enumerate(spec.nodes):
+                plans[node.name] = self._plug(ipr, sw, s, br, i, node, node_netns[node.name], spec.prefixlen)
+            if spec.host_gateway:
+                self._create_host_gateway(ipr, s, br, spec)
+            return plans
+        topo = spec.topology
+        switches = {}
+        for site in topo.sites:
+            sw = switch_netns(self.run_id, site.name)
+            s, br = self._make_switch(sw)
+            switches[site.name] = (sw, s, br)
+            self._create_router(ipr, site, sw, s, br)
+        for i, node in enumerate(spec.nodes):
+            sw, s, br = switches[node.site]
+            site = topo.site(node.site)
+            plans[node.name] = self._plug(ipr, sw, s, br, i, node, node_netns[node.name], site.prefixlen,
+                                          gateway=site.router)
+        for j, edge in enumerate(topo.edges):
+            self._create_wan_link(ipr, j, edge)
+        for site in topo.sites:
+            r = self._routers[site.name]
+            for subnet, (via, _ifname) in topo.routes(site.name).items():
+                r.route("add", dst=subnet, gateway=via)
+        return plans
+
+    def _create_router(self, ipr, site, sw: str, s, br: int) -> None:
+        name = router_netns(self.run_id, site.name)
+        self._make_ns(name)
+        r = ns_iproute(name)
+        self._routers[site.name] = r
+        set_sysctl(name, "net/ipv4/ip_forward", "1")
+        a, b = temp_link_name(self.run_id, ROUTER_INDEX + site.index, "x"), temp_link_name(self.run_id, ROUTER_INDEX + site.index, "y")
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+        ipr.link("set", index=ipr.link_lookup(ifname=a)[0], net_ns_fd=name)
+        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=sw)
+        idx = r.link_lookup(ifname=a)[0]
+        r.link("set", index=idx, ifname="lan")
+        r.addr("add", index=idx, address=site.router, prefixlen=site.prefixlen)
+        r.link("set", index=idx, state="up")
+        r.link("set", index=r.link_lookup(ifname="lo")[0], state="up")
+        pidx = s.link_lookup(ifname=b)[0]
+        s.link("set", index=pidx, ifname="router")
+        s.link("set", index=pidx, master=br, state="up")
+
+    def _create_wan_link(self, ipr, j: int, edge) -> None:
+        """A point-to-point veth between two routers; each end shapes its own direction on egress."""
+        a, b = temp_link_name(self.run_id, WAN_INDEX + j, "x"), temp_link_name(self.run_id, WAN_INDEX + j, "y")
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+        for tmp, site in ((a, edge.a), (b, edge.b)):
+            ns = router_netns(self.run_id, site)
+            ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=ns)
+            r = self._routers[site]
+            idx = r.link_lookup(ifname=tmp)[0]
+            ifname = edge.ifname(site)
+            r.link("set", index=idx, ifname=ifname)
+            r.addr("add", index=idx, address=edge.address_of(site), prefixlen=edge.prefixlen)
+            r.link("set", index=idx, state="up")
+            plan = plan_direction(edge.direction_from(site), self.caps)
+            apply_direction(r, idx, plan)
+            self.wan_plans[(site, edge.b if site == edge.a else edge.a)] = plan
+            disable_offloads(ns, [ifname])
+
+    def _create_host_gateway(self, ipr, s, br: int, spec: ClusterSpec) -> None:
+        """Give this host the run's gateway address on the switch (as Docker's bridge has it), so
+        nodes reach a service on the host, e.g. an external Kafka. No route out is added: the
+        host does not forward for the nodes unless its owner makes it."""
+        a, b = temp_link_name(self.run_id, GATEWAY_INDEX, "x"), temp_link_name(self.run_id, GATEWAY_INDEX, "y")
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=switch_netns(self.run_id))
+        pidx = s.link_lookup(ifname=b)[0]
+        s.link("set", index=pidx, ifname="gw")
+        s.link("set", index=pidx, master=br, state="up")
+        idx = ipr.link_lookup(ifname=a)[0]
+        ipr.addr("add", index=idx, address=spec.gateway, prefixlen=spec.prefixlen)
+        ipr.link("set", index=idx, state="up")
+        self.host_gateway_ifname = a
+
+    def _plug(self, ipr, sw: str, s, br: int, i: int, node: Node, netns: str, prefixlen: int,
+              gateway: Optional[str] = None) -> tuple[DirectionPlan, DirectionPlan]:
+        """A veth from the node's netns (eth0, its address, uplink shaping) to the switch (downlink shaping)."""
+        a, b = temp_link_name(self.run_id, i, "x"), temp_link_name(self.run_id, i, "y")
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+        ipr.link("set", index=ipr.link_lookup(ifname=a)[0], net_ns_fd=netns)
+        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=sw)
+        up = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
+        down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
+        with ns_iproute(netns) as ns:
+            idx = ns.link_lookup(ifname=a)[0]
+            ns.link("set", index=idx, ifname="eth0")
+            ns.addr("add", index=idx, address=node.address, prefixlen=prefixlen)
+            ns.link("set", index=idx, state="up")
+            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+            if gateway is not None:  # other sites are reached through the site's router
+                ns.route("add", dst="default", gateway=gateway)
+            apply_direction(ns, idx, up)
+        pidx = s.link_lookup(ifname=b)[0]
+        s.link("set", index=pidx, ifname=node.name)
+        s.link("set", index=pidx, master=br, state="up")
+        apply_direction(s, pidx, down)
+        disable_offloads(netns, ["eth0"])
+        disable_offloads(sw, [node.name])
+        self.plugged.add(node.name)
+        return up, down
+
+    # -- observation -------------------------------------------------------------------
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Per plugged node: bytes/packets up (node -> net) and down, from the switch-side veth end."""
+        out: dict[str, dict[str, int]] = {}
+        for s in self._switches.values():
+            for link in s.get_links():
+                ifname = link.get_attr("IFLA_IFNAME")
+                if ifname not in self.plugged:
+                    continue
+                st = link.get_attr("IFLA_STATS64")
+                # The switch end *receives* what the node sends (uplink) and *transmits* downlink.
+                out[ifname] = {
+                    "up_bytes": st["rx_bytes"], "up_packets": st["rx_packets"],
+                    "down_bytes": st["tx_bytes"], "down_packets": st["tx_packets"],
+                }
+        return out
+
+    def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
+        """Per WAN link end (site, peer site): bytes/packets sent towards the peer ("up") and received."""
+        out = {}
+        for site, r in self._routers.items():
+            for link in r.get_links():
+                ifname = link.get_attr("IFLA_IFNAME") or ""
+                if not ifname.startswith("wan-"):
+                    continue
+                st = link.get_attr("IFLA_STATS64")
+                out[(site, ifname[4:])] = {"up_bytes": st["tx_bytes"], "up_packets": st["tx_packets"],
+                                           "down_bytes": st["rx_bytes"], "down_packets": st["rx_packets"]}
+        return out
+
+    def topology_meta(self) -> Optional[dict]:
+        if not self.wan_plans:
+            return None
+        return {"wan": {f"{a}->{b}": plan.to_meta() for (a, b), plan in self.wan_plans.items()},
+                "routers": {site: router_netns(self.run_id, site) for site in self._routers}}
+
+    def close(self) -> None:
+        for ipr in list(self._switches.values()) + list(self._routers.values()):
+            try:
+                ipr.close()
+            except Exception:
+                pass
+        self._switches.clear()
+        self._routers.clear()
