@@ -100,7 +100,8 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     sc = Scenario.model_validate(cfg.scenario)
     _setup_torch(cfg, sc)
     model, _ = _model_and_data(sc)
-    server = ServerState(params=_params(model), lr=sc.workload.lr, n_workers=len(cfg.workers))
+    server = ServerState(params=_params(model), lr=sc.workload.lr, n_workers=len(cfg.workers),
+                         workers=list(cfg.workers))
     strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
     zctx = zmq.Context()
     ep = transport.ps_endpoint(zctx, cfg.ps_address, cfg.delay, seed=sc.seed)

@@ -267,8 +267,8 @@ def _assert_png(path: Path) -> None:
 def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path)
     written = plot_run(run)
-    # streaming.png needs a streaming run's buffer.csv, which this run has not
-    assert [p.name for p in written] == [f for f in PLOT_FILES if f != "streaming.png"]
+    # streaming.png needs a streaming run's buffer.csv, wan.png WAN links: this run has neither
+    assert [p.name for p in written] == [f for f in PLOT_FILES if f not in ("streaming.png", "wan.png")]
     for p in written:
         assert p.parent == run / "plots"
         _assert_png(p)
@@ -280,7 +280,7 @@ def test_plot_run_skips_missing_tables(tmp_path: Path) -> None:
     run = make_run(tmp_path, evals=False, traffic=False, events=False, target=None)
     out_dir = tmp_path / "figs"
     written = plot_run(run, out_dir)
-    assert [p.name for p in written] == ["loss.png", "steps.png"]
+    assert [p.name for p in written] == ["loss.png", "steps.png", "topology.png"]  # topology: from meta.json
     for p in written:
         assert p.parent == out_dir
         _assert_png(p)

@@ -35,7 +35,7 @@ def _clone(ts):
 
 
 def test_registry():
-    assert set(STRATEGIES) == {"bsp", "asgd"}
+    assert {"bsp", "asgd", "ssp", "local_sgd", "comp_asgd", "adacomp"} <= set(STRATEGIES)
     assert get_strategy_class("bsp") is BSP and get_strategy_class("asgd") is ASGD
     assert BSP.synchronous and not ASGD.synchronous
     assert isinstance(make_strategy("asgd"), ASGD)
@@ -45,7 +45,7 @@ def test_unknown_strategy_lists_known_names():
     with pytest.raises(StrategyError) as ei:
         get_strategy_class("nope")
     msg = str(ei.value)
-    assert "unknown algorithm 'nope'" in msg and "known: asgd, bsp" in msg
+    assert "unknown algorithm 'nope'" in msg and "known: adacomp, asgd, bsp" in msg
     with pytest.raises(StrategyError):
         make_strategy("nope")
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from .adacomp import AdaComp
 from .asgd import ASGD
 from .base import ServerState, Strategy, StrategyError, WorkerContext
 from .bsp import BSP
+from .comp_asgd import CompASGD
+from .local_sgd import LocalSGD
+from .ssp import SSP
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp)}
 
 
 def get_strategy_class(name: str) -> type[Strategy]:

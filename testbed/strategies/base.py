@@ -26,8 +26,14 @@ class StrategyError(ValueError):
     pass
 
 
-class NoParams(BaseModel):
+class StrategyParams(BaseModel):
+    """Base of every strategy's parameters: unknown names are errors."""
+
     model_config = ConfigDict(extra="forbid")
+
+
+class NoParams(StrategyParams):
+    pass
 
 
 @dataclass
@@ -39,6 +45,7 @@ class ServerState:
     n_workers: int
     version: int = 0
     updates_received: int = 0
+    workers: list[str] = field(default_factory=list)  # every worker's name (some may not have pushed yet)
     # Per-push log the PS writes to server.csv: (worker, staleness, lr applied).
     log: list[tuple[str, int, float]] = field(default_factory=list)
 

@@ -1,0 +1,146 @@
+"""The papers' arithmetic on small known tensors: SSP blocking, local SGD = model averaging,
+Comp-ASGD's whole-model top-c, AdaComp's per-parameter staleness and learning rates (Eq. 3-5)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from testbed.strategies import ServerState, WorkerContext, make_strategy
+from testbed.strategies import sparse
+
+
+def ctx(step=1, base=0, worker="w0"):
+    return WorkerContext(worker=worker, rank=0, step=step, base_version=base, lr=0.1)
+
+
+def server(params, lr=1.0, workers=("w0", "w1", "w2")):
+    return ServerState(params={k: v.clone() for k, v in params.items()}, lr=lr, n_workers=len(workers),
+                       workers=list(workers))
+
+
+# --------------------------------------------------------------------------- sparse wire
+
+
+def test_sparse_payload_bytes_scale_with_the_kept_fraction():
+    from testbed import wire
+
+    g = {"w": torch.randn(100, 100)}
+    dense = wire.message_bytes(wire.encode(wire.Message("push", g)))
+    kept = sparse.encode({"w": sparse.top_k_flat(g["w"], 100)})
+    small = wire.message_bytes(wire.encode(wire.Message("push", kept)))
+    assert dense > 40_000 and 800 <= small < 1_200  # 100 x (4 B index + 4 B value) + header
+    back = sparse.densify(kept, {"w": g["w"].shape})["w"]
+    assert (back != 0).sum() == 100
+    assert torch.equal(back[back != 0], g["w"][back != 0])
+    assert back.abs().min() == 0 and back.abs().max() == g["w"].abs().max()
+
+
+# --------------------------------------------------------------------------- SSP
+
+
+def test_ssp_blocks_a_worker_more_than_s_clocks_ahead():
+    s = make_strategy("ssp", {"staleness": 1})
+    srv = server({"x": torch.zeros(1)})
+    g = {"x": torch.ones(1)}
+    assert s.server_on_push(srv, "w0", g, 0) == ["w0"]  # clock 1, slowest 0: within 1
+    assert s.server_on_push(srv, "w0", g, 1) == []  # clock 2 vs 0: blocked
+    assert srv.version == 2 and float(srv.params["x"]) == -2.0  # its update is applied all the same
+    assert s.server_on_push(srv, "w1", g, 0) == ["w1"]  # w1 at 1; slowest (w2) still 0
+    assert s.server_on_push(srv, "w2", g, 0) == ["w0", "w2"]  # slowest now 1: w0 (2) is released
+    assert s.server_on_leave(srv, "w2") == []
+
+
+def test_ssp_leaving_worker_releases_the_others():
+    s = make_strategy("ssp", {"staleness": 0})
+    srv = server({"x": torch.zeros(1)}, workers=("w0", "w1"))
+    assert s.server_on_push(srv, "w0", {"x": torch.ones(1)}, 0) == []
+    assert s.server_on_leave(srv, "w1") == ["w0"]
+
+
+# --------------------------------------------------------------------------- local SGD
+
+
+def test_local_sgd_is_the_average_of_the_local_models():
+    """2 workers, H = 3, lr 0.1, plain SGD: the PS's model after the sync is the mean of theirs."""
+    torch.manual_seed(0)
+    w0 = torch.randn(4)
+    lr, H = 0.1, 3
+    grads = {w: [torch.randn(4) for _ in range(H)] for w in ("w0", "w1")}
+    local = {w: w0 - lr * sum(grads[w]) for w in grads}  # what each worker's copy becomes
+    strategies = {w: make_strategy("local_sgd", {"period": H}) for w in grads}
+    srv = server({"p": w0}, lr=lr, workers=("w0", "w1"))
+    answered = []
+    for w in grads:
+        for h in range(H):
+            out = strategies[w].worker_payload({"p": grads[w][h]}, ctx(step=h + 1, worker=w))
+            assert (out is None) == (h < H - 1)  # local steps, then one push
+        answered.append(out)
+    s = make_strategy("local_sgd", {"period": H})
+    assert s.server_on_push(srv, "w0", answered[0], 0) == []
+    assert s.server_on_push(srv, "w1", answered[1], 0) == ["w0", "w1"]
+    assert torch.allclose(srv.params["p"], (local["w0"] + local["w1"]) / 2, atol=1e-6)
+    # the next period starts from an empty sum
+    assert strategies["w0"].worker_payload({"p": torch.ones(4)}, ctx(step=4)) is None
+
+
+# --------------------------------------------------------------------------- Comp-ASGD
+
+
+def test_comp_asgd_keeps_the_largest_entries_of_the_whole_model():
+    s = make_strategy("comp_asgd", {"c": 0.3})
+    g = {"a": torch.tensor([0.1, -5.0, 0.2, 0.0]), "b": torch.tensor([3.0, -0.3, 4.0])}
+    payload = s.worker_payload(g, ctx())
+    entries, _ = sparse.decode(payload)
+    # ceil(0.3 * 7) = 3 largest over both tensors: -5 (a[1]), 4 (b[2]), 3 (b[0]); none else from a
+    assert entries["a"][0].tolist() == [1] and entries["a"][1].tolist() == [-5.0]
+    assert entries["b"][0].tolist() == [0, 2] and entries["b"][1].tolist() == [3.0, 4.0]
+    srv = server({"a": torch.zeros(4), "b": torch.zeros(3)}, lr=1.0)
+    srv.version = 4
+    assert s.server_on_push(srv, "w0", payload, 2) == ["w0"]  # staleness 2: lr / 2
+    assert srv.params["a"].tolist() == [0.0, 2.5, 0.0, 0.0]
+    assert srv.params["b"].tolist() == [-1.5, 0.0, -2.0]
+    assert srv.log[-1] == ("w0", 2, 0.5)
+
+
+# --------------------------------------------------------------------------- AdaComp
+
+
+def test_adacomp_selects_per_tensor():
+    s = make_strategy("adacomp", {"c": 0.5})
+    g = {"a": torch.tensor([0.1, -5.0, 0.2, 0.0]), "b": torch.tensor([0.3, -0.2])}
+    entries, _ = sparse.decode(s.worker_payload(g, ctx()))
+    # ceil(0.5 * 4) = 2 of a, ceil(0.5 * 2) = 1 of b: every tensor keeps some, unlike Comp-ASGD
+    assert entries["a"][0].tolist() == [1, 2] and entries["b"][0].tolist() == [0]
+
+
+def test_adacomp_per_parameter_staleness_and_learning_rate():
+    """A hand-built sequence: w1 and w2 push while w0 computes on the model it pulled at 0."""
+    s = make_strategy("adacomp", {"c": 1.0})
+    srv = server({"x": torch.zeros(4)}, lr=1.0)
+
+    def push(worker, idx, val, base):
+        payload = sparse.encode({"x": (torch.tensor(idx, dtype=torch.int32), torch.tensor(val))})
+        return s.server_on_push(srv, worker, payload, base)
+
+    assert push("w1", [0, 1], [1.0, 1.0], 0) == ["w1"]  # u = 0 touches 0, 1; nothing since its pull
+    assert srv.params["x"].tolist() == [-1.0, -1.0, 0.0, 0.0]
+    push("w2", [1, 2], [1.0, 1.0], 0)  # u = 1: sigma = (1 for k=1, 0 for k=2) -> lr (1, 1)
+    assert srv.params["x"].tolist() == [-1.0, -2.0, -1.0, 0.0]
+    # w0 pulled at 0 and pushes at i = 2: sigma_0 = 1 (u=0), sigma_1 = 2 (u=0, 1), sigma_2 = 1, sigma_3 = 0
+    push("w0", [0, 1, 2, 3], [4.0, 4.0, 4.0, 4.0], 0)
+    assert srv.params["x"].tolist() == [-1.0 - 4.0, -2.0 - 2.0, -1.0 - 4.0, -4.0]
+    assert srv.version == 3
+    assert srv.log[-1][:2] == ("w0", 2) and srv.log[-1][2] == pytest.approx((4 + 2 + 4 + 4) / 4 / 4)
+    # a worker that pulled at 2 sees only u = 2 (w0's update touched all four)
+    assert s.staleness("x", torch.arange(4), 4, 2).tolist() == [1, 1, 1, 1]
+    assert s.staleness("x", torch.arange(4), 4, 3).tolist() == [0, 0, 0, 0]
+
+
+def test_adacomp_history_keeps_the_last_d_updates():
+    s = make_strategy("adacomp", {"c": 1.0, "history": 2})
+    srv = server({"x": torch.zeros(1)})
+    for w in ("w0", "w1", "w2"):
+        s.server_on_push(srv, w, sparse.encode({"x": (torch.tensor([0], dtype=torch.int32), torch.ones(1))}), 0)
+    assert len(s.trace) == 2
+    assert s.staleness("x", torch.tensor([0]), 1, 0).tolist() == [2]  # u = 0 is forgotten: a lower bound
