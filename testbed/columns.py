@@ -7,6 +7,7 @@ can write records.
 STEP_COLUMNS: list[str] = [
     "time", "node", "step", "loss", "batch_size", "lr", "bytes_sent", "bytes_received",
     "compute_seconds", "comm_seconds", "model_version",
+    "compressed",  # adaptive compression (ScaDLES): whether this step's push was compressed; empty otherwise
 ]  # fmt: skip
 EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss", "samples"]
 TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "delta_bytes", "packets"]

@@ -54,7 +54,7 @@ Kind = Literal["time", "int", "float", "name", "str"]
 STEP_SCHEMA: dict[str, Kind] = {
     "time": "time", "node": "name", "step": "int", "loss": "float", "batch_size": "int",
     "lr": "float", "bytes_sent": "int", "bytes_received": "int", "compute_seconds": "float",
-    "comm_seconds": "float", "model_version": "int",
+    "comm_seconds": "float", "model_version": "int", "compressed": "float",  # 1/0, empty when not compressing
 }  # fmt: skip
 EVAL_SCHEMA: dict[str, Kind] = {
     "time": "time", "step": "int", "updates_received": "int", "accuracy": "float",

@@ -129,6 +129,13 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                           {"version": server.version, "updates_received": server.updates_received,
                            "time": _now(cfg), "final": final}))
 
+    def tell(result) -> None:
+        """Send a completed vote's outcome (SelSync's all-gathered flags) to the voters."""
+        if result is not None:
+            voters, outcome = result
+            for w in voters:
+                ep.send(Message("decision", meta={"sync": outcome, "version": server.version}), w)
+
     def serve(msgs) -> None:
         nonlocal evaluator_ready, reason, next_eval, ingress_payload
         for sender, msg, nbytes in msgs:
@@ -146,6 +153,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 ingress_payload += nbytes
                 server.updates_received += 1
                 before = len(server.log)
+                server.push_meta = msg.meta
                 answer = strategy.server_on_push(server, sender, msg.tensors, int(msg.meta["base_version"]))
                 for w, staleness, lr in server.log[before:]:
                     log.write(time=_now(cfg), version=server.version, worker=w, staleness=staleness, lr=lr,
@@ -160,10 +168,13 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 evaluator_ready = True
             elif msg.kind == "target_reached":
                 reason = reason or "target_accuracy"
+            elif msg.kind == "vote":
+                tell(strategy.server_on_vote(server, sender, bool(msg.meta["flag"])))
             elif msg.kind == "bye":
                 left.add(sender)
                 for w in strategy.server_on_leave(server, sender):
                     send_model(w)
+                tell(strategy.server_on_vote(server, None, False))  # a vote may now be complete
 
     try:
         while reason is None:
@@ -268,11 +279,11 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     stream_log = metrics.open_table(Path(cfg.run_dir), "stream.csv") if feeder is not None else None
     version = -1
 
-    def wait_reply() -> Optional[Message]:
-        """The next 'model' or 'stop' from the PS; None when the runner says stop."""
+    def wait_reply(kinds=("model", "stop")) -> Optional[Message]:
+        """The next message of `kinds` (or 'stop') from the PS; None when the runner says stop."""
         while not stop_event.is_set():
             for _, msg, _ in ep.recv(0.1):
-                if msg.kind in ("model", "stop"):
+                if msg.kind in kinds or msg.kind == "stop":
                     return msg
         return None
 
@@ -298,10 +309,20 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             loss = F.cross_entropy(model(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
             loss.backward()
             grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
-            ctx = WorkerContext(worker=cfg.node, rank=cfg.rank, step=step, base_version=version, lr=lr)
-            payload = strategy.worker_payload(grads, ctx)
+            ctx = WorkerContext(worker=cfg.node, rank=cfg.rank, step=step, base_version=version, lr=lr,
+                                model_params=dict(model.named_parameters()), n_workers=len(cfg.workers))
             t_computed = time.time()
             sent = received = 0
+            vote = strategy.worker_vote(grads, ctx)
+            if vote is not None:  # every worker's flag, gathered through the PS, decides this step
+                before = ep.bytes_received
+                sent += ep.send(Message("vote", meta={"flag": bool(vote), "step": step}))
+                decision = wait_reply(("decision",))
+                received += ep.bytes_received - before
+                if decision is None or decision.kind == "stop":
+                    break
+                ctx.sync = bool(decision.meta["sync"])
+            payload = strategy.worker_payload(grads, ctx)
             if payload is None:  # the strategy keeps this step local
                 with torch.no_grad():
                     for n, p in model.named_parameters():
@@ -309,13 +330,15 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
                             p.sub_(p.grad, alpha=lr)
             else:
                 before = ep.bytes_received
-                sent = ep.send(Message("push", payload, {"base_version": version, "step": step}))
+                sent += ep.send(Message("push", payload, {"base_version": version, "step": step,
+                                                          "batch_size": len(yb)}))
                 reply = wait_reply()
-                received = ep.bytes_received - before
+                received += ep.bytes_received - before
             t_done = time.time()
             log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(yb), lr=lr,
                       bytes_sent=sent, bytes_received=received, compute_seconds=t_computed - t_start,
-                      comm_seconds=t_done - t_computed, model_version=version)
+                      comm_seconds=t_done - t_computed, model_version=version,
+                      compressed=_flag(getattr(strategy, "last_compressed", None)))
             if payload is not None:
                 if reply is None or reply.kind == "stop":
                     break
@@ -332,6 +355,10 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             pass
         ep.close()
         zctx.term()
+
+
+def _flag(v: Optional[bool]) -> Optional[int]:
+    return None if v is None else int(v)
 
 
 def _start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):

@@ -355,4 +355,7 @@ def test_cli_algorithms():
     res = runner.invoke(app, ["algorithms"])
     assert res.exit_code == 0
     names = [line.split()[0] for line in res.stdout.splitlines() if line and not line.startswith(" ")]
-    assert names == ["asgd", "bsp"]
+    from testbed.strategies import STRATEGIES
+
+    assert names == sorted(STRATEGIES) and {"bsp", "asgd", "adacomp", "selsync"} <= set(names)
+    assert "    c = 0.01" in res.stdout  # parameters with their defaults

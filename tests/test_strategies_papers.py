@@ -144,3 +144,105 @@ def test_adacomp_history_keeps_the_last_d_updates():
         s.server_on_push(srv, w, sparse.encode({"x": (torch.tensor([0], dtype=torch.int32), torch.ones(1))}), 0)
     assert len(s.trace) == 2
     assert s.staleness("x", torch.tensor([0]), 1, 0).tolist() == [2]  # u = 0 is forgotten: a lower bound
+
+
+# --------------------------------------------------------------------------- ScaDLES
+
+
+def test_scadles_weights_by_streamed_samples_and_scales_the_lr():
+    """Eq. 4a-4c: devices that trained on 10 and 30 samples; B = 20 * 2 = 40."""
+    s = make_strategy("scadles", {"base_batch": 20})
+    srv = server({"x": torch.zeros(2)}, lr=0.1, workers=("w0", "w1"))
+    srv.push_meta = {"batch_size": 10}
+    assert s.server_on_push(srv, "w0", {"x": torch.tensor([1.0, 0.0])}, 0) == []
+    srv.push_meta = {"batch_size": 30}
+    assert s.server_on_push(srv, "w1", {"x": torch.tensor([0.0, 1.0])}, 0) == ["w0", "w1"]
+    # g~ = 0.25 (1, 0) + 0.75 (0, 1); eta_scaled = 0.1 * 40 / 40 = 0.1
+    assert srv.params["x"].tolist() == pytest.approx([-0.025, -0.075])
+    srv.push_meta = {"batch_size": 60}
+    s.server_on_push(srv, "w0", {"x": torch.tensor([1.0, 0.0])}, 1)
+    s.server_on_push(srv, "w1", {"x": torch.tensor([1.0, 0.0])}, 1)
+    # 120 samples this step: eta_scaled = 0.1 * 120 / 40 = 0.3
+    assert srv.params["x"].tolist() == pytest.approx([-0.325, -0.075])
+    assert srv.log[-1][2] == pytest.approx(0.3)
+
+
+def test_scadles_unweighted_is_the_plain_mean():
+    s = make_strategy("scadles", {"weighted": False, "lr_scaling": False})
+    srv = server({"x": torch.zeros(1)}, lr=1.0, workers=("w0", "w1"))
+    srv.push_meta = {"batch_size": 10}
+    s.server_on_push(srv, "w0", {"x": torch.tensor([1.0])}, 0)
+    srv.push_meta = {"batch_size": 90}
+    s.server_on_push(srv, "w1", {"x": torch.tensor([3.0])}, 0)
+    assert srv.params["x"].tolist() == [-2.0]
+
+
+@pytest.mark.parametrize("delta,compressed", [(0.19, False), (0.2, True), (0.21, True)])
+def test_scadles_compresses_at_deltas_boundary(delta, compressed):
+    """g = (4, 2), cr 0.5 keeps 4: | |g|^2 - |Topk(g)|^2 | / |g|^2 = |20 - 16| / 20 = 0.2."""
+    s = make_strategy("scadles", {"cr": 0.5, "delta": delta})
+    payload = s.worker_payload({"a": torch.tensor([4.0, 2.0])}, ctx())
+    assert s.last_compressed is compressed
+    assert ("a@i" in payload) is compressed and ("a" in payload) is not compressed
+
+
+# --------------------------------------------------------------------------- SelSync
+
+
+def test_relative_grad_change_follows_eq_2_with_ewma():
+    from testbed.strategies.selsync import RelativeGradChange
+
+    r = RelativeGradChange(smoothing=0.5, window=25)
+    assert r.update(4.0) == float("inf")  # the first step has nothing to compare with
+    # window (4, 8), weights 0.5 and 1: E = (8 + 2) / 1.5 = 6.667 -> |6.667 - 4| / 4
+    assert r.update(8.0) == pytest.approx((20 / 3 - 4) / 4)
+    # window (4, 8, 6): E = (6 + 4 + 1) / 1.75 = 6.2857
+    assert r.update(6.0) == pytest.approx(abs(11 / 1.75 - 20 / 3) / (20 / 3))
+    w = RelativeGradChange(smoothing=0.5, window=2)
+    for v in (100.0, 4.0, 4.0):
+        last = w.update(v)
+    assert w.ewma == pytest.approx(4.0)  # 100 left the window
+    assert last == pytest.approx(abs(4.0 - 36.0) / 36.0)
+
+
+def test_selsync_votes_from_a_gradient_sequence():
+    """delta 0.3: |g|^2 goes 1, 1, 4 (smoothing 1 = no smoothing): votes sync, local, sync."""
+    s = make_strategy("selsync", {"delta": 0.3, "smoothing": 1.0})
+    votes = [s.worker_vote({"g": torch.tensor([x])}, ctx(step=i + 1)) for i, x in enumerate((1.0, 1.0, 2.0))]
+    assert votes == [True, False, True] and s.last_change == pytest.approx(3.0)
+
+
+def test_selsync_any_flag_synchronizes_everyone_and_pa_averages_models():
+    s = make_strategy("selsync", {"delta": 0.3})
+    srv = server({"x": torch.tensor([0.0, 0.0])}, lr=0.1, workers=("w0", "w1"))
+    assert s.server_on_vote(srv, "w0", False) is None
+    assert s.server_on_vote(srv, "w1", True) == (["w0", "w1"], True)
+    assert s.server_on_vote(srv, "w0", False) is None
+    assert s.server_on_vote(srv, "w1", False) == (["w0", "w1"], False)  # nobody flagged: local step
+    # PA: each pushes its model after its local step; the PS takes their mean
+    c0 = ctx(step=3, worker="w0")
+    c0.model_params, c0.sync = {"x": torch.tensor([1.0, 2.0])}, True
+    p0 = s.worker_payload({"x": torch.tensor([10.0, 0.0])}, c0)  # 1 - 0.1 * 10 = 0
+    assert p0["x"].tolist() == pytest.approx([0.0, 2.0])
+    c0.sync = False
+    assert s.worker_payload({"x": torch.ones(2)}, c0) is None
+    s.server_on_push(srv, "w0", p0, 0)
+    assert s.server_on_push(srv, "w1", {"x": torch.tensor([4.0, 4.0])}, 0) == ["w0", "w1"]
+    assert srv.params["x"].tolist() == pytest.approx([2.0, 3.0]) and srv.version == 1
+
+
+def test_selsync_vote_completes_when_a_worker_leaves():
+    s = make_strategy("selsync", {})
+    srv = server({"x": torch.zeros(1)}, workers=("w0", "w1"))
+    assert s.server_on_vote(srv, "w0", True) is None
+    s.server_on_leave(srv, "w1")
+    assert s.server_on_vote(srv, None, False) == (["w0"], True)
+
+
+def test_scadles_accepts_a_push_that_leaves_tensors_out():
+    s = make_strategy("scadles", {"lr_scaling": False, "weighted": False})
+    srv = server({"a": torch.zeros(2), "b": torch.zeros(2)}, lr=1.0, workers=("w0", "w1"))
+    srv.push_meta = {"batch_size": 1}
+    s.server_on_push(srv, "w0", sparse.encode({"a": (torch.tensor([1], dtype=torch.int32), torch.tensor([2.0]))}), 0)
+    s.server_on_push(srv, "w1", {"a": torch.tensor([0.0, 2.0]), "b": torch.tensor([4.0, 0.0])}, 0)
+    assert srv.params["a"].tolist() == [0.0, -2.0] and srv.params["b"].tolist() == [-2.0, 0.0]

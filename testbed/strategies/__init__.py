@@ -8,9 +8,11 @@ from .base import ServerState, Strategy, StrategyError, WorkerContext
 from .bsp import BSP
 from .comp_asgd import CompASGD
 from .local_sgd import LocalSGD
+from .scadles import ScaDLES
+from .selsync import SelSync
 from .ssp import SSP
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync)}
 
 
 def get_strategy_class(name: str) -> type[Strategy]:

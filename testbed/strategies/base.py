@@ -46,6 +46,7 @@ class ServerState:
     version: int = 0
     updates_received: int = 0
     workers: list[str] = field(default_factory=list)  # every worker's name (some may not have pushed yet)
+    push_meta: dict = field(default_factory=dict)  # the meta of the push being handled (e.g. batch_size)
     # Per-push log the PS writes to server.csv: (worker, staleness, lr applied).
     log: list[tuple[str, int, float]] = field(default_factory=list)
 
@@ -64,6 +65,9 @@ class WorkerContext:
     step: int
     base_version: int
     lr: float
+    model_params: Optional[Tensors] = None  # the worker's current parameters (before this step's update)
+    n_workers: int = 1
+    sync: Optional[bool] = None  # the outcome of this step's vote, for strategies that vote
 
 
 class Strategy:
@@ -83,7 +87,17 @@ class Strategy:
         """Tensors to push for this step (default: the dense gradients)."""
         return grads
 
+    def worker_vote(self, grads: Tensors, ctx: WorkerContext) -> Optional[bool]:
+        """A flag to share with every worker before this step's payload (SelSync's "synchronize
+        now?"); None: this strategy does not vote. The outcome arrives as ctx.sync."""
+        return None
+
     # -- server side --------------------------------------------------------------------
+    def server_on_vote(self, server: ServerState, worker: Optional[str], flag: bool) -> Optional[tuple[list[str], bool]]:
+        """Collect a vote (worker None: only check, e.g. after a worker left); once every active
+        worker voted, return (workers to tell, outcome)."""
+        return None
+
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
         raise NotImplementedError
 

@@ -34,14 +34,18 @@ class BSP(Strategy):
         self._pending: dict[str, Tensors] = {}
         self._left: set[str] = set()
 
+    def aggregate(self, server: ServerState) -> tuple[Tensors, float]:
+        """The step's update and learning rate from the pending pushes (BSP: the plain mean)."""
+        return average(list(self._pending.values())), server.lr
+
     def _complete(self, server: ServerState) -> list[str]:
         expected = server.n_workers - len(self._left)
         if not self._pending or len(self._pending) < expected:
             return []
-        update = average(list(self._pending.values()))
-        server.apply(update, server.lr)
+        update, lr = self.aggregate(server)
+        server.apply(update, lr)
         for w in self._pending:
-            server.log.append((w, 0, server.lr))
+            server.log.append((w, 0, lr))
         answered = sorted(self._pending)
         self._pending.clear()
         return answered

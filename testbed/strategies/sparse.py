@@ -49,10 +49,15 @@ def decode(payload: Tensors) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor
     return sparse, dense
 
 
-def densify(payload: Tensors, shapes: dict[str, torch.Size]) -> Tensors:
-    """A payload with its sparse entries scattered into zero tensors of the parameters' shapes."""
+def densify(payload: Tensors, shapes: dict[str, torch.Size], fill_missing: bool = False) -> Tensors:
+    """A payload with its sparse entries scattered into zero tensors of the parameters' shapes
+    (and, with fill_missing, a zero tensor for each parameter the payload left out)."""
     sparse, dense = decode(payload)
     out = dict(dense)
+    if fill_missing:
+        for name, shape in shapes.items():
+            if name not in dense and name not in sparse:
+                out[name] = torch.zeros(shape, dtype=torch.float32)
     for name, (idx, val) in sparse.items():
         flat = torch.zeros(math.prod(shapes[name]), dtype=torch.float32)
         flat[idx] = val.to(torch.float32)

@@ -1,0 +1,86 @@
+"""ScaDLES (Tyagi & Sharma, scadles.txt): training on streams of heterogeneous rates.
+
+Each device trains on a batch that follows its stream (b_i = S_i clipped to [b_min, b_max]:
+the streaming data plane's `batch: stream`, ScaDLES Sec. IV). This strategy is the
+synchronous aggregation around it:
+
+* weighted aggregation (Eq. 4a, 4b): r_i = S_i / sum_j S_j, g~ = sum_i r_i g_i, with S_i
+  the samples device i trained on this step (its batch, = its rate under stream batches);
+* linear lr scaling (Eq. 4c): w <- w - eta_scaled g~, eta_scaled = eta * sum_j S_j / B with
+  B = base_batch * N (NOTES.md: the paper's code uses B = 64 N), per iteration;
+* adaptive Top-k compression (Sec. IV): a device sends Topk(g), the fraction `cr` largest
+  entries of its update, when | |g|^2 - |Topk(g)|^2 | / |g|^2 <= delta, else the dense g;
+  the CNC ratio (compressed / all iterations) is read from steps.csv's `compressed` column.
+
+Not here (yet): data injection (alpha, beta) for non-IID streams, which needs devices to send
+samples to each other.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+from pydantic import Field
+
+from . import sparse
+from .base import ServerState, StrategyParams, Tensors, WorkerContext
+from .bsp import BSP
+from .comp_asgd import top_c_whole_model
+
+
+class ScaDLESParams(StrategyParams):
+    weighted: bool = Field(True, description="weight each device's gradient by its samples (Eq. 4a-4b)")
+    lr_scaling: bool = Field(True, description="scale lr by sum of the devices' samples / B (Eq. 4c)")
+    base_batch: int = Field(64, ge=1, description="per-device batch of the lr rule's B = base_batch * N")
+    cr: Optional[float] = Field(None, gt=0, le=1, description="Top-k fraction for adaptive compression (None: off)")
+    delta: float = Field(0.3, ge=0, description="send Top-k when the relative squared-norm loss is <= delta")
+
+
+def compression_loss(g: Tensors, kept: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> float:
+    """| |g|^2 - |Topk(g)|^2 | / |g|^2 over the whole update (ScaDLES Sec. IV)."""
+    total = sum(float(t.detach().to(torch.float32).pow(2).sum()) for t in g.values())
+    top = sum(float(v.pow(2).sum()) for _, v in kept.values())
+    return abs(total - top) / total if total > 0 else 0.0
+
+
+class ScaDLES(BSP):
+    name = "scadles"
+    summary = "synchronous, gradients weighted by each device's streamed samples, lr scaled, adaptive Top-k"
+    paper = "ScaDLES Eq. 4a-4c, Sec. IV"
+    synchronous = True
+    Params = ScaDLESParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.last_compressed: Optional[bool] = None
+        self._samples: dict[str, int] = {}
+
+    def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Tensors:
+        if self.params.cr is None:
+            return grads
+        kept = top_c_whole_model(grads, self.params.cr)
+        self.last_compressed = compression_loss(grads, kept) <= self.params.delta
+        return sparse.encode(kept) if self.last_compressed else grads
+
+    def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
+        self._samples[worker] = int(server.push_meta.get("batch_size") or 1)
+        # a compressed push may leave whole tensors out: they count as zero in the weighted sum
+        return super().server_on_push(server, worker, sparse.densify(
+            payload, {n: p.shape for n, p in server.params.items()}, fill_missing=True), base_version)
+
+    def aggregate(self, server: ServerState) -> tuple[Tensors, float]:
+        workers = sorted(self._pending)
+        samples = {w: self._samples.get(w, 1) for w in workers}
+        total = sum(samples.values())
+        weights = {w: (samples[w] / total if self.params.weighted else 1 / len(workers)) for w in workers}  # Eq. 4a
+        out: Tensors = {}
+        for name in self._pending[workers[0]]:
+            acc = torch.zeros_like(self._pending[workers[0]][name], dtype=torch.float32)
+            for w in workers:
+                acc.add_(self._pending[w][name].to(torch.float32), alpha=weights[w])  # Eq. 4b
+            out[name] = acc
+        lr = server.lr
+        if self.params.lr_scaling:  # Eq. 4c
+            lr = server.lr * total / (self.params.base_batch * server.n_workers)
+        return out, lr
