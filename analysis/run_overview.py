@@ -3,8 +3,10 @@
 
     python analysis/run_overview.py RUN [RUN...] [--out DIR]
 
-Writes RUN/plots/*.png for each run and, given several runs, compare_accuracy.png
-into --out DIR (default: the first run's parent directory).
+Writes RUN/plots/*.png for each run and, given several runs, compare_accuracy.png and
+compare_progress.png (each worker's local steps over time, one panel per run: BSP's
+lock-step against asynchronous algorithms' fast workers) into --out DIR (default: the
+first run's parent directory).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 # Lets the script run from a plain checkout, without edgebed installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.plotting import COMPARE_FILE, plot_compare, plot_run  # noqa: E402
+from testbed.plotting import COMPARE_FILE, PROGRESS_FILE, plot_compare, plot_progress_compare, plot_run  # noqa: E402
 from testbed.records import RunNotFound  # noqa: E402
 
 
@@ -42,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = args.out if args.out is not None else good[0].resolve().parent
         path = plot_compare(good, out_dir / COMPARE_FILE)
         print(path if path is not None else "no run has eval rows; nothing to compare")
+        path = plot_progress_compare(good, out_dir / PROGRESS_FILE)
+        print(path if path is not None else "no run has step rows; no progress comparison")
     return status
 
 

@@ -118,7 +118,8 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     start = time.time()
 
     def send_model(to: str) -> None:
-        ep.send(Message("model", server.params, {"version": server.version}), to)
+        ep.send(Message("model", server.params, {"version": server.version,
+                                                 **strategy.server_reply_meta(server, to)}), to)
 
     def snapshot(final: bool = False) -> None:
         nonlocal last_eval_version
@@ -293,6 +294,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
         if reply is None or reply.kind == "stop":
             return
         _load(model, reply.tensors)
+        strategy.worker_on_model(reply.meta)
         version = int(reply.meta["version"])
         step = 0
         while not stop_event.is_set():
@@ -343,6 +345,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
                 if reply is None or reply.kind == "stop":
                     break
                 _load(model, reply.tensors)
+                strategy.worker_on_model(reply.meta)
                 version = int(reply.meta["version"])
     finally:
         if feeder is not None:

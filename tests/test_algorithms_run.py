@@ -37,6 +37,7 @@ def _run(tmp_path, name: str, params: dict, seconds: int = 25, **extra):
     ("comp_asgd", {"c": 0.05}),
     ("adacomp", {"c": 0.05}),
     ("selsync", {"delta": 0.05}),
+    ("adsp", {"check_period": 4.0, "commits_per_period": 2}),
 ])
 def test_algorithm_converges_and_sends_what_it_claims(tmp_path, clean_host, name, params):
     summary, rec = _run(tmp_path, name, params)
@@ -51,6 +52,10 @@ def test_algorithm_converges_and_sends_what_it_claims(tmp_path, clean_host, name
         assert pushes.bytes_sent.median() == pytest.approx(0.10 * DENSE_PUSH_BYTES, rel=0.1)
     else:
         assert pushes.bytes_sent.median() == pytest.approx(DENSE_PUSH_BYTES, rel=0.01)
+    if name == "adsp":  # about 2 commits per 4 s period from every worker, local steps in between
+        per_worker = pushes.groupby("node").size()
+        assert per_worker.max() - per_worker.min() <= 3, per_worker.to_dict()
+        assert (steps.bytes_sent == 0).sum() > len(pushes)
     if name == "selsync":  # some steps synchronized, others stayed local (a vote only)
         assert 0 < len(pushes) < len(steps)
         assert steps[steps.bytes_sent <= 10_000].bytes_sent.max() < 1_000

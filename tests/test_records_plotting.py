@@ -303,6 +303,7 @@ def test_plot_compare_and_script(tmp_path: Path) -> None:
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     _assert_png(tmp_path / "compare_accuracy.png")
+    _assert_png(tmp_path / "compare_progress.png")
     _assert_png(b / "plots" / "traffic.png")
 
 

@@ -246,3 +246,60 @@ def test_scadles_accepts_a_push_that_leaves_tensors_out():
     s.server_on_push(srv, "w0", sparse.encode({"a": (torch.tensor([1], dtype=torch.int32), torch.tensor([2.0]))}), 0)
     s.server_on_push(srv, "w1", {"a": torch.tensor([0.0, 2.0]), "b": torch.tensor([4.0, 0.0])}, 0)
     assert srv.params["a"].tolist() == [0.0, -2.0] and srv.params["b"].tolist() == [-2.0, 0.0]
+
+
+# --------------------------------------------------------------------------- ADSP
+
+
+def test_adsp_commit_targets_for_workers_of_speed_1_1_3():
+    """Gamma 12 s, k 2 commits per period; w0, w1 take 1 s a mini-batch, w2 3 s. Over 48 s every
+    worker commits about 8 times; the fast ones accumulate ~6 mini-batches per commit, the slow ~2."""
+    import heapq
+
+    from testbed.strategies.adsp import ADSP
+
+    now = [0.0]
+    clock = lambda: now[0]  # noqa: E731
+    params = {"check_period": 12.0, "commits_per_period": 2}
+    ps = ADSP(params, clock=clock)
+    srv = server({"x": torch.zeros(1)}, lr=0.1)
+    step_time = {"w0": 1.0, "w1": 1.0, "w2": 3.0}
+    workers = {w: ADSP(params, clock=clock) for w in step_time}
+    for w, s in workers.items():
+        s.worker_on_model(ps.server_reply_meta(srv, w))  # the hello's model
+    events = [(step_time[w], w) for w in workers]
+    heapq.heapify(events)
+    steps = {w: 0 for w in workers}
+    per_commit = {w: [] for w in workers}
+    while events[0][0] <= 48.0:
+        t, w = heapq.heappop(events)
+        now[0] = t
+        steps[w] += 1
+        out = workers[w].worker_payload({"x": torch.ones(1)}, ctx(step=steps[w], worker=w))
+        if out is not None:
+            per_commit[w].append(float(out["x"]) / 0.1)  # U = eta' * (mini-batches since the last commit)
+            ps.server_on_push(srv, w, out, 0)
+            workers[w].worker_on_model(ps.server_reply_meta(srv, w))
+        heapq.heappush(events, (t + step_time[w], w))
+    counts = ps.commits
+    assert all(7 <= counts[w] <= 9 for w in workers), counts  # equal commit rates whatever the speed
+    assert sum(per_commit["w0"]) / len(per_commit["w0"]) == pytest.approx(6, abs=1)
+    assert sum(per_commit["w2"]) / len(per_commit["w2"]) == pytest.approx(2, abs=0.6)
+    # the PS applies eta = 1/M to every commit
+    assert srv.log[-1][2] == pytest.approx(1 / 3)
+
+
+def test_adsp_laggard_gets_a_higher_commit_rate():
+    from testbed.strategies.adsp import ADSP
+
+    now = [0.0]
+    ps = ADSP({"check_period": 10.0, "commits_per_period": 2}, clock=lambda: now[0])
+    srv = server({"x": torch.zeros(1)})
+    ps.checkpoint()
+    for w, n in (("w0", 2), ("w1", 2), ("w2", 1)):
+        for _ in range(n):
+            ps.server_on_push(srv, w, {"x": torch.zeros(1)}, 0)
+    now[0] = 10.5  # second period: C_target = 4
+    assert [ps.commit_rate(w) for w in ("w0", "w1", "w2")] == [2, 2, 3]
+    meta = ps.server_reply_meta(srv, "w2")
+    assert meta["commit_rate"] == 3 and meta["commit_interval"] == pytest.approx(9.5 / 3)

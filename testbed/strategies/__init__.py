@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .adacomp import AdaComp
+from .adsp import ADSP
 from .asgd import ASGD
 from .base import ServerState, Strategy, StrategyError, WorkerContext
 from .bsp import BSP
@@ -12,7 +13,7 @@ from .scadles import ScaDLES
 from .selsync import SelSync
 from .ssp import SSP
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync, ADSP)}
 
 
 def get_strategy_class(name: str) -> type[Strategy]:

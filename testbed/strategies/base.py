@@ -101,6 +101,13 @@ class Strategy:
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
         raise NotImplementedError
 
+    def server_reply_meta(self, server: ServerState, worker: str) -> dict:
+        """Extra meta for the model the PS sends `worker` (e.g. ADSP's commit rate)."""
+        return {}
+
+    def worker_on_model(self, meta: dict) -> None:
+        """A worker received the model with this meta (see server_reply_meta)."""
+
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
         """A worker stopped; return workers to answer now (a barrier may complete)."""
         return []
