@@ -340,7 +340,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(yb), lr=lr,
                       bytes_sent=sent, bytes_received=received, compute_seconds=t_computed - t_start,
                       comm_seconds=t_done - t_computed, model_version=version,
-                      compressed=_flag(getattr(strategy, "last_compressed", None)))
+                      compressed=_flag(strategy.last_compressed))
             if payload is not None:
                 if reply is None or reply.kind == "stop":
                     break

@@ -136,11 +136,7 @@ def topology_problems(sc: Scenario) -> list[str]:
     if not names:
         if sc.wan.links:
             lines.append("wan.links: WAN links need sites (none are defined)")
-        where = [("ps.site", sc.ps.site), ("evaluator.site", sc.evaluator.site)]
-        where += [(f"workers[{i}].site", g.site) for i, g in enumerate(sc.workers)]
-        if sc.streaming is not None:
-            where.append(("streaming.broker.site", sc.streaming.broker.site))
-        lines += [f"{w}: unknown site '{s}' (no sites are defined)" for w, s in where if s is not None]
+        lines += [f"{w}: unknown site '{s}' (no sites are defined)" for w, s in _site_refs(sc) if s is not None]
         return lines
     for w, s in _site_refs(sc):
         if s is not None and s not in sc.sites:

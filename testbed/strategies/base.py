@@ -78,6 +78,8 @@ class Strategy:
     paper: ClassVar[str] = ""
     synchronous: ClassVar[bool] = False
     Params: ClassVar[type[BaseModel]] = NoParams
+    # whether this worker's last payload was compressed (steps.csv `compressed`); None: not compressing
+    last_compressed: Optional[bool] = None
 
     def __init__(self, params: Optional[dict] = None):
         self.params = self.Params(**(params or {}))

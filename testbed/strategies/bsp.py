@@ -7,20 +7,22 @@ ADSP Sec. II-A), then sends the new model to all workers.
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from .base import ServerState, Strategy, Tensors
 
 
-def average(payloads: list[Tensors]) -> Tensors:
-    """Element-wise mean of equally-keyed tensor dicts."""
+def average(payloads: list[Tensors], weights: Optional[list[float]] = None) -> Tensors:
+    """Element-wise mean of equally-keyed tensor dicts, or their weighted sum with `weights`."""
     n = len(payloads)
     out: Tensors = {}
     for name in payloads[0]:
         acc = torch.zeros_like(payloads[0][name], dtype=torch.float32)
-        for p in payloads:
-            acc.add_(p[name].to(torch.float32))
-        out[name] = acc.div_(n)
+        for i, p in enumerate(payloads):
+            acc.add_(p[name].to(torch.float32), alpha=1.0 if weights is None else weights[i])
+        out[name] = acc.div_(n) if weights is None else acc
     return out
 
 

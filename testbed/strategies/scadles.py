@@ -25,7 +25,7 @@ from pydantic import Field
 
 from . import sparse
 from .base import ServerState, StrategyParams, Tensors, WorkerContext
-from .bsp import BSP
+from .bsp import BSP, average
 from .comp_asgd import top_c_whole_model
 
 
@@ -53,7 +53,6 @@ class ScaDLES(BSP):
 
     def __init__(self, params=None):
         super().__init__(params)
-        self.last_compressed: Optional[bool] = None
         self._samples: dict[str, int] = {}
 
     def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Tensors:
@@ -73,13 +72,8 @@ class ScaDLES(BSP):
         workers = sorted(self._pending)
         samples = {w: self._samples.get(w, 1) for w in workers}
         total = sum(samples.values())
-        weights = {w: (samples[w] / total if self.params.weighted else 1 / len(workers)) for w in workers}  # Eq. 4a
-        out: Tensors = {}
-        for name in self._pending[workers[0]]:
-            acc = torch.zeros_like(self._pending[workers[0]][name], dtype=torch.float32)
-            for w in workers:
-                acc.add_(self._pending[w][name].to(torch.float32), alpha=weights[w])  # Eq. 4b
-            out[name] = acc
+        weights = [samples[w] / total if self.params.weighted else 1 / len(workers) for w in workers]  # Eq. 4a
+        out = average([self._pending[w] for w in workers], weights)  # Eq. 4b
         lr = server.lr
         if self.params.lr_scaling:  # Eq. 4c
             lr = server.lr * total / (self.params.base_batch * server.n_workers)
