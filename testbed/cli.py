@@ -70,7 +70,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     acc = summary.get("final_accuracy")
     typer.echo(f"{summary['status']} ({summary['reason']}): final accuracy "
                f"{'-' if acc is None else f'{acc:.4f}'}, {summary['steps']} steps, "
-               f"{summary['wall_seconds']:.1f} s, PS ingress {(summary['ps_ingress_bytes'] or 0) / 1e6:.2f} MB")
+               f"{summary['wall_seconds']:.1f} s, " + (
+                   f"workers sent {(summary.get('worker_egress_bytes') or 0) / 1e6:.2f} MB" if summary.get("decentralized")
+                   else f"PS ingress {(summary['ps_ingress_bytes'] or 0) / 1e6:.2f} MB"))
     typer.echo(summary["run_dir"])
     if summary["status"] == "failed":
         raise typer.Exit(1)

@@ -148,3 +148,25 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
             src.link.uplink_peers.append(PeerShape(dst.name, dst.address, "dst", d))
             dst.link.downlink_peers.append(PeerShape(src.name, src.address, "src", d))
     return spec
+
+
+def path_rate(spec: ClusterSpec, src: Node, dst: Node) -> Optional[float]:
+    """Bottleneck rate (bit/s) of the flow src -> dst, None when nothing on it is shaped: the two
+    access links (or a `links:` pair's own class, which replaces them for that flow) and every
+    WAN hop between their sites."""
+    pair = next((p for p in src.link.uplink_peers if p.peer == dst.name), None)
+    rates = [pair.direction.rate] if pair else [src.link.uplink.rate, dst.link.downlink.rate]
+    if spec.topology is not None and src.site != dst.site:
+        hops = spec.topology.path(src.site, dst.site)
+        rates += [spec.topology.edge(u, v).direction_from(u).rate for u, v in zip(hops, hops[1:])]
+    known = [float(r) for r in rates if r is not None]
+    return min(known) if known else None
+
+
+def peer_table(spec: ClusterSpec, node: Node) -> dict[str, dict]:
+    """For a worker: every other worker's address, the path's bottleneck rate, and whether it
+    is on the same site (decentralized strategies choose per link)."""
+    if node.role != "worker":
+        return {}
+    return {w.name: {"address": w.address, "rate_bps": path_rate(spec, node, w), "same_site": w.site == node.site}
+            for w in spec.workers if w.name != node.name}

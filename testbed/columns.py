@@ -18,3 +18,6 @@ RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "t
 STREAM_STEP_COLUMNS: list[str] = ["time", "node", "step", "wait_seconds", "batch_size", "buffered"]
 # buffer.csv, one row per device about every second (between takes); `rate` = its nominal rate then
 BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "buffered", "buffered_bytes", "rate"]
+# peers.csv, decentralized strategies: one row per step and link; `entries` = gradient entries the
+# link carried, `threshold` = the smallest |entry| it carried (DLion's contribution threshold)
+PEER_COLUMNS: list[str] = ["time", "node", "peer", "step", "kind", "bytes", "entries", "threshold"]

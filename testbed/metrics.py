@@ -12,8 +12,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from .columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, RESOURCE_COLUMNS, SERVER_COLUMNS,
-                      STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
+from .columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, RESOURCE_COLUMNS,
+                      SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,
@@ -24,6 +24,7 @@ TABLES: dict[str, list[str]] = {
     "resources.csv": RESOURCE_COLUMNS,
     "stream.csv": STREAM_STEP_COLUMNS,  # per streaming step: how long the batch took to arrive
     "buffer.csv": BUFFER_COLUMNS,  # ~1 s per device: its stream buffer's counters
+    "peers.csv": PEER_COLUMNS,  # decentralized strategies: what each worker sent on each link
 }
 
 

@@ -43,6 +43,8 @@ class RoleConfig:
     threads: int
     delay: transport.DelaySpec = field(default_factory=transport.DelaySpec)
     workers: list[str] = field(default_factory=list)
+    # Decentralized strategies: every other worker -> {address, rate_bps, same_site}
+    peers: dict = field(default_factory=dict)
     # Streaming (ScaDLES): bootstrap, per-worker topic and rate, the broker's ready file.
     stream: dict = field(default_factory=dict)
 
@@ -94,10 +96,53 @@ def _now(cfg: RoleConfig) -> float:
 # parameter server
 
 
+def send_stop(ep: transport.Endpoint, workers, reason: Optional[str]) -> None:
+    for w in sorted(workers):
+        try:
+            ep.send(Message("stop", meta={"reason": reason}), w)
+        except zmq.ZMQError:  # already gone
+            pass
+
+
+class EvalFeed:
+    """Model snapshots for the evaluator node, sent one at a time, each when it is ready."""
+
+    def __init__(self, ep: transport.Endpoint):
+        self.ep = ep
+        self.queue: deque = deque()
+        self.ready = False
+
+    def add(self, params: dict, meta: dict) -> None:
+        self.queue.append((params, meta))
+
+    def pump(self) -> None:
+        if self.ready and self.queue:
+            params, meta = self.queue.popleft()
+            self.ep.send(Message("evaluate", params, meta), "eval")
+            self.ready = False
+
+    def finish(self, stop_event, limit: float = 120.0) -> None:
+        """Evaluate what is queued (the final model last), then stop the evaluator."""
+        deadline = time.time() + limit
+        while (self.queue or not self.ready) and time.time() < deadline and not stop_event.is_set():
+            self.pump()
+            for _, msg, _ in self.ep.recv(0.05):
+                if msg.kind == "eval_ready":
+                    self.ready = True
+        try:
+            self.ep.send(Message("stop"), "eval")
+        except zmq.ZMQError:
+            pass
+
+
 def run_ps(cfg: RoleConfig, stop_event) -> None:
-    from .strategies import ServerState, make_strategy
+    from .strategies import ServerState, get_strategy_class, make_strategy
 
     sc = Scenario.model_validate(cfg.scenario)
+    if get_strategy_class(sc.algorithm.name).decentralized:
+        from .peer_roles import run_coordinator
+
+        return run_coordinator(cfg, stop_event)
     _setup_torch(cfg, sc)
     model, _ = _model_and_data(sc)
     server = ServerState(params=_params(model), lr=sc.workload.lr, n_workers=len(cfg.workers),
@@ -108,8 +153,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     log = metrics.open_table(Path(cfg.run_dir), "server.csv")
     interval = sc.workload.eval_interval
     next_eval = interval
-    snapshots: deque = deque()
-    evaluator_ready = False
+    feed = EvalFeed(ep)
     last_eval_version = -1
     joined: set[str] = set()
     left: set[str] = set()
@@ -126,9 +170,9 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
         if server.version == last_eval_version:
             return
         last_eval_version = server.version
-        snapshots.append(({k: v.clone() for k, v in server.params.items()},
-                          {"version": server.version, "updates_received": server.updates_received,
-                           "time": _now(cfg), "final": final}))
+        feed.add({k: v.clone() for k, v in server.params.items()},
+                 {"version": server.version, "updates_received": server.updates_received,
+                  "time": _now(cfg), "final": final})
 
     def tell(result) -> None:
         """Send a completed vote's outcome (SelSync's all-gathered flags) to the voters."""
@@ -138,11 +182,11 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 ep.send(Message("decision", meta={"sync": outcome, "version": server.version}), w)
 
     def serve(msgs) -> None:
-        nonlocal evaluator_ready, reason, next_eval, ingress_payload
+        nonlocal reason, next_eval, ingress_payload
         for sender, msg, nbytes in msgs:
             if msg.kind == "hello":
                 if sender == "eval":
-                    evaluator_ready = True
+                    feed.ready = True
                     if server.version == 0:
                         snapshot()  # accuracy of the initial model: the curves start at step 0
                 else:
@@ -166,7 +210,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                     snapshot()
                     next_eval += interval
             elif msg.kind == "eval_ready":
-                evaluator_ready = True
+                feed.ready = True
             elif msg.kind == "target_reached":
                 reason = reason or "target_accuracy"
             elif msg.kind == "vote":
@@ -192,30 +236,11 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 reason = "all workers left"
                 break
             serve(ep.recv(0.05))
-            if evaluator_ready and snapshots:
-                params, meta = snapshots.popleft()
-                ep.send(Message("evaluate", params, meta), "eval")
-                evaluator_ready = False
+            feed.pump()
         # Tell workers first (they stop computing), then let the evaluator finish.
-        for w in sorted(joined - left):
-            try:
-                ep.send(Message("stop", meta={"reason": reason}), w)
-            except zmq.ZMQError:
-                pass
+        send_stop(ep, joined - left, reason)
         snapshot(final=True)
-        deadline = time.time() + 120
-        while (snapshots or not evaluator_ready) and time.time() < deadline and not stop_event.is_set():
-            if evaluator_ready and snapshots:
-                params, meta = snapshots.popleft()
-                ep.send(Message("evaluate", params, meta), "eval")
-                evaluator_ready = False
-            for sender, msg, _ in ep.recv(0.05):
-                if msg.kind == "eval_ready":
-                    evaluator_ready = True
-        try:
-            ep.send(Message("stop"), "eval")
-        except zmq.ZMQError:
-            pass
+        feed.finish(stop_event)
     finally:
         (Path(cfg.run_dir) / "ps.json").write_text(json.dumps({
             "version": server.version,
@@ -244,9 +269,9 @@ class _Batches:
         self.order = self.rng.permutation(n)
         self.pos = 0
 
-    def next(self) -> np.ndarray:
+    def next(self, size: Optional[int] = None) -> np.ndarray:
         out = []
-        need = min(self.batch, self.n)
+        need = min(self.batch if size is None else size, self.n)
         while need:
             if self.pos >= self.n:
                 self.order = self.rng.permutation(self.n)
@@ -258,12 +283,10 @@ class _Batches:
         return np.concatenate(out)
 
 
-def run_worker(cfg: RoleConfig, stop_event) -> None:
+def worker_setup(cfg: RoleConfig, sc: Scenario):
+    """(model on its device, dataset, device, the worker's shard as tensors x and y, its batches)."""
     from .partition import partition_indices
-    from .strategies import WorkerContext, make_strategy
 
-    sc = Scenario.model_validate(cfg.scenario)
-    _setup_torch(cfg, sc)
     model, ds = _model_and_data(sc)
     device = _device()
     model.to(device)
@@ -271,6 +294,19 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
     batches = _Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank)
+    return model, ds, device, x, y, batches
+
+
+def run_worker(cfg: RoleConfig, stop_event) -> None:
+    from .strategies import WorkerContext, get_strategy_class, make_strategy
+
+    sc = Scenario.model_validate(cfg.scenario)
+    if get_strategy_class(sc.algorithm.name).decentralized:
+        from .peer_roles import run_peer_worker
+
+        return run_peer_worker(cfg, stop_event)
+    _setup_torch(cfg, sc)
+    model, ds, device, x, y, batches = worker_setup(cfg, sc)
     feeder = _start_feeder(cfg, sc, int(ds.train_x[0].nbytes)) if sc.streaming is not None else None
     strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
     lr = sc.workload.lr

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import __version__, cgroups, metrics
-from .cluster import ClusterSpec, build_cluster
+from .cluster import ClusterSpec, build_cluster, peer_table
 from .roles import RoleConfig
 from .runtimes import select_runtime
 from .scenario import Scenario, scenario_to_yaml
@@ -198,7 +198,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
                              scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
                              threads=sc.workload.threads or node.threads,
                              delay=_delay_for(node, node_meta, spec, not runtime.caps.netem),
-                             workers=workers, stream=stream)
+                             workers=workers, peers=peer_table(spec, node), stream=stream)
             procs[node.name] = runtime.start_node(node, cfg, stop_event)
 
         if stream:
@@ -344,8 +344,11 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
 
 
 def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every, last_counters):
+    from .strategies import get_strategy_class
+
     steps_tail = _Tail(run_dir / "steps.csv")
     eval_tail = _Tail(run_dir / "eval.csv")
+    decentralized = get_strategy_class(sc.algorithm.name).decentralized
     hard_deadline = t0 + (sc.stop.seconds or 24 * 3600) + 300
     worker_steps = {}
     last_loss = None
@@ -366,11 +369,14 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
         for row in eval_tail.rows():
             last_eval = row
         if now >= next_progress:
-            ps_in = last_counters.get("ps", {}).get("down_bytes", 0)
             acc = f"acc {float(last_eval['accuracy']):.3f} @ {last_eval['step']}" if last_eval else "acc -"
             loss = f"loss {float(last_loss):.3f}" if last_loss else "loss -"
-            say(f"[{now - t0:7.1f}s] worker steps {sum(worker_steps.values()):6d}  {loss}  {acc}  "
-                f"PS in {ps_in / 1e6:8.2f} MB")
+            if decentralized:  # no PS: what the workers put on their links
+                out = sum(last_counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers)
+                traffic = f"workers out {out / 1e6:8.2f} MB"
+            else:
+                traffic = f"PS in {last_counters.get('ps', {}).get('down_bytes', 0) / 1e6:8.2f} MB"
+            say(f"[{now - t0:7.1f}s] worker steps {sum(worker_steps.values()):6d}  {loss}  {acc}  {traffic}")
             next_progress += progress_every
         if not ps.is_alive():
             break
@@ -421,6 +427,9 @@ def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters:
         "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
         "ps_ingress_payload_bytes": ps_info.get("ingress_payload_bytes"),
         "ps_egress_bytes": counters.get("ps", {}).get("up_bytes"),
+        # wire bytes out of all workers (a decentralized run's whole exchange)
+        "worker_egress_bytes": sum(counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers) if spec else None,
+        "decentralized": bool(ps_info.get("decentralized", False)),
         "workers": len(spec.workers) if spec else sc.n_workers,
         "algorithm": sc.algorithm.name,
         "run_dir": str(run_dir),

@@ -524,6 +524,9 @@ def _cross_checks(sc: Scenario) -> list[str]:
             lines += [f"algorithm.params.{line}" for line in _errors_to_lines(e)]
         except TypeError as e:
             lines.append(f"algorithm.params: {e}")
+        if cls.decentralized and sc.streaming is not None:
+            lines.append(f"algorithm.name: {cls.name} is decentralized (no PS) and does not train from streams; "
+                         "streaming needs a PS algorithm")
     gpu_users = [f"profiles.{n}.gpus" for n, p in sc.profiles.items() if p.gpus not in (None, 0, [])]
     gpu_users += [w for w, ref in refs if isinstance(ref, Profile) and ref.gpus not in (None, 0, [])]
     if gpu_users:

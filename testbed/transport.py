@@ -167,3 +167,26 @@ def node_endpoint(ctx: zmq.Context, ps_address: str, identity: str, delay: Delay
     s.setsockopt(zmq.RECONNECT_IVL, 100)
     s.connect(f"tcp://{ps_address}:{PS_PORT}")
     return Endpoint(s, delay, router=False, seed=_seed(identity, seed))
+
+
+# -- decentralized strategies: each worker receives on its own ROUTER, sends on one DEALER per peer
+
+PEER_PORT = 5556
+
+
+def peer_inbox(ctx: zmq.Context, identity: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
+    """Where a worker receives from its peers (senders are known by their DEALER identity)."""
+    s = ctx.socket(zmq.ROUTER)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.bind(f"tcp://*:{PEER_PORT}")
+    return Endpoint(s, delay, router=True, seed=_seed(identity + "/peers", seed))
+
+
+def peer_outbox(ctx: zmq.Context, address: str, identity: str, delay: DelaySpec) -> Endpoint:
+    """This worker's direct connection to one peer (its own TCP flow, shaped per destination)."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.IDENTITY, identity.encode())
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.RECONNECT_IVL, 100)
+    s.connect(f"tcp://{address}:{PEER_PORT}")
+    return Endpoint(s, delay, router=False)

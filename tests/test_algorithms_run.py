@@ -92,3 +92,60 @@ def test_scadles_on_streams(tmp_path, clean_host):
 
     lrs = pd.read_csv(rec.run_dir / "server.csv")["lr"]
     assert (lrs > 0).all() and lrs.nunique() > 1 and not (lrs == 0.05).all()
+
+
+MODEL_ENTRIES = 211_690
+
+
+@pytest.mark.parametrize("name,params", [
+    ("dlion", {"total_batch": 48, "link_share": 0.2}),
+    ("gaia", {}),
+    ("ako", {}),
+])
+def test_decentralized_converges_over_two_sites(tmp_path, clean_host, name, params):
+    """No PS traffic: the workers exchange directly, per link, across a LAN and a WAN."""
+    summary, rec = _run(tmp_path, name, params, seconds=25,
+                        sites={"a": {"lan": "lan"}, "b": {"lan": "lan"}},
+                        wan={"default": {"bandwidth": "20mbit"}},
+                        workers=[{"count": 2, "site": "a", "profile": "edge"},
+                                 {"count": 1, "site": "b", "profile": "edge"}],
+                        ps={"site": "a"}, evaluator={"site": "a"},
+                        profiles={"edge": {"cpus": 0.35}, "lan": {"bandwidth": "200mbit"}})
+    assert summary["status"] == "completed" and summary["decentralized"]
+    ev = rec.evals.sort_values("step")
+    assert ev["accuracy"].iloc[0] < 0.3 and summary["best_accuracy"] >= 0.6, ev[["step", "accuracy"]].to_dict()
+    import pandas as pd
+
+    peers = pd.read_csv(rec.run_dir / "peers.csv")
+    grads = peers[peers.kind == "grad"]
+    pairs = set(zip(grads.node, grads.peer))
+    assert pairs == {(a, b) for a in ("w0", "w1", "w2") for b in ("w0", "w1", "w2") if a != b}
+    lan = grads[grads.node.isin(["w0", "w1"]) & grads.peer.isin(["w0", "w1"])]
+    wan = grads[(grads.node == "w2") | (grads.peer == "w2")]
+    if name == "dlion":  # the WAN link carries fewer entries, above a higher contribution threshold
+        assert wan.entries.median() < 0.5 * lan.entries.median()
+        assert wan.threshold.median() > lan.threshold.median()
+        assert lan.entries.max() < MODEL_ENTRIES  # partial even on the LAN at this link share
+        assert len(rec.steps.batch_size.unique()) > 1  # capacity-aware batches
+    if name == "gaia":  # full gradients inside a site, significant entries across the WAN
+        assert (lan.entries == MODEL_ENTRIES).all()
+        assert wan.entries.median() < 0.5 * MODEL_ENTRIES
+    if name == "ako":  # one of P partitions a step, the same to every peer; P from the 20 Mbit/s WAN
+        assert (grads.groupby(["node", "step"]).entries.nunique() == 1).all()
+        parts = round(MODEL_ENTRIES / grads.entries.median())
+        assert 2 <= parts <= 100
+        assert grads.groupby("node").entries.sum().min() >= MODEL_ENTRIES  # every entry travelled
+    # bytes on the records agree with the interface counters (plus TCP/IP and control overhead)
+    steps = rec.steps
+    t = rec.traffic.sort_values("time").groupby(["node", "link", "direction"]).bytes.last()
+    for w in ("w0", "w1", "w2"):
+        mine = steps[steps.node == w]
+        sent = mine.bytes_sent.sum()
+        assert sent == grads[grads.node == w].bytes.sum() + peers[(peers.node == w) & (peers.kind == "weights")].bytes.sum()
+        # what was still queued for a peer that had already stopped never reached the wire
+        queued_at_stop = mine[mine.time > mine.time.max() - 1.0].bytes_sent.sum()
+        assert sent - queued_at_stop <= t[(w, "access", "up")] <= 1.15 * sent + 1e6
+    # every byte w2 sends crosses the WAN; the coordinator carries no training traffic (what
+    # enters it is the workers' progress notes and the evaluator's TCP acknowledgements)
+    assert t[("b", "wan:a", "up")] >= steps[steps.node == "w2"].bytes_sent.sum()
+    assert summary["ps_ingress_bytes"] < 0.02 * summary["worker_egress_bytes"]

@@ -45,7 +45,7 @@ def test_unknown_strategy_lists_known_names():
     with pytest.raises(StrategyError) as ei:
         get_strategy_class("nope")
     msg = str(ei.value)
-    assert "unknown algorithm 'nope'" in msg and "known: adacomp, adsp, asgd, bsp" in msg
+    assert "unknown algorithm 'nope'" in msg and "known: adacomp, adsp, ako, asgd, bsp" in msg
     with pytest.raises(StrategyError):
         make_strategy("nope")
 

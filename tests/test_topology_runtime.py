@@ -102,3 +102,34 @@ def test_p_network_training_run_records_lan_and_wan(tmp_path, clean_host, runtim
     assert p.returncode == 0, p.stderr
     for name in ("topology.png", "wan.png", "traffic.png"):
         assert (run_dir / "plots" / name).stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_dlion_peer_to_peer_on_docker_sites(tmp_path, clean_host):
+    """DLion on the P-network in containers: workers reach each other directly across the
+    sites' switches and the WAN; w3's exchange with site a is the WAN's only training traffic."""
+    import pandas as pd
+    import yaml
+
+    _docker_or_skip("docker")
+    data = yaml.safe_load((REPO / "scenarios" / "topologies" / "dlion-p-network.yaml").read_text())
+    data.update(runtime="docker", stop={"seconds": 25},
+                algorithm={"name": "dlion", "params": {"total_batch": 64, "link_share": 0.2}})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO, capture_output=True,
+                       text=True, timeout=400)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["decentralized"] and summary["best_accuracy"] > 0.5
+    peers = pd.read_csv(run_dir / "peers.csv")
+    grads = peers[peers.kind == "grad"]
+    assert len(set(zip(grads.node, grads.peer))) == 12  # 4 workers, every ordered pair
+    wan = grads[(grads.node == "w3") | (grads.peer == "w3")]
+    lan = grads[(grads.node != "w3") & (grads.peer != "w3")]
+    assert wan.entries.median() < lan.entries.median()  # the 100 Mbit/s WAN carries less than the 1 Gbit/s LAN
+    t = pd.read_csv(run_dir / "traffic.csv")
+    last = t.sort_values("time").groupby(["node", "link", "direction"]).bytes.last()
+    assert last[("b", "wan:a", "up")] == pytest.approx(last[("w3", "access", "up")], rel=0.02)
+    assert last[("b", "wan:a", "up")] > 1e6

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from .adacomp import AdaComp
 from .adsp import ADSP
+from .ako import Ako
 from .asgd import ASGD
 from .base import ServerState, Strategy, StrategyError, WorkerContext
 from .bsp import BSP
 from .comp_asgd import CompASGD
+from .dlion import DLion
+from .gaia import Gaia
 from .local_sgd import LocalSGD
 from .scadles import ScaDLES
 from .selsync import SelSync
 from .ssp import SSP
 
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync, ADSP)}
+STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync, ADSP,
+                                                          DLion, Gaia, Ako)}
 
 
 def get_strategy_class(name: str) -> type[Strategy]:

@@ -77,6 +77,7 @@ class Strategy:
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     synchronous: ClassVar[bool] = False
+    decentralized: ClassVar[bool] = False  # True: no PS, workers exchange directly (strategies/peer.py)
     Params: ClassVar[type[BaseModel]] = NoParams
     # whether this worker's last payload was compressed (steps.csv `compressed`); None: not compressing
     last_compressed: Optional[bool] = None

@@ -23,21 +23,8 @@ class CompASGDParams(StrategyParams):
 
 def top_c_whole_model(grads: Tensors, c: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     """The ceil(c * total) largest |entries| over all tensors, split back per tensor."""
-    names = list(grads)
-    flats = [grads[n].detach().reshape(-1).to(torch.float32) for n in names]
-    sizes = [f.numel() for f in flats]
-    allg = torch.cat(flats)
-    k = sparse.top_k_count(allg.numel(), c)
-    idx = torch.topk(allg.abs(), k, sorted=False).indices.sort().values
-    out = {}
-    start = 0
-    for name, size in zip(names, sizes):
-        lo, hi = torch.searchsorted(idx, torch.tensor([start, start + size]))
-        mine = idx[lo:hi]
-        if len(mine):
-            out[name] = ((mine - start).to(torch.int32), allg[mine])
-        start += size
-    return out
+    total = sum(g.numel() for g in grads.values())
+    return sparse.top_k_whole(grads, sparse.top_k_count(total, c))
 
 
 class CompASGD(Strategy):

@@ -2,8 +2,9 @@
 
 A payload entry `name` that is sparse travels as two tensors, `name@i` (int32 flat indices,
 ascending) and `name@v` (float32 values), so its bytes scale with the kept fraction:
-8 bytes per kept entry instead of 4 per entry of the dense tensor. The PS knows every
-tensor's shape from its own parameters.
+8 bytes per kept entry instead of 4 per entry of the dense tensor. A contiguous run of a
+tensor's flat entries (Ako's partitions) travels as `name@r` (int64 [start]) + `name@v`:
+4 bytes an entry. The receiver knows every tensor's shape from its own parameters.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from .base import Tensors
 
-IDX, VAL = "@i", "@v"
+IDX, VAL, START = "@i", "@v", "@r"
 
 
 def top_k_count(numel: int, fraction: float) -> int:
@@ -29,11 +30,37 @@ def top_k_flat(t: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     return idx.to(torch.int32), flat[idx].to(torch.float32)
 
 
+def top_k_whole(acc: Tensors, k: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """The k largest |entries| over all tensors of `acc`, as {name: (idx int32, values)}."""
+    names = list(acc)
+    flat = torch.cat([acc[n].detach().reshape(-1).to(torch.float32) for n in names])
+    k = max(1, min(k, flat.numel()))
+    idx = torch.topk(flat.abs(), k, sorted=False).indices.sort().values
+    out, start = {}, 0
+    for n in names:
+        size = acc[n].numel()
+        lo, hi = torch.searchsorted(idx, torch.tensor([start, start + size]))
+        mine = idx[lo:hi]
+        if len(mine):
+            out[n] = ((mine - start).to(torch.int32), flat[mine])
+        start += size
+    return out
+
+
 def encode(sparse: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> Tensors:
     out: Tensors = {}
     for name, (idx, val) in sparse.items():
         out[name + IDX] = idx
         out[name + VAL] = val
+    return out
+
+
+def encode_slices(slices: dict[str, tuple[int, torch.Tensor]]) -> Tensors:
+    """{name: (first flat index, contiguous values)} as `name@r` + `name@v`."""
+    out: Tensors = {}
+    for name, (start, val) in slices.items():
+        out[name + START] = torch.tensor([start], dtype=torch.int64)
+        out[name + VAL] = val.to(torch.float32)
     return out
 
 
@@ -44,6 +71,11 @@ def decode(payload: Tensors) -> tuple[dict[str, tuple[torch.Tensor, torch.Tensor
         if key.endswith(IDX):
             name = key[: -len(IDX)]
             sparse[name] = (t.to(torch.int64), payload[name + VAL])
+        elif key.endswith(START):
+            name = key[: -len(START)]
+            val = payload[name + VAL]
+            start = int(t[0])
+            sparse[name] = (torch.arange(start, start + len(val), dtype=torch.int64), val)
         elif not key.endswith(VAL):
             dense[key] = t
     return sparse, dense
