@@ -250,7 +250,8 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
             "transport_bytes_sent": ep.bytes_sent,
             "transport_bytes_received": ep.bytes_received,
             "workers_joined": sorted(joined),
-        }))
+            "strategy": strategy.report(),
+        }, default=str))
         time.sleep(0.2)  # let the last stop messages leave
         ep.close()
         zctx.term()
@@ -369,7 +370,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             else:
                 before = ep.bytes_received
                 sent += ep.send(Message("push", payload, {"base_version": version, "step": step,
-                                                          "batch_size": len(yb)}))
+                                                          "batch_size": len(yb), "loss": loss.item()}))
                 reply = wait_reply()
                 received += ep.bytes_received - before
             t_done = time.time()

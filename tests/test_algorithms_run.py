@@ -37,7 +37,7 @@ def _run(tmp_path, name: str, params: dict, seconds: int = 25, **extra):
     ("comp_asgd", {"c": 0.05}),
     ("adacomp", {"c": 0.05}),
     ("selsync", {"delta": 0.05}),
-    ("adsp", {"check_period": 4.0, "commits_per_period": 2}),
+    ("adsp", {"check_period": 4.0, "commits_per_period": 2, "trial_seconds": 6.0}),
 ])
 def test_algorithm_converges_and_sends_what_it_claims(tmp_path, clean_host, name, params):
     summary, rec = _run(tmp_path, name, params)
@@ -56,6 +56,10 @@ def test_algorithm_converges_and_sends_what_it_claims(tmp_path, clean_host, name
         per_worker = pushes.groupby("node").size()
         assert per_worker.max() - per_worker.min() <= 3, per_worker.to_dict()
         assert (steps.bytes_sent == 0).sum() > len(pushes)
+        # the online search tried k = 2, 3, ... for 6 s each and logged every decision
+        search = json.loads((rec.run_dir / "ps.json").read_text())["strategy"]
+        assert search["search"] == "increment" and len(search["search_log"]) >= 2
+        assert search["search_log"][0]["candidate"] == 2 and search["candidate"] >= 2
     if name == "selsync":  # some steps synchronized, others stayed local (a vote only)
         assert 0 < len(pushes) < len(steps)
         assert steps[steps.bytes_sent <= 10_000].bytes_sent.max() < 1_000

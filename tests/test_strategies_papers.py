@@ -303,3 +303,63 @@ def test_adsp_laggard_gets_a_higher_commit_rate():
     assert [ps.commit_rate(w) for w in ("w0", "w1", "w2")] == [2, 2, 3]
     meta = ps.server_reply_meta(srv, "w2")
     assert meta["commit_rate"] == 3 and meta["commit_interval"] == pytest.approx(9.5 / 3)
+
+
+def test_adsp_reward_from_the_fitted_loss_curve():
+    from testbed.strategies.adsp import fit_loss_curve, fitted_loss, reward
+
+    a1sq, a2, a3 = 0.5, 1.0, 0.2
+    samples = [(t, 1 / (a1sq * t + a2) + a3) for t in (0, 5, 10, 20, 30, 45, 60)]
+    fit = fit_loss_curve(samples)
+    assert fit == pytest.approx((a1sq, a2, a3), rel=0.02, abs=0.01)
+    assert fitted_loss(fit, 60) == pytest.approx(samples[-1][1], rel=0.01)
+    # r = a1^2 / (1/(l* - a3) - a2): reaching l* = 0.25 takes (1/0.05 - 1) / 0.5 = 38 s
+    assert reward((a1sq, a2, a3), 0.25) == pytest.approx(1 / 38)
+    assert reward((a1sq, a2, a3), 0.15) == 0.0  # below the asymptote: never
+    assert fit_loss_curve(samples[:2]) is None  # Alg. 1 needs at least 3 samples
+
+
+def test_adsp_online_search_goes_up_while_the_reward_improves():
+    """Candidates k = 1, 2, 3, 4 (commits per period) tried a minute each; the loss falls fastest
+    at k = 3, so the search keeps 3 for the rest of the 20-minute epoch, then starts again."""
+    from testbed.strategies.adsp import ADSP
+
+    now = [0.0]
+    ps = ADSP({"check_period": 60.0, "trial_seconds": 60.0, "epoch_seconds": 1200.0}, clock=lambda: now[0])
+    srv = server({"x": torch.zeros(1)})
+    speed = {1: 0.02, 2: 0.05, 3: 0.08, 4: 0.03}  # a1^2 of the loss curve under each k
+    seen = []
+    level = 2.3
+    for second in range(0, 420):
+        now[0] = float(second)
+        k = ps.k
+        seen.append(k)
+        t = second - (ps.search.trial_start or 0.0)
+        srv.push_meta = {"loss": 1 / (speed.get(k, 0.01) * t + 1 / (level - 0.1)) + 0.1}
+        ps.server_on_push(srv, "w0", {"x": torch.zeros(1)}, 0)
+        if ps.search.trial_start == now[0]:  # a new trial starts where the last ended
+            level = srv.push_meta["loss"]
+    assert seen[30] == 1 and seen[90] == 2 and seen[150] == 3 and seen[210] == 4
+    assert ps.k == 3 and seen[-1] == 3
+    assert [e["decision"] for e in ps.search.log] == ["try next", "try next", "try next", "keep 3"]
+    assert ps.report()["candidate"] == 3
+    # C_target grew by the k in force at each checkpoint: 1 (period 0) + 2 + 3 + 4 + 3 + 3 + 3
+    assert ps.c_target() == 1 + 2 + 3 + 4 + 3 + 3 + 3
+    now[0] = 1200.0
+    ps.checkpoint()
+    assert ps.k == 1 and ps.search.settled_until is None  # a new scheduler epoch searches again
+
+
+def test_adsp_literal_reading_collapses_to_one_commit_per_period():
+    from testbed.strategies.adsp import ADSP
+
+    now = [0.0]
+    ps = ADSP({"check_period": 10.0, "search": "literal", "trial_seconds": 10.0}, clock=lambda: now[0])
+    srv = server({"x": torch.zeros(1)})
+    assert ps.c_target() == 1  # max c_i + 1 with no commits yet
+    for w in ("w0", "w1"):
+        for _ in range(5):
+            ps.server_on_push(srv, w, {"x": torch.zeros(1)}, 0)
+    now[0] = 10.5  # the next trial: C_target + 1 = 2, but every worker already has 5 commits
+    assert ps.c_target() == 2
+    assert ps.commit_rate("w0") == 1 and ps.commit_rate("w1") == 1

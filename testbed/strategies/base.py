@@ -111,6 +111,10 @@ class Strategy:
     def worker_on_model(self, meta: dict) -> None:
         """A worker received the model with this meta (see server_reply_meta)."""
 
+    def report(self) -> dict:
+        """What the strategy decided over the run, for RUN/ps.json (e.g. ADSP's commit rate search)."""
+        return {}
+
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
         """A worker stopped; return workers to answer now (a barrier may complete)."""
         return []
