@@ -6,6 +6,9 @@ Specs::
     labels:K        each worker holds only K classes (pathological non-IID)
     dirichlet:ALPHA per-class proportions across workers ~ Dir(ALPHA); small ALPHA
                     means strongly skewed label histograms
+    seldp           SelSync's data partitioning (selsync.txt Sec. III-B, Fig. 7b): the IID
+                    split into N chunks, walked by worker n as a circular queue starting at
+                    chunk n, so every worker sees all the data, in a different order
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from typing import Literal
 
 import numpy as np
 
-__all__ = ["PartitionSpec", "parse_partition", "partition_indices", "PARTITION_HELP"]
+__all__ = ["PartitionSpec", "parse_partition", "partition_indices", "worker_chunks", "PARTITION_HELP"]
 
-PARTITION_HELP = "iid | labels:K (K classes per worker) | dirichlet:ALPHA (ALPHA > 0)"
+PARTITION_HELP = "iid | labels:K (K classes per worker) | dirichlet:ALPHA (ALPHA > 0) | seldp"
 
 # Dirichlet draws that leave a worker with fewer samples than this are redrawn
 # (as in NIID-Bench) a bounded number of times before a deterministic repair.
@@ -27,7 +30,7 @@ _DIRICHLET_TRIES = 100
 
 @dataclass(frozen=True)
 class PartitionSpec:
-    kind: Literal["iid", "labels", "dirichlet"]
+    kind: Literal["iid", "labels", "dirichlet", "seldp"]
     k: int | None = None  # labels:K
     alpha: float | None = None  # dirichlet:ALPHA
 
@@ -36,7 +39,7 @@ class PartitionSpec:
             return f"labels:{self.k}"
         if self.kind == "dirichlet":
             return f"dirichlet:{self.alpha:g}"
-        return "iid"
+        return self.kind
 
 
 def parse_partition(spec: str | PartitionSpec) -> PartitionSpec:
@@ -46,10 +49,10 @@ def parse_partition(spec: str | PartitionSpec) -> PartitionSpec:
     if not isinstance(spec, str):
         raise ValueError(f"partition spec must be a string, got {type(spec).__name__}")
     kind, sep, arg = spec.strip().partition(":")
-    if kind == "iid":
+    if kind in ("iid", "seldp"):
         if sep:
-            raise ValueError(f"partition {spec!r}: 'iid' takes no argument")
-        return PartitionSpec("iid")
+            raise ValueError(f"partition {spec!r}: '{kind}' takes no argument")
+        return PartitionSpec(kind)  # type: ignore[arg-type]
     if kind == "labels":
         try:
             k = int(arg)
@@ -90,7 +93,7 @@ def partition_indices(labels: np.ndarray, n_workers: int, spec: str | PartitionS
         raise ValueError(f"cannot give {n_workers} workers a sample each from {len(y)} samples")
     rng = np.random.default_rng(seed)
 
-    if p.kind == "iid":
+    if p.kind in ("iid", "seldp"):  # SelDP's chunks are the IID split (see worker_chunks)
         parts = np.array_split(rng.permutation(len(y)), n_workers)
     elif p.kind == "labels":
         assert p.k is not None
@@ -149,3 +152,15 @@ def _dirichlet(y: np.ndarray, n_workers: int, alpha: float, rng: np.random.Gener
             big = int(np.argmax([len(p) for p in parts]))
             parts[w], parts[big] = parts[big][-1:], parts[big][:-1]
     return parts
+
+
+def worker_chunks(labels: np.ndarray, n_workers: int, spec: str | PartitionSpec, seed: int,
+                  rank: int) -> list[np.ndarray]:
+    """The index chunks worker `rank` trains on, in the order it walks them: its own shard for
+    every scheme but seldp, where it is all N chunks as a circular queue from chunk `rank`
+    (DP_n, DP_n+1, ..., DP_n-1), so that when workers synchronize each update still comes from
+    a different chunk."""
+    parts = partition_indices(labels, n_workers, spec, seed)
+    if parse_partition(spec).kind != "seldp":
+        return [parts[rank]]
+    return [parts[(rank + i) % n_workers] for i in range(n_workers)]

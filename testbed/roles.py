@@ -262,20 +262,26 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
 
 
 class _Batches:
-    """Reshuffle the worker's shard every epoch; draw fixed-size batches."""
+    """Draw batches from the worker's samples, reshuffled every epoch. With `chunks` (sizes of
+    consecutive runs, SelDP), each run is shuffled on its own and the runs keep their order."""
 
-    def __init__(self, n: int, batch: int, seed: int):
+    def __init__(self, n: int, batch: int, seed: int, chunks: Optional[list[int]] = None):
         self.n, self.batch = n, batch
+        self.chunks = chunks or [n]
         self.rng = np.random.default_rng(seed)
-        self.order = self.rng.permutation(n)
+        self.order = self._epoch()
         self.pos = 0
+
+    def _epoch(self) -> np.ndarray:
+        starts = np.cumsum([0] + self.chunks[:-1])
+        return np.concatenate([s + self.rng.permutation(c) for s, c in zip(starts, self.chunks)])
 
     def next(self, size: Optional[int] = None) -> np.ndarray:
         out = []
         need = min(self.batch if size is None else size, self.n)
         while need:
             if self.pos >= self.n:
-                self.order = self.rng.permutation(self.n)
+                self.order = self._epoch()
                 self.pos = 0
             take = self.order[self.pos:self.pos + need]
             self.pos += len(take)
@@ -286,15 +292,16 @@ class _Batches:
 
 def worker_setup(cfg: RoleConfig, sc: Scenario):
     """(model on its device, dataset, device, the worker's shard as tensors x and y, its batches)."""
-    from .partition import partition_indices
+    from .partition import worker_chunks
 
     model, ds = _model_and_data(sc)
     device = _device()
     model.to(device)
-    shard = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)[cfg.rank]
+    chunks = worker_chunks(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed, cfg.rank)
+    shard = np.concatenate(chunks)
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
-    batches = _Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank)
+    batches = _Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank, [len(c) for c in chunks])
     return model, ds, device, x, y, batches
 
 
@@ -315,6 +322,13 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     ep = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
     stream_log = metrics.open_table(Path(cfg.run_dir), "stream.csv") if feeder is not None else None
+    inject, own_batch = None, sc.workload.batch_size
+    if sc.workload.injection is not None:
+        from .injection import DataInjection, local_batch
+
+        if feeder is None:  # Eq. 3; a stream's batch follows its rate instead
+            own_batch = local_batch(sc.workload.injection, sc.workload.batch_size, len(cfg.workers))
+        inject = DataInjection(cfg, sc.workload.injection, sc.seed, zctx, own_batch)
     version = -1
 
     def wait_reply(kinds=("model", "stop")) -> Optional[Message]:
@@ -338,12 +352,19 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             step += 1
             t_start = time.time()
             if feeder is None:
-                idx = torch.from_numpy(batches.next())
+                idx = torch.from_numpy(batches.next(own_batch))
                 xb, yb = x[idx], y[idx]
             else:
                 xb, yb = _stream_batch(feeder, cfg, step, stream_log, stop_event)
                 if xb is None:
                     break
+            sent = received = 0
+            if inject is not None:  # share some of this batch, train on what others shared
+                sent += inject.share(step, xb, yb, _now(cfg))
+                xi, yi, got = inject.take()
+                received += got
+                if xi is not None:
+                    xb, yb = torch.cat([xb, xi.to(xb.dtype)]), torch.cat([yb, yi.to(yb.dtype)])
             model.zero_grad(set_to_none=True)
             loss = F.cross_entropy(model(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
             loss.backward()
@@ -351,7 +372,6 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             ctx = WorkerContext(worker=cfg.node, rank=cfg.rank, step=step, base_version=version, lr=lr,
                                 model_params=dict(model.named_parameters()), n_workers=len(cfg.workers))
             t_computed = time.time()
-            sent = received = 0
             vote = strategy.worker_vote(grads, ctx)
             if vote is not None:  # every worker's flag, gathered through the PS, decides this step
                 before = ep.bytes_received
@@ -388,6 +408,8 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
         if feeder is not None:
             feeder.stop()
             feeder.join(timeout=5)
+        if inject is not None:
+            inject.close()
         try:
             ep.send(Message("bye"))
             time.sleep(0.05)

@@ -203,6 +203,24 @@ class WorkerGroup(_Strict):
 # --- training ------------------------------------------------------------------------------
 
 
+class Injection(_Strict):
+    """Randomized data injection for non-IID data (ScaDLES Sec. IV-D, SelSync Sec. III-C): at
+    every step a random ceil(alpha * N) of the workers send a beta fraction of their batch to
+    every other worker, which trains on it beside its own."""
+
+    alpha: float = Field(..., gt=0, le=1, description="fraction of the workers that share each step")
+    beta: float = Field(..., gt=0, le=1, description="fraction of a sharing worker's batch it sends")
+    local_batch: Union[int, Literal["eq3", "same"]] = Field(
+        "eq3", description="own samples per step: SelSync Eq. 3's b/(1 + alpha*beta*N), the batch size, or a number")
+
+    @field_validator("local_batch")
+    @classmethod
+    def _local_batch(cls, v):
+        if isinstance(v, int) and v < 1:
+            raise ValueError("must be >= 1")
+        return v
+
+
 class Workload(_Strict):
     model: str = "adacomp_cnn"
     dataset: str = "mnist5k"
@@ -214,6 +232,7 @@ class Workload(_Strict):
     eval_samples: Optional[int] = Field(None, ge=1, description="cap on test samples per evaluation")
     test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
     threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
+    injection: Optional[Injection] = None
 
     @field_validator("model")
     @classmethod
@@ -524,6 +543,8 @@ def _cross_checks(sc: Scenario) -> list[str]:
             lines += [f"algorithm.params.{line}" for line in _errors_to_lines(e)]
         except TypeError as e:
             lines.append(f"algorithm.params: {e}")
+        if cls.decentralized and sc.workload.injection is not None:
+            lines.append(f"workload.injection: {cls.name} is decentralized; data injection runs with PS algorithms")
         if cls.decentralized and sc.streaming is not None:
             lines.append(f"algorithm.name: {cls.name} is decentralized (no PS) and does not train from streams; "
                          "streaming needs a PS algorithm")

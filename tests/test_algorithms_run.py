@@ -153,3 +153,33 @@ def test_decentralized_converges_over_two_sites(tmp_path, clean_host, name, para
     # enters it is the workers' progress notes and the evaluator's TCP acknowledgements)
     assert t[("b", "wan:a", "up")] >= steps[steps.node == "w2"].bytes_sent.sum()
     assert summary["ps_ingress_bytes"] < 0.02 * summary["worker_egress_bytes"]
+
+
+def test_data_injection_sends_samples_between_workers(tmp_path, clean_host):
+    """SelSync on non-IID shards (2 labels each) with (alpha, beta) = (0.5, 0.5): each step two
+    of the four workers send half of their b' = 16 samples (Eq. 3: 32 / (1 + 0.25 * 4)) to the
+    three others, who train on them beside their own; the samples' bytes are on the wire."""
+    import pandas as pd
+
+    from testbed.injection import sharing_workers
+
+    workload = {"model": "adacomp_cnn", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 10,
+                "partition": "labels:2", "injection": {"alpha": 0.5, "beta": 0.5}}
+    summary, rec = _run(tmp_path, "selsync", {"delta": 0.3}, seconds=20, workload=workload,
+                        workers=[{"count": 4, "profile": "edge"}])
+    assert summary["status"] == "completed"
+    peers = pd.read_csv(rec.run_dir / "peers.csv")
+    shared = peers[peers.kind == "samples"]
+    assert len(shared) > 30 and (shared.entries == 8).all()
+    # 8 MNIST samples (784 float32 + an int64 label each) and a small header
+    assert shared.bytes.median() == pytest.approx(8 * (784 * 4 + 8), abs=400)
+    workers = ["w0", "w1", "w2", "w3"]
+    for (node, step), rows in shared.groupby(["node", "step"]):
+        assert node in sharing_workers(workers, 0.5, 1, int(step))  # only this step's sharers send
+        assert sorted(rows.peer) == sorted(w for w in workers if w != node)  # ...to every other worker
+    steps = rec.steps
+    assert steps.batch_size.min() >= 16 and steps.batch_size.max() <= 32
+    assert steps.batch_size.mean() > 20  # own 16 plus what arrived
+    t = rec.traffic.sort_values("time").groupby(["node", "direction"]).bytes.last()
+    for w in workers:
+        assert t[(w, "up")] >= steps[steps.node == w].bytes_sent.sum()

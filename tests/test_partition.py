@@ -167,3 +167,31 @@ def test_argument_errors() -> None:
         partition_indices(LABELS.astype(np.float32), 2, "iid", seed=0)
     with pytest.raises(ValueError, match="unknown partition"):
         partition_indices(LABELS, 2, "bogus", seed=0)
+
+
+def test_seldp_walks_every_chunk_from_its_own() -> None:
+    """SelSync's SelDP (Fig. 7b): worker n walks DP_n, DP_n+1, ..., DP_n-1."""
+    from testbed.partition import worker_chunks
+
+    y = np.arange(103) % 10
+    iid = partition_indices(y, 4, "iid", seed=3)
+    assert [c.tolist() for c in partition_indices(y, 4, "seldp", seed=3)] == [c.tolist() for c in iid]
+    for rank in range(4):
+        chunks = worker_chunks(y, 4, "seldp", 3, rank)
+        assert [c.tolist() for c in chunks] == [iid[(rank + i) % 4].tolist() for i in range(4)]
+        assert sorted(np.concatenate(chunks).tolist()) == list(range(103))  # every worker sees all data
+    assert [c.tolist() for c in worker_chunks(y, 4, "iid", 3, 2)] == [iid[2].tolist()]
+    assert str(parse_partition("seldp")) == "seldp"
+    with pytest.raises(ValueError, match="takes no argument"):
+        parse_partition("seldp:2")
+
+
+def test_batches_keep_seldp_chunk_order() -> None:
+    from testbed.roles import _Batches
+
+    b = _Batches(10, 3, seed=0, chunks=[4, 6])
+    first = np.concatenate([b.next() for _ in range(4)])[:10]  # one epoch
+    assert sorted(first[:4].tolist()) == [0, 1, 2, 3] and sorted(first[4:].tolist()) == list(range(4, 10))
+    # an unchunked shard draws the same batches as before chunks existed
+    a, c = _Batches(10, 3, seed=5), np.random.default_rng(5).permutation(10)
+    assert a.next().tolist() == c[:3].tolist()
