@@ -28,7 +28,8 @@ from .records import RunRecords, finite_float, load_run, traffic_rates
 
 __all__ = ["plot_run", "plot_compare", "plot_progress_compare", "PLOT_FILES", "COMPARE_FILE", "PROGRESS_FILE"]
 
-PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png", "topology.png", "wan.png")
+PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png", "topology.png", "wan.png",
+              "links.png")
 COMPARE_FILE = "compare_accuracy.png"
 PROGRESS_FILE = "compare_progress.png"
 
@@ -66,6 +67,7 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
         "streaming.png": _streaming_figure,
         "topology.png": topology_figure,
         "wan.png": wan_figure,
+        "links.png": _links_figure,
     }
     written: list[Path] = []
     with warnings.catch_warnings():
@@ -362,6 +364,47 @@ def _streaming_figure(rec: RunRecords, style: _Style) -> Figure | None:
         ax.grid(alpha=0.3)
     ax_buf.legend(fontsize=8, loc="upper left")
     fig.suptitle(f"{rec.name}: streaming")
+    return fig
+
+
+def _links_figure(rec: RunRecords, style: _Style) -> Figure | None:
+    """Worker-to-worker traffic (peers.csv): decentralized exchanges and data injection, per link.
+    Cross-site links are dashed; the lower panel is what each link carried per step."""
+    from .columns import PEER_COLUMNS
+    from .records import read_csv_records
+
+    path = rec.run_dir / "peers.csv"
+    if not path.exists():
+        return None
+    kinds = {c: ("str" if c in ("node", "peer", "kind") else "float") for c in PEER_COLUMNS}
+    df = read_csv_records(path, kinds)
+    if df.empty:
+        return None
+    sites = {n: (info or {}).get("site") for n, info in (rec.meta.get("nodes") or {}).items()}
+    grads = df[df["kind"] == "grad"]
+    fig = Figure(figsize=(11, 8 if not grads.empty else 4.5), layout="constrained")
+    axes = fig.subplots(2 if not grads.empty else 1, 1, sharex=True, squeeze=False)[:, 0]
+    ax_cum = axes[0]
+    for (node, peer), g in df.sort_values("time").groupby(["node", "peer"]):
+        cross = sites.get(node) != sites.get(peer)
+        ls = "--" if cross else "-"
+        ax_cum.plot(g["time"], g["bytes"].cumsum() / 1e6, color=style.color(node), ls=ls, lw=1.3,
+                    label=f"{node}→{peer}" + (" (WAN)" if cross else ""))
+        if not grads.empty:
+            gg = grads[(grads["node"] == node) & (grads["peer"] == peer)]
+            axes[1].plot(gg["time"], gg["entries"], color=style.color(node), ls=ls, lw=0.9)
+    what = ", ".join(sorted(df["kind"].unique()))
+    ax_cum.set_ylabel("MB sent (cumulative)")
+    ax_cum.set_title(f"per link, by sender ({what})", fontsize=10, loc="left")
+    ax_cum.legend(fontsize=7, ncol=4, loc="upper left")
+    if not grads.empty:
+        axes[1].set_yscale("log")
+        axes[1].set_ylabel("gradient entries per message")
+        axes[1].set_title("what each link carried per step (fewer on slower links)", fontsize=10, loc="left")
+    axes[-1].set_xlabel("wall time (s)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+    fig.suptitle(f"{rec.name}: worker-to-worker links")
     return fig
 
 

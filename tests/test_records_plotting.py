@@ -267,8 +267,9 @@ def _assert_png(path: Path) -> None:
 def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     run = make_run(tmp_path)
     written = plot_run(run)
-    # streaming.png needs a streaming run's buffer.csv, wan.png WAN links: this run has neither
-    assert [p.name for p in written] == [f for f in PLOT_FILES if f not in ("streaming.png", "wan.png")]
+    # streaming.png needs a streaming run's buffer.csv, wan.png WAN links, links.png worker-to-worker
+    # traffic (peers.csv): this run has none of them
+    assert [p.name for p in written] == [f for f in PLOT_FILES if f not in ("streaming.png", "wan.png", "links.png")]
     for p in written:
         assert p.parent == run / "plots"
         _assert_png(p)
@@ -316,3 +317,25 @@ def test_streaming_figure_from_buffer_records(tmp_path: Path) -> None:
     written = plot_run(run)
     assert "streaming.png" in [p.name for p in written]
     _assert_png(run / "plots" / "streaming.png")
+
+
+def test_links_figure_from_peers_csv(tmp_path: Path) -> None:
+    """A decentralized run's peers.csv becomes links.png; a run without worker-to-worker rows has none."""
+    from testbed.columns import PEER_COLUMNS
+    from testbed.plotting import plot_run
+
+    run = make_run(tmp_path)
+    workers = list(WORKER_SPEED)
+    lines = [",".join(PEER_COLUMNS)]
+    for step in range(1, 30):
+        for a in workers[:3]:
+            for b in workers[:3]:
+                if a != b:
+                    lines.append(f"{step * 0.5},{a},{b},{step},grad,{8000 if 'w2' in (a, b) else 80000},"
+                                 f"{1000 if 'w2' in (a, b) else 10000},0.01")
+    (run / "peers.csv").write_text("\n".join(lines) + "\n")
+    written = [p.name for p in plot_run(run)]
+    assert "links.png" in written
+    assert (run / "plots" / "links.png").stat().st_size > 10_000
+    (run / "peers.csv").write_text(",".join(PEER_COLUMNS) + "\n")
+    assert "links.png" not in [p.name for p in plot_run(run, tmp_path / "again")]
