@@ -43,18 +43,32 @@ def validate(scenario: Path = typer.Argument(..., help="scenario YAML file")) ->
 def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<time>)"),
        quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress"),
-       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns, docker)")) -> None:
+       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns, docker)"),
+       algorithm: Optional[str] = typer.Option(None, "--algorithm", help="run another algorithm (its params: --param)"),
+       param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
+    import yaml
+
     from .runner import default_run_dir, run
     from .runtimes import RuntimeUnavailable
     from .scenario import ScenarioError, parse_scenario
 
     sc = _load(scenario)
+    data = sc.model_dump(mode="json", exclude_none=True)
     if runtime is not None:
+        data["runtime"] = runtime
+    if algorithm is not None and algorithm != sc.algorithm.name:
+        data["algorithm"] = {"name": algorithm, "params": {}}  # the scenario's params were another algorithm's
+    for item in param:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            _fail(f"error: --param {item!r}: expected NAME=VALUE")
+        data["algorithm"].setdefault("params", {})[name.strip()] = yaml.safe_load(value)
+    if runtime is not None or algorithm is not None or param:
         try:
-            sc = parse_scenario({**sc.model_dump(mode="json", exclude_none=True), "runtime": runtime})
+            sc = parse_scenario(data)
         except ScenarioError as e:
-            _fail("\n".join(f"error: --runtime: {line.split(': ', 1)[-1]}" for line in e.lines))
+            _fail("\n".join(f"error: {line}" for line in e.lines))
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:

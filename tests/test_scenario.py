@@ -359,3 +359,18 @@ def test_cli_algorithms():
 
     assert names == sorted(STRATEGIES) and {"bsp", "asgd", "adacomp", "selsync"} <= set(names)
     assert "    c = 0.01" in res.stdout  # parameters with their defaults
+
+
+def test_up_overrides_algorithm_and_params_with_field_errors(tmp_path: Path) -> None:
+    """`up --algorithm/--param` swap the algorithm; bad values fail validation before anything starts."""
+    runner = CliRunner()
+    scen = str(REPO / "scenarios" / "dlion-p-compute.yaml")
+    r = runner.invoke(app, ["up", scen, "--algorithm", "nope", "--out", str(tmp_path / "a")])
+    assert r.exit_code != 0 and "algorithm.name: unknown algorithm 'nope'" in r.output
+    r = runner.invoke(app, ["up", scen, "--param", "total_batch=-3", "--out", str(tmp_path / "b")])
+    assert r.exit_code != 0 and "algorithm.params.total_batch" in r.output
+    r = runner.invoke(app, ["up", scen, "--algorithm", "gaia", "--param", "total_batch=64", "--out", str(tmp_path / "c")])
+    assert r.exit_code != 0 and "algorithm.params" in r.output  # gaia has no total_batch
+    r = runner.invoke(app, ["up", scen, "--param", "oops", "--out", str(tmp_path / "d")])
+    assert r.exit_code != 0 and "NAME=VALUE" in r.output
+    assert not any((tmp_path / d).exists() for d in "abcd")  # nothing half-started
