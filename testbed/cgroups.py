@@ -74,6 +74,28 @@ class CgroupUsage:
         except (OSError, AttributeError, ValueError):
             return None
 
+    # -- changes during a run (timeline.py) ------------------------------------------------
+    def set_cpus(self, cpus: Optional[float]) -> None:
+        """A new CFS quota in cores (None: unlimited)."""
+        if is_v2():
+            _write(self._file("cpu", "cpu.max"), "max" if cpus is None else f"{int(cpus * PERIOD_US)} {PERIOD_US}")
+            return
+        _write(self._file("cpu", "cpu.cfs_period_us"), str(PERIOD_US))
+        _write(self._file("cpu", "cpu.cfs_quota_us"), "-1" if cpus is None else str(max(1000, int(cpus * PERIOD_US))))
+
+    def freeze(self, frozen: bool) -> None:
+        """Stop (or let go on) every process of the cgroup, as `docker pause` does."""
+        if is_v2():
+            _write(self._file("cpu", "cgroup.freeze"), "1" if frozen else "0")
+        else:
+            _write(self._file("freezer", "freezer.state"), "FROZEN" if frozen else "THAWED")
+
+    def member_pids(self) -> set[int]:
+        try:
+            return {int(x) for x in self._file("cpu", "cgroup.procs").read_text().split()}
+        except (OSError, AttributeError, ValueError):
+            return set()
+
 
 @dataclass
 class NodeCgroup(CgroupUsage):

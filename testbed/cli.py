@@ -311,3 +311,69 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- changing a running cluster (the same path as the scenario's timeline) ----------------------
+
+def _control(target: str, action: str, fields: dict, run: Optional[str]) -> None:
+    from .control import ControlError, request
+
+    try:
+        for line in request(target, action, fields, run):
+            typer.echo(line)
+    except ControlError as e:
+        _fail(f"error: {e}")
+
+
+_RUN = typer.Option(None, "--run", help="run id (default: the only run that is up)")
+
+
+@app.command()
+def link(target: str = typer.Argument(..., help="node, worker group or 'workers'"),
+         direction: str = typer.Option("both", "--direction", help="up | down | both"),
+         rate: Optional[str] = typer.Option(None, "--rate", help="e.g. 5mbit"),
+         latency: Optional[str] = typer.Option(None, "--latency", help="one-way, e.g. 20ms"),
+         jitter: Optional[str] = typer.Option(None, "--jitter"),
+         loss: Optional[str] = typer.Option(None, "--loss", help="e.g. 1%"),
+         run: Optional[str] = _RUN) -> None:
+    """Change a node's access link now."""
+    _control(target, "link", {"direction": direction, "rate": rate, "latency": latency, "jitter": jitter,
+                              "loss": loss}, run)
+
+
+@app.command()
+def cpu(target: str = typer.Argument(...), cpus: float = typer.Argument(..., help="new CPU quota in cores"),
+        run: Optional[str] = _RUN) -> None:
+    """Change a node's CPU quota now."""
+    _control(target, "cpu", {"cpus": cpus}, run)
+
+
+@app.command()
+def stress(target: str = typer.Argument(...), load: float = typer.Argument(..., help="cores of busy loop (0 stops)"),
+           run: Optional[str] = _RUN) -> None:
+    """Start, change or stop background CPU stress in a node now."""
+    _control(target, "stress", {"load": load}, run)
+
+
+@app.command()
+def kill(target: str = typer.Argument(...), run: Optional[str] = _RUN) -> None:
+    """SIGKILL a node's processes now (a crash)."""
+    _control(target, "kill", {}, run)
+
+
+@app.command()
+def restart(target: str = typer.Argument(...), run: Optional[str] = _RUN) -> None:
+    """Start a node's role again (a worker rejoins and pulls the current model)."""
+    _control(target, "restart", {}, run)
+
+
+@app.command()
+def pause(target: str = typer.Argument(...), run: Optional[str] = _RUN) -> None:
+    """Freeze a node now (cgroup freezer / docker pause)."""
+    _control(target, "pause", {}, run)
+
+
+@app.command()
+def resume(target: str = typer.Argument(...), run: Optional[str] = _RUN) -> None:
+    """Thaw a paused node."""
+    _control(target, "resume", {}, run)

@@ -161,9 +161,63 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     ingress_payload = 0
     start = time.time()
 
+    events = metrics.open_table(Path(cfg.run_dir), "events.csv")
+    faults = sc.faults
+    heard: dict[str, float] = {}  # when each worker last sent anything
+    waiting: set[str] = set()  # workers that pushed or voted and wait for the PS's answer
+    lost_pending: list[tuple[str, str]] = []
+
+    def send(msg: Message, to: str) -> None:
+        try:
+            ep.send(msg, to)
+            if to in waiting:  # it has work again: its silence counts from now
+                waiting.discard(to)
+                heard[to] = time.time()
+        except zmq.ZMQError:  # its connection is gone (killed, crashed): it is lost
+            lost_pending.append((to, "unreachable"))
+
     def send_model(to: str) -> None:
-        ep.send(Message("model", server.params, {"version": server.version,
-                                                 **strategy.server_reply_meta(server, to)}), to)
+        send(Message("model", server.params, {"version": server.version,
+                                              **strategy.server_reply_meta(server, to)}), to)
+
+    def lose(w: str, why: str) -> None:
+        """A worker stopped answering: go on without it (or stop), and say so in events.csv."""
+        nonlocal reason
+        if w in left or w not in joined:
+            return
+        events.write(time=_now(cfg), target=w, action="lost", detail=f"{why}; {faults.on_worker_loss}")
+        if faults.on_worker_loss == "stop":
+            reason = reason or f"worker {w} lost ({why})"
+            return
+        left.add(w)
+        waiting.discard(w)
+        for x in strategy.server_on_leave(server, w):
+            send_model(x)
+        tell(strategy.server_on_vote(server, None, False))
+
+    def rejoin(w: str, why: str) -> None:
+        left.discard(w)
+        strategy.server_on_join(server, w)
+        events.write(time=_now(cfg), target=w, action="rejoined", detail=f"{why}; model version {server.version}")
+
+    held: set[str] = set()  # restarted workers waiting for the end of the current round
+
+    def admit() -> None:
+        if held and not strategy.round_open():
+            for w in sorted(held):
+                rejoin(w, "restarted")
+                send_model(w)
+            held.clear()
+
+    def check_lost() -> None:
+        while lost_pending:
+            lose(*lost_pending.pop(0))
+        if not strategy.synchronous or faults.worker_timeout is None:
+            return
+        now = time.time()
+        for w in sorted(joined - left - waiting):
+            if now - heard.get(w, now) > faults.worker_timeout:
+                lose(w, f"silent for {faults.worker_timeout:g} s while the others waited")
 
     def snapshot(final: bool = False) -> None:
         nonlocal last_eval_version
@@ -179,24 +233,37 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
         if result is not None:
             voters, outcome = result
             for w in voters:
-                ep.send(Message("decision", meta={"sync": outcome, "version": server.version}), w)
+                send(Message("decision", meta={"sync": outcome, "version": server.version}), w)
 
     def serve(msgs) -> None:
         nonlocal reason, next_eval, ingress_payload
         for sender, msg, nbytes in msgs:
+            if sender != "eval":
+                heard[sender] = time.time()
             if msg.kind == "hello":
                 if sender == "eval":
                     feed.ready = True
                     if server.version == 0:
                         snapshot()  # accuracy of the initial model: the curves start at step 0
+                elif sender in joined:  # a restarted worker: what it had pending died with it
+                    if sender not in left:
+                        left.add(sender)
+                        for x in strategy.server_on_leave(server, sender):
+                            send_model(x)
+                        tell(strategy.server_on_vote(server, None, False))
+                    held.add(sender)  # admitted between rounds (admit())
                 else:
                     joined.add(sender)
                     send_model(sender)
-            elif msg.kind == "push":
+                continue
+            if sender in left and sender in joined and msg.kind in ("push", "vote"):
+                rejoin(sender, "answered again")  # it was lost (frozen, cut off) and is back
+            if msg.kind == "push":
                 if reason is not None:
                     continue
                 ingress_payload += nbytes
                 server.updates_received += 1
+                waiting.add(sender)
                 before = len(server.log)
                 server.push_meta = msg.meta
                 answer = strategy.server_on_push(server, sender, msg.tensors, int(msg.meta["base_version"]))
@@ -214,9 +281,11 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
             elif msg.kind == "target_reached":
                 reason = reason or "target_accuracy"
             elif msg.kind == "vote":
+                waiting.add(sender)
                 tell(strategy.server_on_vote(server, sender, bool(msg.meta["flag"])))
             elif msg.kind == "bye":
                 left.add(sender)
+                waiting.discard(sender)
                 for w in strategy.server_on_leave(server, sender):
                     send_model(w)
                 tell(strategy.server_on_vote(server, None, False))  # a vote may now be complete
@@ -236,6 +305,8 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 reason = "all workers left"
                 break
             serve(ep.recv(0.05))
+            check_lost()
+            admit()
             feed.pump()
         # Tell workers first (they stop computing), then let the evaluator finish.
         send_stop(ep, joined - left, reason)

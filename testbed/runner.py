@@ -15,9 +15,10 @@ from typing import Callable, Optional
 from . import __version__, cgroups, metrics
 from .cluster import ClusterSpec, build_cluster, peer_table
 from .roles import RoleConfig
-from .runtimes import select_runtime
+from .runtimes import RuntimeUnavailable, select_runtime
 from .scenario import Scenario, scenario_to_yaml
 from .state import RunState
+from .runtimes.live import delay_control_file
 from .transport import DelaySpec
 
 PRELOAD = ["torch", "numpy", "zmq", "testbed.roles", "testbed.datasets", "testbed.models",
@@ -97,7 +98,8 @@ def _host() -> dict:
             "memory_bytes": mem}
 
 
-def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport: bool = False) -> DelaySpec:
+def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport: bool = False,
+               control: str = "") -> DelaySpec:
     up, down = plans[node.name]["uplink"], plans[node.name]["downlink"]
     paths: dict[str, list[float]] = {}
     if spec is not None and wan_by_transport:
@@ -115,7 +117,8 @@ def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport
         for peer in node.link.downlink_peers:
             add(peer.peer, peer.direction.latency or 0.0, peer.direction.jitter or 0.0)
     return DelaySpec(up=up["transport_delay_s"], up_jitter=up["transport_jitter_s"],
-                     down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"], paths=paths)
+                     down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"], paths=paths,
+                     control=control)
 
 
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
@@ -123,6 +126,11 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
     t_invoked = time.time()
     runtime_name = select_runtime(sc.runtime)
+    unsupported = sorted({e.action for e in sc.events if e.action in ("kill", "restart", "stress")})
+    if runtime_name == "docker" and unsupported:
+        # `auto` chose docker: say so before anything starts (validation catches runtime: docker)
+        raise RuntimeUnavailable(f"events: {', '.join(unsupported)} events run on the netns runtime only, for now "
+                                 "(the docker runtime was chosen: --runtime netns)")
     run_dir = Path(run_dir).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
         raise FileExistsError(f"--out: {run_dir} exists and is not empty")
@@ -144,6 +152,8 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     last_counters: dict = {}
     stop_event = None
     procs: dict = {}
+    timeline = None
+    live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
     try:
         say(f"runtime: {runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and runtime_name == "docker"
                                          else " (no Docker engine)" if sc.runtime == "auto" else ""))
@@ -197,7 +207,8 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
             cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(run_dir), t0=t0,
                              scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
                              threads=sc.workload.threads or node.threads,
-                             delay=_delay_for(node, node_meta, spec, not runtime.caps.netem),
+                             delay=_delay_for(node, node_meta, spec, not runtime.caps.netem,
+                                              control=delay_control_file(run_dir, node.name)),
                              workers=workers, peers=peer_table(spec, node), stream=stream)
             procs[node.name] = runtime.start_node(node, cfg, stop_event)
 
@@ -205,8 +216,9 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
             _start_streams(sc, spec, stream, start, procs, say)
         for node in [spec.ps, spec.evaluator] + spec.workers:
             start(node)
+        timeline = _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say)
         status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
-                                  last_counters)
+                                  last_counters, live)
     except (KeyboardInterrupt, Interrupted) as e:
         status, reason = "stopped", f"interrupted ({e or 'SIGINT'})"
         say("\ninterrupted: stopping the run and tearing down")
@@ -218,6 +230,10 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
         prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
         t_teardown = time.time()
         try:
+            if timeline is not None:
+                timeline.stop()
+                if timeline.errors:
+                    say("timeline: " + "; ".join(timeline.errors))
             if stop_event is not None:
                 stop_event.set()
             if runtime is not None:
@@ -343,7 +359,51 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
         res.close()
 
 
-def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every, last_counters):
+def _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say):
+    """The scenario's events, applied by a thread of this process when due, and the requests of
+    `edgebed link/kill/...` (timeline.py)."""
+    from .timeline import CONTROL_DIR, Timeline, expand_events
+
+    table = metrics.open_table(run_dir, "events.csv")
+
+    def apply(change) -> str:
+        n, f = change.node, change.fields
+        if change.action == "link":
+            return runtime.set_link(n, f["direction"], {k: v for k, v in f.items() if k != "direction"})
+        if change.action == "cpu":
+            return runtime.set_cpus(n, f["cpus"])
+        if change.action == "stress":
+            return runtime.set_stress(n, f["load"])
+        if change.action in ("pause", "resume"):
+            return runtime.freeze(n, change.action == "pause")
+        if change.action == "kill":
+            live["killed"].add(n)
+            return runtime.kill_node(n)
+        if change.action == "restart":
+            detail = ""
+            if procs[n].is_alive():
+                live["killed"].add(n)
+                detail = runtime.kill_node(n) + "; "
+                procs[n].join(timeout=5)
+            start(spec.node(n))  # a new role process: a worker says hello and pulls the current model
+            live["killed"].discard(n)
+            return detail + "started again"
+        raise ValueError(f"unknown action {change.action}")
+
+    def record(change, applied_at: float, detail: str) -> None:
+        when = f"at_step {change.step}; " if change.step is not None else \
+            f"{change.source}; " if change.time is None else ""
+        table.write(time=applied_at, scheduled_time=change.time, target=change.node, action=change.action,
+                    detail=f"{when}{change.describe()} -> {detail}".strip())
+        say(f"[{applied_at:7.1f}s] event {change.action} {change.node}: {detail}")
+
+    timeline = Timeline(expand_events(sc), apply, record, t0, step=lambda: live["step"],
+                        control_dir=run_dir / CONTROL_DIR)
+    timeline.start()
+    return timeline
+
+
+def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every, last_counters, live=None):
     from .strategies import get_strategy_class
 
     steps_tail = _Tail(run_dir / "steps.csv")
@@ -366,6 +426,8 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
         for row in steps_tail.rows():
             worker_steps[row["node"]] = int(row["step"])
             last_loss = row["loss"]
+            if live is not None and row.get("model_version") not in (None, ""):
+                live["step"] = max(live["step"], int(row["model_version"]))
         for row in eval_tail.rows():
             last_eval = row
         if now >= next_progress:
@@ -380,7 +442,9 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
             next_progress += progress_every
         if not ps.is_alive():
             break
-        dead = [n for n, p in procs.items() if n != "ps" and not p.is_alive() and p.exitcode not in (0, None)]
+        killed = live["killed"] if live is not None else set()
+        dead = [n for n, p in procs.items()
+                if n != "ps" and n not in killed and not p.is_alive() and p.exitcode not in (0, None)]
         if dead:
             stop_event.set()
             ps.join(timeout=30)
@@ -390,6 +454,8 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
             return "stopped", "runner deadline passed"
         time.sleep(0.2)
     if ps.exitcode != 0:
+        if live is not None and "ps" in live["killed"]:
+            return "failed", "the parameter server was killed (a timeline event): the run cannot go on"
         return "failed", f"parameter server exited with code {ps.exitcode}"
     try:
         ps_info = json.loads((run_dir / "ps.json").read_text())

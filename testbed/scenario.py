@@ -383,6 +383,67 @@ class Network(_Strict):
         return v
 
 
+class Faults(_Strict):
+    """What the PS does about a worker that stops answering (killed, frozen, cut off)."""
+
+    worker_timeout: Seconds = Field(30.0, description="synchronous algorithms: a worker silent this long "
+                                                       "while the others wait on it is lost")
+    on_worker_loss: Literal["continue", "stop"] = Field("continue", description="go on with the survivors, or stop")
+
+
+EVENT_ACTIONS = ("link", "cpu", "stress", "kill", "restart", "pause", "resume")
+
+
+class Event(_Strict):
+    """A change during the run (testbed/timeline.py): at a time, or when training reaches a step."""
+
+    at: Seconds = Field(None, description="seconds since the nodes started")
+    at_step: Optional[int] = Field(None, ge=0, description="when the model version reaches this step")
+    target: str = Field(..., description="a node, a worker group's name, or 'workers'")
+    action: Literal["link", "cpu", "stress", "kill", "restart", "pause", "resume"]
+    # link: the fields to change (unset ones keep their value), on one or both directions
+    direction: Literal["up", "down", "both"] = "both"
+    rate: Rate = None
+    latency: Seconds = None
+    jitter: Seconds = None
+    loss: Probability = None
+    trace: Optional[str] = Field(None, description="link: follow a bandwidth trace (CSV or Mahimahi)")
+    cpus: Optional[float] = Field(None, gt=0, le=1024, description="cpu: the new CFS quota in cores")
+    load: Optional[float] = Field(None, ge=0, le=64, description="stress: cores' worth of busy loop (0 stops)")
+
+    @model_validator(mode="after")
+    def _when_and_what(self) -> "Event":
+        if (self.at is None) == (self.at_step is None):
+            raise ValueError("give exactly one of 'at' (seconds) and 'at_step'")
+        link_fields = [f for f in ("rate", "latency", "jitter", "loss") if getattr(self, f) is not None]
+        if self.action == "link":
+            if self.trace is None and not link_fields:
+                raise ValueError("a link event needs rate, latency, jitter, loss or trace")
+            if self.trace is not None and link_fields:
+                raise ValueError("a link event follows either a trace or the fields given, not both")
+        else:
+            extra = link_fields + (["trace"] if self.trace is not None else []) + \
+                (["direction"] if self.direction != "both" else [])
+            extra += [f for f in ("cpus", "load") if getattr(self, f) is not None and self.action != {"cpus": "cpu", "load": "stress"}[f]]
+            if extra:
+                raise ValueError(f"{', '.join(extra)} do not apply to a {self.action} event")
+        if self.action == "cpu" and self.cpus is None:
+            raise ValueError("a cpu event needs cpus")
+        if self.action == "stress" and self.load is None:
+            raise ValueError("a stress event needs load (0 stops it)")
+        return self
+
+    def change_fields(self) -> dict:
+        if self.action == "link":
+            return {"direction": self.direction, **{f: getattr(self, f) for f in ("rate", "latency", "jitter", "loss")
+                                                   if getattr(self, f) is not None}}
+        if self.action == "cpu":
+            return {"cpus": self.cpus}
+        if self.action == "stress":
+            return {"load": self.load}
+        return {}
+
+
 class Scenario(_Strict):
     name: str = "scenario"
     seed: int = 0
@@ -399,6 +460,8 @@ class Scenario(_Strict):
     sites: dict[str, Site] = Field(default_factory=dict, description="named LANs; none: one LAN for all")
     wan: Wan = Field(default_factory=Wan)
     links: list[NodeLink] = Field(default_factory=list, description="per node pair overrides of the access links")
+    events: list[Event] = Field(default_factory=list, description="the timeline: changes during the run")
+    faults: Faults = Field(default_factory=Faults)
 
     @field_validator("sites")
     @classmethod
@@ -441,6 +504,14 @@ class Scenario(_Strict):
                 i = counters.get(prefix, 0)
                 counters[prefix] = i + 1
                 out.append((f"{prefix}{i}", gi))
+        return out
+
+    def node_names(self) -> list[str]:
+        """Every node the scenario makes."""
+        out = ["ps", "eval"] + [n for n, _ in self.worker_names()]
+        if self.streaming is not None:
+            kind = self.streaming.broker.kind
+            out += {"tansu": ["broker"], "kafka": ["broker", "producer"], "external": ["producer"]}[kind]
         return out
 
     @property
@@ -507,10 +578,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
     for where, ref in refs:
         if isinstance(ref, str) and ref not in sc.profiles:
             lines.append(f"{where}: unknown profile '{ref}' (defined: {known})")
-    all_nodes = ["ps", "eval"] + [n for n, _ in sc.worker_names()]
-    if sc.streaming is not None:
-        all_nodes += ["producer"] if sc.streaming.broker.kind == "external" else ["broker"]
-        all_nodes += ["producer"] if sc.streaming.broker.kind == "kafka" else []
+    all_nodes = sc.node_names()
     pairs: set[frozenset] = set()
     for i, link in enumerate(sc.links):
         a, b = link.between
@@ -522,6 +590,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
         if frozenset((a, b)) in pairs:
             lines.append(f"links[{i}].between: a second link between '{a}' and '{b}'")
         pairs.add(frozenset((a, b)))
+    lines += _event_problems(sc, all_nodes)
     names = [n for n, _ in sc.worker_names()]
     if len(names) + 3 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
         lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes and a gateway")
@@ -564,6 +633,29 @@ def _cross_checks(sc: Scenario) -> list[str]:
             r = prof.resolved_direction(d)  # type: ignore[arg-type]
             if r.jitter and not r.latency:
                 lines.append(f"{where}.{d}: jitter without latency")
+    return lines
+
+
+def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
+    from .timeline import read_link_trace, resolve_target
+
+    lines = []
+    groups = sorted({g.name or "w" for g in sc.workers})
+    for i, ev in enumerate(sc.events):
+        nodes = resolve_target(sc, ev.target)
+        if not nodes:
+            lines.append(f"events[{i}].target: '{ev.target}' is no node, worker group or 'workers' "
+                         f"(nodes: {', '.join(all_nodes)}; groups: {', '.join(groups)})")
+        elif ev.action in ("kill", "restart", "pause", "resume") and set(nodes) & {"broker", "producer"} \
+                and sc.streaming is not None and sc.streaming.broker.kind == "kafka":
+            lines.append(f"events[{i}].target: {ev.action} of the kafka broker's node is not supported")
+        if ev.action in ("kill", "restart", "stress") and sc.runtime == "docker":
+            lines.append(f"events[{i}].action: {ev.action} events run on the netns runtime only, for now")
+        if ev.trace is not None:
+            try:
+                read_link_trace(ev.trace)
+            except (OSError, ValueError) as e:
+                lines.append(f"events[{i}].trace: {e}")
     return lines
 
 
@@ -615,7 +707,7 @@ def load_scenario(path: Union[str, Path]) -> Scenario:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
         raise ScenarioError([f"{p}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
-    return parse_scenario(_resolve_trace_paths(data, p.parent))
+    return parse_scenario(_resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent))
 
 
 def _resolve_trace_paths(data: Any, base: Path) -> Any:
@@ -633,6 +725,16 @@ def _resolve_trace_paths(data: Any, base: Path) -> Any:
     if "rates" in st:
         rates = st["rates"]
         st["rates"] = [fix(r) for r in rates] if isinstance(rates, list) else fix(rates)
+    return data
+
+
+def _resolve_event_traces(data: Any, base: Path) -> Any:
+    """Relative event traces are taken from the scenario file's folder, not the cwd."""
+    events = data.get("events") if isinstance(data, dict) else None
+    for ev in events if isinstance(events, list) else []:
+        t = ev.get("trace") if isinstance(ev, dict) else None
+        if isinstance(t, str) and t.strip() and not Path(t.strip()).is_absolute():
+            ev["trace"] = str((base / t.strip()).resolve())
     return data
 
 

@@ -221,6 +221,36 @@ def change_rate(ipr, ifindex: int, rate_bps: float) -> None:
            rate=rate, ceil=rate, burst=burst, cburst=burst)
 
 
+def _has_htb(plan: DirectionPlan) -> bool:
+    return plan.rate_bps is not None or bool(plan.bpf_loss) or bool(plan.peers)
+
+
+def reshape(ipr, ifindex: int, old: DirectionPlan, new: DirectionPlan) -> None:
+    """Move an interface from `old` to `new` during a run: the rate in place (HTB change-class),
+    the loss filter and the netem qdisc replaced only when they change. An interface with
+    nothing classful installed yet gets `new` from scratch."""
+    if not _has_htb(old):
+        if old.netem:
+            ipr.tc("del", index=ifindex)  # a netem-only root: start over
+        apply_direction(ipr, ifindex, new)
+        return
+    change_rate(ipr, ifindex, new.rate_bps if new.rate_bps is not None else UNLIMITED_BPS)
+    if old.bpf_loss != new.bpf_loss:
+        if old.bpf_loss:
+            ipr.tc("del-filter", "bpf", index=ifindex, handle=1, parent=HTB_HANDLE, prio=1, protocol=3)
+        if new.bpf_loss:
+            from .bpf import attach_loss
+
+            attach_loss(ipr, ifindex, HTB_HANDLE, new.bpf_loss)
+    if old.netem != new.netem:
+        if old.netem and new.netem:
+            ipr.tc("change", "netem", index=ifindex, handle=NETEM_HANDLE, parent=HTB_CLASS, **new.netem)
+        elif new.netem:
+            ipr.tc("add", "netem", index=ifindex, handle=NETEM_HANDLE, parent=HTB_CLASS, **new.netem)
+        else:
+            ipr.tc("del", "netem", index=ifindex, handle=NETEM_HANDLE, parent=HTB_CLASS)
+
+
 def read_htb_class(ipr, ifindex: int) -> Optional[dict]:
     """The installed HTB class's rate (bit/s), ceil and buffer, or None (for tests and status)."""
     for msg in ipr.get_classes(index=ifindex):

@@ -9,6 +9,8 @@ which is what a delay line in the path would do to a message-sized burst.
 from __future__ import annotations
 
 import heapq
+import json
+import os
 import random
 import time
 import zlib
@@ -33,10 +35,34 @@ class DelaySpec:
     # WAN path from each sender's site to this node's site: sender node name -> [delay, jitter]
     # (a DEALER's only sender, the PS, is "ps")
     paths: dict = field(default_factory=dict)
+    # a JSON file {up, up_jitter, down, down_jitter} the runner rewrites when the timeline
+    # changes this node's latency (runtimes/live.py); "" = none
+    control: str = ""
+    _mtime: int = field(default=0, repr=False)
+    _next_check: float = field(default=0.0, repr=False)
+
+    def refresh(self) -> None:
+        """Take up a latency change from the control file (checked at most every 0.1 s)."""
+        if not self.control:
+            return
+        now = time.monotonic()
+        if now < self._next_check:
+            return
+        self._next_check = now + 0.1
+        try:
+            st = os.stat(self.control).st_mtime_ns
+            if st == self._mtime:
+                return
+            data = json.loads(open(self.control).read())
+        except (OSError, ValueError):
+            return
+        self._mtime = st
+        self.up, self.up_jitter = float(data["up"]), float(data["up_jitter"])
+        self.down, self.down_jitter = float(data["down"]), float(data["down_jitter"])
 
     @property
     def active(self) -> bool:
-        return any((self.up, self.up_jitter, self.down, self.down_jitter)) or bool(self.paths)
+        return any((self.up, self.up_jitter, self.down, self.down_jitter)) or bool(self.paths) or bool(self.control)
 
 
 class DelayLine:
@@ -88,6 +114,7 @@ class Endpoint:
         self.bytes_received = 0
 
     def send(self, msg: wire.Message, to: Optional[str] = None) -> int:
+        self.delay.refresh()
         if self.delay.up or self.delay.up_jitter:
             msg.meta["_up"] = self.delay.up
             msg.meta["_upj"] = self.delay.up_jitter
@@ -119,6 +146,7 @@ class Endpoint:
     def recv(self, timeout: float) -> list[tuple[Optional[str], wire.Message, int]]:
         """Messages deliverable within `timeout` seconds (possibly none)."""
         deadline = time.monotonic() + timeout
+        self.delay.refresh()
         while True:
             for item in self._drain():
                 meta = item[1].meta
@@ -153,6 +181,7 @@ def _seed(identity: str, seed: int) -> int:
 def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
     s = ctx.socket(zmq.ROUTER)
     s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not silent drop
+    s.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted node takes its identity back
     s.setsockopt(zmq.SNDHWM, 0)
     s.setsockopt(zmq.RCVHWM, 0)
     s.bind(f"tcp://{address}:{PS_PORT}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
@@ -23,6 +24,7 @@ from ..netlink import attach_netns, disable_offloads, ns_iproute
 from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
 from ..state import RunState
 from .fabric import Fabric
+from .live import LiveOps
 from .netns import netns_name
 
 LABEL = "edgebed"
@@ -157,7 +159,7 @@ class DockerHandle:
     processes: list = field(default_factory=list)
 
 
-class DockerRuntime:
+class DockerRuntime(LiveOps):
     name = "docker"
 
     def __init__(self, state: RunState, client=None, image: Optional[str] = None,
@@ -316,6 +318,33 @@ class DockerRuntime:
         proc = ContainerProcess(h.container)
         h.processes.append(proc)
         return proc
+
+    # -- changes during the run (live.py) ------------------------------------------------
+    @contextmanager
+    def _link_iface(self, node: str, which: str):
+        h = self.handles[node]
+        if which == "up":
+            with ns_iproute(h.netns) as ns:
+                yield ns, ns.link_lookup(ifname="eth0")[0]
+        elif h.host_ifindex is not None:
+            from pyroute2 import IPRoute
+
+            with IPRoute() as ipr:  # its own socket: the monitor thread uses the runtime's
+                yield ipr, h.host_ifindex
+        else:
+            with self.fabric.downlink_iface(node) as iface:
+                yield iface
+
+    def freeze(self, node: str, frozen: bool) -> str:
+        c = self.handles[node].container
+        c.pause() if frozen else c.unpause()  # docker's own freezer: `docker ps` shows it paused
+        return "paused" if frozen else "unpaused"
+
+    def kill_node(self, node: str) -> str:
+        raise NotImplementedError("kill/restart on the docker runtime: not yet (use the netns runtime)")
+
+    def set_stress(self, node: str, load: float) -> str:
+        raise NotImplementedError("stress changes on the docker runtime: not yet (use the netns runtime)")
 
     def _go(self, node: str, spec: dict) -> None:
         (self.conf_dir / f"{node}.json").write_text(json.dumps(spec))

@@ -12,6 +12,7 @@ isolation rules for internal networks) never see the cluster's traffic.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import Any, Optional
 
 from ..cluster import ClusterSpec, Node
@@ -43,6 +44,7 @@ class Fabric:
         self.wan_plans: dict[tuple[str, str], DirectionPlan] = {}  # (from site, to site) -> plan
         self.host_gateway_ifname: Optional[str] = None
         self.plugged: set[str] = set()  # nodes whose switch-side veth is named after them
+        self.node_switch: dict[str, str] = {}  # node -> the switch netns its veth is plugged into
 
     def _make_ns(self, name: str) -> None:
         self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
@@ -166,7 +168,15 @@ class Fabric:
         disable_offloads(netns, ["eth0"])
         disable_offloads(sw, [node.name])
         self.plugged.add(node.name)
+        self.node_switch[node.name] = sw
         return up, down
+
+    @contextmanager
+    def downlink_iface(self, node: str):
+        """(an IPRoute in the node's switch, ifindex of its switch-side veth): where its downlink
+        is shaped. A socket of its own: the monitor thread uses the switch's meanwhile."""
+        with ns_iproute(self.node_switch[node]) as s:
+            yield s, s.link_lookup(ifname=node)[0]
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:

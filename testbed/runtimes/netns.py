@@ -20,15 +20,17 @@ import multiprocessing as mp
 import os
 import signal
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from .. import cgroups
 from ..cluster import ClusterSpec, Node
-from ..netlink import create_netns, enter_netns
+from ..netlink import create_netns, enter_netns, ns_iproute
 from ..shaping import DirectionPlan, KernelCaps, probe_kernel
 from ..state import RunState, cleanup_run
 from .fabric import Fabric
+from .live import LiveOps
 
 PR_SET_PDEATHSIG = 1
 
@@ -61,12 +63,14 @@ class NodeHandle:
     processes: list = field(default_factory=list)
 
 
-class NetnsRuntime:
+class NetnsRuntime(LiveOps):
     name = "netns"
 
     def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
         self.state = state
         self.run_id = state.run_id
+        self.run_dir = state.run_dir
+        self._stop_event = None
         self.caps = caps or probe_kernel()
         self.handles: dict[str, NodeHandle] = {}
         self._ctx = mp.get_context("forkserver")
@@ -100,7 +104,8 @@ class NetnsRuntime:
         self._ctx.set_forkserver_preload(modules)
 
     def make_stop_event(self):
-        return self._ctx.Event()
+        self._stop_event = self._ctx.Event()
+        return self._stop_event
 
     def start_node(self, node: Node, cfg, stop_event):
         """Start the node's role (and its background stress); returns the role's process."""
@@ -125,6 +130,28 @@ class NetnsRuntime:
         p.start()
         h.processes.append(p)
         return p
+
+    # -- changes during the run (live.py) ------------------------------------------------
+    @contextmanager
+    def _link_iface(self, node: str, which: str):
+        if which == "up":
+            with ns_iproute(self.handles[node].netns) as ns:
+                yield ns, ns.link_lookup(ifname="eth0")[0]
+        else:
+            with self.fabric.downlink_iface(node) as iface:
+                yield iface
+
+    def set_stress(self, node: str, load: float) -> str:
+        """Replace the node's background stress with `load` cores' worth (0: none)."""
+        from ..roles import run_stress
+
+        h = self.handles[node]
+        old = [p for p in h.processes if "-stress" in p.name and p.is_alive()]
+        for p in old:
+            p.kill()
+        if load > 0:
+            self.start(node, run_stress, {"load": load, "stop_event": self._stop_event}, label="stress-live")
+        return f"stress {load} cores (was {len(old)} process(es))"
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:

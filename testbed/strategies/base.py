@@ -76,6 +76,8 @@ class Strategy:
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
     paper: ClassVar[str] = ""
+    # True: a worker that stops answering can hold the others up (a BSP barrier, SSP's bound,
+    # SelSync's vote), so the PS declares a silent worker lost after faults.worker_timeout
     synchronous: ClassVar[bool] = False
     decentralized: ClassVar[bool] = False  # True: no PS, workers exchange directly (strategies/peer.py)
     Params: ClassVar[type[BaseModel]] = NoParams
@@ -118,3 +120,11 @@ class Strategy:
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
         """A worker stopped; return workers to answer now (a barrier may complete)."""
         return []
+
+    def server_on_join(self, server: ServerState, worker: str) -> None:
+        """A worker that left (or was lost) is back: count it in again."""
+
+    def round_open(self) -> bool:
+        """Whether a synchronous round is under way (a barrier or vote some workers are in):
+        the PS admits a rejoining worker only between rounds, so that it joins a whole one."""
+        return False

@@ -62,3 +62,9 @@ class BSP(Strategy):
         self._left.add(worker)
         self._pending.pop(worker, None)
         return self._complete(server)
+
+    def server_on_join(self, server: ServerState, worker: str) -> None:
+        self._left.discard(worker)
+
+    def round_open(self) -> bool:
+        return bool(self._pending)

@@ -67,6 +67,7 @@ class SelSync(BSP):
         self.change: Optional[RelativeGradChange] = None
         self.last_change: Optional[float] = None
         self._votes: dict[str, bool] = {}
+        self._sync_round = False
         self.syncs = 0
 
     # -- worker --------------------------------------------------------------------------
@@ -97,6 +98,7 @@ class SelSync(BSP):
         outcome = any(self._votes.values())
         told = sorted(self._votes)
         self._votes.clear()
+        self._sync_round = outcome  # the voters now push: a barrier round is open until it completes
         self.syncs += outcome
         return told, outcome
 
@@ -110,3 +112,12 @@ class SelSync(BSP):
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
         self._votes.pop(worker, None)
         return super().server_on_leave(server, worker)
+
+    def _complete(self, server: ServerState) -> list[str]:
+        answered = super()._complete(server)
+        if answered:
+            self._sync_round = False
+        return answered
+
+    def round_open(self) -> bool:
+        return bool(self._votes) or bool(self._pending) or self._sync_round

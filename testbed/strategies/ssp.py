@@ -23,6 +23,7 @@ class SSP(Strategy):
     summary = "stale synchronous: apply each push at once; block a worker more than s clocks ahead of the slowest"
     paper = "Ho et al. 2013; baseline in SelSync and ADSP"
     Params = SSPParams
+    synchronous = True  # the bound waits for the slowest worker
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -54,3 +55,8 @@ class SSP(Strategy):
         self.left.add(worker)
         self.blocked.discard(worker)
         return self._release()
+
+    def server_on_join(self, server: ServerState, worker: str) -> None:
+        # back at the slowest active clock: a rejoined worker neither blocks the others nor is blocked
+        self.clock[worker] = self._slowest()
+        self.left.discard(worker)

@@ -1,0 +1,94 @@
+"""Changes to a running cluster (the scenario's timeline, `edgebed link/cpu/kill/...`), shared by
+both runtimes. A runtime supplies where a node's link directions are shaped (`_link_iface`)
+and how its processes are killed; the rest is common: the new direction is the old one with
+the given fields replaced, planned like at bring-up and installed in place (shaping.reshape),
+latency the kernel cannot make goes to the node's transport through its delay control file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+from ..scenario import Direction
+from ..shaping import DirectionPlan, plan_direction, reshape
+
+WHICH = {"up": "uplink", "down": "downlink"}
+
+
+def delay_control_file(run_dir: str | Path, node: str) -> str:
+    """Where a node's transport reads link latency changes made during the run."""
+    return str(Path(run_dir) / ".links" / f"{node}.json")
+
+
+class LiveOps:
+    """Mixin: needs self.handles (node -> handle with node, uplink, downlink, cgroup, processes),
+    self.caps, self.run_dir and `_link_iface(node, which)`."""
+
+    def _directions(self, node: str) -> dict[str, Direction]:
+        cur = getattr(self, "_live_directions", None)
+        if cur is None:
+            cur = self._live_directions = {}
+        if node not in cur:
+            link = self.handles[node].node.link
+            cur[node] = {"up": link.uplink, "down": link.downlink}
+        return cur[node]
+
+    @contextmanager
+    def _link_iface(self, node: str, which: str):  # pragma: no cover - each runtime has its own
+        raise NotImplementedError
+        yield
+
+    def set_link(self, node: str, direction: str, fields: dict) -> str:
+        """Change rate/latency/jitter/loss of one or both directions of a node's access link."""
+        h = self.handles[node]
+        dirs = self._directions(node)
+        done = []
+        for which in (("up", "down") if direction == "both" else (direction,)):
+            old_plan: DirectionPlan = getattr(h, WHICH[which])
+            new_dir = Direction(**{**dirs[which].model_dump(), **fields})
+            peers = getattr(h.node.link, f"{WHICH[which]}_peers")
+            new_plan = plan_direction(new_dir, self.caps, peers)
+            with self._link_iface(node, which) as (ipr, ifindex):
+                reshape(ipr, ifindex, old_plan, new_plan)
+            setattr(h, WHICH[which], new_plan)
+            dirs[which] = new_dir
+            done.append(which)
+        self._write_delay_control(node)
+        return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+    def _write_delay_control(self, node: str) -> None:
+        h = self.handles[node]
+        path = Path(delay_control_file(self.run_dir, node))
+        path.parent.mkdir(exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps({"up": h.uplink.transport_delay_s, "up_jitter": h.uplink.transport_jitter_s,
+                                   "down": h.downlink.transport_delay_s,
+                                   "down_jitter": h.downlink.transport_jitter_s}))
+        os.replace(tmp, path)  # the transport never reads half a file
+
+    def set_cpus(self, node: str, cpus: Optional[float]) -> str:
+        self.handles[node].cgroup.set_cpus(cpus)
+        return f"cpu quota {cpus} cores"
+
+    def freeze(self, node: str, frozen: bool) -> str:
+        self.handles[node].cgroup.freeze(frozen)
+        return "frozen" if frozen else "thawed"
+
+    def kill_node(self, node: str) -> str:
+        """SIGKILL every process of the node (its role, stress, children), as a crash would."""
+        h = self.handles[node]
+        pids = h.cgroup.member_pids() - self._protected_pids(node)
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return f"killed {len(pids)} process(es)"
+
+    def _protected_pids(self, node: str) -> set[int]:
+        return set()

@@ -1,0 +1,156 @@
+"""The timeline on a real cluster (netns): link changes, kill/restart, CPU changes, fault modes,
+interactive control, and a PS killed mid-run."""
+
+import json
+import subprocess
+import time
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, edgebed_cmd, needs_root, our_netns
+
+pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
+
+
+def _rates(traffic: pd.DataFrame, node: str, direction: str, window: int = 3) -> pd.DataFrame:
+    """Bit rates of a node's access link over `window` consecutive samples (~1 s apart) of
+    traffic.csv (one sample's interval is too short to judge: counters and clock are read apart)."""
+    t = traffic[(traffic.node == node) & (traffic.link == "access") & (traffic.direction == direction)]
+    t = t.sort_values("time").reset_index(drop=True)
+    bps = t.delta_bytes.rolling(window).sum() * 8 / t.time.diff(window)
+    return pd.DataFrame({"time": t.time, "bps": bps}).dropna()
+
+
+def test_dynamics_smoke_records_every_effect(tmp_path, clean_host):
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/dynamics-smoke.yaml", "--out", str(run_dir)], cwd=REPO,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    events = pd.read_csv(run_dir / "events.csv")
+    applied = events[events.scheduled_time.notna()]
+    assert len(applied) == 5 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
+    assert ((applied.time - applied.scheduled_time).abs() < 0.1).all()  # each within 100 ms of its time
+    assert "rejoined" in set(events.action)  # the PS saw w1 come back
+    # w0's link, both directions: held to 2 Mbit/s between 10 s and 25 s (within 10%), well above outside
+    traffic = pd.read_csv(run_dir / "traffic.csv")
+    for direction in ("up", "down"):
+        rates = _rates(traffic, "w0", direction)
+        slow = rates[(rates.time > 13) & (rates.time < 25)]
+        fast = rates[(rates.time < 10) | (rates.time > 29)]
+        # at most the scheduled rate, and at it while a push or pull keeps the link busy
+        assert 2e6 * 0.9 <= slow.bps.max() <= 2e6 * 1.10, slow.bps.describe()
+        assert fast.bps.max() > 5 * 2e6
+    # w1's steps stop at the kill and resume after the restart (its step count starts again)
+    steps = pd.read_csv(run_dir / "steps.csv")
+    w1 = steps[steps.node == "w1"]
+    assert not ((w1.time > 12.5) & (w1.time < 22)).any()
+    assert (w1.time > 23).sum() >= 3 and (w1.time < 12).sum() >= 3
+    # w2's CPU halved: a step's compute takes longer
+    w2 = steps[steps.node == "w2"]
+    before, after = w2[w2.time < 14].compute_seconds.median(), w2[w2.time > 17].compute_seconds.median()
+    assert after > 1.5 * before, (before, after)
+    p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+
+
+def _scenario(tmp_path, algorithm: dict, events: list, faults: dict | None = None, seconds: int = 25) -> str:
+    data = {"name": "faults", "seed": 1, "runtime": "netns",
+            "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 20},
+            "stop": {"seconds": seconds}, "algorithm": algorithm,
+            "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}},
+            "workers": [{"count": 3, "profile": "edge"}], "events": events}
+    if faults:
+        data["faults"] = faults
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return str(path)
+
+
+@pytest.mark.parametrize("name", ["bsp", "selsync", "ssp", "asgd", "adsp"])
+def test_a_killed_worker_does_not_stop_training(tmp_path, clean_host, name):
+    """Every PS algorithm goes on without a killed worker (BSP/SelSync/SSP after the timeout),
+    and takes it back when it restarts."""
+    params = {"adsp": {"check_period": 2.0}, "ssp": {"staleness": 2}, "selsync": {"delta": 0.3}}.get(name, {})
+    path = _scenario(tmp_path, {"name": name, "params": params},
+                     [{"at": "6s", "target": "w1", "action": "kill"}, {"at": "14s", "target": "w1", "action": "restart"}],
+                     faults={"worker_timeout": "2s"})
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+    steps = pd.read_csv(run_dir / "steps.csv")
+    others = steps[steps.node != "w1"]
+    assert ((others.time > 9) & (others.time < 14)).sum() >= 5  # the survivors trained while w1 was down
+    w1 = steps[steps.node == "w1"]
+    assert (w1.time > 15).sum() >= 3  # ...and w1 trained again after its restart
+    events = pd.read_csv(run_dir / "events.csv")
+    assert "rejoined" in set(events.action)
+    if name in ("bsp", "selsync", "ssp"):  # they wait on every worker: the PS had to give up on w1
+        lost = events[events.action == "lost"]
+        assert len(lost) == 1 and lost.target.iloc[0] == "w1"
+        assert 6 < lost.time.iloc[0] <= 6 + 2 + 1.5  # its last message + the 2 s timeout
+
+
+def test_bsp_stops_cleanly_when_told_to(tmp_path, clean_host):
+    path = _scenario(tmp_path, {"name": "bsp"}, [{"at": "5s", "target": "w2", "action": "kill"}],
+                     faults={"worker_timeout": "2s", "on_worker_loss": "stop"})
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "worker w2 lost" in summary["reason"], summary
+    assert r.returncode == 0
+    assert summary["wall_seconds"] < 20
+
+
+def test_killing_the_ps_ends_the_run_with_records_and_no_leftovers(tmp_path, clean_host):
+    path = _scenario(tmp_path, {"name": "asgd"}, [{"at": "6s", "target": "ps", "action": "kill"}], seconds=60)
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode != 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "parameter server was killed" in summary["reason"]
+    from testbed.records import load_run
+
+    rec = load_run(run_dir)
+    assert len(rec.steps) > 10 and rec.steps.time.max() < 8  # records up to the crash, readable
+    assert not our_netns()
+
+
+def test_interactive_control_acts_on_the_running_cluster(tmp_path, clean_host):
+    path = _scenario(tmp_path, {"name": "asgd"}, [], seconds=30)
+    run_dir = tmp_path / "run"
+    p = subprocess.Popen(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 60
+        while not (run_dir / "meta.json").exists() and time.time() < deadline:
+            time.sleep(0.2)
+        run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
+        time.sleep(4)
+        bad = subprocess.run(edgebed_cmd() + ["link", "w0", "--rate", "-5mbit", "--run", run_id], cwd=REPO,
+                             capture_output=True, text=True)
+        assert bad.returncode != 0 and "link.rate: '-5mbit' is not a rate" in bad.stderr
+        ok = subprocess.run(edgebed_cmd() + ["link", "w0", "--rate", "3mbit", "--direction", "up", "--run", run_id],
+                            cwd=REPO, capture_output=True, text=True)
+        assert ok.returncode == 0, ok.stderr
+        assert "up: rate=3000000.0" in ok.stdout
+        cpu = subprocess.run(edgebed_cmd() + ["cpu", "w", "0.2", "--run", run_id], cwd=REPO, capture_output=True,
+                             text=True)
+        assert cpu.returncode == 0 and cpu.stdout.count("cpu quota 0.2") == 3  # the group: all three workers
+        from testbed.shaping import read_htb_class
+        from testbed.netlink import ns_iproute
+
+        with ns_iproute(f"eb-{run_id}-w0") as ns:
+            assert read_htb_class(ns, ns.link_lookup(ifname="eth0")[0])["rate_bps"] == pytest.approx(3e6, rel=0.01)
+    finally:
+        p.wait(timeout=120)
+    assert p.returncode == 0
+    events = pd.read_csv(run_dir / "events.csv")
+    assert len(events[events.detail.str.contains("command line", na=False)]) == 4

@@ -1,0 +1,142 @@
+"""The scenario timeline: event schema, expansion (targets, traces) and the engine's timing on a fake clock."""
+
+from pathlib import Path
+
+import pytest
+
+from testbed.scenario import ScenarioError, parse_scenario
+from testbed.timeline import Change, Timeline, expand_events, read_link_trace
+
+
+def _sc(events, **kw):
+    return parse_scenario({"name": "t", "workers": [{"count": 2}, {"count": 2, "name": "slow"}], "events": events, **kw})
+
+
+def test_event_schema_errors_name_the_field():
+    bad = [
+        ({"at": "5s", "target": "w0", "action": "link"}, "events[0]: a link event needs"),
+        ({"at": 1, "at_step": 3, "target": "w0", "action": "kill"}, "exactly one of 'at'"),
+        ({"target": "w0", "action": "kill"}, "exactly one of 'at'"),
+        ({"at": 1, "target": "w0", "action": "cpu"}, "a cpu event needs cpus"),
+        ({"at": 1, "target": "w0", "action": "kill", "rate": "1mbit"}, "rate do not apply to a kill event"),
+        ({"at": 1, "target": "w0", "action": "link", "rate": "-5mbit"}, "events[0].rate: '-5mbit' is not a rate"),
+        ({"at": 1, "target": "w0", "action": "explode"}, "events[0].action"),
+        ({"at": 1, "target": "w9", "action": "kill"}, "events[0].target: 'w9' is no node"),
+        ({"at": 1, "target": "w0", "action": "link", "trace": "/nonexistent.csv"}, "events[0].trace"),
+    ]
+    for ev, msg in bad:
+        with pytest.raises(ScenarioError, match=msg.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")):
+            _sc([ev])
+
+
+def test_targets_expand_to_nodes_in_due_order():
+    sc = _sc([{"at": "10s", "target": "slow", "action": "cpu", "cpus": 0.1},
+              {"at": "2s", "target": "workers", "action": "link", "direction": "up", "rate": "2mbit"},
+              {"at_step": 50, "target": "ps", "action": "pause"},
+              {"at": 3, "target": "w1", "action": "kill"}])
+    changes = expand_events(sc)
+    assert [(c.time, c.step, c.node, c.action) for c in changes] == [
+        (2.0, None, "slow0", "link"), (2.0, None, "slow1", "link"), (2.0, None, "w0", "link"),
+        (2.0, None, "w1", "link"), (3.0, None, "w1", "kill"), (10.0, None, "slow0", "cpu"),
+        (10.0, None, "slow1", "cpu"), (None, 50, "ps", "pause")]
+    assert changes[0].fields == {"direction": "up", "rate": 2e6}
+    assert changes[0].describe() == "direction=up rate=2mbit"
+
+
+def test_link_traces_csv_and_mahimahi(tmp_path: Path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("time,bandwidth,latency\n0,10mbit,20ms\n5,2mbit,\n2.5,5000000,40ms\n")
+    assert read_link_trace(csv) == [(0.0, 10e6, 0.02), (2.5, 5e6, 0.04), (5.0, 2e6, None)]
+    mahi = tmp_path / "lte.up"
+    # second 0: 100 delivery opportunities (1.2 Mbit/s), second 1: none (an outage), second 2: 10
+    mahi.write_text("\n".join([str(i * 10) for i in range(100)] + [str(2000 + i) for i in range(10)]) + "\n")
+    rows = read_link_trace(mahi)
+    assert rows == [(0.0, 100 * 1500 * 8, None), (1.0, 8000.0, None), (2.0, 10 * 1500 * 8, None)]
+    sc = _sc([{"at": "10s", "target": "w0", "action": "link", "direction": "down", "trace": str(csv)}])
+    changes = expand_events(sc)
+    assert [(c.time, c.fields.get("rate"), c.fields.get("latency")) for c in changes] == [
+        (10.0, 10e6, 0.02), (12.5, 5e6, 0.04), (15.0, 2e6, None)]
+    assert all(c.fields["direction"] == "down" for c in changes)
+    with pytest.raises(ValueError, match="line 2"):
+        bad = tmp_path / "bad.csv"
+        bad.write_text("time,bandwidth\n1,-3mbit\n")
+        read_link_trace(bad)
+
+
+def test_relative_trace_paths_are_the_scenario_files(tmp_path: Path):
+    from testbed.scenario import load_scenario
+
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "x.csv").write_text("0,1mbit\n")
+    (tmp_path / "s.yaml").write_text("name: s\nevents:\n  - {at: 1, target: w0, action: link, trace: traces/x.csv}\n")
+    sc = load_scenario(tmp_path / "s.yaml")
+    assert sc.events[0].trace == str((tmp_path / "traces" / "x.csv").resolve())
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 1000.0
+
+    def __call__(self):
+        return self.t
+
+    def sleep(self, s):
+        self.t += s
+
+
+def test_engine_applies_each_change_when_due_on_a_fake_clock():
+    clock = FakeClock()
+    applied, recorded = [], []
+    step = {"v": 0}
+    changes = [Change(5.0, None, "w0", "link", {"rate": 1e6}), Change(1.5, None, "w1", "kill"),
+               Change(None, 20, "w1", "restart"), Change(5.0, None, "w2", "cpu", {"cpus": 0.1})]
+    tl = Timeline(changes, apply=lambda c: applied.append((clock() - 1000.0, c.node)) or "ok",
+                  record=lambda c, at, d: recorded.append((c.node, c.action, at, c.time, d)),
+                  t0=1000.0, step=lambda: step["v"], clock=clock, sleep=clock.sleep)
+    for _ in range(400):  # the engine's own loop, one iteration at a time
+        tl.run_once()
+        if clock() - 1000.0 > 10 and step["v"] < 20:
+            step["v"] = 25  # training reaches step 25 at t = 10 s
+        wait = min([c.time for c in tl.timed] + [clock() - 1000.0 + tl.poll]) - (clock() - 1000.0)
+        clock.sleep(max(wait, 0.0) or tl.poll)
+        if not tl.pending():
+            break
+    assert [n for _, n in applied] == ["w1", "w0", "w2", "w1"]
+    times = [t for t, _ in applied]
+    assert times[0] == pytest.approx(1.5) and times[1] == pytest.approx(5.0) and times[2] == pytest.approx(5.0)
+    assert 10.0 < times[3] <= 10.0 + 2 * tl.poll  # a step-triggered change within a poll of the step
+    assert recorded[0][:4] == ("w1", "kill", pytest.approx(1.5), 1.5) and recorded[-1][3] is None
+
+
+def test_engine_keeps_going_after_a_failed_change():
+    clock = FakeClock()
+    recorded = []
+
+    def apply(c):
+        if c.node == "w0":
+            raise RuntimeError("no such link")
+        return "done"
+
+    tl = Timeline([Change(0.0, None, "w0", "link", {}, "events[0]"), Change(0.0, None, "w1", "cpu")], apply,
+                  lambda c, at, d: recorded.append((c.node, d)), t0=1000.0, clock=clock, sleep=clock.sleep)
+    tl.run_once()
+    assert recorded == [("w0", "FAILED: RuntimeError: no such link"), ("w1", "done")]
+    assert tl.errors == ["events[0] (link w0): no such link"]
+
+
+def test_engine_thread_applies_within_100ms_of_schedule():
+    """The real thread on the wall clock: each change lands within 100 ms of its time."""
+    import time
+
+    t0 = time.time()
+    got = []
+    changes = [Change(t, None, f"w{i}", "cpu", {"cpus": 1.0}) for i, t in enumerate((0.2, 0.5, 0.9))]
+    tl = Timeline(changes, apply=lambda c: "ok", record=lambda c, at, d: got.append((c.time, at)), t0=t0)
+    tl.start()
+    deadline = time.time() + 5
+    while len(got) < 3 and time.time() < deadline:
+        time.sleep(0.05)
+    tl.stop()
+    assert len(got) == 3
+    for scheduled, applied in got:
+        assert 0 <= applied - scheduled < 0.1, got
