@@ -140,3 +140,13 @@ def test_engine_thread_applies_within_100ms_of_schedule():
     assert len(got) == 3
     for scheduled, applied in got:
         assert 0 <= applied - scheduled < 0.1, got
+
+
+def test_shipped_trace_loads():
+    """scenarios/traces/lte-synthetic.up (Mahimahi format): 30 one-second rows, a 2 s outage."""
+    from conftest import REPO
+
+    rows = read_link_trace(REPO / "scenarios" / "traces" / "lte-synthetic.up")
+    assert len(rows) == 30 and [t for t, _, _ in rows] == [float(i) for i in range(30)]
+    assert rows[12][1] == rows[13][1] == 8000.0  # the outage: a trickle, HTB cannot go to 0
+    assert all(1e6 <= r <= 25e6 for t, r, _ in rows if t not in (12.0, 13.0))

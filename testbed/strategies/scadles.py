@@ -12,8 +12,10 @@ synchronous aggregation around it:
   entries of its update, when | |g|^2 - |Topk(g)|^2 | / |g|^2 <= delta, else the dense g;
   the CNC ratio (compressed / all iterations) is read from steps.csv's `compressed` column.
 
-Not here (yet): data injection (alpha, beta) for non-IID streams, which needs devices to send
-samples to each other.
+Data injection (Sec. IV-D, alpha of the devices send beta of their streamed batch to the
+others) is a workload setting, `workload.injection` (testbed/injection.py): the samples travel
+between the devices for real. Not implemented from the authors' code (NOTES.md): plain-norm
+compression decisions, error-feedback residuals for Top-k, the N/2 vote on compressing.
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ w <- mean_n w_n) or gradient aggregation (GA: the PS applies the mean gradient t
 model, so replicas that drifted apart are reset to it). Otherwise the step stays local.
 delta = 0 synchronizes every step (BSP with PA); a huge delta is local SGD that never syncs.
 
-Not here: SelDP partitioning and data injection (the non-IID parts of the paper).
+SelDP partitioning is `workload.partition: seldp` (partition.py) and data injection with
+Eq. 3's local batch is `workload.injection` (injection.py): both work with any algorithm.
 """
 
 from __future__ import annotations
