@@ -374,6 +374,22 @@ def pause(target: str = typer.Argument(...), run: Optional[str] = _RUN) -> None:
 
 
 @app.command()
+def partition(target: str = typer.Argument(...),
+              peers: list[str] = typer.Option(..., "--from", help="node or group to cut it off from (repeatable)"),
+              run: Optional[str] = _RUN) -> None:
+    """Cut a node off from other nodes now (all their traffic is dropped)."""
+    _control(target, "partition", {"peers": peers}, run)
+
+
+@app.command()
+def heal(target: str = typer.Argument(...),
+         peers: list[str] = typer.Option([], "--from", help="only these (default: every cut of the node)"),
+         run: Optional[str] = _RUN) -> None:
+    """Undo partitions of a node."""
+    _control(target, "heal", {"peers": peers}, run)
+
+
+@app.command()
 def resume(target: str = typer.Argument(...), run: Optional[str] = _RUN) -> None:
     """Thaw a paused node."""
     _control(target, "resume", {}, run)

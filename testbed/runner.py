@@ -376,6 +376,8 @@ def _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say):
             return runtime.set_stress(n, f["load"])
         if change.action in ("pause", "resume"):
             return runtime.freeze(n, change.action == "pause")
+        if change.action in ("partition", "heal"):
+            return runtime.partition(n, f.get("peers", []), change.action == "partition")
         if change.action == "kill":
             live["killed"].add(n)
             return runtime.kill_node(n)

@@ -391,7 +391,7 @@ class Faults(_Strict):
     on_worker_loss: Literal["continue", "stop"] = Field("continue", description="go on with the survivors, or stop")
 
 
-EVENT_ACTIONS = ("link", "cpu", "stress", "kill", "restart", "pause", "resume")
+EVENT_ACTIONS = ("link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal")
 
 
 class Event(_Strict):
@@ -400,7 +400,7 @@ class Event(_Strict):
     at: Seconds = Field(None, description="seconds since the nodes started")
     at_step: Optional[int] = Field(None, ge=0, description="when the model version reaches this step")
     target: str = Field(..., description="a node, a worker group's name, or 'workers'")
-    action: Literal["link", "cpu", "stress", "kill", "restart", "pause", "resume"]
+    action: Literal["link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal"]
     # link: the fields to change (unset ones keep their value), on one or both directions
     direction: Literal["up", "down", "both"] = "both"
     rate: Rate = None
@@ -410,6 +410,8 @@ class Event(_Strict):
     trace: Optional[str] = Field(None, description="link: follow a bandwidth trace (CSV or Mahimahi)")
     cpus: Optional[float] = Field(None, gt=0, le=1024, description="cpu: the new CFS quota in cores")
     load: Optional[float] = Field(None, ge=0, le=64, description="stress: cores' worth of busy loop (0 stops)")
+    peers: list[str] = Field(default_factory=list, description="partition: cut the target off from these "
+                                                               "(nodes or groups); heal: these, or all")
 
     @model_validator(mode="after")
     def _when_and_what(self) -> "Event":
@@ -425,12 +427,15 @@ class Event(_Strict):
             extra = link_fields + (["trace"] if self.trace is not None else []) + \
                 (["direction"] if self.direction != "both" else [])
             extra += [f for f in ("cpus", "load") if getattr(self, f) is not None and self.action != {"cpus": "cpu", "load": "stress"}[f]]
+            extra += ["peers"] if self.peers and self.action not in ("partition", "heal") else []
             if extra:
                 raise ValueError(f"{', '.join(extra)} do not apply to a {self.action} event")
         if self.action == "cpu" and self.cpus is None:
             raise ValueError("a cpu event needs cpus")
         if self.action == "stress" and self.load is None:
             raise ValueError("a stress event needs load (0 stops it)")
+        if self.action == "partition" and not self.peers:
+            raise ValueError("a partition event needs peers (the nodes to cut the target off from)")
         return self
 
     def change_fields(self) -> dict:
@@ -441,6 +446,8 @@ class Event(_Strict):
             return {"cpus": self.cpus}
         if self.action == "stress":
             return {"load": self.load}
+        if self.action in ("partition", "heal"):
+            return {"peers": list(self.peers)}
         return {}
 
 
@@ -649,6 +656,9 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
         elif ev.action in ("kill", "restart", "pause", "resume") and set(nodes) & {"broker", "producer"} \
                 and sc.streaming is not None and sc.streaming.broker.kind == "kafka":
             lines.append(f"events[{i}].target: {ev.action} of the kafka broker's node is not supported")
+        for peer in ev.peers:
+            if not resolve_target(sc, peer):
+                lines.append(f"events[{i}].peers: '{peer}' is no node, worker group or 'workers'")
         if ev.action in ("kill", "restart", "stress") and sc.runtime == "docker":
             lines.append(f"events[{i}].action: {ev.action} events run on the netns runtime only, for now")
         if ev.trace is not None:

@@ -10,6 +10,8 @@ node liveness, applied by the runner while the run goes on, each recorded in eve
       - {at: 45s, target: w1, action: restart}                    # start its role again (it rejoins)
       - {at_step: 100, target: w3, action: pause}                 # freeze (cgroup freezer / docker pause)
       - {at: 60s, target: w3, action: resume}
+      - {at: 20s, target: w2, action: partition, peers: [ps]}     # cut off from these nodes/groups
+      - {at: 30s, target: w2, action: heal}                       # from these peers, or all
       - {at: 0s, target: w2, action: link, trace: traces/lte.csv} # follow a bandwidth trace
 
 A trace is a CSV of `time,bandwidth[,latency]` (seconds from the event's time; a rate such as
@@ -156,8 +158,13 @@ def expand_events(sc) -> list[Change]:
                                       n, "link", f, f"{src} trace row {j + 1}"))
             continue
         fields = ev.change_fields()
+        if "peers" in fields:  # groups to nodes
+            fields["peers"] = sorted({p for ref in fields["peers"] for p in resolve_target(sc, ref)})
         for n in nodes:
-            out.append(Change(ev.at, ev.at_step, n, ev.action, dict(fields), src))
+            f = dict(fields)
+            if "peers" in f:
+                f["peers"] = [p for p in f["peers"] if p != n]
+            out.append(Change(ev.at, ev.at_step, n, ev.action, f, src))
     return sorted(out)
 
 

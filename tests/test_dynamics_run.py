@@ -154,3 +154,20 @@ def test_interactive_control_acts_on_the_running_cluster(tmp_path, clean_host):
     assert p.returncode == 0
     events = pd.read_csv(run_dir / "events.csv")
     assert len(events[events.detail.str.contains("command line", na=False)]) == 4
+
+
+def test_partition_and_heal(tmp_path, clean_host):
+    """w1 cut off from the PS: its steps stop (ASGD: the others go on); healed, it goes on."""
+    path = _scenario(tmp_path, {"name": "asgd"}, [{"at": "5s", "target": "w1", "action": "partition", "peers": ["ps"]},
+                                                  {"at": "9s", "target": "w1", "action": "heal"}], seconds=25)
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    events = pd.read_csv(run_dir / "events.csv")
+    assert list(events.detail.str.split("-> ").str[-1]) == ["cut off from ps", "healed with ps"]
+    steps = pd.read_csv(run_dir / "steps.csv")
+    w1, others = steps[steps.node == "w1"], steps[steps.node != "w1"]
+    assert ((w1.time > 5.6) & (w1.time < 9)).sum() <= 1  # at most the step that was on its way
+    assert ((others.time > 5.6) & (others.time < 9)).sum() >= 10
+    assert (w1.time > 16).sum() >= 3  # TCP retransmits once healed: it trains again

@@ -150,3 +150,17 @@ def test_shipped_trace_loads():
     assert len(rows) == 30 and [t for t, _, _ in rows] == [float(i) for i in range(30)]
     assert rows[12][1] == rows[13][1] == 8000.0  # the outage: a trickle, HTB cannot go to 0
     assert all(1e6 <= r <= 25e6 for t, r, _ in rows if t not in (12.0, 13.0))
+
+
+def test_partition_events_resolve_peers():
+    sc = _sc([{"at": 1, "target": "slow", "action": "partition", "peers": ["ps", "w"]},
+              {"at": 2, "target": "slow0", "action": "heal"}])
+    changes = expand_events(sc)
+    assert [(c.node, c.fields["peers"]) for c in changes] == [
+        ("slow0", ["ps", "w0", "w1"]), ("slow1", ["ps", "w0", "w1"]), ("slow0", [])]
+    with pytest.raises(ScenarioError, match="needs peers"):
+        _sc([{"at": 1, "target": "w0", "action": "partition"}])
+    with pytest.raises(ScenarioError, match=r"events\[0\].peers: 'nobody'"):
+        _sc([{"at": 1, "target": "w0", "action": "partition", "peers": ["nobody"]}])
+    with pytest.raises(ScenarioError, match="peers do not apply to a kill event"):
+        _sc([{"at": 1, "target": "w0", "action": "kill", "peers": ["ps"]}])

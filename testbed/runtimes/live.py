@@ -92,3 +92,28 @@ class LiveOps:
 
     def _protected_pids(self, node: str) -> set[int]:
         return set()
+
+    def partition(self, node: str, peers: list[str], cut: bool) -> str:
+        """Drop all traffic between `node` and `peers` (cut) or let it through again (heal; no
+        peers: every cut of the node). netfilter rules in the node's own namespace: the host's
+        tables never see them, and the rest of the node's traffic is untouched."""
+        import shutil
+        import subprocess
+
+        if shutil.which("iptables") is None:
+            raise RuntimeError("partition/heal need iptables (apt install iptables)")
+        cuts = self.__dict__.setdefault("_cuts", {}).setdefault(node, set())
+        targets = set(peers) if peers or cut else set(cuts)
+        netns = self.handles[node].netns
+        done = []
+        for peer in sorted(targets):
+            if cut == (peer in cuts):
+                continue  # already cut / not cut
+            addr = self.handles[peer].node.address
+            op = "-A" if cut else "-D"
+            for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
+                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", op, chain, flag, addr, "-j", "DROP"],
+                               check=True, capture_output=True, text=True)
+            (cuts.add if cut else cuts.discard)(peer)
+            done.append(peer)
+        return ("cut off from " if cut else "healed with ") + (", ".join(done) or "nobody (nothing to change)")
