@@ -49,10 +49,20 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host):
     w1 = steps[steps.node == "w1"]
     assert not ((w1.time > 12.5) & (w1.time < 22)).any()
     assert (w1.time > 23).sum() >= 3 and (w1.time < 12).sum() >= 3
-    # w2's CPU halved: a step's compute takes longer
+    # w2's CPU halved: a step's compute takes longer (measured 1.48x-2.0x: w2 also waits on the
+    # network, so a step's CPU burst is throttled more or less depending on where in the
+    # 100 ms CFS period it starts), and the cgroup is throttled more
     w2 = steps[steps.node == "w2"]
     before, after = w2[w2.time < 14].compute_seconds.median(), w2[w2.time > 17].compute_seconds.median()
-    assert after > 1.5 * before, (before, after)
+    assert after > 1.25 * before, (before, after)
+    res = pd.read_csv(run_dir / "resources.csv")
+    thr = res[res.node == "w2"].sort_values("time").set_index("time").throttled_seconds
+
+    def throttled_per_s(a: float, b: float) -> float:
+        t = thr[(thr.index >= a) & (thr.index <= b)]
+        return (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
+
+    assert throttled_per_s(16, 40) > 1.5 * throttled_per_s(3, 14.5)
     p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
 
