@@ -68,7 +68,7 @@ def _smooth(old: Optional[float], new: float) -> float:
 
 def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
     from .strategies import make_strategy
-    from .strategies.peer import PeerContext, PeerInfo, apply_payload, numel
+    from .strategies.peer import PeerContext, PeerInfo, apply_payload
 
     sc = Scenario.model_validate(cfg.scenario)
     _setup_torch(cfg, sc)
@@ -78,6 +78,7 @@ def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
     peers = {name: PeerInfo(name, info.get("rate_bps"), bool(info.get("same_site", True)))
              for name, info in cfg.peers.items()}
     params = dict(model.named_parameters())
+    model_entries = sum(p.numel() for p in params.values())  # what a dense gradient message carries
     zctx = zmq.Context()
     ctl = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)
     inbox = transport.peer_inbox(zctx, cfg.node, cfg.delay, seed=sc.seed)
@@ -171,7 +172,7 @@ def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
                 n = outbox[p].send(Message("grad", payload, dict(meta)))
                 sent += n
                 entries, threshold = strategy.link_log.get(p, (None, None))
-                compressed |= entries is not None and entries < numel(grads)
+                compressed |= entries is not None and entries < model_entries
                 links.write(time=_now(cfg), node=cfg.node, peer=p, step=step, kind="grad", bytes=n,
                             entries=entries, threshold=threshold)
             apply_payload(params, grads, lr * strategy.weight(meta, ctx))  # own gradient, at once
