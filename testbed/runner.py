@@ -15,7 +15,7 @@ from typing import Callable, Optional
 from . import __version__, cgroups, metrics
 from .cluster import ClusterSpec, build_cluster, peer_table
 from .roles import RoleConfig
-from .runtimes import RuntimeUnavailable, select_runtime
+from .runtimes import select_runtime
 from .scenario import Scenario, scenario_to_yaml
 from .state import RunState
 from .runtimes.live import delay_control_file
@@ -126,11 +126,6 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
     t_invoked = time.time()
     runtime_name = select_runtime(sc.runtime)
-    unsupported = sorted({e.action for e in sc.events if e.action in ("kill", "restart", "stress")})
-    if runtime_name == "docker" and unsupported:
-        # `auto` chose docker: say so before anything starts (validation catches runtime: docker)
-        raise RuntimeUnavailable(f"events: {', '.join(unsupported)} events run on the netns runtime only, for now "
-                                 "(the docker runtime was chosen: --runtime netns)")
     run_dir = Path(run_dir).resolve()
     if run_dir.exists() and any(run_dir.iterdir()):
         raise FileExistsError(f"--out: {run_dir} exists and is not empty")

@@ -659,8 +659,6 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
         for peer in ev.peers:
             if not resolve_target(sc, peer):
                 lines.append(f"events[{i}].peers: '{peer}' is no node, worker group or 'workers'")
-        if ev.action in ("kill", "restart", "stress") and sc.runtime == "docker":
-            lines.append(f"events[{i}].action: {ev.action} events run on the netns runtime only, for now")
         if ev.trace is not None:
             try:
                 read_link_trace(ev.trace)

@@ -114,6 +114,44 @@ class ContainerProcess:
         self._checked = 0.0
 
 
+class RoleProcess(ContainerProcess):
+    """The runner's view of the role in an edgebed node container, one generation of it (a restart
+    starts the next): alive while the container runs and its supervisor says the role runs."""
+
+    def __init__(self, container, state_path: Path, gen: int):
+        super().__init__(container)
+        self.state_path, self.gen = state_path, gen
+
+    def _role_state(self) -> Optional[dict]:
+        try:
+            st = json.loads(self.state_path.read_text())
+        except (OSError, ValueError):
+            return None
+        return st if st.get("gen") == self.gen else None
+
+    def is_alive(self) -> bool:
+        st = self._role_state()
+        if st is not None and not st["running"]:
+            return False
+        return super().is_alive()  # not yet started (older state) counts as alive while the container is
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        st = self._role_state()
+        if st is not None and not st["running"]:
+            code = st.get("exitcode")
+            return code if code is not None else -9
+        return super().exitcode
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while time.monotonic() < deadline:
+            self._checked = 0.0
+            if not self.is_alive():
+                return
+            time.sleep(0.05)
+
+
 class ExecProcess:
     """A function run with `docker exec` inside a node container, seen as a process."""
 
@@ -157,6 +195,7 @@ class DockerHandle:
     cgroup: PidCgroup
     compute: dict
     processes: list = field(default_factory=list)
+    generation: int = 0  # of its role: 1 when started, +1 per restart
 
 
 class DockerRuntime(LiveOps):
@@ -313,11 +352,35 @@ class DockerRuntime(LiveOps):
         stress = []
         if node.profile.stress is not None:
             stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
-        cfg_data = asdict(cfg)
-        self._go(node.name, {"cfg": cfg_data, "stop_file": stop_event.path, "stress": stress})
-        proc = ContainerProcess(h.container)
+        h.generation += 1
+        request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation}
+        if h.generation == 1:
+            self._go(node.name, {**request, "stop_file": stop_event.path})
+        else:  # a restart: the container's supervisor starts the role again
+            self._request(node.name, {"op": "start", **request})
+        proc = RoleProcess(h.container, self.conf_dir / f"{node.name}.state", h.generation)
         h.processes.append(proc)
         return proc
+
+    def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
+        """Hand a request to the node's supervisor (testbed.node.RoleSupervisor); its answer."""
+        self._seq = getattr(self, "_seq", 0) + 1
+        seq = f"{self._seq:08d}"
+        path = self.conf_dir / f"{node}.ctl-{seq}"
+        tmp = self.conf_dir / f".{node}.ctl-{seq}.tmp"
+        tmp.write_text(json.dumps(req))
+        tmp.replace(path)  # whole, or not there
+        ack = self.conf_dir / f"{node}.ack-{seq}"
+        deadline = time.monotonic() + timeout
+        while not ack.exists():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
+            time.sleep(0.005)
+        detail = ack.read_text()
+        ack.unlink()
+        if detail.startswith("failed:"):
+            raise RuntimeError(f"{node}: {detail}")
+        return detail
 
     # -- changes during the run (live.py) ------------------------------------------------
     @contextmanager
@@ -341,10 +404,13 @@ class DockerRuntime(LiveOps):
         return "paused" if frozen else "unpaused"
 
     def kill_node(self, node: str) -> str:
-        raise NotImplementedError("kill/restart on the docker runtime: not yet (use the netns runtime)")
+        """SIGKILL the node's role and stress (the container stays, like a netns node's namespace)."""
+        if self.handles[node].node.image is not None:
+            raise RuntimeError(f"{node} runs a foreign image: kill its container with docker")
+        return self._request(node, {"op": "kill"})
 
     def set_stress(self, node: str, load: float) -> str:
-        raise NotImplementedError("stress changes on the docker runtime: not yet (use the netns runtime)")
+        return self._request(node, {"op": "stress", "load": load})
 
     def _go(self, node: str, spec: dict) -> None:
         (self.conf_dir / f"{node}.json").write_text(json.dumps(spec))

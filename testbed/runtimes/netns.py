@@ -143,15 +143,17 @@ class NetnsRuntime(LiveOps):
 
     def set_stress(self, node: str, load: float) -> str:
         """Replace the node's background stress with `load` cores' worth (0: none)."""
+        from ..node import stress_loads
         from ..roles import run_stress
 
         h = self.handles[node]
         old = [p for p in h.processes if "-stress" in p.name and p.is_alive()]
         for p in old:
             p.kill()
-        if load > 0:
-            self.start(node, run_stress, {"load": load, "stop_event": self._stop_event}, label="stress-live")
-        return f"stress {load} cores (was {len(old)} process(es))"
+        loads = stress_loads(load)
+        for k, one in enumerate(loads):
+            self.start(node, run_stress, {"load": one, "stop_event": self._stop_event}, label=f"stress-live{k}")
+        return f"stress {load} cores in {len(loads)} process(es) (was {len(old)})"
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
