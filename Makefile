@@ -5,7 +5,7 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast bench images clean down
+.PHONY: setup sysdeps demo test test-fast bench images clean down figures $(FIGURES)
 SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
@@ -16,6 +16,7 @@ sysdeps:
 	command -v ip >/dev/null || missing="$$missing iproute2"; \
 	command -v iptables >/dev/null || missing="$$missing iptables"; \
 	command -v ps >/dev/null || missing="$$missing procps"; \
+	test -d /usr/share/datasets/fashion-mnist || missing="$$missing dataset-fashion-mnist"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	fi
@@ -48,6 +49,18 @@ bench: setup
 	$(BIN)/edgebed bench link --rate 100mbit
 	$(BIN)/edgebed bench cpu --cpus 0.25
 	$(BIN)/edgebed bench cpu --cpus 1.0
+
+# The papers' figures (REPRODUCTION.md): each runs its series (records kept under runs/reproduce/,
+# not run again while the scenario is unchanged) and writes figures/NAME.png/.csv/.json.
+# SCALE=paper uses the papers' setups (many cores, hours).
+SCALE   ?= ci
+FIGURES := fig-adacomp-3 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-dlion-7
+
+$(FIGURES): setup
+	$(BIN)/edgebed reproduce $@ --scale $(SCALE)
+
+figures: setup
+	$(BIN)/edgebed reproduce all --scale $(SCALE)
 
 # The docker runtime's node image (SOURCE=offline: debootstrap base, no registry needed).
 images: setup

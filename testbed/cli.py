@@ -113,18 +113,71 @@ def build(source: str = typer.Option("auto", help="auto | offline | registry (au
 
 
 @app.command()
-def plot(run_dir: Path = typer.Argument(..., help="a run directory"),
-         out: Optional[Path] = typer.Option(None, "--out", help="where to write PNGs (default RUN/plots)")) -> None:
-    """Draw a run: accuracy vs time and steps, loss, per-node traffic."""
+def plot(run_dir: Path = typer.Argument(..., help="a run directory (with --figure: the experiment's runs folder)"),
+         out: Optional[Path] = typer.Option(None, "--out", help="where to write PNGs (default RUN/plots; "
+                                                                "with --figure: figures/)"),
+         figure: Optional[str] = typer.Option(None, "--figure", help="draw a paper's figure from existing runs "
+                                                                     "(edgebed reproduce --list)"),
+         scale: str = typer.Option("ci", help="with --figure: ci | paper")) -> None:
+    """Draw a run: accuracy vs time and steps, loss, per-node traffic (or a paper's figure)."""
     from .plotting import plot_run
     from .records import RunNotFound
 
+    if figure is not None:
+        from .reproduce import analyze, get_experiment, runs_of
+
+        try:
+            exp = get_experiment(figure)
+            runs = runs_of(figure, run_dir, scale)
+            if not runs:
+                _fail(f"error: no runs of {figure} under {run_dir} (expected {run_dir}/{figure}/{scale}/<series>)")
+            analyze(exp, runs, out or Path("figures"), scale, say=typer.echo)
+        except (KeyError, RunNotFound) as e:
+            _fail(f"error: {e}")
+        return
     try:
         files = plot_run(run_dir, out)
     except RunNotFound as e:
         _fail(f"error: {e}")
     for f in files:
         typer.echo(str(f))
+
+
+@app.command()
+def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table (fig-adacomp-3, ...), 'all', "
+                                                              "or nothing to list them"),
+              scale: str = typer.Option("ci", help="ci (minutes on 2 cores) | paper (the paper's setup)"),
+              out: Path = typer.Option(Path("figures"), help="PNG, CSV and JSON go here"),
+              runs: Path = typer.Option(Path("runs/reproduce"), help="each series' run records go here"),
+              rerun: bool = typer.Option(False, "--rerun", help="run series again even if their records exist"),
+              runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenarios' runtime")) -> None:
+    """Run a paper's experiment (every series of it) and draw its figure or table."""
+    from .reproduce import SCALES, all_experiments, get_experiment, reproduce as run_reproduce
+    from .scenario import ScenarioError
+
+    if name is None:
+        for exp in all_experiments():
+            typer.echo(f"{exp.name:22s} {exp.paper:8s} {exp.title} ({len(exp.series)} runs)")
+        return
+    if scale not in SCALES:
+        _fail(f"error: --scale: '{scale}' is not one of {', '.join(SCALES)}")
+    try:
+        names = [e.name for e in all_experiments()] if name == "all" else [get_experiment(name).name]
+    except KeyError as e:
+        _fail(f"error: {e.args[0]}")
+    failed = []
+    for n in names:
+        try:
+            report = run_reproduce(n, scale=scale, out_dir=out, runs_dir=runs, reuse=not rerun, runtime=runtime,
+                                   say=typer.echo)
+        except (ScenarioError, FileNotFoundError, RuntimeError) as e:
+            typer.echo(f"error: {n}: {e}", err=True)
+            failed.append(n)
+            continue
+        if report.get("holds") is False:
+            typer.echo(f"{n}: the paper's effect does not hold at {scale} scale (see {out}/{n}.json)")
+    if failed:
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -301,6 +354,23 @@ def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
     from .bench import cpu_benchmark
 
     res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("soak")
+def bench_soak(minutes: int = typer.Option(30, help="length of the run; one fault per minute from minute 1"),
+               workers: int = typer.Option(4),
+               seed: int = typer.Option(1, help="draws the faults, their targets and times"),
+               runtime: str = typer.Option("netns", help="netns | docker"),
+               algorithm: str = typer.Option("bsp", help="the synchronization model under the faults"),
+               run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="records (default runs/soak-DATE)"),
+               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """A long run with a random fault every minute, then a check of its records and of leftovers."""
+    from .soak import soak_benchmark
+
+    res = soak_benchmark(minutes=minutes, workers=workers, seed=seed, runtime=runtime, algorithm=algorithm,
+                         out_dir=out, run_dir=run_dir, say=typer.echo)
     if not res["ok"]:
         raise typer.Exit(1)
 

@@ -164,3 +164,19 @@ def test_partition_events_resolve_peers():
         _sc([{"at": 1, "target": "w0", "action": "partition", "peers": ["nobody"]}])
     with pytest.raises(ScenarioError, match="peers do not apply to a kill event"):
         _sc([{"at": 1, "target": "w0", "action": "kill", "peers": ["ps"]}])
+
+
+def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
+    from testbed.scenario import parse_scenario
+    from testbed.soak import UNDO, soak_events, soak_scenario
+
+    a, b = soak_events(30, 4, seed=1, base_rate="50mbit", base_cpus=0.25), soak_events(30, 4, 1, "50mbit", 0.25)
+    assert a == b and a != soak_events(30, 4, 2, "50mbit", 0.25)
+    assert len(a) == 2 * 29
+    for fault, undo in zip(a[::2], a[1::2]):
+        start, end = float(fault["at"][:-1]), float(undo["at"][:-1])
+        minute = int(start // 60)
+        assert minute >= 1 and start < end < 60 * (minute + 1)  # undone before the next fault
+        assert undo["action"] == UNDO[fault["action"]] and undo["target"] == fault["target"]
+    sc = parse_scenario(soak_scenario(30, 4, 1, "netns", "bsp"))
+    assert len(sc.events) == 58 and sc.stop.seconds == 1800

@@ -1,0 +1,9 @@
+#!/usr/bin/env python3
+"""fig-adacomp-3 from existing records: python analysis/fig_adacomp_3.py [RUNS] [--scale ci|paper] [--out figures] (see paper_figure.py)."""
+
+import sys
+
+from paper_figure import main
+
+if __name__ == "__main__":
+    sys.exit(main(name="fig-adacomp-3"))

@@ -1,0 +1,103 @@
+"""The papers' experiments: their scenarios validate, and their analyses compute the claims'
+numbers from records (fabricated here, so the arithmetic is checked against known answers)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, edgebed_cmd
+
+
+def _fake_run(path: Path, evals: list[tuple[float, int, float]], ingress_per_update: float = 0.0,
+              updates_per_step: int = 1) -> Path:
+    """A run directory with eval.csv (time, step, accuracy) and the PS's ingress counter."""
+    path.mkdir(parents=True)
+    (path / "meta.json").write_text(json.dumps({"runtime": "netns", "host": {"cpus": 2}}))
+    (path / "summary.json").write_text(json.dumps({"status": "completed"}))
+    pd.DataFrame([{"time": t, "step": s, "updates_received": s * updates_per_step, "accuracy": a, "loss": 1.0,
+                   "samples": 1000} for t, s, a in evals]).to_csv(path / "eval.csv", index=False)
+    rows = []
+    for t, s, _ in evals:
+        b = int(s * ingress_per_update)
+        rows.append({"time": t, "node": "ps", "link": "access", "direction": "down", "bytes": b, "delta_bytes": 0,
+                     "packets": 0})
+    pd.DataFrame(rows).to_csv(path / "traffic.csv", index=False)
+    (path / "steps.csv").write_text("time,node,step\n")
+    return path
+
+
+def test_every_experiment_validates_at_both_scales():
+    from testbed.reproduce import SCALES, all_experiments, series_scenarios
+
+    exps = all_experiments()
+    assert {"fig-adacomp-3", "fig-adsp-3", "fig-adsp-4", "fig-dlion-6", "fig-dlion-7"} <= {e.name for e in exps}
+    for exp in exps:
+        for scale in SCALES:
+            runs = series_scenarios(exp, scale)
+            assert len(runs) == len(exp.series)
+            assert len({d["name"] for _, d in runs}) == len(runs)  # each series its own run name
+
+
+def test_series_merge_and_algorithm_replacement():
+    from testbed.reproduce import deep_merge, get_experiment, series_scenarios
+
+    assert deep_merge({"a": {"b": 1, "c": 2}, "l": [1]}, {"a": {"c": 3}, "l": [2]}) == {"a": {"b": 1, "c": 3}, "l": [2]}
+    runs = dict((s.label, d) for s, d in series_scenarios(get_experiment("fig-adsp-4"), "ci"))
+    assert runs["BSP"]["algorithm"] == {"name": "bsp"}  # none of ADSP's parameters leak into BSP
+    assert runs["ADSP"]["algorithm"]["params"]["commits_per_period"] == 2
+    sweep = [d["algorithm"] for _, d in series_scenarios(get_experiment("fig-adsp-3"), "ci")]
+    assert [a["params"]["commits_per_period"] for a in sweep] == [1, 2, 4, 8]
+    assert all(a["name"] == "adsp" and a["params"]["search"] == "off" for a in sweep)
+
+
+def test_adacomp_fig3_ratio_from_records(tmp_path):
+    from testbed.reproduce import Series, analyze, get_experiment
+
+    exp = get_experiment("fig-adacomp-3")
+    curve = [(i * 10.0, i * 100, min(0.95, 0.1 + 0.1 * i)) for i in range(11)]  # 0.9 at step 800
+    runs = []
+    for label, per_update in [("ASGD", 850_000), ("Comp-ASGD c=0.1", 170_000), ("Comp-ASGD c=0.01", 17_000),
+                              ("AdaComp c=0.1", 170_000), ("AdaComp c=0.01", 17_000)]:
+        runs.append((Series(label), _fake_run(tmp_path / label.replace(" ", "_"), curve, per_update)))
+    report = analyze(exp, runs, tmp_path / "figures", "ci", say=lambda s: None)
+    assert report["ingress_ratio_asgd_over_adacomp_0.01"] == pytest.approx(50.0)
+    by = {r["series"]: r for r in report["series"]}
+    assert by["ASGD"]["updates_to_target"] == 800
+    assert by["ASGD"]["ps_ingress_MB_to_target"] == pytest.approx(800 * 0.85)
+    assert report["holds"] is True and report["final_accuracy_gap"] == pytest.approx(0.0)
+    for ext in (".png", ".csv", ".json"):
+        assert (tmp_path / "figures" / f"fig-adacomp-3{ext}").stat().st_size > 0
+    # AdaComp 2 points worse at the end: the claim does not hold
+    worse = [(t, s, a - 0.02 if s >= 800 else a) for t, s, a in curve]
+    runs[-1] = (Series("AdaComp c=0.01"), _fake_run(tmp_path / "worse", worse, 17_000))
+    assert analyze(exp, runs, tmp_path / "f2", "ci", say=lambda s: None)["holds"] is False
+
+
+def test_time_to_accuracy_speedups(tmp_path):
+    from testbed.reproduce import analyze, get_experiment
+
+    exp = get_experiment("fig-adsp-4")
+    runs = []
+    for k, s in enumerate(exp.series):  # ADSP reaches 0.9 at 20 s, the others at 40, 60, 80, never
+        t90 = [20, 40, 60, 80, None][k]
+        evals = [(t, t, 0.5 if t90 is None or t < t90 else 0.92) for t in range(0, 101, 10)]
+        runs.append((s, _fake_run(tmp_path / s.slug, evals)))
+    report = analyze(exp, runs, tmp_path / "figures", "ci", say=lambda s: None)
+    assert report["reduction_vs"]["BSP"] == pytest.approx(0.5)
+    assert report["reduction_vs"]["SSP s=3"] == pytest.approx(2 / 3)
+    assert report["reduction_vs"]["Fixed ADACOMM tau=8"] is None  # never got there
+    assert report["speedup_vs_bsp"]["0.9"] == pytest.approx(2.0)
+    assert report["holds"] is True
+
+
+def test_cli_lists_and_rejects_bad_input():
+    r = subprocess.run(edgebed_cmd() + ["reproduce"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode == 0 and "fig-adacomp-3" in r.stdout
+    r = subprocess.run(edgebed_cmd() + ["reproduce", "fig-nope"], cwd=REPO, capture_output=True, text=True)
+    assert r.returncode != 0 and "unknown figure 'fig-nope'" in r.stderr
+    r = subprocess.run(edgebed_cmd() + ["reproduce", "fig-adacomp-3", "--scale", "huge"], cwd=REPO,
+                       capture_output=True, text=True)
+    assert r.returncode != 0 and "--scale: 'huge'" in r.stderr
