@@ -101,3 +101,33 @@ def test_cli_lists_and_rejects_bad_input():
     r = subprocess.run(edgebed_cmd() + ["reproduce", "fig-adacomp-3", "--scale", "huge"], cwd=REPO,
                        capture_output=True, text=True)
     assert r.returncode != 0 and "--scale: 'huge'" in r.stderr
+
+
+def test_scadles_buffer_reduction_and_cnc_from_records(tmp_path):
+    from testbed.reproduce import analyze, get_experiment
+
+    exp = get_experiment("table-scadles-4")
+    runs = []
+    for s in exp.series:  # persistence grows 100 samples a second, truncation holds 10
+        d = _fake_run(tmp_path / s.slug, [(t, t, 0.5) for t in range(0, 41, 10)])
+        grow = "persistence" in s.label
+        pd.DataFrame([{"time": t, "node": f"w{k}", "arrived": 0, "trained": 0, "dropped": 0,
+                       "buffered": (25 * t if grow else 2.5), "buffered_bytes": 0, "rate": 10}
+                      for t in range(0, 41) for k in range(4)]).to_csv(d / "buffer.csv", index=False)
+        pd.DataFrame([{"time": t, "node": "w0", "step": t} for t in range(41)]).to_csv(d / "steps.csv", index=False)
+        runs.append((s, d))
+    report = analyze(exp, runs, tmp_path / "figures", "ci", say=lambda s: None)
+    assert [r["reduction"] for r in report["sets"]] == [pytest.approx(400.0)] * 4  # 4,000 vs 10 samples
+    assert report["holds"] is True
+
+    exp = get_experiment("table-scadles-5")
+    runs = []
+    for k, s in enumerate(exp.series):  # CNC = k/4 within each CR: grows with delta
+        d = _fake_run(tmp_path / ("c" + s.slug), [(0, 0, 0.1), (10, 10, 0.9)])
+        pd.DataFrame([{"time": i, "node": "w0", "step": i, "bytes_sent": 1000, "compressed": int(i < (k % 4))}
+                      for i in range(4)]).to_csv(d / "steps.csv", index=False)
+        runs.append((s, d))
+    report = analyze(exp, runs, tmp_path / "figures", "ci", say=lambda s: None)
+    assert [r["CNC ratio"] for r in report["series"]] == [0.0, 0.25, 0.5, 0.75] * 2
+    assert report["series"][0]["MB sent by devices"] == pytest.approx(0.004)
+    assert report["holds"] is True

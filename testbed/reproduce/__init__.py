@@ -26,7 +26,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 SCALES = ("ci", "paper")
-PAPERS = ("adacomp", "adsp", "dlion")
+PAPERS = ("adacomp", "adsp", "dlion", "scadles", "selsync")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class Series:
 
     @property
     def slug(self) -> str:
-        return re.sub(r"[^a-z0-9.]+", "-", self.label.lower()).strip("-")
+        return re.sub(r"[^a-z0-9.]+", "-", self.label.lower().replace("'", "-prime")).strip("-")
 
 
 @dataclass

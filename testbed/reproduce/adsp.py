@@ -1,5 +1,5 @@
-"""ADSP (Hu, Wang, Wu, AAAI 2020: "Distributed machine learning through heterogeneous edge
-systems"): convergence time against the baselines (Fig. 4) and against the commit rate (Fig. 3a)."""
+"""ADSP (Hu, Wang, Wu, AAAI 2020: "Distributed Machine Learning through Heterogeneous Edge
+Systems"): convergence time against the baselines (Fig. 4) and against the commit rate (Fig. 3a)."""
 
 from __future__ import annotations
 

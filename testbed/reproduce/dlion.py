@@ -1,5 +1,5 @@
-"""DLion (Hong & Chandra, HotCloud 2019: "DLion: decentralized distributed deep learning in
-micro-clouds"): Fig. 6 (P-compute) and Fig. 7 (P-network) against Gaia and Ako."""
+"""DLion (the 2019 HotCloud workshop paper, decentralized training in micro-clouds):
+Fig. 6 (P-compute) and Fig. 7 (P-network) against Gaia and Ako."""
 
 from __future__ import annotations
 
