@@ -54,7 +54,7 @@ bench: setup
 # not run again while the scenario is unchanged) and writes figures/NAME.png/.csv/.json.
 # SCALE=paper uses the papers' setups (many cores, hours).
 SCALE   ?= ci
-FIGURES := fig-adacomp-3 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-dlion-7 table-selsync-1 table-scadles-4 table-scadles-5 table-scadles-6
+FIGURES := fig-adacomp-3 table-adacomp-2 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-dlion-7 table-selsync-1 table-scadles-4 table-scadles-5 table-scadles-6
 
 $(FIGURES): setup
 	$(BIN)/edgebed reproduce $@ --scale $(SCALE)

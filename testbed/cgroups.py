@@ -212,6 +212,12 @@ def kill_and_remove(rel: str, timeout: float = 5.0) -> list[str]:
             if m is not None and m / rel not in dirs:
                 dirs.append(m / rel)
     dirs = [d for d in dirs if d.exists()]
+    for d in dirs:  # thaw first: a v1-frozen task does not act on SIGKILL (a paused node, a crash)
+        for f in list(d.rglob("cgroup.freeze")) + list(d.rglob("freezer.state")):
+            try:
+                f.write_text("0" if f.name == "cgroup.freeze" else "THAWED")
+            except OSError:
+                pass
     deadline = time.monotonic() + timeout
     while True:
         pids = set()

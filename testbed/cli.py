@@ -157,7 +157,7 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
 
     if name is None:
         for exp in all_experiments():
-            typer.echo(f"{exp.name:22s} {exp.paper:8s} {exp.title} ({len(exp.series)} runs)")
+            typer.echo(f"{exp.name:22s} {exp.paper:8s} {exp.title} ({len(exp.series_at('ci'))} runs)")
         return
     if scale not in SCALES:
         _fail(f"error: --scale: '{scale}' is not one of {', '.join(SCALES)}")

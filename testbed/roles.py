@@ -13,6 +13,8 @@ Protocol (every message is a wire.Message):
 from __future__ import annotations
 
 import json
+import os
+import random
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -361,6 +363,21 @@ class _Batches:
         return np.concatenate(out)
 
 
+def _crash(cfg: RoleConfig, sc: Scenario, step: int) -> None:
+    """A fail-stop crash drawn after a push (faults.crash_per_push): the runner freezes (or kills) this
+    node through the same request path as `edgebed pause`, and records it in events.csv."""
+    from .timeline import CONTROL_DIR
+
+    control = Path(cfg.run_dir) / CONTROL_DIR
+    control.mkdir(exist_ok=True)
+    rid = f"{time.time():.6f}-crash-{cfg.node}"
+    tmp = control / f".{rid}.tmp"
+    tmp.write_text(json.dumps({"id": rid, "node": cfg.node, "action": sc.faults.crash_action, "fields": {},
+                               "source": f"crash after push at step {step} (p={sc.faults.crash_per_push:g})"}))
+    os.replace(tmp, control / f"{rid}.json")
+    time.sleep(5.0)  # frozen or killed meanwhile; should the runner be gone, go on
+
+
 def worker_setup(cfg: RoleConfig, sc: Scenario):
     """(model on its device, dataset, device, the worker's shard as tensors x and y, its batches)."""
     from .partition import worker_chunks
@@ -368,7 +385,12 @@ def worker_setup(cfg: RoleConfig, sc: Scenario):
     model, ds = _model_and_data(sc)
     device = _device()
     model.to(device)
-    chunks = worker_chunks(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed, cfg.rank)
+    keep = np.arange(len(ds.train_y))
+    if sc.workload.train_fraction is not None:  # the same seeded subset on every worker, then partitioned
+        keep = np.sort(np.random.default_rng(sc.seed).permutation(len(keep))[:max(1, round(
+            sc.workload.train_fraction * len(keep)))])
+    chunks = [keep[c] for c in worker_chunks(ds.train_y[keep], len(cfg.workers), sc.workload.partition, sc.seed,
+                                             cfg.rank)]
     shard = np.concatenate(chunks)
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
@@ -401,6 +423,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
             own_batch = local_batch(sc.workload.injection, sc.workload.batch_size, len(cfg.workers))
         inject = DataInjection(cfg, sc.workload.injection, sc.seed, zctx, own_batch)
     version = -1
+    crash = random.Random(f"crash-{sc.seed}-{cfg.rank}") if sc.faults.crash_per_push > 0 else None
 
     def wait_reply(kinds=("model", "stop")) -> Optional[Message]:
         """The next message of `kinds` (or 'stop') from the PS; None when the runner says stop."""
@@ -464,6 +487,8 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
                                                           "batch_size": len(yb), "loss": loss.item()}))
                 reply = wait_reply()
                 received += ep.bytes_received - before
+                if crash is not None and crash.random() < sc.faults.crash_per_push:
+                    _crash(cfg, sc, step)
             t_done = time.time()
             log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(yb), lr=lr,
                       bytes_sent=sent, bytes_received=received, compute_seconds=t_computed - t_start,

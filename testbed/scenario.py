@@ -233,6 +233,8 @@ class Workload(_Strict):
     test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
     threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
     injection: Optional[Injection] = None
+    train_fraction: Optional[float] = Field(None, gt=0, le=1, description="train on this share of the training set "
+                                            "(a seeded subset, before partitioning; AdaComp's Table II)")
 
     @field_validator("model")
     @classmethod
@@ -389,6 +391,10 @@ class Faults(_Strict):
     worker_timeout: Seconds = Field(30.0, description="synchronous algorithms: a worker silent this long "
                                                        "while the others wait on it is lost")
     on_worker_loss: Literal["continue", "stop"] = Field("continue", description="go on with the survivors, or stop")
+    crash_per_push: float = Field(0.0, ge=0, lt=1, description="each worker crashes after a push with this "
+                                                              "probability (AdaComp Sec. V.D: p = 0.004)")
+    crash_action: Literal["pause", "kill"] = Field("pause", description="how a crash is made: freeze the node "
+                                                                       "(the paper) or kill its processes")
 
 
 EVENT_ACTIONS = ("link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal")

@@ -219,7 +219,7 @@ class Timeline:
             except (OSError, ValueError):
                 continue
             out.append(Change(None, None, req["node"], req["action"], req.get("fields", {}),
-                              f"command line ({req.get('id', f.stem)})"))
+                              req.get("source") or f"command line ({req.get('id', f.stem)})"))
         return out
 
     def run_once(self) -> None:

@@ -208,3 +208,24 @@ def test_partition_and_heal(tmp_path, clean_host):
     assert ((w1.time > 5.6) & (w1.time < 9)).sum() <= 1  # at most the step that was on its way
     assert ((others.time > 5.6) & (others.time < 9)).sum() >= 10
     assert (w1.time > 16).sum() >= 3  # TCP retransmits once healed: it trains again
+
+
+def test_crash_per_push_freezes_workers_and_training_goes_on(tmp_path, clean_host):
+    """AdaComp's fail-stop crashes: after a push a worker crashes with probability p; the runner
+    freezes it (recorded in events.csv), its steps stop, ASGD trains on with the others."""
+    path = _scenario(tmp_path, {"name": "asgd"}, [], faults={"crash_per_push": 0.05}, seconds=20)
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    events = pd.read_csv(run_dir / "events.csv")
+    crashes = events[events.detail.str.contains("crash after push", na=False)]
+    assert len(crashes) >= 1 and set(crashes.action) == {"pause"}
+    assert (crashes.detail.str.contains("frozen")).all()
+    steps = pd.read_csv(run_dir / "steps.csv")
+    for _, c in crashes.iterrows():  # no step of a crashed worker ends after its crash (one may be on its way)
+        assert (steps[(steps.node == c.target)].time > c.time + 0.5).sum() == 0
+    if crashes.target.nunique() < 3:
+        alive = steps[~steps.node.isin(crashes.target)]
+        assert (alive.time > crashes.time.max() + 1).sum() >= 3
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"

@@ -37,7 +37,7 @@ def test_every_experiment_validates_at_both_scales():
     for exp in exps:
         for scale in SCALES:
             runs = series_scenarios(exp, scale)
-            assert len(runs) == len(exp.series)
+            assert len(runs) == len(exp.series_at(scale))
             assert len({d["name"] for _, d in runs}) == len(runs)  # each series its own run name
 
 
@@ -81,7 +81,7 @@ def test_time_to_accuracy_speedups(tmp_path):
 
     exp = get_experiment("fig-adsp-4")
     runs = []
-    for k, s in enumerate(exp.series):  # ADSP reaches 0.9 at 20 s, the others at 40, 60, 80, never
+    for k, s in enumerate(exp.series_at("ci")):  # ADSP reaches 0.9 at 20 s, the others at 40, 60, 80, never
         t90 = [20, 40, 60, 80, None][k]
         evals = [(t, t, 0.5 if t90 is None or t < t90 else 0.92) for t in range(0, 101, 10)]
         runs.append((s, _fake_run(tmp_path / s.slug, evals)))
@@ -108,7 +108,7 @@ def test_scadles_buffer_reduction_and_cnc_from_records(tmp_path):
 
     exp = get_experiment("table-scadles-4")
     runs = []
-    for s in exp.series:  # persistence grows 100 samples a second, truncation holds 10
+    for s in exp.series_at("ci"):  # persistence grows 100 samples a second, truncation holds 10
         d = _fake_run(tmp_path / s.slug, [(t, t, 0.5) for t in range(0, 41, 10)])
         grow = "persistence" in s.label
         pd.DataFrame([{"time": t, "node": f"w{k}", "arrived": 0, "trained": 0, "dropped": 0,
@@ -122,7 +122,7 @@ def test_scadles_buffer_reduction_and_cnc_from_records(tmp_path):
 
     exp = get_experiment("table-scadles-5")
     runs = []
-    for k, s in enumerate(exp.series):  # CNC = k/4 within each CR: grows with delta
+    for k, s in enumerate(exp.series_at("ci")):  # CNC = k/4 within each CR: grows with delta
         d = _fake_run(tmp_path / ("c" + s.slug), [(0, 0, 0.1), (10, 10, 0.9)])
         pd.DataFrame([{"time": i, "node": "w0", "step": i, "bytes_sent": 1000, "compressed": int(i < (k % 4))}
                       for i in range(4)]).to_csv(d / "steps.csv", index=False)

@@ -49,12 +49,15 @@ class Experiment:
     title: str
     claim: str  # the paper's number and its conditions
     scenario: str  # path with {scale}, relative to the repository
-    series: list[Series]
+    series: "list[Series] | Callable[[str], list[Series]]"  # or per scale
     analyze: Callable[["list[tuple[Series, Any]]", Path, str], dict]  # (series, records), out, scale -> headline
     expect: str = ""  # the effect ci scale must show (the issue's wording)
 
     def scenario_path(self, scale: str) -> Path:
         return REPO / self.scenario.format(scale=scale)
+
+    def series_at(self, scale: str) -> list[Series]:
+        return self.series(scale) if callable(self.series) else self.series
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -104,7 +107,7 @@ def series_scenarios(exp: Experiment, scale: str) -> list[tuple[Series, dict]]:
     # relative trace files are the base scenario's, wherever the series' copy is written
     base = _resolve_event_traces(_resolve_trace_paths(yaml.safe_load(path.read_text()), path.parent), path.parent)
     out = []
-    for s in exp.series:
+    for s in exp.series_at(scale):
         data = deep_merge(base, s.overrides)
         if "name" in s.overrides.get("algorithm", {}):  # another algorithm: none of the base's parameters
             data["algorithm"] = copy.deepcopy(s.overrides["algorithm"])
@@ -203,4 +206,4 @@ def runs_of(name: str, root: Path, scale: str = "ci") -> list[tuple[Series, Path
     base = Path(root)
     if (base / exp.name / scale).is_dir():
         base = base / exp.name / scale
-    return [(s, base / s.slug) for s in exp.series if (base / s.slug).is_dir()]
+    return [(s, base / s.slug) for s in exp.series_at(scale) if (base / s.slug).is_dir()]
