@@ -657,11 +657,13 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
     for i, ev in enumerate(sc.events):
         nodes = resolve_target(sc, ev.target)
         if not nodes:
-            lines.append(f"events[{i}].target: '{ev.target}' is no node, worker group or 'workers' "
-                         f"(nodes: {', '.join(all_nodes)}; groups: {', '.join(groups)})")
+            lines.append(f"events[{i}].target: '{ev.target}' is no node, worker group, 'workers' or WAN link "
+                         f"wan:A-B (nodes: {', '.join(all_nodes)}; groups: {', '.join(groups)})")
         elif ev.action in ("kill", "restart", "pause", "resume") and set(nodes) & {"broker", "producer"} \
                 and sc.streaming is not None and sc.streaming.broker.kind == "kafka":
             lines.append(f"events[{i}].target: {ev.action} of the kafka broker's node is not supported")
+        if ev.target.startswith("wan:") and nodes and ev.action != "link":
+            lines.append(f"events[{i}].action: a WAN link ({ev.target}) takes link events only, not {ev.action}")
         for peer in ev.peers:
             if not resolve_target(sc, peer):
                 lines.append(f"events[{i}].peers: '{peer}' is no node, worker group or 'workers'")

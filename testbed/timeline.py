@@ -131,6 +131,10 @@ def resolve_target(sc, target: str) -> list[str]:
     """Node names a target stands for ([] when it names nothing)."""
     if target in sc.node_names():
         return [target]
+    if target.startswith("wan:"):  # a WAN link between two sites: the target itself
+        a, sep, b = target[4:].partition("-")
+        linked = sc.wan.mesh or any({a, b} == set(link.between) for link in sc.wan.links)
+        return [target] if sep and a in sc.sites and b in sc.sites and a != b and linked else []
     workers = [n for n, _ in sc.worker_names()]
     if target == "workers":
         return workers

@@ -229,3 +229,27 @@ def test_crash_per_push_freezes_workers_and_training_goes_on(tmp_path, clean_hos
         alive = steps[~steps.node.isin(crashes.target)]
         assert (alive.time > crashes.time.max() + 1).sum() >= 3
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
+
+
+def test_wan_link_event_changes_the_rate_between_sites(tmp_path, clean_host):
+    """`target: wan:a-b` reshapes the WAN link between the sites in place: w3 (site b) pushes to
+    the PS (site a) across it, at 100 Mbit/s before and at most 4 Mbit/s after."""
+    data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
+    data.update(runtime="netns", stop={"seconds": 22},
+                events=[{"at": "8s", "target": "wan:a-b", "action": "link", "rate": "4mbit"}])
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    events = pd.read_csv(run_dir / "events.csv")
+    assert events.detail.iloc[0].endswith("a->b+b->a: rate=4000000.0"), events.detail.iloc[0]
+    traffic = pd.read_csv(run_dir / "traffic.csv")
+    wan = traffic[traffic.link.str.startswith("wan")]
+    for link, t in wan.groupby("link"):
+        t = t.sort_values("time")
+        bps = t.delta_bytes.rolling(3).sum() * 8 / t.time.diff(3)
+        after = bps[t.time > 11]
+        assert after.max() <= 4e6 * 1.1, (link, after.describe())
+        assert bps[t.time < 8].max() > 4 * 4e6, link  # well above the new rate before

@@ -180,3 +180,26 @@ def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
         assert undo["action"] == UNDO[fault["action"]] and undo["target"] == fault["target"]
     sc = parse_scenario(soak_scenario(30, 4, 1, "netns", "bsp"))
     assert len(sc.events) == 58 and sc.stop.seconds == 1800
+
+
+def test_wan_link_targets():
+    import yaml
+
+    from conftest import REPO
+    from testbed.scenario import load_scenario
+    from testbed.timeline import resolve_target
+
+    data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
+    sc = load_scenario(REPO / "scenarios/topologies/dlion-p-network.yaml")
+    assert resolve_target(sc, "wan:a-b") == ["wan:a-b"] and resolve_target(sc, "wan:b-a") == ["wan:b-a"]
+    assert resolve_target(sc, "wan:a-c") == [] and resolve_target(sc, "wan:a-a") == []
+    ok = parse_scenario({**data, "events": [{"at": "5s", "target": "wan:a-b", "action": "link", "rate": "5mbit",
+                                             "direction": "up"}]})
+    (change,) = expand_events(ok)
+    assert change.node == "wan:a-b" and change.fields == {"direction": "up", "rate": 5e6}
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({**data, "events": [{"at": "5s", "target": "wan:a-b", "action": "kill"}]})
+    assert "events[0].action: a WAN link (wan:a-b) takes link events only" in str(e.value)
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({**data, "events": [{"at": "5s", "target": "wan:a-x", "action": "link", "rate": "1mbit"}]})
+    assert "events[0].target: 'wan:a-x' is no node" in str(e.value)

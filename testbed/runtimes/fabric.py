@@ -17,7 +17,7 @@ from typing import Any, Optional
 
 from ..cluster import ClusterSpec, Node
 from ..netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
-from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
+from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
 from ..state import RunState, temp_link_name
 
 BRIDGE = "br0"
@@ -42,6 +42,8 @@ class Fabric:
         self._switches: dict[str, Any] = {}  # switch netns name -> its IPRoute
         self._routers: dict[str, Any] = {}  # site -> its router's IPRoute
         self.wan_plans: dict[tuple[str, str], DirectionPlan] = {}  # (from site, to site) -> plan
+        self.wan_directions: dict[tuple[str, str], Any] = {}  # (from site, to site) -> its Direction now
+        self.wan_ifnames: dict[tuple[str, str], str] = {}  # (from site, to site) -> egress ifname in `from`
         self.host_gateway_ifname: Optional[str] = None
         self.plugged: set[str] = set()  # nodes whose switch-side veth is named after them
         self.node_switch: dict[str, str] = {}  # node -> the switch netns its veth is plugged into
@@ -125,8 +127,31 @@ class Fabric:
             r.link("set", index=idx, state="up")
             plan = plan_direction(edge.direction_from(site), self.caps)
             apply_direction(r, idx, plan)
-            self.wan_plans[(site, edge.b if site == edge.a else edge.a)] = plan
+            key = (site, edge.b if site == edge.a else edge.a)
+            self.wan_plans[key], self.wan_directions[key], self.wan_ifnames[key] = \
+                plan, edge.direction_from(site), ifname
             disable_offloads(ns, [ifname])
+
+    def set_wan(self, a: str, b: str, direction: str, fields: dict) -> str:
+        """Change the WAN link between sites a and b during the run: `up` is a -> b, `down` b -> a.
+        Each direction is shaped on its sending router's egress, changed in place (shaping.reshape)."""
+        from ..scenario import Direction
+
+        if (a, b) not in self.wan_plans:
+            raise ValueError(f"no WAN link between sites {a} and {b}")
+        if not self.caps.netem and (fields.get("latency") or fields.get("jitter")):
+            raise ValueError("latency on a WAN link during a run needs netem (this kernel has none; set the "
+                             "WAN latency in the scenario: the transport makes it from the start)")
+        done = []
+        for src, dst in (((a, b), (b, a)) if direction == "both" else ((a, b),) if direction == "up" else ((b, a),)):
+            key = (src, dst)
+            new_dir = Direction(**{**self.wan_directions[key].model_dump(), **fields})
+            new_plan = plan_direction(new_dir, self.caps)
+            r = self._routers[src]
+            reshape(r, r.link_lookup(ifname=self.wan_ifnames[key])[0], self.wan_plans[key], new_plan)
+            self.wan_plans[key], self.wan_directions[key] = new_plan, new_dir
+            done.append(f"{src}->{dst}")
+        return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
     def _create_host_gateway(self, ipr, s, br: int, spec: ClusterSpec) -> None:
         """Give this host the run's gateway address on the switch (as Docker's bridge has it), so

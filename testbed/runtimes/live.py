@@ -18,6 +18,12 @@ from ..scenario import Direction
 from ..shaping import DirectionPlan, plan_direction, reshape
 
 WHICH = {"up": "uplink", "down": "downlink"}
+WAN_PREFIX = "wan:"  # an event's target `wan:A-B`: the WAN link between sites A and B
+
+
+def wan_sites(target: str) -> tuple[str, str]:
+    a, sep, b = target[len(WAN_PREFIX):].partition("-")
+    return a, b
 
 
 def delay_control_file(run_dir: str | Path, node: str) -> str:
@@ -44,7 +50,14 @@ class LiveOps:
         yield
 
     def set_link(self, node: str, direction: str, fields: dict) -> str:
-        """Change rate/latency/jitter/loss of one or both directions of a node's access link."""
+        """Change rate/latency/jitter/loss of one or both directions of a node's access link (or,
+        for `wan:A-B`, of the WAN link between sites A and B)."""
+        if node.startswith(WAN_PREFIX):
+            a, b = wan_sites(node)
+            fabric = getattr(self, "fabric", None)
+            if fabric is None:
+                raise ValueError(f"{node}: this run has no sites")
+            return fabric.set_wan(a, b, direction, fields)
         h = self.handles[node]
         dirs = self._directions(node)
         done = []
