@@ -440,6 +440,11 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
         if not ps.is_alive():
             break
         killed = live["killed"] if live is not None else set()
+        if killed & {"broker", "producer"}:  # the workers' streams are gone with it: no run to go on with
+            stop_event.set()
+            ps.join(timeout=30)
+            return "failed", f"the stream {'broker' if 'broker' in killed else 'producer'} was killed (a timeline " \
+                             "event): the workers' streams end with it"
         dead = [n for n, p in procs.items()
                 if n != "ps" and n not in killed and not p.is_alive() and p.exitcode not in (0, None)]
         if dead:

@@ -662,6 +662,9 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
         elif ev.action in ("kill", "restart", "pause", "resume") and set(nodes) & {"broker", "producer"} \
                 and sc.streaming is not None and sc.streaming.broker.kind == "kafka":
             lines.append(f"events[{i}].target: {ev.action} of the kafka broker's node is not supported")
+        elif ev.action == "restart" and set(nodes) & {"broker", "producer"}:
+            lines.append(f"events[{i}].action: the broker's node is not restarted (killing it ends the run: "
+                         "the workers' streams and topics go with it)")
         if ev.target.startswith("wan:") and nodes and ev.action != "link":
             lines.append(f"events[{i}].action: a WAN link ({ev.target}) takes link events only, not {ev.action}")
         for peer in ev.peers:

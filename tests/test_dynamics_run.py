@@ -253,3 +253,20 @@ def test_wan_link_event_changes_the_rate_between_sites(tmp_path, clean_host):
         after = bps[t.time > 11]
         assert after.max() <= 4e6 * 1.1, (link, after.describe())
         assert bps[t.time < 8].max() > 4 * 4e6, link  # well above the new rate before
+
+
+def test_killing_the_broker_ends_the_run_clearly(tmp_path, clean_host):
+    data = yaml.safe_load((REPO / "scenarios/streaming-smoke.yaml").read_text())
+    data.update(runtime="netns", stop={"seconds": 60}, events=[{"at": "8s", "target": "broker", "action": "kill"}])
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=200)
+    assert r.returncode != 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and "stream broker was killed" in summary["reason"], summary
+    assert summary["wall_seconds"] < 45
+    steps = pd.read_csv(run_dir / "steps.csv")
+    assert len(steps) > 0 and steps.time.max() < 12  # records up to the kill, readable
+    assert not our_netns()
