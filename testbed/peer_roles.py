@@ -255,7 +255,7 @@ def run_coordinator(cfg: RoleConfig, stop_event) -> None:
         for sender, msg, _ in msgs:
             if msg.kind == "hello":
                 if sender == "eval":
-                    feed.ready = True
+                    feed.on_ready()
                     feed.add(initial, {"version": 0, "updates_received": 0, "time": _now(cfg), "final": False})
                 else:
                     joined.add(sender)
@@ -270,7 +270,7 @@ def run_coordinator(cfg: RoleConfig, stop_event) -> None:
                 if "step" in msg.meta:
                     steps[sender] = int(msg.meta["step"])
             elif msg.kind == "eval_ready":
-                feed.ready = True
+                feed.on_ready()
             elif msg.kind == "target_reached":
                 reason = reason or "target_accuracy"
         if not started and joined >= workers:

@@ -113,24 +113,37 @@ class EvalFeed:
         self.ep = ep
         self.queue: deque = deque()
         self.ready = False
+        self.sent_at: Optional[float] = None
+        self.longest = 0.0  # s: the longest evaluation so far (bounds the wait for a dead evaluator)
 
     def add(self, params: dict, meta: dict) -> None:
         self.queue.append((params, meta))
+
+    def on_ready(self) -> None:
+        if self.sent_at is not None:
+            self.longest = max(self.longest, time.time() - self.sent_at)
+            self.sent_at = None
+        self.ready = True
 
     def pump(self) -> None:
         if self.ready and self.queue:
             params, meta = self.queue.popleft()
             self.ep.send(Message("evaluate", params, meta), "eval")
             self.ready = False
+            self.sent_at = time.time()
 
     def finish(self, stop_event, limit: float = 120.0) -> None:
-        """Evaluate what is queued (the final model last), then stop the evaluator."""
+        """Evaluate what is queued (the final model last), then stop the evaluator. An evaluator
+        silent for 4x its longest evaluation (20 s at least) is taken for dead (killed, frozen)."""
         deadline = time.time() + limit
         while (self.queue or not self.ready) and time.time() < deadline and not stop_event.is_set():
             self.pump()
             for _, msg, _ in self.ep.recv(0.05):
                 if msg.kind == "eval_ready":
-                    self.ready = True
+                    self.on_ready()
+            if self.sent_at is not None and time.time() - self.sent_at > max(20.0, 4 * self.longest):
+                print("evaluator silent: the final evaluation is skipped", flush=True)
+                break
         try:
             self.ep.send(Message("stop"), "eval")
         except zmq.ZMQError:
@@ -244,7 +257,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 heard[sender] = time.time()
             if msg.kind == "hello":
                 if sender == "eval":
-                    feed.ready = True
+                    feed.on_ready()
                     if server.version == 0:
                         snapshot()  # accuracy of the initial model: the curves start at step 0
                 elif sender in joined:  # a restarted worker: what it had pending died with it
@@ -279,7 +292,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                     snapshot()
                     next_eval += interval
             elif msg.kind == "eval_ready":
-                feed.ready = True
+                feed.on_ready()
             elif msg.kind == "target_reached":
                 reason = reason or "target_accuracy"
             elif msg.kind == "vote":
