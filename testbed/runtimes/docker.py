@@ -122,26 +122,26 @@ class RoleProcess(ContainerProcess):
         super().__init__(container)
         self.state_path, self.gen = state_path, gen
 
-    def _role_state(self) -> Optional[dict]:
+    def _ended(self) -> Optional[int]:
+        """The exit code once this generation of the role has ended (superseded by a restart: -9)."""
         try:
             st = json.loads(self.state_path.read_text())
         except (OSError, ValueError):
             return None
-        return st if st.get("gen") == self.gen else None
+        if st.get("gen", 0) > self.gen:
+            return -9
+        if st.get("gen") == self.gen and not st["running"]:
+            return st["exitcode"] if st.get("exitcode") is not None else -9
+        return None
 
     def is_alive(self) -> bool:
-        st = self._role_state()
-        if st is not None and not st["running"]:
-            return False
-        return super().is_alive()  # not yet started (older state) counts as alive while the container is
+        # not yet started (an older state file) counts as alive while the container is
+        return self._ended() is None and super().is_alive()
 
     @property
     def exitcode(self) -> Optional[int]:
-        st = self._role_state()
-        if st is not None and not st["running"]:
-            code = st.get("exitcode")
-            return code if code is not None else -9
-        return super().exitcode
+        code = self._ended()
+        return code if code is not None else super().exitcode
 
     def join(self, timeout: Optional[float] = None) -> None:
         deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
