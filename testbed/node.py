@@ -99,6 +99,7 @@ class RoleSupervisor:
         self.role = None
         self.gen = 0
         self.stress: list = []
+        self._reap: list = []  # killed, not yet joined
 
     def _write_state(self, running: bool, exitcode=None) -> None:
         path = self.dir / f"{self.node}.state"
@@ -122,8 +123,9 @@ class RoleSupervisor:
             self.stress.append(p)
         return old
 
-    @staticmethod
-    def _kill(procs: list) -> int:
+    def _kill(self, procs: list) -> int:
+        """SIGKILL each process's group; reaped after the request is answered (a big process takes
+        100+ ms to exit: the answer, and the time recorded for the event, is when the signal went)."""
         n = 0
         for p in procs:
             if p is None or p.pid is None:
@@ -133,7 +135,7 @@ class RoleSupervisor:
                 n += 1
             except ProcessLookupError:
                 pass
-            p.join(timeout=5)
+            self._reap.append(p)
         return n
 
     def _handle(self, req: dict) -> str:
@@ -142,7 +144,7 @@ class RoleSupervisor:
             n = self._kill([self.role] + self.stress)
             self.stress = []
             if self.role is not None:
-                self._write_state(False, self.role.exitcode)
+                self._write_state(False, -9)
                 self.role = None
             return f"killed {n} process group(s)"
         if op == "start":
@@ -178,6 +180,8 @@ class RoleSupervisor:
                     ack = self.dir / f"{self.node}.ack-{seq}"
                     ack.with_name(ack.name + ".tmp").write_text(detail)
                     os.replace(ack.with_name(ack.name + ".tmp"), ack)
+                while self._reap:
+                    self._reap.pop().join(timeout=5)
                 if self.stop._local and self.role is not None and not forwarded:
                     os.kill(self.role.pid, signal.SIGTERM)  # `docker stop` reaches only this process
                     forwarded = True
@@ -191,6 +195,8 @@ class RoleSupervisor:
                 time.sleep(self.POLL)
         finally:
             self._kill(self.stress)
+            for p in self._reap:
+                p.join(timeout=5)
 
 
 def _run_exec(payload: str) -> int:

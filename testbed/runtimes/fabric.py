@@ -147,8 +147,8 @@ class Fabric:
             key = (src, dst)
             new_dir = Direction(**{**self.wan_directions[key].model_dump(), **fields})
             new_plan = plan_direction(new_dir, self.caps)
-            r = self._routers[src]
-            reshape(r, r.link_lookup(ifname=self.wan_ifnames[key])[0], self.wan_plans[key], new_plan)
+            with ns_iproute(router_netns(self.run_id, src)) as r:  # its own socket: the monitor uses the router's
+                reshape(r, r.link_lookup(ifname=self.wan_ifnames[key])[0], self.wan_plans[key], new_plan)
             self.wan_plans[key], self.wan_directions[key] = new_plan, new_dir
             done.append(f"{src}->{dst}")
         return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
