@@ -131,3 +131,12 @@ def test_scadles_buffer_reduction_and_cnc_from_records(tmp_path):
     assert [r["CNC ratio"] for r in report["series"]] == [0.0, 0.25, 0.5, 0.75] * 2
     assert report["series"][0]["MB sent by devices"] == pytest.approx(0.004)
     assert report["holds"] is True
+
+
+def test_lssr_counts_steps_that_sent_less_than_half_a_push():
+    from testbed.reproduce.selsync import lssr
+
+    steps = pd.DataFrame({"bytes_sent": [850_000, 12, 0, 12, 849_000, 0, 0, 0]})
+    assert lssr(steps) == pytest.approx(6 / 8)  # Eq. 4: local / (local + synchronized)
+    assert lssr(pd.DataFrame({"bytes_sent": [850_000] * 4})) == 0.0  # BSP
+    assert lssr(pd.DataFrame({"bytes_sent": []})) is None

@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import Experiment, Series, register
-from .common import table_markdown, time_to_accuracy_figure
+from .common import accuracy_curve, table_markdown, time_to_accuracy_figure
 
 TARGET = {"ci": 0.9, "paper": 0.9}
 
@@ -23,7 +23,11 @@ def lssr(steps: pd.DataFrame) -> float | None:
 
 
 def _table1(pairs, out: Path, scale: str) -> dict:
+    # the paper times each method to BSP's accuracy: the target, or 95% of BSP's best if it fell short
+    bsp_curve = next((accuracy_curve(rec) for s, rec in pairs if s.label == "BSP"), None)
     target = TARGET[scale]
+    if bsp_curve is not None and len(bsp_curve) and bsp_curve.accuracy.max() < target:
+        target = round(0.95 * float(bsp_curve.accuracy.max()), 2)
     res = time_to_accuracy_figure(pairs, out, title=f"SelSync Table I ({scale} scale): 4 workers, 10 Mbit/s links",
                                   targets=[target], baseline="BSP", subject="SelSync delta=0.3")
     key = f"seconds_to_{target}"
