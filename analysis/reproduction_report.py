@@ -41,9 +41,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = args.update.read_text()
     for name, r in reports.items():
-        pat = re.compile(rf"(<!-- measured:{re.escape(name)} -->\n).*?(\n<!-- /measured:{re.escape(name)} -->)", re.S)
+        pat = re.compile(rf"(<!-- measured:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /measured:{re.escape(name)} -->)",
+                         re.S)
         if pat.search(text):
-            text = pat.sub(lambda m: m.group(1) + section(r) + m.group(2), text)
+            text = pat.sub(lambda m: m.group(1) + section(r) + "\n" + m.group(2), text)
         else:
             print(f"{args.update} has no markers for {name}: skipped", file=sys.stderr)
     args.update.write_text(text)
