@@ -50,7 +50,11 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     plt, fig, axes = _panels(len(SETS))
     rows, curves = [], []
     for ax, rate_set in zip(axes, SETS):
-        entry: dict = {"set": rate_set}
+        # time to DDL's accuracy (the paper's convergence): the target, or 95% of DDL's best below it
+        ddl = by.get(f"DDL {rate_set}")
+        ddl_best = float(accuracy_curve(ddl).accuracy.max()) if ddl is not None and len(ddl.evals) else target
+        set_target = target if ddl_best >= target else round(0.95 * ddl_best, 2)
+        entry: dict = {"set": rate_set, "target": set_target}
         for who in ("ScaDLES", "DDL"):
             rec = by.get(f"{who} {rate_set}")
             if rec is None:
@@ -59,18 +63,18 @@ def _table6(pairs, out: Path, scale: str) -> dict:
             curves.append(c)
             ax.plot(c.time, c.accuracy, label=who)
             entry[f"{who} best"] = float(c.accuracy.max()) if len(c) else None
-            entry[f"{who} seconds to {target}"] = first_reaching(c, target)
-            t_end = first_reaching(c, target)
+            entry[f"{who} seconds"] = first_reaching(c, set_target)
+            t_end = entry[f"{who} seconds"]
             entry[f"{who} buffer GB"] = (_buffered_at(_buffer(rec), t_end, "buffered_bytes") or 0) / 1e9
             entry[f"{who} mean batch"] = float(pd.to_numeric(rec.steps.batch_size, errors="coerce").mean()) \
                 if len(rec.steps) else None
-        sc, dd = entry.get(f"ScaDLES seconds to {target}"), entry.get(f"DDL seconds to {target}")
+        sc, dd = entry.get("ScaDLES seconds"), entry.get("DDL seconds")
         entry["speedup"] = None if sc is None or dd is None else dd / sc
         entry["accuracy drop"] = None if entry.get("ScaDLES best") is None or entry.get("DDL best") is None else \
             entry["ScaDLES best"] - entry["DDL best"]
         entry["buffer reduction GB"] = (entry.get("DDL buffer GB") or 0) - (entry.get("ScaDLES buffer GB") or 0)
         rows.append(entry)
-        ax.axhline(target, color="grey", lw=0.8, ls=":")
+        ax.axhline(set_target, color="grey", lw=0.8, ls=":")
         ax.set_title(f"rates {rate_set}")
         ax.set_xlabel("seconds")
         ax.grid(alpha=0.3)
@@ -81,14 +85,15 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     fig.savefig(out.with_suffix(".png"), dpi=120)
     plt.close(fig)
     pd.concat(curves).to_csv(out.with_suffix(".csv"), index=False)
-    table = pd.DataFrame([{k: r.get(k) for k in ("set", "accuracy drop", "buffer reduction GB", "speedup",
+    table = pd.DataFrame([{k: r.get(k) for k in ("set", "target", "accuracy drop", "buffer reduction GB", "speedup",
                                                    "ScaDLES mean batch", "DDL mean batch")} for r in rows])
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
     speedups = [r["speedup"] for r in rows]
     holds = all(s is not None and s > 1 for s in speedups) and \
         all(r["accuracy drop"] is not None and r["accuracy drop"] >= -0.01 for r in rows)
     lines = table_markdown(table).splitlines() + [
-        f"ScaDLES faster to {target} on every set, at most 1 point less accuracy: {'holds' if holds else 'does NOT hold'}"]
+        f"ScaDLES faster to DDL's accuracy (the target, or 95% of DDL's best) on every set, at most 1 point less "
+        f"accuracy: {'holds' if holds else 'does NOT hold'}"]
     return {"target_accuracy": target, "sets": rows, "holds": holds, "lines": lines}
 
 
