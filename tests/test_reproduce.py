@@ -108,17 +108,21 @@ def test_scadles_buffer_reduction_and_cnc_from_records(tmp_path):
 
     exp = get_experiment("table-scadles-4")
     runs = []
-    for s in exp.series_at("ci"):  # persistence grows 100 samples a second, truncation holds 10
+    # DDL persistence grows 100 samples a second, DDL truncation holds 10, ScaDLES persistence grows 20/s
+    per_device = {"DDL persistence": lambda t: 25 * t, "DDL truncation": lambda t: 2.5,
+                  "ScaDLES persistence": lambda t: 5 * t}
+    for s in exp.series_at("ci"):
         d = _fake_run(tmp_path / s.slug, [(t, t, 0.5) for t in range(0, 41, 10)])
-        grow = "persistence" in s.label
+        held = per_device[s.label.split(" ", 1)[1]]
         pd.DataFrame([{"time": t, "node": f"w{k}", "arrived": 0, "trained": 0, "dropped": 0,
-                       "buffered": (25 * t if grow else 2.5), "buffered_bytes": 0, "rate": 10}
+                       "buffered": held(t), "buffered_bytes": 0, "rate": 10}
                       for t in range(0, 41) for k in range(4)]).to_csv(d / "buffer.csv", index=False)
         pd.DataFrame([{"time": t, "node": "w0", "step": t} for t in range(41)]).to_csv(d / "steps.csv", index=False)
         runs.append((s, d))
     report = analyze(exp, runs, tmp_path / "figures", "ci", say=lambda s: None)
     assert [r["reduction"] for r in report["sets"]] == [pytest.approx(400.0)] * 4  # 4,000 vs 10 samples
-    assert report["holds"] is True
+    assert [r["DDL / ScaDLES (persistence)"] for r in report["sets"]] == [pytest.approx(5.0)] * 4
+    assert report["holds"] is True and report["fig7_holds"] is True
 
     exp = get_experiment("table-scadles-5")
     runs = []
@@ -140,3 +144,26 @@ def test_lssr_counts_steps_that_sent_less_than_half_a_push():
     assert lssr(steps) == pytest.approx(6 / 8)  # Eq. 4: local / (local + synchronized)
     assert lssr(pd.DataFrame({"bytes_sent": [850_000] * 4})) == 0.0  # BSP
     assert lssr(pd.DataFrame({"bytes_sent": []})) is None
+
+
+def test_final_accuracy_leaves_out_the_untrained_model():
+    from testbed.reproduce.common import final_accuracy
+
+    curve = pd.DataFrame({"step": [0, 10, 12], "accuracy": [0.08, 0.945, 0.951]})
+    assert final_accuracy(curve) == pytest.approx(0.948)  # not (0.08 + 0.945 + 0.951) / 3
+    assert final_accuracy(pd.DataFrame({"step": [0], "accuracy": [0.1]})) == pytest.approx(0.1)
+    assert final_accuracy(pd.DataFrame({"step": [0, 5, 10, 15], "accuracy": [0, 0.3, 0.6, 0.9]})) == pytest.approx(0.6)
+
+
+def test_scadles_buffer_sums_each_devices_latest_snapshot(tmp_path):
+    from types import SimpleNamespace
+
+    from testbed.reproduce.scadles import _buffer, _buffered_at
+
+    # w0 snapshots every second, w1 twice: at 3 s the buffer is w0's 30 + w1's last 500
+    rows = [{"time": t + 0.1, "node": "w0", "buffered": 10 * t, "buffered_bytes": 0} for t in range(4)]
+    rows += [{"time": t + 0.6, "node": "w1", "buffered": 250 * t, "buffered_bytes": 0} for t in (0, 2)]
+    pd.DataFrame(rows).to_csv(tmp_path / "buffer.csv", index=False)
+    buf = _buffer(SimpleNamespace(run_dir=tmp_path))
+    assert buf.buffered.tolist() == [0, 10, 20, 530]  # w1 rows land at 1 s and 3 s (rounded)
+    assert _buffered_at(buf, None) == 530 and _buffered_at(buf, 1.0) == 10

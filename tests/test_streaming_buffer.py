@@ -245,3 +245,17 @@ def test_simulated_trace_rate_change():
     assert sim[0].batch == 100 and sim[-1].batch == 20
     assert all(s.buffered <= 100 for s in sim)
     assert math.isclose(sim[-1].end, 16.0)
+
+
+def test_feeder_never_waits_for_more_than_truncation_keeps():
+    # b = 64 at 20 samples/s: persistence waits for 64, truncation (which keeps ceil(rate) = 20
+    # at a take) starts with 20, as simulate_buffer does; a ScaDLES batch is unaffected
+    from testbed.streaming.consumer import StreamFeeder
+
+    def feeder(policy, batch):
+        return StreamFeeder("127.0.0.1:1", "t", StreamBuffer(policy, 20.0), t0=0.0, batch_policy=batch)
+
+    assert feeder("persistence", FixedBatch(64)).next_take() == (64, 64)
+    assert feeder("truncation", FixedBatch(64)).next_take() == (64, 20)
+    sb = StreamBatch()
+    assert feeder("truncation", sb).next_take() == (sb.batch_size(20.0), sb.min_samples(20.0))

@@ -37,7 +37,11 @@ def first_reaching(curve: pd.DataFrame, target: float, column: str = "time") -> 
 
 
 def final_accuracy(curve: pd.DataFrame, last: int = 3) -> Optional[float]:
-    """The mean of the last `last` evaluations (one evaluation is noisy on a 1,000-sample test set)."""
+    """The mean of the last `last` evaluations (one evaluation is noisy on a 1,000-sample test set),
+    leaving out the untrained model's (step 0) when later ones exist: a short run's few evaluations
+    would otherwise average it in."""
+    if "step" in curve and (curve.step > 0).any():
+        curve = curve[curve.step > 0]
     return float(curve.accuracy.tail(last).mean()) if len(curve) else None
 
 
