@@ -22,13 +22,15 @@ from .state import RunState
 BENCH_PORT = 5201
 
 
-def _sink(port: int, seconds: float, flows: int, result_path: str) -> None:
+def _sink(port: int, seconds: float, flows: int, result_path: str, connected_path: str = "") -> None:
     """TCP receiver: count goodput bytes over the measuring window."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", port))
     srv.listen(flows)
     conns = [srv.accept()[0] for _ in range(flows)]
+    if connected_path:  # every flow is up: a caller's measuring window may start its warm-up
+        Path(connected_path).touch()
     for c in conns:
         c.setblocking(False)
     import selectors
@@ -61,11 +63,11 @@ def _sink(port: int, seconds: float, flows: int, result_path: str) -> None:
     Path(result_path).write_text(json.dumps({"bytes": total, "seconds": elapsed}))
 
 
-def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = "") -> None:
+def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = "", linger: float = 1.5) -> None:
     import threading
 
     buf = b"\0" * (1 << 16)
-    deadline = time.monotonic() + seconds + 1.5
+    deadline = time.monotonic() + seconds + linger
     if ready_path:
         Path(ready_path).touch()
 
@@ -254,15 +256,25 @@ def _busy(seconds: float, ready_path: str = "") -> None:
 
 
 def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = None,
-                  say: Callable[[str], None] = print, tolerance: float = 0.03, runtime: str = "netns") -> dict:
-    """Run one busy loop per core in a node capped at `cpus`; compare the CPU it got to the quota."""
-    bench = _Bench({"cpus": cpus}, runtime)
+                  say: Callable[[str], None] = print, tolerance: float = 0.03, runtime: str = "netns",
+                  others_busy: bool = False) -> dict:
+    """Run one busy loop per core in a node capped at `cpus`; compare the CPU it got to the quota.
+    others_busy: meanwhile another node, uncapped, busy-loops on every core of the machine."""
+    scenario = None
+    if others_busy:
+        scenario = {"name": "bench", "runtime": runtime, "profiles": {"shaped": {"cpus": cpus}, "hog": {}},
+                    "workers": [{"count": 1, "profile": "shaped"}, {"count": 1, "profile": "hog"}]}
+    bench = _Bench({"cpus": cpus}, runtime, scenario=scenario)
     with bench as (rt, spec):
         h = rt.handles["w0"]
         n_loops = max(1, min(os.cpu_count() or 1, int(cpus) + 1))
         t = time.monotonic()
         readies = [Path(bench.result(f"busy{i}.ready")) for i in range(n_loops)]
         procs = [rt.start("w0", _busy, {"seconds": seconds + 1.0, "ready_path": str(r)}) for r in readies]
+        if others_busy:
+            hogs = [Path(bench.result(f"hog{i}.ready")) for i in range(os.cpu_count() or 1)]
+            procs += [rt.start("w1", _busy, {"seconds": seconds + 1.5, "ready_path": str(r)}) for r in hogs]
+            readies += hogs
         for _ in range(1000):
             if all(r.exists() for r in readies):
                 break
@@ -278,13 +290,13 @@ def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = N
         wall = time.monotonic() - t
         achieved = (c2 - c1) / (t2 - t1)
         say(f"quota {cpus:.2f} cores  achieved {achieved:.3f} cores  ({n_loops} busy loop(s), {seconds:.0f} s, "
-            f"wall {wall:.2f} s, {runtime})")
+            f"wall {wall:.2f} s, {runtime}" + (", another node busy on every core)" if others_busy else ")"))
     problems = bench.problems
     ok = abs(achieved - cpus) <= tolerance and not problems
     out = {"benchmark": "cpu", "runtime": runtime, "quota_cores": cpus, "achieved_cores": achieved, "seconds": seconds,
-           "busy_loops": n_loops, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
-           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"cpu-{runtime}-{cpus:g}.json", say)
+           "busy_loops": n_loops, "others_busy": others_busy, "ok": ok, "tolerance": tolerance,
+           "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return _save(out, out_dir, f"cpu-{runtime}-{cpus:g}{'-contended' if others_busy else ''}.json", say)
 
 
 def _udp_rcvbuf_errors() -> int:
@@ -401,7 +413,7 @@ def _ping_server(address: str, delay: dict, count: int) -> None:
     ctx.term()
 
 
-def _ping_client(ps_address: str, delay: dict, count: int, size: int, result_path: str) -> None:
+def _ping_client(ps_address: str, delay: dict, count: int, size: int, result_path: str, name: str = "w0") -> None:
     import torch
     import zmq
 
@@ -409,7 +421,7 @@ def _ping_client(ps_address: str, delay: dict, count: int, size: int, result_pat
     from .wire import Message
 
     ctx = zmq.Context()
-    ep = transport.node_endpoint(ctx, ps_address, "w0", transport.DelaySpec(**delay))
+    ep = transport.node_endpoint(ctx, ps_address, name, transport.DelaySpec(**delay))
     payload = {"x": torch.zeros(max(1, size // 4))}
     rtts = []
     for _ in range(count):
@@ -458,33 +470,69 @@ def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size:
     return _save(out, out_dir, f"delay-{runtime}-{1000 * lat:g}ms-{1000 * jit:g}ms.json", say)
 
 
+def _mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
 def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | None = None,
                       say: Callable[[str], None] = print) -> dict:
-    """Seconds from `edgebed up` to the first training step, and to tear down, for N workers."""
+    """Seconds from `edgebed up` to the first training step, and to tear down, for N workers; and
+    what the cluster costs in memory: the host's MemAvailable drop at its lowest during the run and
+    each worker's peak (its cgroup's memory, resources.csv). ASGD runs until 5 updates per worker,
+    and the run counts how many workers trained at all (all of them: the cluster holds N)."""
     import shutil
     import tempfile
+    import threading
+
+    import pandas as pd
 
     from .runner import run
 
     sc = parse_scenario({"name": f"startup-{workers}", "runtime": runtime,
-                         "workload": {"model": "mlp", "dataset": "mnist5k", "eval_interval": 1000},
-                         "stop": {"steps": 3 * workers, "seconds": 600}, "algorithm": {"name": "asgd"},
+                         "workload": {"model": "mlp", "dataset": "mnist5k", "eval_interval": 100000},
+                         "stop": {"steps": 5 * workers, "seconds": 600}, "algorithm": {"name": "asgd"},
                          "profiles": {"edge": {"cpus": 0.5, "bandwidth": "100mbit"}},
                          "workers": [{"count": workers, "profile": "edge"}]})
     run_dir = Path(tempfile.mkdtemp(prefix="edgebed-startup-")) / "run"
+    before = _mem_available()
+    lowest = [before]
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.wait(0.25):
+            lowest[0] = min(lowest[0], _mem_available())
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
     t = time.time()
     try:
         summary = run(sc, "bench-startup", run_dir, say=lambda s: None)
+        steps = pd.read_csv(run_dir / "steps.csv")
+        res = pd.read_csv(run_dir / "resources.csv")
     finally:
         total = time.time() - t
+        done.set()
+        watcher.join()
         shutil.rmtree(run_dir.parent, ignore_errors=True)
-    ok = summary["status"] == "completed" and summary["startup_seconds"] is not None
+    stepped = int(steps.node.nunique()) if len(steps) else 0
+    peaks = res[res.node.str.match(r"^w\d+$")].groupby("node").memory_bytes.max() if len(res) else pd.Series()
+    per_worker = float(peaks.mean()) if len(peaks) else None
+    host_used = before - lowest[0]
+    ok = summary["status"] == "completed" and summary["startup_seconds"] is not None and stepped == workers
     say(f"{runtime}: {workers} workers: first training step after {summary['startup_seconds']} s, "
-        f"teardown {summary['teardown_seconds']} s, whole command {total:.1f} s")
+        f"teardown {summary['teardown_seconds']} s, whole command {total:.1f} s; {stepped}/{workers} workers "
+        f"trained; host memory in use at most {host_used / 2**30:.2f} GiB"
+        + (f", a worker's peak {per_worker / 2**20:.0f} MiB" if per_worker else ""))
     out = {"benchmark": "startup", "runtime": runtime, "workers": workers,
            "startup_seconds": summary["startup_seconds"], "teardown_seconds": summary["teardown_seconds"],
-           "total_seconds": total, "ok": ok, "kernel": os.uname().release,
-           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+           "total_seconds": total, "workers_trained": stepped, "host_memory_used_bytes": host_used,
+           "worker_peak_memory_bytes": per_worker, "ok": ok, "kernel": os.uname().release,
+           "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "note": "host memory = drop of MemAvailable at its lowest during the run (page cache included); "
+                   "worker peak = the mean over workers of their cgroup's peak memory sample"}
     return _save(out, out_dir, f"startup-{runtime}-{workers}.json", say)
 
 

@@ -45,7 +45,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress"),
        runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns, docker)"),
        algorithm: Optional[str] = typer.Option(None, "--algorithm", help="run another algorithm (its params: --param)"),
-       param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable")) -> None:
+       param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable"),
+       verify_links: bool = typer.Option(False, "--verify-links", help="measure each worker's link (rate, RTT) "
+                                                                      "after bring-up: RUN/link_check.csv")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
@@ -64,7 +66,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         if not sep or not name:
             _fail(f"error: --param {item!r}: expected NAME=VALUE")
         data["algorithm"].setdefault("params", {})[name.strip()] = yaml.safe_load(value)
-    if runtime is not None or algorithm is not None or param:
+    if verify_links:
+        data.setdefault("network", {})["verify_links"] = True
+    if runtime is not None or algorithm is not None or param or verify_links:
         try:
             sc = parse_scenario(data)
         except ScenarioError as e:
@@ -349,11 +353,92 @@ def bench_topology(lan: str = typer.Option("1gbit", help="LAN rate of both sites
 def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               seconds: float = typer.Option(5.0),
               runtime: str = typer.Option("netns", help="netns | docker"),
+              others_busy: bool = typer.Option(False, "--others-busy", help="another node busy-loops on every core"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Achieved vs configured CPU share of a node's cgroup under a busy loop."""
     from .bench import cpu_benchmark
 
-    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime)
+    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime, others_busy=others_busy)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("update")
+def bench_update(params: int = typer.Option(1_000_000, help="parameters in the update (float32)"),
+                 rate: str = typer.Option("100mbit", help="w0's link rate"),
+                 repeats: int = typer.Option(3),
+                 runtime: str = typer.Option("netns", help="netns | docker"),
+                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Time for the PS to receive one full update over a shaped link vs the ideal 32P/B + RTT."""
+    from .bench_suite import update_benchmark
+
+    if params <= 0 or repeats <= 0:
+        _fail("error: --params and --repeats must be positive")
+    res = update_benchmark(params, rate, repeats=repeats, out_dir=out, say=typer.echo, runtime=runtime)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("overhead")
+def bench_overhead(cpus: float = typer.Option(1.0, help="the worker's CPU quota"),
+                   model: str = typer.Option("adacomp_cnn"),
+                   batch_size: int = typer.Option(32),
+                   steps: int = typer.Option(60),
+                   repeats: int = typer.Option(3, help="alternating runs of each (single runs differ by up to 15%)"),
+                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """A worker's compute step inside edgebed vs a bare PyTorch loop on the same CPU quota."""
+    from .bench_suite import overhead_benchmark
+
+    if steps <= 15 or repeats < 1:
+        _fail("error: --steps must be above 15 (the first 10 are warm-up), --repeats at least 1")
+    res = overhead_benchmark(cpus=cpus, model=model, batch_size=batch_size, steps=steps, repeats=repeats, out_dir=out,
+                             say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("mininet")
+def bench_mininet(hosts: int = typer.Option(8, help="hosts on one switch (edgebed: ps, evaluator, workers)"),
+                  rate: str = typer.Option("10mbit", help="every host's link"),
+                  cpus: float = typer.Option(0.25, help="every host's CPU cap (cores)"),
+                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Side by side with Mininet (Debian's package): start-up, stop, memory, link goodput."""
+    from .bench_suite import mininet_benchmark
+
+    if hosts < 2:
+        _fail("error: --hosts must be at least 2")
+    try:
+        res = mininet_benchmark(hosts, rate=rate, cpus=cpus, out_dir=out, say=typer.echo)
+    except RuntimeError as e:
+        _fail(f"error: {e}")
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("stress")
+def bench_stress(cpus: float = typer.Option(1.0, help="the worker's CPU quota"),
+                 stress: float = typer.Option(0.5, help="cores of background busy-looping in its cgroup"),
+                 steps: int = typer.Option(60),
+                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """A profile's background stress: a worker's compute step with and without it."""
+    from .bench_suite import stress_benchmark
+
+    if not 0 < stress < cpus:
+        _fail("error: --stress must be above 0 and below --cpus")
+    res = stress_benchmark(cpus=cpus, stress=stress, steps=steps, out_dir=out, say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
+@bench_app.command("all")
+def bench_all(quick: bool = typer.Option(False, "--quick", help="a few minutes, generous bounds (what CI runs)"),
+              out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """The whole suite (BENCHMARKS.md's tables), or --quick; exits 1 if a number is out of bounds."""
+    from .bench_suite import run_suite
+
+    if not quick:
+        typer.echo("the full suite takes about 40 minutes on 2 cores (docker included when an engine answers)")
+    res = run_suite(quick, out, say=typer.echo)
     if not res["ok"]:
         raise typer.Exit(1)
 

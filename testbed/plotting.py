@@ -29,7 +29,7 @@ from .records import RunRecords, finite_float, load_run, traffic_rates
 __all__ = ["plot_run", "plot_compare", "plot_progress_compare", "PLOT_FILES", "COMPARE_FILE", "PROGRESS_FILE"]
 
 PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png", "topology.png", "wan.png",
-              "links.png")
+              "links.png", "link_check.png")
 COMPARE_FILE = "compare_accuracy.png"
 PROGRESS_FILE = "compare_progress.png"
 
@@ -68,6 +68,7 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
         "topology.png": topology_figure,
         "wan.png": wan_figure,
         "links.png": _links_figure,
+        "link_check.png": _link_check_figure,
     }
     written: list[Path] = []
     with warnings.catch_warnings():
@@ -191,7 +192,46 @@ def _accuracy_figure(rec: RunRecords, style: _Style) -> Figure | None:
     final = finite_float(rec.summary.get("final_accuracy"))
     if final is None:
         final = float(ev["accuracy"].iloc[-1])
-    fig.suptitle(f"{rec.name}: final accuracy {final:.3f}{_status_suffix(rec.summary)}")
+    fig.suptitle(f"{rec.name}: final accuracy {final:.3f}{_status_suffix(rec.summary)}{_link_check_suffix(rec)}")
+    return fig
+
+
+def _link_check_suffix(rec: RunRecords) -> str:
+    """Beside the result: whether the links were measured, and which were off (--verify-links)."""
+    check = rec.meta.get("link_check")
+    if not isinstance(check, dict):
+        return ""
+    off = check.get("off") or []
+    return f"  [links checked: {len(off)} OFF: {', '.join(off)}]" if off else "  [links checked: all within " \
+        f"{100 * float(check.get('tolerance', 0.1)):.0f}%]"
+
+
+def _link_check_figure(rec: RunRecords, style: _Style) -> Figure | None:
+    """--verify-links: configured vs measured per worker path (rate per direction, RTT); off ones red."""
+    check = rec.meta.get("link_check")
+    rows = check.get("rows") if isinstance(check, dict) else None
+    if not rows:
+        return None
+    rates = [r for r in rows if r.get("direction") != "rtt"]
+    rtts = [r for r in rows if r.get("direction") == "rtt" and r.get("measured_rtt_s") is not None]
+    panels = [p for p in (rates, rtts) if p]
+    fig = Figure(figsize=(max(6.0, 0.7 * max(len(p) for p in panels) + 3), 3.6 * len(panels)), layout="constrained")
+    axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
+    for ax, part in zip(axes, panels):
+        is_rtt = part is rtts
+        labels = [f"{r['node']} {r['direction']}" if not is_rtt else r["node"] for r in part]
+        conf = [1000 * r["expected_rtt_s"] if is_rtt else r["configured_bps"] / 1e6 for r in part]
+        got = [1000 * r["measured_rtt_s"] if is_rtt else r["measured_bps"] / 1e6 for r in part]
+        x = np.arange(len(part))
+        ax.bar(x - 0.2, conf, 0.4, color="0.75", label="configured")
+        ax.bar(x + 0.2, got, 0.4, color=["tab:blue" if r["ok"] else "tab:red" for r in part],
+               label="measured (red: off)")
+        ax.set_xticks(x, labels, rotation=30, ha="right", fontsize=8)
+        ax.set_ylabel("round trip (ms)" if is_rtt else "Mbit/s at the wire")
+        ax.grid(alpha=0.3, axis="y")
+        ax.legend(fontsize=8)
+    tol = 100 * float(check.get("tolerance", 0.1))
+    fig.suptitle(f"{rec.name}: link check after bring-up (tolerance {tol:.0f}%)")
     return fig
 
 

@@ -372,6 +372,9 @@ class Streaming(_Strict):
 
 class Network(_Strict):
     subnet: str = "10.77.0.0/16"
+    verify_links: bool = Field(False, description="measure each worker's path to the PS after bring-up, before "
+                                                  "training (rate per direction, RTT where a latency is set): "
+                                                  "RUN/link_check.csv; `edgebed up --verify-links`")
 
     @field_validator("subnet")
     @classmethod

@@ -268,8 +268,9 @@ def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixtu
     run = make_run(tmp_path)
     written = plot_run(run)
     # streaming.png needs a streaming run's buffer.csv, wan.png WAN links, links.png worker-to-worker
-    # traffic (peers.csv): this run has none of them
-    assert [p.name for p in written] == [f for f in PLOT_FILES if f not in ("streaming.png", "wan.png", "links.png")]
+    # traffic (peers.csv), link_check.png a --verify-links run: this run has none of them
+    assert [p.name for p in written] == [f for f in PLOT_FILES
+                                         if f not in ("streaming.png", "wan.png", "links.png", "link_check.png")]
     for p in written:
         assert p.parent == run / "plots"
         _assert_png(p)
@@ -339,3 +340,28 @@ def test_links_figure_from_peers_csv(tmp_path: Path) -> None:
     assert (run / "plots" / "links.png").stat().st_size > 10_000
     (run / "peers.csv").write_text(",".join(PEER_COLUMNS) + "\n")
     assert "links.png" not in [p.name for p in plot_run(run, tmp_path / "again")]
+
+
+def test_link_check_figure_and_the_accuracy_title_say_which_link_was_off(tmp_path: Path) -> None:
+    from testbed import verify
+    from testbed.plotting import _accuracy_figure, _style_for
+    from testbed.records import load_run
+
+    run = make_run(tmp_path)
+    rows = [{"node": "w0", "direction": "up", "configured_bps": 10e6, "measured_bps": 9.98e6, "ratio": 0.998,
+             "expected_rtt_s": None, "measured_rtt_s": None, "ok": True, "note": ""},
+            {"node": "w1", "direction": "down", "configured_bps": 10e6, "measured_bps": 7.0e6, "ratio": 0.7,
+             "expected_rtt_s": None, "measured_rtt_s": None, "ok": False, "note": ""},
+            {"node": "w1", "direction": "rtt", "configured_bps": None, "measured_bps": None, "ratio": 1.02,
+             "expected_rtt_s": 0.04, "measured_rtt_s": 0.0408, "ok": True, "note": ""}]
+    meta = json.loads((run / "meta.json").read_text())
+    meta["link_check"] = verify.summary(rows, 0.10, 5.0)
+    (run / "meta.json").write_text(json.dumps(meta))
+    assert meta["link_check"]["off"] == ["w1 down"] and meta["link_check"]["all_ok"] is False
+    assert verify.warnings_for(rows) == ["LINK CHECK: w1 down: configured 10mbit, measured 7.00 Mbit/s at the wire "
+                                         "(70.0%)  [OFF by more than 10%]"]
+    written = plot_run(run)
+    assert "link_check.png" in [p.name for p in written]
+    _assert_png(run / "plots" / "link_check.png")
+    rec = load_run(run)
+    assert "1 OFF: w1 down" in _accuracy_figure(rec, _style_for(rec))._suptitle.get_text()

@@ -18,8 +18,8 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
         if docker_client(timeout=3) is None:
             pytest.skip("no Docker engine answers (CI starts dockerd)")
     run_dir = tmp_path / "smoke"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--runtime", runtime, "--out", str(run_dir)],
-                       cwd=REPO, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--runtime", runtime, "--out", str(run_dir),
+                                        "--verify-links"], cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert str(run_dir) in r.stdout.splitlines()[-1]
     assert "worker steps" in r.stdout  # live progress was printed
@@ -41,6 +41,21 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
     else:
         assert slow["mechanisms"]["latency"].startswith("transport") and slow["transport_delay_s"] == 0.02
     assert meta["nodes"]["w3"]["compute"]["cpu_quota"] == 0.2
+    # --verify-links: each worker's path measured both ways before training, and its round trip
+    check = meta["link_check"]
+    rows = {(r["node"], r["direction"]): r for r in check["rows"]}
+    assert set(rows) == {(w, d) for w in ("w0", "w1", "w2", "w3") for d in ("up", "down", "rtt")}
+    assert rows[("w3", "up")]["configured_bps"] == 20e6 and rows[("w0", "down")]["configured_bps"] == 100e6
+    for (w, d), row in rows.items():
+        if d == "rtt":  # 2 x (5 or 20 ms) configured; the transport adds ~1-3 ms
+            assert row["expected_rtt_s"] == (0.01 if w in ("w0", "w1") else 0.04)
+            assert 0 <= row["measured_rtt_s"] - row["expected_rtt_s"] < 0.008, row
+        else:  # generous: the check's own 10% verdict is what it reports, this catches a broken measurement
+            # (a 0.2-CPU container's measuring process, started by docker exec, has read as low as 70%)
+            assert (0.85 if runtime == "netns" else 0.6) <= row["ratio"] <= 1.1, row
+    assert check["off"] == [f"{r['node']} {r['direction']}" for r in check["rows"] if not r["ok"]]
+    assert (run_dir / "link_check.csv").read_text().count("\n") == 13
+    assert any("link check w3 up" in line for line in r.stdout.splitlines())
 
     from testbed.records import load_run
 
@@ -56,5 +71,5 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
 
     p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    for name in ("accuracy.png", "loss.png", "traffic.png"):
+    for name in ("accuracy.png", "loss.png", "traffic.png", "link_check.png"):
         assert (run_dir / "plots" / name).stat().st_size > 10_000

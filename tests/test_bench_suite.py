@@ -1,0 +1,49 @@
+"""The benchmark suite: what it runs, and `edgebed bench all --quick` for real (CI's regression net)."""
+
+import json
+import subprocess
+
+import pytest
+
+from conftest import REPO, edgebed_cmd, needs_root
+
+
+def test_quick_suite_is_small_and_the_full_one_covers_the_goals():
+    from testbed.bench_suite import suite
+
+    quick = [label for label, _, _ in suite(True, docker=False)]
+    assert quick == ["link 10mbit", "link 100mbit", "cpu 0.25", "loss 10%", "delay 20ms",
+                     "update 1M params, 100mbit", "startup 4 workers"]
+    assert [label for label, _, _ in suite(True, docker=True)][-2:] == ["link 10mbit docker", "cpu 0.5 docker"]
+    full = {label: kw for label, _, kw in suite(False, docker=True)}
+    # the issue's ranges: links 1-1000 Mbit/s, CPU 0.1-2 cores, updates 0.2M-25M, 64 namespace workers
+    assert {f"link {r}" for r in ("1mbit", "10mbit", "100mbit", "1gbit")} <= set(full)
+    assert full["cpu 0.1"]["cpus"] == 0.1 and full["cpu 2"]["cpus"] == 2.0
+    assert full["update 0.2M params, 10mbit"]["params"] == 200_000
+    assert full["update 25M params, 100mbit"]["params"] == 25_000_000
+    assert full["startup 64 workers"] == {"workers": 64}
+    assert full["startup 32 workers docker"] == {"workers": 32, "runtime": "docker"}
+
+
+def test_update_ideal_counts_payload_and_framing():
+    from testbed.bench_suite import FRAME_EFFICIENCY
+
+    # 1M float32 at 100 Mbit/s: 0.32 s of payload; the wire carries 1514 bytes per 1448 of it
+    assert 32 * 1_000_000 / 100e6 == pytest.approx(0.32)
+    assert 1 / FRAME_EFFICIENCY == pytest.approx(1.0456, abs=1e-4)
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.slow
+def test_bench_all_quick_passes_its_bounds(tmp_path, clean_host):
+    r = subprocess.run(edgebed_cmd() + ["bench", "all", "--quick", "--out", str(tmp_path)], cwd=REPO,
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
+    summary = json.loads((tmp_path / "suite-quick.json").read_text())
+    assert summary["ok"] and len(summary["results"]) >= 7
+    update = next(tmp_path.glob("update-netns-1000000-*.json"))
+    res = json.loads(update.read_text())
+    assert res["message_bytes"] >= 4_000_000 and 0.9 <= res["ratio"] <= 1.15
+    startup = json.loads((tmp_path / "startup-netns-4.json").read_text())
+    assert startup["workers_trained"] == 4 and startup["worker_peak_memory_bytes"] > 10 * 2**20
