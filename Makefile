@@ -5,7 +5,7 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast bench images clean down figures $(FIGURES)
+.PHONY: setup sysdeps demo test test-fast bench images clean down figures fig-scadles-5 $(FIGURES)
 SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
@@ -59,8 +59,14 @@ FIGURES := fig-adacomp-3 table-adacomp-2 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-d
 $(FIGURES): setup
 	$(BIN)/edgebed reproduce $@ --scale $(SCALE)
 
-figures: setup
+figures: setup fig-scadles-5
 	$(BIN)/edgebed reproduce all --scale $(SCALE)
+
+# ScaDLES Fig. 5 is a benchmark of the broker, not a training run: topics x rates, then the figure.
+fig-scadles-5: setup
+	for t in 4 16 32; do for r in 100 600; do \
+	  $(BIN)/edgebed bench stream --topics $$t --rate $$r --out runs/reproduce/fig-scadles-5 || exit 1; done; done
+	$(BIN)/python analysis/fig_scadles_5.py runs/reproduce/fig-scadles-5 --out figures
 
 # The docker runtime's node image (SOURCE=offline: debootstrap base, no registry needed).
 images: setup

@@ -167,3 +167,30 @@ def test_scadles_buffer_sums_each_devices_latest_snapshot(tmp_path):
     buf = _buffer(SimpleNamespace(run_dir=tmp_path))
     assert buf.buffered.tolist() == [0, 10, 20, 530]  # w1 rows land at 1 s and 3 s (rounded)
     assert _buffered_at(buf, None) == 530 and _buffered_at(buf, 1.0) == 10
+
+
+def test_fig_scadles_5_from_stream_results(tmp_path):
+    import json
+    import sys
+
+    sys.path.insert(0, str(REPO / "analysis"))
+    from fig_scadles_5 import main
+
+    def result(topics, rate, got):
+        per_topic = [{"topic": f"device-w{i}", "achieved": got} for i in range(topics)]
+        return {"benchmark": "stream", "topics": topics, "rate": rate, "seconds": 12.0, "warmup": 3.0,
+                "aggregate_samples_per_s": topics * got, "per_topic": per_topic,
+                "topics_holding_rate": topics if got >= 0.95 * rate else 0, "broker_node_cpu_seconds": 15.0,
+                "kernel": "k", "date": "2026-11-23 10:00:00"}
+
+    for topics, rate, got in ((4, 100, 100), (32, 100, 99), (4, 600, 600), (32, 600, 300)):
+        (tmp_path / f"stream-{topics}x{rate}.json").write_text(json.dumps(result(topics, rate, got)))
+    assert main([str(tmp_path), "--out", str(tmp_path / "fig")]) == 0
+    report = json.loads((tmp_path / "fig" / "fig-scadles-5.json").read_text())
+    assert report["holds"] is True  # 600/s keeps 50% at 32 topics, 100/s 99%
+    assert "100/s: 32 topics, 600/s: 4 topics" in report["lines"][-1]
+    assert (tmp_path / "fig" / "fig-scadles-5.png").stat().st_size > 10_000
+    (tmp_path / "stream-32x600.json").write_text(json.dumps(result(32, 600, 600)))
+    (tmp_path / "stream-32x100.json").write_text(json.dumps(result(32, 100, 50)))
+    main([str(tmp_path), "--out", str(tmp_path / "fig")])
+    assert json.loads((tmp_path / "fig" / "fig-scadles-5.json").read_text())["holds"] is False
