@@ -56,10 +56,16 @@ def _measure_rates(rt, scratch: Path, flows: list[tuple], window: float, warmup:
     deadline = time.monotonic() + 20  # a container's exec job starts its python in seconds, not ms
     while not all(c.exists() for c in connected) and time.monotonic() < deadline:
         time.sleep(0.01)
+    def read() -> tuple[list[int], float]:
+        # the read's midpoint is its time: docker's counters list every host link, tens of ms
+        before = time.monotonic()
+        counts = [f[3]() for f in flows]
+        return counts, (before + time.monotonic()) / 2
+
     time.sleep(warmup)
-    c1, t1 = [f[3]() for f in flows], time.monotonic()
+    c1, t1 = read()
     time.sleep(window)
-    c2, t2 = [f[3]() for f in flows], time.monotonic()
+    c2, t2 = read()
     for p in sources + sinks:
         p.join(warmup + window + 30)
     return [(b - a) * 8 / (t2 - t1) for a, b in zip(c1, c2)]

@@ -146,8 +146,9 @@ def test_decentralized_converges_over_two_sites(tmp_path, clean_host, name, para
         mine = steps[steps.node == w]
         sent = mine.bytes_sent.sum()
         assert sent == grads[grads.node == w].bytes.sum() + peers[(peers.node == w) & (peers.kind == "weights")].bytes.sum()
-        # what was still queued for a peer that had already stopped never reached the wire
-        queued_at_stop = mine[mine.time > mine.time.max() - 1.0].bytes_sent.sum()
+        # what was still queued for a peer that had already stopped never reached the wire (up to a
+        # few seconds of messages wait behind the 20 Mbit/s WAN on a slow machine)
+        queued_at_stop = mine[mine.time > mine.time.max() - 3.0].bytes_sent.sum()
         assert sent - queued_at_stop <= t[(w, "access", "up")] <= 1.15 * sent + 1e6
     # every byte w2 sends crosses the WAN; the coordinator carries no training traffic (what
     # enters it is the workers' progress notes and the evaluator's TCP acknowledgements)

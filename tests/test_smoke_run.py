@@ -52,7 +52,7 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
             assert 0 <= row["measured_rtt_s"] - row["expected_rtt_s"] < 0.008, row
         else:  # generous: the check's own 10% verdict is what it reports, this catches a broken measurement
             # (a 0.2-CPU container's measuring process, started by docker exec, has read as low as 70%)
-            assert (0.85 if runtime == "netns" else 0.6) <= row["ratio"] <= 1.1, row
+            assert (0.85 if runtime == "netns" else 0.6) <= row["ratio"] <= (1.1 if runtime == "netns" else 1.15), row
     assert check["off"] == [f"{r['node']} {r['direction']}" for r in check["rows"] if not r["ok"]]
     assert (run_dir / "link_check.csv").read_text().count("\n") == 13
     assert any("link check w3 up" in line for line in r.stdout.splitlines())

@@ -32,7 +32,7 @@ def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_
     from testbed.bench import topology_benchmark
 
     _docker_or_skip(runtime)
-    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.07,
+    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.10,
                              runtime=runtime)
     by = {(r["path"], r["direction"]): r for r in res["results"]}
     for d in ("up", "down"):
@@ -41,7 +41,7 @@ def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_
         assert by[("wan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("wan", d)]
         # ...and one across sites all does: ~3 s at 20 Mbit/s plus the warm-up
         assert by[("wan", d)]["wan_bytes"] > 0.9 * 20e6 / 8 * 3
-    assert res["ok"]
+    assert res["ok"], res  # (the per-path bounds above, and a clean teardown)
 
 
 def test_per_destination_classes_shape_one_peer_apart(clean_host):
