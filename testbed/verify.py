@@ -166,6 +166,6 @@ def warnings_for(rows: list[dict], tolerance: float = 0.10) -> list[str]:
     return [f"LINK CHECK: {describe(r, tolerance)[len('link check '):]}" for r in rows if not r["ok"]]
 
 
-def summary(rows: list[dict], tolerance: float, seconds: float) -> Optional[dict]:
+def summary(rows: list[dict], tolerance: float, seconds: float) -> dict:
     return {"tolerance": tolerance, "seconds": round(seconds, 2), "rows": rows,
             "all_ok": all(r["ok"] for r in rows), "off": [f"{r['node']} {r['direction']}" for r in rows if not r["ok"]]}
