@@ -11,6 +11,7 @@ import os
 import secrets
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -22,8 +23,10 @@ from .state import RunState
 BENCH_PORT = 5201
 
 
-def _sink(port: int, seconds: float, flows: int, result_path: str, connected_path: str = "") -> None:
-    """TCP receiver: count goodput bytes over the measuring window."""
+def _sink(port: int, seconds: float, flows: int, result_path: str, connected_path: str = "",
+          warm: float = 1.0) -> None:
+    """TCP receiver: count goodput bytes for `seconds` from `warm` after every flow connected
+    (skipping slow start and the bucket's initial burst)."""
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     srv.bind(("0.0.0.0", port))
@@ -39,7 +42,6 @@ def _sink(port: int, seconds: float, flows: int, result_path: str, connected_pat
     for c in conns:
         sel.register(c, selectors.EVENT_READ)
     total = 0
-    warm = 1.0  # skip slow start and the bucket's initial burst
     start = time.monotonic()
     t_first = None
     open_conns = len(conns)
@@ -67,7 +69,6 @@ def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = 
     import threading
 
     buf = b"\0" * (1 << 16)
-    deadline = time.monotonic() + seconds + linger
     if ready_path:
         Path(ready_path).touch()
 
@@ -81,6 +82,7 @@ def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = 
         else:
             return
         s.settimeout(None)  # the connect timeout must not apply to a send blocked by the shaper
+        deadline = time.monotonic() + seconds + linger  # from the connection: a container connects late
         while time.monotonic() < deadline:
             s.sendall(buf)
         s.close()
@@ -155,30 +157,73 @@ class _Bench:
         shutil.rmtree(self.scratch, ignore_errors=True)
 
 
+@dataclass
+class Flow:
+    """One measured direction: TCP from `sender` to `receiver` over `connections` connections;
+    `counter()` reads the wire bytes that direction has crossed (an interface counter)."""
+    label: str
+    sender: object
+    receiver: object
+    counter: Callable[[], int]
+    connections: int = 1
+
+
+@dataclass
+class FlowRate:
+    goodput_bps: float  # payload the receiver got, over the sink's window
+    wire_bps: float  # the counter's bytes (headers included) over the same window
+
+
+def measure_flows(rt, scratch: Path, flows: list[Flow], *, window: float, warmup: float,
+                  linger: float = 0.3) -> list[FlowRate]:
+    """Run every flow at once (a port each) and measure each over `window` seconds, `warmup`
+    after all of them connected. The one measuring helper of the link check and the benchmarks:
+    goodput and wire rate cover the same window, and each counter read is timed at its midpoint
+    (docker's counters list every host link, tens of ms a read)."""
+    scratch.mkdir(parents=True, exist_ok=True)
+    results = [scratch / f"{f.label}.json" for f in flows]
+    connected = [scratch / f"{f.label}.connected" for f in flows]
+    for path in results + connected:
+        path.unlink(missing_ok=True)
+    sinks = [rt.start(f.receiver.name, _sink, {"port": BENCH_PORT + i, "seconds": window, "warm": warmup,
+                                               "flows": f.connections, "result_path": str(r),
+                                               "connected_path": str(c)})
+             for i, (f, r, c) in enumerate(zip(flows, results, connected))]
+    time.sleep(0.2)
+    sources = [rt.start(f.sender.name, _source, {"addr": f.receiver.address, "port": BENCH_PORT + i,
+                                                 "seconds": warmup + window, "flows": f.connections,
+                                                 "linger": linger})
+               for i, f in enumerate(flows)]
+    deadline = time.monotonic() + 30  # a container's exec job starts its python in seconds, not ms
+    while not all(c.exists() for c in connected) and time.monotonic() < deadline:
+        time.sleep(0.01)
+
+    def read() -> tuple[list[int], float]:
+        before = time.monotonic()
+        counts = [f.counter() for f in flows]
+        return counts, (before + time.monotonic()) / 2
+
+    time.sleep(warmup)
+    c1, t1 = read()
+    time.sleep(window)
+    c2, t2 = read()
+    for p in sources + sinks:
+        p.join(warmup + window + 30)
+    rates = []
+    for a, b, r in zip(c1, c2, results):
+        good = json.loads(r.read_text()) if r.exists() else {"bytes": 0, "seconds": window}
+        rates.append(FlowRate(goodput_bps=good["bytes"] * 8 / max(good["seconds"], 1e-9),
+                              wire_bps=(b - a) * 8 / (t2 - t1)))
+    return rates
+
+
 def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, label: str,
               counter: Callable[[], int]) -> tuple[float, float]:
-    """Saturate sender -> receiver with TCP for `seconds`; (goodput bit/s, wire bit/s from `counter`)."""
-    rt = bench.rt
-    res_file = bench.result(f"{label}.json")
-    sink = rt.start(receiver.name, _sink, {"port": BENCH_PORT, "seconds": seconds, "flows": flows,
-                                           "result_path": res_file})
-    time.sleep(0.3)
-    ready = Path(bench.result(f"{label}.ready"))
-    src = rt.start(sender.name, _source, {"addr": receiver.address, "port": BENCH_PORT,
-                                          "seconds": seconds, "flows": flows, "ready_path": str(ready)})
-    for _ in range(600):  # a container's python starts slower than a forked process
-        if ready.exists():
-            break
-        time.sleep(0.01)
-    # Wire rate from the interface counters over the steady-state window (after warm-up).
-    time.sleep(1.2)
-    c1, t1 = counter(), time.monotonic()
-    time.sleep(seconds - 0.5)
-    c2, t2 = counter(), time.monotonic()
-    src.join(seconds + 30)
-    sink.join(seconds + 30)
-    good = json.loads(Path(res_file).read_text())
-    return good["bytes"] * 8 / good["seconds"], (c2 - c1) * 8 / (t2 - t1)
+    """Saturate sender -> receiver with TCP (`flows` connections); (goodput, wire) bit/s over
+    `seconds` after a second's warm-up."""
+    rate, = measure_flows(bench.rt, bench.scratch, [Flow(label, sender, receiver, counter, flows)],
+                          window=seconds, warmup=1.0)
+    return rate.goodput_bps, rate.wire_bps
 
 
 def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: float = 5.0,

@@ -18,12 +18,11 @@ from __future__ import annotations
 import csv
 import json
 import statistics
-import time
 from pathlib import Path
 from typing import Callable, Optional
 
 from . import units
-from .bench import BENCH_PORT, _ping_client, _ping_server, _sink, _source
+from .bench import Flow, _ping_client, _ping_server, measure_flows
 from .cluster import ClusterSpec, path_rate
 
 COLUMNS = ["node", "direction", "configured_bps", "measured_bps", "ratio", "expected_rtt_s", "measured_rtt_s",
@@ -39,42 +38,24 @@ def _expected_rtt(spec: ClusterSpec, node, ps) -> float:
     return rtt
 
 
-def _measure_rates(rt, scratch: Path, flows: list[tuple], window: float, warmup: float) -> list[float]:
-    """Wire bit/s of each (label, sender, receiver, counter, ...) flow, all running at once (one
-    port each), over `window` after `warmup`."""
-    ready = [scratch / f"{f[0]}.ready" for f in flows]
-    connected = [scratch / f"{f[0]}.connected" for f in flows]
-    sinks = [rt.start(f[2].name, _sink, {"port": BENCH_PORT + i, "seconds": warmup + window, "flows": 1,
-                                         "result_path": str(scratch / f"{f[0]}.json"),
-                                         "connected_path": str(c)})
-             for i, (f, c) in enumerate(zip(flows, connected))]
-    time.sleep(0.2)
-    sources = [rt.start(f[1].name, _source, {"addr": f[2].address, "port": BENCH_PORT + i,
-                                             "seconds": warmup + window, "flows": 1, "ready_path": str(r),
-                                             "linger": 0.3})
-               for i, (f, r) in enumerate(zip(flows, ready))]
-    deadline = time.monotonic() + 20  # a container's exec job starts its python in seconds, not ms
-    while not all(c.exists() for c in connected) and time.monotonic() < deadline:
-        time.sleep(0.01)
-    def read() -> tuple[list[int], float]:
-        # the read's midpoint is its time: docker's counters list every host link, tens of ms
-        before = time.monotonic()
-        counts = [f[3]() for f in flows]
-        return counts, (before + time.monotonic()) / 2
-
-    time.sleep(warmup)
-    c1, t1 = read()
-    time.sleep(window)
-    c2, t2 = read()
-    for p in sources + sinks:
-        p.join(warmup + window + 30)
-    return [(b - a) * 8 / (t2 - t1) for a, b in zip(c1, c2)]
+def planned_flows(spec: ClusterSpec, direction: str, read_counter: Callable[[str, str], int]) -> list[tuple]:
+    """(Flow, configured bit/s, worker) for every worker whose path to the PS is shaped in
+    `direction`; `read_counter(node, "up_bytes" | "down_bytes")` reads the node's wire bytes."""
+    flows = []
+    for node in spec.workers:
+        sender, receiver = (node, spec.ps) if direction == "up" else (spec.ps, node)
+        configured = path_rate(spec, sender, receiver)
+        if configured is None or configured >= UNSHAPED_BPS:
+            continue
+        flows.append((Flow(f"{node.name}-{direction}", sender, receiver,
+                           lambda n=node.name, k=f"{direction}_bytes": read_counter(n, k)), configured, node))
+    return flows
 
 
 def _batches(spec: ClusterSpec, flows: list[tuple], ps_side_rate: Optional[float], together: bool) -> list[list[tuple]]:
     """Flows that can be measured together: on one LAN, when their configured rates add up to no
     more than 90% of the PS's side of the path (they share only that); otherwise one at a time."""
-    total = sum(f[4] for f in flows)
+    total = sum(f[1] for f in flows)
     if together and spec.topology is None and (ps_side_rate is None or total <= 0.9 * ps_side_rate):
         return [flows] if flows else []
     return [[f] for f in flows]
@@ -89,18 +70,12 @@ def verify_links(rt, spec: ClusterSpec, delays: dict, scratch: Path, *, window: 
     ps = spec.ps
     rows: list[dict] = []
     for direction in ("up", "down"):
-        flows = []
-        for node in spec.workers:
-            sender, receiver = (node, ps) if direction == "up" else (ps, node)
-            configured = path_rate(spec, sender, receiver)
-            if configured is None or configured >= UNSHAPED_BPS:
-                continue
-            flows.append((f"{node.name}-{direction}", sender, receiver,
-                          lambda n=node.name, k=f"{direction}_bytes": rt.counters()[n][k], configured, node))
+        flows = planned_flows(spec, direction, lambda n, k: rt.counters()[n][k])
         ps_side = (ps.link.downlink if direction == "up" else ps.link.uplink).rate
         for batch in _batches(spec, flows, None if ps_side is None else float(ps_side), together):
-            for f, measured in zip(batch, _measure_rates(rt, scratch, batch, window, warmup)):
-                configured, node = f[4], f[5]
+            rates = measure_flows(rt, scratch, [f[0] for f in batch], window=window, warmup=warmup)
+            for (_, configured, node), rate in zip(batch, rates):
+                measured = rate.wire_bps
                 ratio = measured / configured
                 rows.append({"node": node.name, "direction": direction, "configured_bps": configured,
                              "measured_bps": measured, "ratio": ratio, "expected_rtt_s": None,

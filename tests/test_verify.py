@@ -4,7 +4,7 @@ import pytest
 
 from testbed.cluster import build_cluster
 from testbed.scenario import parse_scenario
-from testbed.verify import _batches, _expected_rtt
+from testbed.verify import _batches, _expected_rtt, planned_flows
 
 
 def _spec(extra: dict | None = None, ps: dict | None = None):
@@ -16,13 +16,7 @@ def _spec(extra: dict | None = None, ps: dict | None = None):
 
 
 def _flows(spec, direction="up"):
-    from testbed.cluster import path_rate
-
-    out = []
-    for w in spec.workers:
-        s, r = (w, spec.ps) if direction == "up" else (spec.ps, w)
-        out.append((w.name, s, r, None, path_rate(spec, s, r), w))
-    return out
+    return planned_flows(spec, direction, lambda node, key: 0)
 
 
 def test_expected_rtt_adds_both_access_links_each_way():
@@ -35,7 +29,7 @@ def test_expected_rtt_adds_both_access_links_each_way():
 def test_flows_share_a_measurement_only_when_the_ps_side_can_carry_them_all():
     spec = _spec()
     flows = _flows(spec)
-    assert [f[4] for f in flows] == [20e6, 20e6, 100e6]
+    assert [f[1] for f in flows] == [20e6, 20e6, 100e6]
     assert _batches(spec, flows, None, together=True) == [flows]  # unshaped PS: all at once
     assert _batches(spec, flows, 1e9, together=True) == [flows]  # 140 Mbit/s fit in 90% of 1 Gbit/s
     assert _batches(spec, flows, 150e6, together=True) == [[f] for f in flows]  # 140 > 135: one at a time
@@ -48,6 +42,6 @@ def test_flows_across_sites_are_measured_one_at_a_time():
                   "ps": {"profile": "srv", "site": "x"},
                   "workers": [{"count": 2, "profile": "a", "site": "y"}, {"count": 1, "profile": "b", "site": "x"}]})
     flows = _flows(spec)
-    assert [f[4] for f in flows] == [20e6, 20e6, 100e6]  # the 30 Mbit/s WAN is not the bottleneck up
-    assert [f[4] for f in _flows(spec, "down")] == [30e6, 30e6, 100e6]  # down it is (50 Mbit/s access)
+    assert [f[1] for f in flows] == [20e6, 20e6, 100e6]  # the 30 Mbit/s WAN is not the bottleneck up
+    assert [f[1] for f in _flows(spec, "down")] == [30e6, 30e6, 100e6]  # down it is (50 Mbit/s access)
     assert _batches(spec, flows, None, together=True) == [[f] for f in flows]  # two share the WAN
