@@ -5,7 +5,7 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast bench images clean down figures fig-scadles-5 $(FIGURES)
+.PHONY: setup sysdeps demo test test-fast bench flower-venv images clean down figures fig-scadles-5 $(FIGURES)
 SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
@@ -49,6 +49,14 @@ bench: setup
 	$(BIN)/edgebed bench link --rate 100mbit
 	$(BIN)/edgebed bench cpu --cpus 0.25
 	$(BIN)/edgebed bench cpu --cpus 1.0
+
+# Flower's simulation engine (PyPI flwr[simulation], Ray) for `edgebed bench flower`, in a venv
+# of its own (its pins differ from edgebed's); a .pth line lends it the main venv's torch.
+flower-venv: setup
+	$(PY) -m venv .venv-flower
+	.venv-flower/bin/pip install -q "flwr[simulation]==1.42.0"
+	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+	  > "$$(.venv-flower/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/edgebed-main-venv.pth"
 
 # The papers' figures (REPRODUCTION.md): each runs its series (records kept under runs/reproduce/,
 # not run again while the scenario is unchanged) and writes figures/NAME.png/.csv/.json.

@@ -53,6 +53,17 @@ for r in sorted((r for r in rows if r["benchmark"] == "mininet"), key=lambda r: 
               f"{d['stop_seconds']:.2f} s | {d['memory_used_bytes'] / 2**20:.0f} MiB | "
               f"{(d['goodput_bps'] or 0) / 1e6:.3f} Mbit/s | {last} |")
 print()
+print("| clients | steps a round | tool | round | ideal round | overhead a round | whole run | edgebed / Flower (round, overhead, whole run) |")
+print("|---|---|---|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "flower"), key=lambda r: r["clients"]):
+    for tool in ("flower", "edgebed"):
+        d, q = r[tool], r["ratios"]
+        last = ", ".join("-" if q.get(k) is None else f"{q[k]:.2f}x" for k in ("round_s", "overhead_s", "total_s")) \
+            if tool == "edgebed" else ""
+        name = f"Flower {r.get('flwr_version', '')} (Ray)" if tool == "flower" else "edgebed (netns)"
+        print(f"| {r['clients']} | {r['local_steps']} x {r['batch_size']} | {name} | {d['round_s']:.2f} s | "
+              f"{r['ideal_round_s']:.2f} s | {d['overhead_s']:+.2f} s | {d['total_s']:.1f} s | {last} |")
+print()
 print("| loss configured | measured | datagrams | mechanism |")
 print("|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "loss"), key=lambda r: r["configured"]):
@@ -215,6 +226,18 @@ def draw(rows, where: Path) -> None:
         ax.legend()
         ax.set_title("overhead on a worker's compute step")
         save(fig, "overhead")
+    if of("flower"):
+        fig, ax = plt.subplots(figsize=(5.5, 4))
+        data = sorted(of("flower"), key=lambda r: r["clients"])
+        x = range(len(data))
+        ax.bar([i - 0.27 for i in x], [r["ideal_round_s"] for r in data], 0.27, label="ideal (the local steps alone)")
+        ax.bar(list(x), [r["flower"]["round_s"] for r in data], 0.27, label="Flower simulation (Ray)")
+        ax.bar([i + 0.27 for i in x], [r["edgebed"]["round_s"] for r in data], 0.27, label="edgebed (netns)")
+        ax.set_xticks(list(x), [f"{r['clients']} clients\n{r['local_steps']} x {r['batch_size']}" for r in data])
+        ax.set_ylabel("seconds a FedAvg round (median)")
+        ax.legend(fontsize=7)
+        ax.set_title("FedAvg rounds: edgebed vs Flower's simulation engine")
+        save(fig, "flower")
 
 
 if plots is not None:

@@ -299,6 +299,8 @@ def suite(quick: bool, *, docker: bool | None = None) -> list[tuple[str, Callabl
                                                                         "others_busy": True}))
     for n in (8, 32):
         items.append((f"mininet side by side, {n} hosts", mininet_benchmark, {"hosts": n, "rate": "10mbit"}))
+    for n in (4, 16):  # needs .venv-flower (make flower-venv); without it, an error row, the rest still run
+        items.append((f"flower side by side, {n} clients", flower_benchmark, {"clients": n}))
     for n in (1, 8, 32, 64):
         items.append((f"startup {n} workers", b.startup_benchmark, {"workers": n}))
     items.append(("topology 1gbit/100mbit", b.topology_benchmark, {"lan": "1gbit", "wan": "100mbit"}))
@@ -392,3 +394,127 @@ def mininet_benchmark(hosts: int = 8, *, rate: str = "10mbit", cpus: float = 0.2
                    "the runtime's create); memory = MemAvailable drop with the cluster up and idle; goodput = one "
                    "TCP flow between two hosts (Mininet: iperf3; edgebed: its own sender/receiver)"}
     return _save(out, out_dir, f"mininet-{hosts}-{units.format_rate(configured)}.json", say)
+
+
+# --------------------------------------------------------------------------- Flower, side by side
+
+FLOWER_VENV = Path(__file__).resolve().parent.parent / ".venv-flower"  # make flower-venv
+
+
+def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_size: int, model: str,
+                           dataset: str, lr: float, seed: int) -> dict:
+    """The same FedAvg rounds in edgebed (netns, local_sgd with period = local steps, no CPU caps or
+    shaping, one torch thread a worker, no evaluation): each round's wall time from server.csv
+    (one model version a round), the workers' compute_seconds in it from steps.csv."""
+    import shutil
+    import tempfile
+
+    import pandas as pd
+
+    from .runner import run
+    from .scenario import parse_scenario
+
+    sc = parse_scenario({"name": "bench-fedavg", "runtime": "netns", "seed": seed,
+                         "workload": {"model": model, "dataset": dataset, "batch_size": batch_size, "lr": lr,
+                                      "threads": 1, "eval_interval": 10_000_000},
+                         "stop": {"steps": rounds, "seconds": 900},
+                         "algorithm": {"name": "local_sgd", "params": {"period": local_steps}},
+                         "workers": [{"count": clients}]})
+    run_dir = Path(tempfile.mkdtemp(prefix="edgebed-fedavg-")) / "run"
+    t0 = time.monotonic()
+    try:
+        summary = run(sc, "bench-flower", run_dir, say=lambda s: None)
+        total = time.monotonic() - t0
+        server = pd.read_csv(run_dir / "server.csv").sort_values("time")
+        steps = pd.read_csv(run_dir / "steps.csv")
+    finally:
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+    ends = server.groupby("version").time.max().sort_index().to_numpy()
+    out_rounds = []
+    start = float(steps.time.min() - steps.compute_seconds.iloc[0]) if len(steps) else 0.0
+    for r, end in enumerate(ends, start=1):
+        in_round = steps[(steps.step >= (r - 1) * local_steps) & (steps.step < r * local_steps)]
+        per_worker = in_round.groupby("node").compute_seconds.sum()
+        out_rounds.append({"round": r, "start": start, "end": float(end), "seconds": float(end) - start,
+                           "clients": int(in_round.node.nunique()), "compute_s_sum": float(per_worker.sum()),
+                           "compute_s_max": float(per_worker.max()) if len(per_worker) else 0.0})
+        start = float(end)
+    return {"framework": "edgebed", "status": summary["status"], "clients": clients, "rounds": out_rounds,
+            "total_seconds": total}
+
+
+def _bare_fedavg_round(clients: int, local_steps: int, batch_size: int, model: str, cores: int) -> float:
+    """The ideal round on this machine: the clients' local steps and nothing else, spread over
+    `cores` processes (one torch thread each) and run at once; the slowest process's time."""
+    import multiprocessing as mp
+    import tempfile
+
+    per = [clients // cores + (1 if i < clients % cores else 0) for i in range(cores)]
+    with tempfile.TemporaryDirectory(prefix="edgebed-bare-") as tmp:
+        paths = [str(Path(tmp) / f"{i}.json") for i in range(cores)]
+        ctx = mp.get_context("spawn")
+        procs = [ctx.Process(target=_bare_loop, args=(model, batch_size, 10 + n * local_steps, 1, 1, path))
+                 for n, path in zip(per, paths) if n]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join(600)
+        # the first 10 steps warm up (allocator, lazy init); the rest are the clients' work
+        return max(sum(json.loads(Path(path).read_text())["times"][10:]) for n, path in zip(per, paths) if n)
+
+
+def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 10, batch_size: int = 32,
+                     model: str = "adacomp_cnn", dataset: str = "mnist5k", lr: float = 0.05, seed: int = 1,
+                     venv: Path = FLOWER_VENV, out_dir: Path | None = None,
+                     say: Callable[[str], None] = print) -> dict:
+    """FedAvg rounds of the same work in Flower's simulation engine (flwr + Ray, run by
+    testbed/flower_probe.py under `venv`) and in edgebed (netns): each round every client takes
+    `local_steps` steps of `batch_size` on the same model and data, then the server averages.
+    Per-round overhead = the round's wall time minus the ideal round (the same steps alone, spread
+    over this machine's cores). The first round is not averaged in (Flower starts its Ray actors
+    in it; edgebed's processes start before it). The whole run, from the call to the end, counts
+    both start-ups: Ray's, and edgebed's namespaces, links and processes. Ratios are edgebed / Flower."""
+    import subprocess
+
+    py = Path(venv) / "bin" / "python"
+    if not py.exists():
+        raise RuntimeError(f"no Flower venv at {venv}: make flower-venv (PyPI's flwr[simulation])")
+    cores = os.cpu_count() or 1
+    repo = Path(__file__).resolve().parent.parent
+    r = subprocess.run([str(py), "-m", "testbed.flower_probe", "--clients", str(clients), "--rounds", str(rounds),
+                        "--local-steps", str(local_steps), "--batch-size", str(batch_size), "--model", model,
+                        "--dataset", dataset, "--lr", str(lr), "--seed", str(seed), "--cpus", str(cores)],
+                       capture_output=True, text=True, timeout=900, cwd=repo)
+    if r.returncode != 0:
+        raise RuntimeError(f"flower probe failed: {r.stderr.strip()[-800:]}")
+    fl = json.loads(r.stdout.strip().splitlines()[-1])
+    eb = _edgebed_fedavg_rounds(clients, rounds, local_steps, batch_size, model, dataset, lr, seed)
+    ideal = _bare_fedavg_round(clients, local_steps, batch_size, model, cores)
+
+    def summary(d: dict) -> dict:
+        later = [x["seconds"] for x in d["rounds"][1:]]
+        rnd = statistics.median(later) if later else None
+        return {"first_round_s": d["rounds"][0]["seconds"] if d["rounds"] else None, "round_s": rnd,
+                "overhead_s": None if rnd is None else rnd - ideal, "total_s": d["total_seconds"],
+                "rounds_done": len(d["rounds"])}
+
+    s_fl, s_eb = summary(fl), summary(eb)
+    ratios = {k: (s_eb[k] / s_fl[k] if s_fl.get(k) and s_eb.get(k) is not None else None)
+              for k in ("round_s", "overhead_s", "total_s")}
+    ok = s_fl["rounds_done"] == s_eb["rounds_done"] == rounds and eb["status"] == "completed"
+    say(f"FedAvg, {clients} clients x {local_steps} steps of {batch_size} ({model}, {dataset}) a round, {rounds} rounds, "
+        f"{cores} cores; ideal round (the steps alone) {ideal:.2f} s")
+    for name, s in (("flower", s_fl), ("edgebed", s_eb)):
+        say(f"  {name:8s} round {s['round_s']:.2f} s (overhead {s['overhead_s']:+.2f} s), first round "
+            f"{s['first_round_s']:.2f} s, whole run {s['total_s']:.1f} s")
+    say("  edgebed / flower: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v is not None))
+    out = {"benchmark": "flower", "clients": clients, "rounds": rounds, "local_steps": local_steps,
+           "batch_size": batch_size, "model": model, "dataset": dataset, "cores": cores,
+           "flwr_version": fl.get("flwr_version"), "ideal_round_s": ideal, "flower": s_fl, "edgebed": s_eb,
+           "flower_rounds": fl["rounds"], "edgebed_rounds": eb["rounds"], "ratios": ratios, "ok": ok,
+           "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "note": "round = server sends the model .. server has averaged every client's result; ideal = the "
+                   "round's local steps alone (bare PyTorch, one thread, spread over the cores); flower: "
+                   "start_simulation with one CPU a client, in-process Ray object store; edgebed: netns nodes, "
+                   "the model and the updates over TCP on unshaped veth links, a PS barrier"}
+    return _save(out, out_dir, f"flower-{clients}clients.json", say)

@@ -415,6 +415,28 @@ def bench_mininet(hosts: int = typer.Option(8, help="hosts on one switch (edgebe
         raise typer.Exit(1)
 
 
+@bench_app.command("flower")
+def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: workers)"),
+                 rounds: int = typer.Option(11, help="rounds; the first is not averaged in (start-up)"),
+                 local_steps: int = typer.Option(10, help="local steps a client takes a round"),
+                 batch_size: int = typer.Option(32),
+                 venv: Optional[Path] = typer.Option(None, help="the venv with flwr[simulation] (default: the "
+                                                     "checkout's .venv-flower, made by make flower-venv)"),
+                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Side by side with Flower's simulation engine: the same FedAvg rounds, per-round overhead."""
+    from .bench_suite import FLOWER_VENV, flower_benchmark
+
+    if clients < 1 or rounds < 2 or local_steps < 1 or batch_size < 1:
+        _fail("error: --clients, --local-steps and --batch-size must be at least 1, --rounds at least 2")
+    try:
+        res = flower_benchmark(clients, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
+                               venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo)
+    except RuntimeError as e:
+        _fail(f"error: {e}")
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("stress")
 def bench_stress(cpus: float = typer.Option(1.0, help="the worker's CPU quota"),
                  stress: float = typer.Option(0.5, help="cores of background busy-looping in its cgroup"),

@@ -23,6 +23,7 @@ def test_quick_suite_is_small_and_the_full_one_covers_the_goals():
     assert full["update 25M params, 100mbit"]["params"] == 25_000_000
     assert full["startup 64 workers"] == {"workers": 64}
     assert full["startup 32 workers docker"] == {"workers": 32, "runtime": "docker"}
+    assert full["flower side by side, 16 clients"] == {"clients": 16}
 
 
 def test_update_ideal_counts_payload_and_framing():
@@ -47,3 +48,32 @@ def test_bench_all_quick_passes_its_bounds(tmp_path, clean_host):
     assert res["message_bytes"] >= 4_000_000 and 0.9 <= res["ratio"] <= 1.15
     startup = json.loads((tmp_path / "startup-netns-4.json").read_text())
     assert startup["workers_trained"] == 4 and startup["worker_peak_memory_bytes"] > 10 * 2**20
+
+
+def test_bench_flower_without_its_venv_says_how_to_make_it(tmp_path):
+    r = subprocess.run(edgebed_cmd() + ["bench", "flower", "--venv", str(tmp_path / "none"), "--out", str(tmp_path)],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "make flower-venv" in r.stderr
+    bad = subprocess.run(edgebed_cmd() + ["bench", "flower", "--rounds", "1"], cwd=REPO, capture_output=True,
+                         text=True, timeout=120)
+    assert bad.returncode == 2 and "--rounds" in bad.stderr
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.slow
+def test_flower_and_edgebed_run_the_same_fedavg_rounds(tmp_path, clean_host):
+    if not (REPO / ".venv-flower" / "bin" / "python").exists():
+        pytest.skip("no .venv-flower (make flower-venv installs PyPI's flwr[simulation])")
+    from testbed.bench_suite import flower_benchmark
+
+    res = flower_benchmark(2, rounds=3, local_steps=3, out_dir=tmp_path, say=lambda s: None)
+    assert res["ok"], res
+    for side in ("flower", "edgebed"):
+        rounds = res[f"{side}_rounds"]
+        assert [r["round"] for r in rounds] == [1, 2, 3] and all(r["clients"] == 2 for r in rounds)
+        assert all(r["seconds"] > 0 and r["compute_s_sum"] > 0 for r in rounds)
+        # a round can't take less than the slowest client's own steps
+        assert all(r["seconds"] >= r["compute_s_max"] * 0.9 for r in rounds[1:])
+    assert 0 < res["ideal_round_s"] < min(res["flower"]["round_s"], res["edgebed"]["round_s"])
+    assert json.loads((tmp_path / "flower-2clients.json").read_text())["ratios"]["round_s"] > 0
