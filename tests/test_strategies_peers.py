@@ -87,6 +87,23 @@ def test_dlion_per_link_selection_under_a_byte_budget():
     assert not out2["w3"]["w"].any()  # the unshaped link owes nothing
 
 
+def test_dlion_sends_dense_without_a_top_k_when_its_budget_is_half_the_entries(monkeypatch):
+    # budget 120 of 200 entries: as indices + values they would cost 960 bytes, dense 800
+    s = make_strategy("dlion", {"total_batch": 10, "tuning": [], "link_share": 1.0})
+    ctx = _ctx([PeerInfo("w1", rate_bps=8 * 8 * 120)], capacities={"w0": 5.0, "w1": 5.0})
+    assert s.link_entries(ctx.peers["w1"], 200, ctx) == 120
+
+    def no_top_k(*a, **k):
+        raise AssertionError("top-k computed for a link that goes dense")
+
+    monkeypatch.setattr("testbed.strategies.dlion.top_k_whole", no_top_k)
+    g = torch.arange(1.0, 201.0)
+    out = s.outgoing({"w": g}, ctx)
+    assert torch.equal(_entries(out["w1"], {"w": torch.Size([200])})["w"], g)  # everything, dense
+    assert s.link_log["w1"] == (200, 0.0)
+    assert not s.residuals.acc["w1"]["w"].any()  # nothing owed
+
+
 def test_dlion_min_fraction_floor():
     s = make_strategy("dlion", {"tuning": [], "min_fraction": 0.05})
     ctx = _ctx([PeerInfo("w1", rate_bps=1.0)], compute_seconds=0.01)

@@ -44,7 +44,7 @@ import torch
 from pydantic import Field
 
 from .base import StrategyParams, Tensors
-from .peer import PeerContext, PeerInfo, PeerStrategy, numel
+from .peer import PeerContext, PeerInfo, PeerStrategy, numel, sparse_costs_more
 from .sparse import top_k_whole
 
 Tuning = Literal["warmup_lr", "speedup_bs", "increase_bs", "decay_lr"]
@@ -140,7 +140,9 @@ class DLion(PeerStrategy):
             acc = self.residuals.add(name, grads)
             total = numel(acc)
             k = self.link_entries(peer, total, ctx)
-            if k >= total:
+            if k >= total or sparse_costs_more(k, total):
+                # the whole residual costs no more bytes than its top k would: no top-k to pay for
+                # (on a 1 Gbit/s LAN it doubled a 0.2-CPU worker's exchange: 0.18 s a step, not 0.09)
                 out[name] = self.send_dense(name, acc)
                 continue
             chosen = top_k_whole(acc, k)

@@ -88,6 +88,11 @@ def numel(tensors: Tensors) -> int:
     return sum(t.numel() for t in tensors.values())
 
 
+def sparse_costs_more(entries: int, total: int) -> bool:
+    """Whether `entries` as indices + values (8 bytes each) cost at least the dense tensors (4 each)."""
+    return entries * 8 >= total * 4
+
+
 class PeerStrategy(Strategy):
     """Base of the decentralized strategies. Defaults: dense gradients to every peer,
     synchronous, each worker's gradient weighted 1/k."""
@@ -138,7 +143,7 @@ class PeerStrategy(Strategy):
                       threshold: Optional[float]) -> Tensors:
         """Encode `chosen` entries of the link's residual; dense when that is fewer bytes."""
         kept = sum(len(i) for i, _ in chosen.values())
-        if kept * 8 >= numel(acc) * 4:  # indices + values would cost more than the dense tensors
+        if sparse_costs_more(kept, numel(acc)):
             return self.send_dense(peer, acc, threshold)
         payload = sparse.encode(chosen)
         self.residuals.sent(peer, {n: i for n, (i, _) in chosen.items()})
