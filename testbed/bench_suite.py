@@ -431,7 +431,8 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
         shutil.rmtree(run_dir.parent, ignore_errors=True)
     ends = server.groupby("version").time.max().sort_index().to_numpy()
     out_rounds = []
-    start = float(steps.time.min() - steps.compute_seconds.iloc[0]) if len(steps) else 0.0
+    first = steps.sort_values("time").head(1)  # the first step's start: when round 1 began
+    start = float(first.time.iloc[0] - first.compute_seconds.iloc[0]) if len(first) else 0.0
     for r, end in enumerate(ends, start=1):
         in_round = steps[(steps.step >= (r - 1) * local_steps) & (steps.step < r * local_steps)]
         per_worker = in_round.groupby("node").compute_seconds.sum()
