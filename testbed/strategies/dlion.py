@@ -20,8 +20,9 @@ entries of that link's accumulated gradient that fit its byte budget,
 budget = `link_share` * rate * T_unit (8 bytes an entry), at least `min_fraction` of the
 entries. The smallest |entry| sent is the link's contribution threshold: it rises as the
 link gets slower, so WAN links (100 Mbit/s) carry fewer, larger entries than LAN links
-(1 Gbit/s). What a link does not carry stays in its residual. Unshaped links carry
-everything (dense).
+(1 Gbit/s). What a link does not carry stays in its residual. Unshaped links, and links
+whose budget holds half the entries or more (as index + value pairs they would cost more
+bytes than the dense tensor), carry everything, dense.
 
 Weight exchange (Sec. 3.2, Fig. 4-5): early in training (epoch < `we_until_epoch`), every
 `we_period` steps, the worker with the lowest smoothed loss sends its full weights,
