@@ -30,10 +30,12 @@ for r in sorted((r for r in rows if r["benchmark"] == "link"), key=lambda r: (rt
               f"{100 * d['goodput_ratio']:.1f}% | {d.get('wire_bps', float('nan')) / 1e6:.3f} | "
               f"{100 * d.get('wire_ratio', float('nan')):.1f}% |")
 print()
-print("| runtime | CPU quota (cores) | another node busy | achieved (cores) | error | busy loops |")
-print("|---|---|---|---|---|---|")
-for r in sorted((r for r in rows if r["benchmark"] == "cpu"), key=lambda r: (rt(r), r.get("others_busy", False), r["quota_cores"])):
-    print(f"| {rt(r)} | {r['quota_cores']:g} | {'yes' if r.get('others_busy') else 'no'} | {r['achieved_cores']:.3f} | "
+print("| runtime | CPU quota (cores) | CFS period | another node busy | achieved (cores) | error | busy loops |")
+print("|---|---|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "cpu"),
+                key=lambda r: (rt(r), r.get("others_busy", False), r["quota_cores"], r.get("cpu_period_s", 0.1))):
+    print(f"| {rt(r)} | {r['quota_cores']:g} | {1000 * r.get('cpu_period_s', 0.1):g} ms | "
+          f"{'yes' if r.get('others_busy') else 'no'} | {r['achieved_cores']:.3f} | "
           f"{r['achieved_cores'] - r['quota_cores']:+.3f} | {r['busy_loops']} |")
 print()
 print("| model | CPU quota | stress | mean compute step calm | with stress | slowdown | bound C/(C-s) |")

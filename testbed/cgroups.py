@@ -2,7 +2,8 @@
 
 A node's cgroup is `edgebed/<run_id>/<node>` under each controller. CPU is a CFS
 quota (`cpus: 0.25` = 25 ms of CPU per 100 ms period, whatever the number of
-threads), memory a hard limit, cpuset an optional pinning.
+threads; a profile's `cpu_period` changes the period), memory a hard limit, cpuset
+an optional pinning.
 """
 
 from __future__ import annotations
@@ -23,6 +24,15 @@ V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "cpuset", "freezer")
 
 class CgroupError(RuntimeError):
     pass
+
+
+def period_us_of(period_s: Optional[float]) -> int:
+    return PERIOD_US if period_s is None else int(round(period_s * 1e6))
+
+
+def quota_us(cpus: float, period_us: int) -> int:
+    # The kernel's floor is 1 ms; the scenario refuses quotas under it, so this only rounds.
+    return max(1000, int(round(cpus * period_us)))
 
 
 def is_v2() -> bool:
@@ -74,14 +84,23 @@ class CgroupUsage:
         except (OSError, AttributeError, ValueError):
             return None
 
+    def period_us(self) -> int:
+        """The CFS period the cgroup's quota is counted over."""
+        try:
+            if is_v2():
+                return int(self._file("cpu", "cpu.max").read_text().split()[1])
+            return int(self._file("cpu", "cpu.cfs_period_us").read_text())
+        except (OSError, AttributeError, ValueError, IndexError):
+            return PERIOD_US
+
     # -- changes during a run (timeline.py) ------------------------------------------------
     def set_cpus(self, cpus: Optional[float]) -> None:
-        """A new CFS quota in cores (None: unlimited)."""
+        """A new CFS quota in cores (None: unlimited), over the period the cgroup already has."""
+        period = self.period_us()
         if is_v2():
-            _write(self._file("cpu", "cpu.max"), "max" if cpus is None else f"{int(cpus * PERIOD_US)} {PERIOD_US}")
+            _write(self._file("cpu", "cpu.max"), f"{'max' if cpus is None else quota_us(cpus, period)} {period}")
             return
-        _write(self._file("cpu", "cpu.cfs_period_us"), str(PERIOD_US))
-        _write(self._file("cpu", "cpu.cfs_quota_us"), "-1" if cpus is None else str(max(1000, int(cpus * PERIOD_US))))
+        _write(self._file("cpu", "cpu.cfs_quota_us"), "-1" if cpus is None else str(quota_us(cpus, period)))
 
     def freeze(self, frozen: bool) -> None:
         """Stop (or let go on) every process of the cgroup, as `docker pause` does."""
@@ -117,15 +136,18 @@ class NodeCgroup(CgroupUsage):
         return out
 
     # -- creation ----------------------------------------------------------------------
-    def create(self, cpus: Optional[float], memory: Optional[int], cpuset: Optional[str]) -> dict:
+    def create(self, cpus: Optional[float], memory: Optional[int], cpuset: Optional[str],
+               cpu_period: Optional[float] = None) -> dict:
         """Make the cgroup and set its limits; returns what was set (for meta.json)."""
         applied: dict = {"version": 2 if is_v2() else 1, "path": self.rel}
+        period = period_us_of(cpu_period)
         if is_v2():
             self._create_v2()
             d = ROOT / self.rel
             if cpus is not None:
-                _write(d / "cpu.max", f"{int(cpus * PERIOD_US)} {PERIOD_US}")
+                _write(d / "cpu.max", f"{quota_us(cpus, period)} {period}")
                 applied["cpu_quota"] = cpus
+                applied["cpu_period_s"] = period / 1e6
             if memory is not None:
                 _write(d / "memory.max", str(memory))
                 applied["memory_bytes"] = memory
@@ -139,9 +161,11 @@ class NodeCgroup(CgroupUsage):
         if cpu is None:
             raise CgroupError("no cgroup v1 cpu controller mounted")
         if cpus is not None:
-            _write(cpu / self.rel / "cpu.cfs_period_us", str(PERIOD_US))
-            _write(cpu / self.rel / "cpu.cfs_quota_us", str(max(1000, int(cpus * PERIOD_US))))
+            # Period first: the kernel checks the quota against the period in place.
+            _write(cpu / self.rel / "cpu.cfs_period_us", str(period))
+            _write(cpu / self.rel / "cpu.cfs_quota_us", str(quota_us(cpus, period)))
             applied["cpu_quota"] = cpus
+            applied["cpu_period_s"] = period / 1e6
         mem = _v1_mount("memory")
         if memory is not None and mem is not None:
             _write(mem / self.rel / "memory.limit_in_bytes", str(memory))

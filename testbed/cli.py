@@ -354,11 +354,22 @@ def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               seconds: float = typer.Option(5.0),
               runtime: str = typer.Option("netns", help="netns | docker"),
               others_busy: bool = typer.Option(False, "--others-busy", help="another node busy-loops on every core"),
+              period: Optional[str] = typer.Option(None, help="the node's CFS period, e.g. 10ms (default 100ms)"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Achieved vs configured CPU share of a node's cgroup under a busy loop."""
     from .bench import cpu_benchmark
 
-    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime, others_busy=others_busy)
+    period_s = None
+    if period is not None:
+        from .scenario import ScenarioError, parse_scenario
+
+        try:  # the scenario's own checks: units, the kernel's 1ms-1s, a quota of at least 1 ms
+            period_s = parse_scenario({"name": "bench", "profiles": {"p": {"cpus": cpus, "cpu_period": period}},
+                                       "workers": [{"count": 1, "profile": "p"}]}).profiles["p"].cpu_period
+        except ScenarioError as e:
+            _fail("error: --period: " + "; ".join(e.lines))
+    res = cpu_benchmark(cpus, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime, others_busy=others_busy,
+                        cpu_period=period_s)
     if not res["ok"]:
         raise typer.Exit(1)
 

@@ -72,10 +72,25 @@ class Stress(_Strict):
     processes: int = Field(1, ge=1, le=64)
 
 
+# The kernel's bounds for a CFS period and the smallest quota it takes (1 ms).
+MIN_CPU_PERIOD_S, MAX_CPU_PERIOD_S, DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S = 0.001, 1.0, 0.1, 0.001
+
+
+def cpu_quota_problem(cpus: float, period_s: Optional[float]) -> Optional[str]:
+    """Why `cpus` cores cannot be a quota over this period (the kernel's floor is 1 ms), or None."""
+    period = period_s if period_s is not None else DEFAULT_CPU_PERIOD_S
+    if cpus * period < MIN_CPU_QUOTA_S - 1e-12:
+        return (f"{cpus:g} cores over a {period * 1e3:g}ms CFS period is a quota under the kernel's 1ms; "
+                f"the least is {MIN_CPU_QUOTA_S / period:g} cores (a longer cpu_period allows less)")
+    return None
+
+
 class Profile(_Strict):
     """A device class: compute budget plus access link."""
 
     cpus: Optional[float] = Field(None, gt=0, le=1024, description="CPU quota in cores (0.25 = quarter core)")
+    cpu_period: Seconds = Field(None, description="the CFS period the quota is counted over (default 100ms, "
+                                "Docker's too): a shorter one throttles in shorter slices")
     cpuset: Optional[str] = Field(None, description="CPUs to pin to, e.g. '0' or '0-1'")
     memory: Bytes = None
     bandwidth: Rate = None  # both directions
@@ -105,6 +120,19 @@ class Profile(_Strict):
         if isinstance(v, int) and v < 0 or isinstance(v, list) and any(g < 0 for g in v):
             raise ValueError(f"{v!r} is not a GPU count or list of GPU indices")
         return v
+
+    @model_validator(mode="after")
+    def _quota(self) -> "Profile":
+        if self.cpu_period is not None:
+            if self.cpus is None:
+                raise ValueError("cpu_period: a CFS period needs a quota (cpus)")
+            if not MIN_CPU_PERIOD_S <= self.cpu_period <= MAX_CPU_PERIOD_S:
+                raise ValueError(f"cpu_period: {self.cpu_period * 1e3:g}ms is outside the kernel's 1ms-1s")
+        if self.cpus is not None:
+            quota_problem = cpu_quota_problem(self.cpus, self.cpu_period)
+            if quota_problem:
+                raise ValueError(f"cpus: {quota_problem}")
+        return self
 
     def resolved_direction(self, which: Literal["uplink", "downlink"]) -> Direction:
         """The direction with profile-wide bandwidth/latency/jitter/loss filled in."""
@@ -510,6 +538,17 @@ class Scenario(_Strict):
             return ref
         return self.profiles[ref]
 
+    def node_profile_ref(self, node: str) -> Union[str, Profile, None]:
+        """The profile reference a node of node_names() is made from."""
+        groups = dict(self.worker_names())
+        if node in groups:
+            return self.workers[groups[node]].profile
+        broker = self.streaming.broker if self.streaming is not None else None
+        refs = {"ps": self.ps.profile, "eval": self.evaluator.profile,
+                "broker": broker.profile if broker else None,
+                "producer": broker.producer_profile if broker else None}
+        return refs.get(node)
+
     def worker_names(self) -> list[tuple[str, int]]:
         """(node name, group index) for every worker, in order."""
         out: list[tuple[str, int]] = []
@@ -670,6 +709,11 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
                          "the workers' streams and topics go with it)")
         if ev.target.startswith("wan:") and nodes and ev.action != "link":
             lines.append(f"events[{i}].action: a WAN link ({ev.target}) takes link events only, not {ev.action}")
+        if ev.action == "cpu" and ev.cpus is not None:
+            refs = [sc.node_profile_ref(n) for n in nodes]
+            periods = {sc.profile_of(r).cpu_period for r in refs if not isinstance(r, str) or r in sc.profiles}
+            for problem in {cpu_quota_problem(ev.cpus, p) for p in periods} - {None}:
+                lines.append(f"events[{i}].cpus: {problem}")
         for peer in ev.peers:
             if not resolve_target(sc, peer):
                 lines.append(f"events[{i}].peers: '{peer}' is no node, worker group or 'workers'")

@@ -95,6 +95,14 @@ def test_cpu_quota_benchmark_in_docker(image, clean_host):
     assert res["achieved_cores"] == pytest.approx(0.5, abs=0.05)
 
 
+def test_cpu_period_in_docker(image, clean_host):
+    from testbed.bench import cpu_benchmark
+
+    res = cpu_benchmark(0.5, seconds=2, say=lambda s: None, runtime="docker", cpu_period=0.02)
+    assert res["cpu_period_s"] == pytest.approx(0.02)  # read back from the container's cgroup
+    assert res["achieved_cores"] == pytest.approx(0.5, abs=0.05)
+
+
 def test_link_benchmark_in_docker(image, clean_host):
     from testbed.bench import link_benchmark
 

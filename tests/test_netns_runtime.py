@@ -99,6 +99,31 @@ def test_cgroup_limits(cluster):
     assert rt.handles["w0"].compute["memory_bytes"] == 256 * 1024 ** 2
 
 
+def test_cpu_period_kept_when_the_quota_changes(tmp_path, clean_host):
+    from testbed import cgroups
+
+    with netns_cluster(tmp_path, {"name": "t", "profiles": {"short": {"cpus": 0.25, "cpu_period": "10ms"}},
+                                  "workers": [{"count": 1, "profile": "short"}]}) as (rt, _):
+        cg = rt.handles["w0"].cgroup
+        assert cg.period_us() == 10_000
+        assert _read_cgroup_quota(rt.run_id, "w0") == pytest.approx(0.25)
+        assert rt.handles["w0"].compute["cpu_period_s"] == pytest.approx(0.010)
+        rt.set_cpus("w0", 0.5)  # a timeline cpu event
+        assert cg.period_us() == 10_000
+        assert _read_cgroup_quota(rt.run_id, "w0") == pytest.approx(0.5)
+        assert cgroups.NodeCgroup(rt.run_id, "eval").period_us() == cgroups.PERIOD_US
+
+
+def test_cpu_benchmark_over_a_short_period(clean_host):
+    from testbed.bench import cpu_benchmark
+
+    res = cpu_benchmark(0.3, seconds=2, say=lambda s: None, cpu_period=0.01)
+    assert res["cpu_period_s"] == pytest.approx(0.01)
+    assert res["achieved_cores"] == pytest.approx(0.3, abs=0.05)
+    # 10 ms periods: about 200 in the 2 s window (20 at the default 100 ms), nearly all throttled
+    assert 150 <= res["periods"] <= 230 and res["throttled_periods"] >= 0.8 * res["periods"]
+
+
 def test_nodes_talk_across_the_bridge_and_nothing_else(cluster, tmp_path):
     """Connectivity between namespaces (also with Docker's FORWARD DROP on the host), and no route out."""
     rt, spec = cluster

@@ -269,6 +269,33 @@ def test_jitter_without_latency_inline_profile():
     parse_scenario({"workers": [{"profile": {"latency": "5ms", "jitter": "2ms"}}]})
 
 
+def test_cpu_period_sets_the_quotas_period():
+    sc = parse_scenario({"profiles": {"p": {"cpus": 0.2, "cpu_period": "10ms"}}, "workers": [{"profile": "p"}]})
+    assert sc.profiles["p"].cpu_period == pytest.approx(0.010)
+    # 0.005 cores is under the kernel's 1 ms quota at 100 ms, and fine over a 1 s period
+    parse_scenario({"profiles": {"p": {"cpus": 0.005, "cpu_period": "1s"}}})
+
+
+@pytest.mark.parametrize("profile, line", [
+    ({"cpu_period": "10ms"}, "profiles.p: cpu_period: a CFS period needs a quota (cpus)"),
+    ({"cpus": 1, "cpu_period": "500us"}, "profiles.p: cpu_period: 0.5ms is outside the kernel's 1ms-1s"),
+    ({"cpus": 1, "cpu_period": "2s"}, "profiles.p: cpu_period: 2000ms is outside the kernel's 1ms-1s"),
+    ({"cpus": 0.005}, "profiles.p: cpus: 0.005 cores over a 100ms CFS period is a quota under the kernel's 1ms; "
+                      "the least is 0.01 cores (a longer cpu_period allows less)"),
+    ({"cpus": 0.05, "cpu_period": "10ms"}, "profiles.p: cpus: 0.05 cores over a 10ms CFS period"),
+])
+def test_cpu_period_errors_name_the_field(profile, line):
+    assert only_line({"profiles": {"p": profile}}).startswith(line)
+
+
+def test_cpu_event_quota_checked_against_the_nodes_period():
+    data = {"profiles": {"p": {"cpus": 0.5, "cpu_period": "10ms"}}, "workers": [{"count": 2, "profile": "p"}],
+            "events": [{"at": "5s", "target": "w1", "action": "cpu", "cpus": 0.05}]}
+    assert only_line(data).startswith("events[0].cpus: 0.05 cores over a 10ms CFS period")
+    data["events"][0]["cpus"] = 0.1
+    parse_scenario(data)
+
+
 def test_top_level_must_be_mapping():
     assert only_line([1, 2]) == "(top level): a scenario must be a mapping of fields"
     assert only_line("name: x").startswith("(top level):")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..cgroups import ROOT as CGROUP_ROOT
-from ..cgroups import CgroupUsage, _v1_mount, is_v2
+from ..cgroups import CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
 from ..cluster import ClusterSpec, Node
 from ..netlink import attach_netns, disable_offloads, ns_iproute
 from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
@@ -291,7 +291,11 @@ class DockerRuntime(LiveOps):
         if node.image is None:  # edgebed's own nodes read their config and write records here
             host_kw["binds"] = {str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}}
         compute: dict[str, Any] = {"engine": "docker"}
-        if prof.cpus is not None:
+        if prof.cpus is not None and prof.cpu_period is not None:  # docker run --cpu-period/--cpu-quota
+            host_kw["cpu_period"] = period_us_of(prof.cpu_period)
+            host_kw["cpu_quota"] = quota_us(prof.cpus, host_kw["cpu_period"])
+            compute.update(cpu_quota=prof.cpus, cpu_period_s=host_kw["cpu_period"] / 1e6)
+        elif prof.cpus is not None:
             host_kw["nano_cpus"] = int(prof.cpus * 1e9)
             compute["cpu_quota"] = prof.cpus
         if prof.memory is not None:

@@ -90,7 +90,8 @@ class NetnsRuntime(LiveOps):
             self.state.save()
             create_netns(name)
             cg = cgroups.NodeCgroup(self.run_id, node.name)
-            computes[node.name] = (cg, cg.create(node.profile.cpus, node.profile.memory, node.profile.cpuset))
+            computes[node.name] = (cg, cg.create(node.profile.cpus, node.profile.memory, node.profile.cpuset,
+                                                           node.profile.cpu_period))
         with IPRoute() as ipr:
             plans = self.fabric.build(ipr, spec, {n.name: netns_name(self.run_id, n.name) for n in spec.nodes})
         for node in spec.nodes:
