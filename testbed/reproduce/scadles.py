@@ -216,7 +216,7 @@ register(Experiment(
                    {**(DDL if who.startswith("DDL") else {}),
                     "streaming": {**(DDL["streaming"] if who.startswith("DDL") else {}),
                                   "rates": rate_set, "buffer": who.split()[1]},
-                    "stop": {"target_accuracy": None, "seconds": 40}})
+                    "stop": {"target_accuracy": None, "seconds": 60}})
             for rate_set in SETS for who in T4_SERIES],
     analyze=_table4))
 
