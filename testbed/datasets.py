@@ -182,6 +182,17 @@ def load_dataset(spec: str, *, seed: int = 0, test_size: int | None = None) -> D
     raise AssertionError(name)  # unreachable: validate_dataset_spec covers _KNOWN
 
 
+@functools.lru_cache(maxsize=2)
+def shared_dataset(spec: str, seed: int = 0, test_size: int | None = None) -> Dataset:
+    """load_dataset's result, kept for the process and read-only: what a run's nodes train and
+    evaluate on. The netns runtime's forkserver loads it before any node forks from it
+    (dataset_preload.py), so every node reads the same pages instead of decoding a copy of
+    its own (full MNIST normalized is 220 MB a node)."""
+    ds = load_dataset(spec, seed=seed, test_size=test_size)
+    _readonly(ds.train_x, ds.train_y, ds.test_x, ds.test_y)
+    return ds
+
+
 # --------------------------------------------------------------------------- helpers
 
 

@@ -61,10 +61,10 @@ def _setup_torch(cfg: RoleConfig, sc: Scenario) -> None:
 
 
 def _model_and_data(sc: Scenario, *, need_data: bool = True):
-    from .datasets import load_dataset
+    from .datasets import shared_dataset
     from .models import build_model
 
-    ds = load_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
+    ds = shared_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
     torch.manual_seed(sc.seed)  # identical initial model everywhere
     model = build_model(sc.workload.model, tuple(ds.input_shape), ds.num_classes)
     return model, ds
@@ -597,9 +597,9 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
     try:
         topics = cfg.stream["topics"]
         create_topics(bootstrap, list(topics.values()))
-        from .datasets import load_dataset
+        from .datasets import shared_dataset
 
-        ds = load_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
+        ds = shared_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
         shards = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)
         ctx = mp.get_context("fork")  # this process is single-threaded: forking shares the dataset pages
         for rank, worker in enumerate(cfg.workers):
@@ -655,8 +655,8 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     device = _device()
     model.to(device)
     n = len(ds.test_y) if sc.workload.eval_samples is None else min(len(ds.test_y), sc.workload.eval_samples)
-    x = torch.from_numpy(np.ascontiguousarray(ds.test_x[:n])).to(device)
-    y = torch.from_numpy(np.ascontiguousarray(ds.test_y[:n])).to(device)
+    x = torch.from_numpy(np.array(ds.test_x[:n])).to(device)  # a writable copy of the shared, read-only set
+    y = torch.from_numpy(np.array(ds.test_y[:n])).to(device)
     zctx = zmq.Context()
     ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "eval.csv")

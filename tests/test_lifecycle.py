@@ -158,3 +158,12 @@ def test_missing_file_is_one_clear_line(tmp_path):
     r = subprocess.run(edgebed_cmd() + ["up", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: no such scenario file"
+
+
+def test_a_dead_node_is_reported_with_how_it_ended():
+    from testbed.runner import _exit_reason
+
+    assert _exit_reason("w3", 1) == "w3 (exit status 1)"
+    assert _exit_reason("w7", -signal.SIGKILL) == \
+        "w7 (killed by SIGKILL: out of memory? the kernel's OOM killer sends it (dmesg says))"
+    assert _exit_reason("w1", -signal.SIGSEGV) == "w1 (killed by SIGSEGV)"
