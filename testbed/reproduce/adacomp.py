@@ -43,10 +43,11 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
         reach = curve[curve.accuracy >= target]
         table.append({
             "series": s.label,
-            "final_accuracy": final_accuracy(curve),
+            # The paper's final accuracy (Sec. V-A): "the mean of the maximal accuracy reached by each
+            # run", of the moving-average curves it plots. One run here: the moving average's maximum.
+            "final_accuracy": float(curve.accuracy.rolling(3).mean().max()) if len(curve) >= 3 else None,
+            "end_of_run_accuracy": final_accuracy(curve),  # the last 3 evaluations' mean, beside it
             "best_accuracy": float(curve.accuracy.max()) if len(curve) else None,
-            # the paper's measure is a moving average of the accuracy (NOTES.md): its best, beside the final
-            "best_moving_average_3": float(curve.accuracy.rolling(3).mean().max()) if len(curve) >= 3 else None,
             "updates": int(curve.updates.max()) if len(curve) else 0,
             "updates_to_target": int(reach.updates.iloc[0]) if len(reach) else None,
             "ps_ingress_MB_to_target": float(reach.ps_ingress_bytes.iloc[0]) / 1e6 if len(reach) else None,
@@ -75,9 +76,10 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
     gap = None if not (asgd and best) or None in (asgd["final_accuracy"], best["final_accuracy"]) else \
         asgd["final_accuracy"] - best["final_accuracy"]
     holds = traffic_ratio is not None and traffic_ratio >= 20 and gap is not None and gap <= 0.01
-    lines = [f"target accuracy {target}"] + [
-        f"{r['series']:16s} final {fmt(r['final_accuracy'])} best {fmt(r['best_accuracy'])} "
-        f"(moving average of 3: {fmt(r['best_moving_average_3'])})  "
+    lines = [f"target accuracy {target}; final = the maximum of the 3-evaluation moving average (the paper's "
+             f"Sec. V-A), end of run = the mean of the last 3 evaluations"] + [
+        f"{r['series']:16s} final {fmt(r['final_accuracy'])} (end of run {fmt(r['end_of_run_accuracy'])}, "
+        f"best single {fmt(r['best_accuracy'])})  "
         f"to {target}: {fmt(r['updates_to_target'], 'd')} updates, {fmt(r['ps_ingress_MB_to_target'], '.1f')} MB; "
         f"total {fmt(r['ps_ingress_MB_total'], '.1f')} MB over {r['updates']} updates" for r in table]
     lines.append(f"ASGD / AdaComp c=0.01 PS ingress to {target}: {fmt(traffic_ratio, '.1f')}x; final accuracy "
