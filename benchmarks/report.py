@@ -123,6 +123,16 @@ for r in sorted((r for r in rows if r["benchmark"] == "topology"), key=lambda r:
         print(f"| {rt(r)} | {r['lan_bps'] / 1e6:g} Mbit/s | {r['wan_bps'] / 1e6:g} Mbit/s | {x['path']} | "
               f"{x['direction']} | {x['goodput_bps'] / 1e6:.2f} Mbit/s | {100 * x['goodput_ratio']:.1f}% | "
               f"{x['wan_bytes'] / 1e6:.2f} MB |")
+print()
+print("| strategy | params | steps | payload sent a step | wire beyond it a step | up: payload | up: wire | wire / payload | down: payload | down: wire | wire / payload |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
+for r in sorted((r for r in rows if r["benchmark"] == "wire"), key=lambda r: r["algorithm"]):
+    params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
+    print(f"| {r['algorithm']} | {params} | {r['steps']} | {r['payload_up_per_step_bytes'] / 1e3:.1f} KB | "
+          f"{r['wire_overhead_up_per_step_bytes'] / 1e3:.1f} KB | "
+          f"{r['payload_up_bytes'] / 1e6:.2f} MB | {r['wire_up_bytes'] / 1e6:.2f} MB | {r['wire_over_payload_up']:.3f} | "
+          f"{r['payload_down_bytes'] / 1e6:.2f} MB | {r['wire_down_bytes'] / 1e6:.2f} MB | "
+          f"{r['wire_over_payload_down']:.3f} |")
 dates = sorted(r["date"] for r in rows)
 if dates:
     print(f"\nkernel {rows[0]['kernel']}, {dates[0]} to {dates[-1]}")
@@ -240,6 +250,19 @@ def draw(rows, where: Path) -> None:
         ax.legend(fontsize=7)
         ax.set_title("FedAvg rounds: edgebed vs Flower's simulation engine")
         save(fig, "flower")
+    if of("wire"):
+        fig, ax = plt.subplots(figsize=(7, 4))
+        data = sorted(of("wire"), key=lambda r: r["algorithm"])
+        x = range(len(data))
+        ax.bar([i - 0.2 for i in x], [r["wire_over_payload_up"] for r in data], 0.4, label="up (pushes)")
+        ax.bar([i + 0.2 for i in x], [r["wire_over_payload_down"] for r in data], 0.4, label="down (pulls)")
+        ax.axhline(1514 / 1448, color="k", ls=":", lw=0.8, label="TCP/IP/Ethernet headers alone (1514/1448)")
+        ax.set_xticks(list(x), [r["algorithm"] for r in data], rotation=30, fontsize=8)
+        ax.set_ylim(0.95, max(1.3, max(max(r["wire_over_payload_up"], r["wire_over_payload_down"]) for r in data) + 0.05))
+        ax.set_ylabel("wire bytes / payload bytes (workers' links)")
+        ax.legend(fontsize=7)
+        ax.set_title("what each strategy puts on the wire beyond its payload")
+        save(fig, "wire")
 
 
 if plots is not None:

@@ -463,6 +463,34 @@ def bench_stress(cpus: float = typer.Option(1.0, help="the worker's CPU quota"),
         raise typer.Exit(1)
 
 
+@bench_app.command("wire")
+def bench_wire(algorithm: str = typer.Option("all", help="a strategy (edgebed algorithms), or all"),
+               workers: int = typer.Option(4),
+               seconds: float = typer.Option(20.0, help="length of each run"),
+               rate: str = typer.Option("100mbit", help="every worker's link"),
+               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Each strategy's wire bytes (its workers' link counters) against the payload its records count."""
+    from .bench_suite import wire_benchmark
+    from .strategies import STRATEGIES
+
+    names = sorted(STRATEGIES) if algorithm == "all" else [algorithm]
+    unknown = [n for n in names if n not in STRATEGIES]
+    if unknown:
+        _fail(f"error: --algorithm: '{unknown[0]}' is not one of {', '.join(sorted(STRATEGIES))}, all")
+    if workers < 1 or seconds <= 0:
+        _fail("error: --workers must be at least 1, --seconds positive")
+    from . import units
+
+    try:
+        units.parse_rate(rate)
+    except units.UnitError as e:
+        _fail(f"error: --rate: {e}")
+    results = [wire_benchmark(n, workers=workers, seconds=seconds, rate=rate, out_dir=out, say=typer.echo)
+               for n in names]
+    if not all(r["ok"] for r in results):
+        raise typer.Exit(1)
+
+
 @bench_app.command("all")
 def bench_all(quick: bool = typer.Option(False, "--quick", help="a few minutes, generous bounds (what CI runs)"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:

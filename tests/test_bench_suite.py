@@ -24,6 +24,38 @@ def test_quick_suite_is_small_and_the_full_one_covers_the_goals():
     assert full["startup 64 workers"] == {"workers": 64}
     assert full["startup 32 workers docker"] == {"workers": 32, "runtime": "docker"}
     assert full["flower side by side, 16 clients"] == {"clients": 16}
+    # the wire bytes of every strategy against its payload
+    from testbed.strategies import STRATEGIES
+
+    assert {f"wire {name}" for name in STRATEGIES} <= set(full)
+
+
+@needs_root
+@pytest.mark.root
+def test_wire_bytes_of_a_dense_and_a_sparse_strategy(tmp_path, clean_host):
+    from testbed.bench_suite import wire_benchmark
+
+    dense = wire_benchmark("asgd", workers=2, seconds=8, out_dir=tmp_path, say=lambda s: None)
+    sparse = wire_benchmark("comp_asgd", workers=2, seconds=8, out_dir=tmp_path, say=lambda s: None)
+    for r in (dense, sparse):
+        assert r["ok"] and r["steps"] > 5, r
+        # the wire carries the payload plus headers: at least 1514/1448 of a dense message
+        assert r["wire_over_payload_down"] >= 1.03, r
+    # a dense push is the model (211,690 float32 + a header); comp_asgd's top 1% is index + value pairs
+    assert 846_000 < dense["payload_up_per_step_bytes"] < 860_000
+    assert 15_000 < sparse["payload_up_per_step_bytes"] < 20_000
+    assert 1.03 <= dense["wire_over_payload_up"] <= 1.12, dense
+    # the sparse push's link also carries the ACKs of the dense pulls: ~1 in 23 of their bytes
+    assert sparse["wire_over_payload_up"] > 1.5, sparse
+    assert 10_000 < sparse["wire_overhead_up_per_step_bytes"] < 60_000, sparse
+    assert json.loads((tmp_path / "wire-asgd.json").read_text())["algorithm"] == "asgd"
+
+
+def test_bench_wire_refuses_bad_input_before_running():
+    for args, field in ((["--rate", "-5mbit"], "--rate"), (["--algorithm", "nope"], "--algorithm")):
+        r = subprocess.run(edgebed_cmd() + ["bench", "wire", *args], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 2 and field in r.stderr, r.stderr
 
 
 def test_update_ideal_counts_payload_and_framing():
