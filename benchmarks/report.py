@@ -88,11 +88,12 @@ def mib(v):
     return "-" if v is None else f"{v / 2**20:.0f} MiB"
 
 
-print("| runtime | workers | up -> first training step | teardown | whole command | workers trained | host memory in use | a worker's peak |")
+print("| runtime | workers | up -> first training step | up -> every worker stepping | teardown | workers trained | host memory in use | a worker's peak |")
 print("|---|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "startup"), key=lambda r: (rt(r), r["workers"])):
-    print(f"| {rt(r)} | {r['workers']} | {r['startup_seconds']:.1f} s | {r['teardown_seconds']:.1f} s | "
-          f"{r['total_seconds']:.1f} s | {r.get('workers_trained', '-')} | {gib(r.get('host_memory_used_bytes'))} | "
+    every = r.get("all_workers_stepping_seconds")
+    print(f"| {rt(r)} | {r['workers']} | {r['startup_seconds']:.1f} s | {'-' if every is None else f'{every:.1f} s'} | "
+          f"{r['teardown_seconds']:.1f} s | {r.get('workers_trained', '-')} | {gib(r.get('host_memory_used_bytes'))} | "
           f"{mib(r.get('worker_peak_memory_bytes'))} |")
 print()
 print("| runtime | parameters | message | link | measured | ideal 32P/B + RTT | vs ideal | vs ideal with TCP/IP/Ethernet framing |")
