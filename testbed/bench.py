@@ -104,6 +104,24 @@ def _save(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]
     return out
 
 
+def run_for_records(sc, label: str, *files: str) -> tuple[dict, dict]:
+    """Run scenario `sc` end to end in a scratch directory: its summary and the records named
+    (e.g. "steps.csv") as DataFrames; the directory is removed, whatever happens."""
+    import shutil
+    import tempfile
+
+    import pandas as pd
+
+    from .runner import run
+
+    run_dir = Path(tempfile.mkdtemp(prefix=f"edgebed-{label}-")) / "run"
+    try:
+        summary = run(sc, label, run_dir, say=lambda s: None)
+        return summary, {f: pd.read_csv(run_dir / f) for f in files}
+    finally:
+        shutil.rmtree(run_dir.parent, ignore_errors=True)
+
+
 class _Bench:
     """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime."""
 
@@ -540,20 +558,15 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
     trains the small CNN (adacomp_cnn) for a window that grows with N (10 s + 0.3 s a worker: a
     budget of updates would end the run before the last workers start), and the run counts how
     many workers trained in it (all of them: the machine holds the cluster)."""
-    import shutil
-    import tempfile
     import threading
 
     import pandas as pd
-
-    from .runner import run
 
     sc = parse_scenario({"name": f"startup-{workers}", "runtime": runtime,
                          "workload": {"model": "adacomp_cnn", "dataset": "mnist5k", "eval_interval": 100000},
                          "stop": {"seconds": 10 + 0.3 * workers}, "algorithm": {"name": "asgd"},
                          "profiles": {"edge": {"cpus": 0.5, "bandwidth": "100mbit"}},
                          "workers": [{"count": workers, "profile": "edge"}]})
-    run_dir = Path(tempfile.mkdtemp(prefix="edgebed-startup-")) / "run"
     before = _mem_available()
     lowest = [before]
     done = threading.Event()
@@ -566,14 +579,12 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
     watcher.start()
     t = time.time()
     try:
-        summary = run(sc, "bench-startup", run_dir, say=lambda s: None)
-        steps = pd.read_csv(run_dir / "steps.csv")
-        res = pd.read_csv(run_dir / "resources.csv")
+        summary, records = run_for_records(sc, "bench-startup", "steps.csv", "resources.csv")
     finally:
         total = time.time() - t
         done.set()
         watcher.join()
-        shutil.rmtree(run_dir.parent, ignore_errors=True)
+    steps, res = records["steps.csv"], records["resources.csv"]
     stepped = int(steps.node.nunique()) if len(steps) else 0
     # every worker's first step, from `edgebed up` (steps.csv times count from the run's t0)
     all_stepping = None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import units
-from .bench import _Bench, _save
+from .bench import _Bench, _save, run_for_records
 
 # --------------------------------------------------------------------------- one update's transfer
 
@@ -150,12 +150,6 @@ def _bare_loop(model: str, batch_size: int, steps: int, threads: int, seed: int,
 def _edgebed_compute_steps(cpus: float, model: str, batch_size: int, steps: int, stress: float = 0.0):
     """One ASGD worker at `cpus` (and `stress` cores of background load in its cgroup) for `steps`
     steps: (scenario, summary, compute_seconds of the steps after the first 10)."""
-    import shutil
-    import tempfile
-
-    import pandas as pd
-
-    from .runner import run
     from .scenario import parse_scenario
 
     edge = {"cpus": cpus} | ({"stress": {"cpu": stress}} if stress else {})
@@ -166,13 +160,8 @@ def _edgebed_compute_steps(cpus: float, model: str, batch_size: int, steps: int,
                          "profiles": {"edge": edge, "server": {"cpus": 0.5}},
                          "ps": {"profile": "server"}, "evaluator": {"profile": "server"},
                          "workers": [{"count": 1, "profile": "edge"}]})
-    run_dir = Path(tempfile.mkdtemp(prefix="edgebed-overhead-")) / "run"
-    try:
-        summary = run(sc, "bench-overhead", run_dir, say=lambda s: None)
-        steps_df = pd.read_csv(run_dir / "steps.csv")
-    finally:
-        shutil.rmtree(run_dir.parent, ignore_errors=True)
-    return sc, summary, steps_df.sort_values("step").compute_seconds.iloc[10:].tolist()
+    summary, records = run_for_records(sc, "bench-overhead", "steps.csv")
+    return sc, summary, records["steps.csv"].sort_values("step").compute_seconds.iloc[10:].tolist()
 
 
 def stress_benchmark(*, cpus: float = 1.0, stress: float = 0.5, model: str = "adacomp_cnn", batch_size: int = 32,
@@ -258,12 +247,6 @@ def wire_benchmark(algorithm: str, *, workers: int = 4, seconds: float = 20.0, r
     the workers' steps.csv bytes_sent / bytes_received (edgebed's messages: header + tensors),
     wire = their access links' counters (traffic.csv: IP packets + Ethernet headers, TCP ACKs,
     connection set-up, and what a run sends outside steps: join, first pull, stop)."""
-    import shutil
-    import tempfile
-
-    import pandas as pd
-
-    from .runner import run
     from .scenario import parse_scenario
 
     sc = parse_scenario({"name": f"wire-{algorithm}", "runtime": "netns", "seed": 1,
@@ -275,13 +258,8 @@ def wire_benchmark(algorithm: str, *, workers: int = 4, seconds: float = 20.0, r
                                       "device": {"cpus": 0.3, "bandwidth": rate}},
                          "ps": {"profile": "server"}, "evaluator": {"profile": "server"},
                          "workers": [{"count": workers, "profile": "device"}]})
-    run_dir = Path(tempfile.mkdtemp(prefix="edgebed-wire-")) / "run"
-    try:
-        summary = run(sc, f"bench-wire-{algorithm}", run_dir, say=lambda s: None)
-        steps = pd.read_csv(run_dir / "steps.csv")
-        traffic = pd.read_csv(run_dir / "traffic.csv")
-    finally:
-        shutil.rmtree(run_dir.parent, ignore_errors=True)
+    summary, records = run_for_records(sc, f"bench-wire-{algorithm}", "steps.csv", "traffic.csv")
+    steps, traffic = records["steps.csv"], records["traffic.csv"]
     workers_ = [name for name, _ in sc.worker_names()]
     worker_rows = traffic[(traffic.link == "access") & traffic.node.isin(workers_)]
     last = worker_rows.sort_values("time").groupby(["node", "direction"]).bytes.last()
@@ -485,12 +463,6 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
     """The same FedAvg rounds in edgebed (netns, local_sgd with period = local steps, no CPU caps or
     shaping, one torch thread a worker, no evaluation): each round's wall time from server.csv
     (one model version a round), the workers' compute_seconds in it from steps.csv."""
-    import shutil
-    import tempfile
-
-    import pandas as pd
-
-    from .runner import run
     from .scenario import parse_scenario
 
     sc = parse_scenario({"name": "bench-fedavg", "runtime": "netns", "seed": seed,
@@ -499,15 +471,10 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
                          "stop": {"steps": rounds, "seconds": 900},
                          "algorithm": {"name": "local_sgd", "params": {"period": local_steps}},
                          "workers": [{"count": clients}]})
-    run_dir = Path(tempfile.mkdtemp(prefix="edgebed-fedavg-")) / "run"
     t0 = time.monotonic()
-    try:
-        summary = run(sc, "bench-flower", run_dir, say=lambda s: None)
-        total = time.monotonic() - t0
-        server = pd.read_csv(run_dir / "server.csv").sort_values("time")
-        steps = pd.read_csv(run_dir / "steps.csv")
-    finally:
-        shutil.rmtree(run_dir.parent, ignore_errors=True)
+    summary, records = run_for_records(sc, "bench-flower", "server.csv", "steps.csv")
+    total = time.monotonic() - t0
+    server, steps = records["server.csv"].sort_values("time"), records["steps.csv"]
     ends = server.groupby("version").time.max().sort_index().to_numpy()
     out_rounds = []
     first = steps.sort_values("time").head(1)  # the first step's start: when round 1 began
