@@ -18,7 +18,9 @@ from typing import Optional
 
 ROOT = Path(os.environ.get("EDGEBED_CGROUP_ROOT", "/sys/fs/cgroup"))
 TOP = "edgebed"
-PERIOD_US = 100_000
+PERIOD_US = 100_000  # the kernel's and Docker's default CFS period
+# The kernel's bounds: a CFS period from 1 ms to 1 s, and no quota under 1 ms.
+MIN_PERIOD_US, MAX_PERIOD_US, MIN_QUOTA_US = 1_000, 1_000_000, 1_000
 V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "cpuset", "freezer")
 
 
@@ -31,8 +33,8 @@ def period_us_of(period_s: Optional[float]) -> int:
 
 
 def quota_us(cpus: float, period_us: int) -> int:
-    # The kernel's floor is 1 ms; the scenario refuses quotas under it, so this only rounds.
-    return max(1000, int(round(cpus * period_us)))
+    # The scenario refuses quotas under the kernel's floor, so this only rounds.
+    return max(MIN_QUOTA_US, int(round(cpus * period_us)))
 
 
 def is_v2() -> bool:

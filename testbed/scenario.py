@@ -16,7 +16,7 @@ from typing import Annotated, Any, Callable, Literal, Optional, Union
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from . import units
+from . import cgroups, units
 
 FIXED_SPLIT_DATASETS = ("mnist", "fashion_mnist", "idx", "cifar10")
 
@@ -72,8 +72,9 @@ class Stress(_Strict):
     processes: int = Field(1, ge=1, le=64)
 
 
-# The kernel's bounds for a CFS period and the smallest quota it takes (1 ms).
-MIN_CPU_PERIOD_S, MAX_CPU_PERIOD_S, DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S = 0.001, 1.0, 0.1, 0.001
+# The kernel's bounds for a CFS period, its default and the smallest quota it takes, in seconds.
+MIN_CPU_PERIOD_S, MAX_CPU_PERIOD_S = cgroups.MIN_PERIOD_US / 1e6, cgroups.MAX_PERIOD_US / 1e6
+DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S = cgroups.PERIOD_US / 1e6, cgroups.MIN_QUOTA_US / 1e6
 
 
 def cpu_quota_problem(cpus: float, period_s: Optional[float]) -> Optional[str]:
