@@ -247,15 +247,24 @@ def test_simulated_trace_rate_change():
     assert math.isclose(sim[-1].end, 16.0)
 
 
-def test_feeder_never_waits_for_more_than_truncation_keeps():
-    # b = 64 at 20 samples/s: persistence waits for 64, truncation (which keeps ceil(rate) = 20
-    # at a take) starts with 20, as simulate_buffer does; a ScaDLES batch is unaffected
+def test_truncation_trains_as_persistence_does():
+    # b = 64 at 20 samples/s: both policies wait for 64 and train on 64 (Table IV compares what
+    # they hold under the same training); truncation keeps max(ceil(rate), b) at a take
     from testbed.streaming.consumer import StreamFeeder
 
     def feeder(policy, batch):
         return StreamFeeder("127.0.0.1:1", "t", StreamBuffer(policy, 20.0), t0=0.0, batch_policy=batch)
 
     assert feeder("persistence", FixedBatch(64)).next_take() == (64, 64)
-    assert feeder("truncation", FixedBatch(64)).next_take() == (64, 20)
+    assert feeder("truncation", FixedBatch(64)).next_take() == (64, 64)
+    buf = StreamBuffer("truncation", 20.0)
+    buf.push_count(150, now=0.0)
+    assert buf.take_count(64, now=0.0) == 64 and buf.buffered == 0 and buf.dropped_truncation == 86
+    buf.push_count(150, now=1.0)
+    assert buf.take_count(8, now=1.0) == 8 and buf.buffered == 12  # keeps ceil(rate) = 20 when b < rate
+    sim = {p: simulate_buffer(RateSchedule.constant(20.0), FixedBatch(64), p,
+                              step_time=0.5, steps=10) for p in ("persistence", "truncation")}
+    assert [s.batch for s in sim["persistence"]] == [s.batch for s in sim["truncation"]] == [64] * 10
+    assert [s.start for s in sim["persistence"]] == [s.start for s in sim["truncation"]]
     sb = StreamBatch()
     assert feeder("truncation", sb).next_take() == (sb.batch_size(20.0), sb.min_samples(20.0))

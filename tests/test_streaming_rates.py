@@ -9,6 +9,7 @@ import pytest
 
 from testbed.streaming.rates import (
     DEFAULT_FLOOR,
+    PAPER_RANGE,
     RATE_SETS,
     ConstantRate,
     NormalRate,
@@ -58,22 +59,29 @@ def test_raw_draws_have_table_1_moments(name):
     assert r.std() == pytest.approx(std, rel=0.01)
 
 
-def test_s1_draws_are_clipped_to_the_floor():
+def test_s1_draws_are_clipped_to_the_papers_floor():
     r = np.array(sample_device_rates("S1", N_DRAWS, seed=2))
-    assert r.min() == DEFAULT_FLOOR == 1.0
+    assert r.min() == PAPER_RANGE[0] == 8.0  # ScaDLES Sec. V: every device's rate is in [8, 1024]
     s1 = RATE_SETS["S1"]
-    assert (r == 1.0).mean() == pytest.approx((1.0 - s1.low) / (s1.high - s1.low), abs=0.003)  # ~5.5%
-    m, s = _clipped_uniform_moments(s1.low, s1.high, 1.0)
-    assert m == pytest.approx(38.126, abs=1e-3)
+    assert (r == 8.0).mean() == pytest.approx((8.0 - s1.low) / (s1.high - s1.low), abs=0.004)  # ~13.9%
+    m, s = _clipped_uniform_moments(s1.low, s1.high, 8.0)
+    assert m == pytest.approx(38.8, abs=0.1)
     assert r.mean() == pytest.approx(m, rel=0.01)
     assert r.std() == pytest.approx(s, rel=0.01)
     assert r.max() <= s1.high
 
 
 @pytest.mark.parametrize("name", ["S2", "S2'"])
-def test_high_sets_never_reach_the_floor(name):
+def test_high_sets_never_reach_the_bounds(name):
     r = sample_device_rates(name, 10_000, seed=3)
-    assert min(r) > 1.0
+    assert 8.0 < min(r) and max(r) < 1024.0
+
+
+def test_only_the_papers_sets_are_held_to_its_range():
+    r = sample_device_rates("S1'", 10_000, seed=4)
+    assert min(r) == 8.0 and max(r) < 1024.0  # S1' dips below 8 in ~1% of draws
+    own = sample_device_rates({"normal": {"mean": 900, "std": 300}}, 10_000, seed=4)
+    assert max(own) > 1024.0 and min(own) >= DEFAULT_FLOOR == 1.0
 
 
 def test_sampling_is_deterministic_per_seed_and_prefix_stable():

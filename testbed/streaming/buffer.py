@@ -6,8 +6,11 @@ Buffer policies (ScaDLES Sec. IV, "Limited memory and storage"):
   t_i, rate S_i and batch b_i the backlog grows linearly with the step count T (Eq. 2).
 * **truncation**: "discard the residual samples and hold just enough data corresponding to the
   device's streaming rate S_i". At each `take` the buffer first keeps only the most recent
-  ceil(rate) samples (older ones are dropped), then hands out up to `batch_size` of those,
-  oldest first. Between takes arrivals accumulate (t_i * S_i of them per step).
+  max(ceil(rate), batch_size) samples (older ones are dropped), then hands out up to
+  `batch_size` of those, oldest first. Between takes arrivals accumulate (t_i * S_i of them per
+  step). Keeping at least the batch makes truncation change what is *held*, never how a device
+  trains: a fixed-batch device (b = 64) streaming below 64/s still waits for and trains on 64,
+  as under persistence (under ScaDLES' stream batches, b_i <= ceil(S_i) or b_min, the same).
 
 Either policy may also have a memory cap: after each push, samples beyond `cap_samples` are
 dropped, oldest first.
@@ -209,7 +212,7 @@ class StreamBuffer(Generic[T]):
 
     @property
     def keep_on_take(self) -> int | None:
-        """Samples truncation keeps at a take: ceil(rate); None for persistence."""
+        """Samples truncation keeps at a take beside the batch: ceil(rate); None for persistence."""
         return _ceil_rate(self._rate) if self.policy == "truncation" else None
 
     @property
@@ -266,7 +269,7 @@ class StreamBuffer(Generic[T]):
         _check_count(batch_size, "batch_size", 0)
         self._tick(now)
         if self.policy == "truncation":
-            keep = _ceil_rate(self._rate)
+            keep = max(_ceil_rate(self._rate), batch_size)
             if self._n > keep:
                 self.dropped_truncation += self._remove_oldest(self._n - keep, None)
         n = self._remove_oldest(batch_size, out)
@@ -383,8 +386,8 @@ def simulate_buffer(
     """Simulate one device: arrivals at the schedule's send times, a step every `step_time`.
 
     Training starts at `warmup` seconds (1 s: Eq. 2's first S_i samples). Before each step the
-    worker waits, if needed, until `batch.min_samples` are buffered (for truncation, at most
-    ceil(rate) are ever needed); the step then takes `batch.batch_size(rate)` and lasts
+    worker waits, if needed, until `batch.min_samples` are buffered (the same under either
+    policy: truncation keeps at least the batch); the step then takes `batch.batch_size(rate)` and lasts
     `step_time`. With persistence, a constant integer rate, FixedBatch and
     step_time*rate >= b, `buffered` after step T equals `eq2_backlog(rate, step_time, b, T)`.
     """
@@ -408,8 +411,6 @@ def simulate_buffer(
         rate = schedule.rate_at(now)
         buf.rate = rate
         need = batch.min_samples(rate)
-        if policy == "truncation":
-            need = min(need, _ceil_rate(rate))
         start = now
         if buf.buffered < need:
             # the (need - buffered)-th sample still to come; drops only happen at push (cap) and take,

@@ -73,11 +73,8 @@ class StreamFeeder(threading.Thread):
     def next_take(self) -> tuple[int, int]:
         """(samples wanted, samples needed to start) for the next step, at the device's current rate."""
         rate = self.rate_schedule.rate_at(self.now())
-        need = self.batch_policy.min_samples(rate)
-        keep = self.buffer.keep_on_take
-        if keep is not None:  # truncation holds only ceil(rate): never wait for more (as simulate_buffer)
-            need = min(need, keep)
-        return self.batch_policy.batch_size(rate), need
+        # either policy waits for the same samples: truncation keeps at least the batch
+        return self.batch_policy.batch_size(rate), self.batch_policy.min_samples(rate)
 
     def take(self, want: int, at_least: int, stop_event, timeout: float = 120.0) -> tuple[list, float]:
         """Wait until `at_least` samples are buffered, then take up to `want`. Returns (samples, waited s)."""

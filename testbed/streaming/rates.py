@@ -9,11 +9,14 @@ ScaDLES Table I samples one rate per device from one of four named sets:
     S2'   normal        256    28
 
 A uniform law with mean m and standard deviation s spans [m - sqrt(3) s, m + sqrt(3) s].
-S1's support reaches below zero, and a normal law has unbounded support, so drawn rates are
-clipped to a floor (default `DEFAULT_FLOOR` = 1 sample/s): a device must stream *something*,
-and a rate of 0 would make its producer sleep forever and its batch size undefined. With S1
-about 5.5% of draws are clipped; the mean moves from 38 to about 38.13. The other sets never
-get near the floor (S1' is 2.6 std above it, S2' 9 std).
+S1's support reaches below zero, and a normal law has unbounded support, so rates drawn from
+the paper's sets are clipped to the paper's range, `PAPER_RANGE` = [8, 1024] samples/s (Sec. V:
+"stream-rate for any device remains within this range regardless of the streaming
+distribution"; the same bounds as the batch, b_min and b_max). With S1 about 13.9% of draws
+are clipped to 8; the mean moves from 38 to about 38.9. S1' reaches below 8 in 1% of draws
+(2.3 std below its mean); S2 and S2' never come near either bound. A user's own law is
+clipped only to a floor (`DEFAULT_FLOOR` = 1 sample/s): a device must stream *something*, and
+a rate of 0 would make its producer sleep forever and its batch size undefined.
 
 A rate can also vary in time (the paper notes intra-device heterogeneity: traffic, time of day):
 `{trace: PATH}` reads a piecewise-constant trace, CSV with header `time,rate`.
@@ -40,6 +43,8 @@ import numpy as np
 
 DEFAULT_FLOOR = 1.0
 """Samples per second below which drawn device rates are clipped (see module docstring)."""
+PAPER_RANGE = (8.0, 1024.0)
+"""Where a rate drawn from one of the paper's sets is clipped to (see module docstring)."""
 
 _SQRT3 = math.sqrt(3.0)
 
@@ -281,7 +286,8 @@ def sample_device_rates(
 
     Device i's rate does not depend on `n_devices` (draws are taken in device order from one
     generator), so adding devices keeps the first ones' rates. Draws below `floor` are clipped
-    to it (`floor=None` keeps raw draws, which may be <= 0: for analysis only). A constant spec
+    to it, and draws from the paper's sets to `PAPER_RANGE` as well (`floor=None` keeps raw
+    draws, which may be <= 0: for analysis only). A constant spec
     gives its rate to every device; a trace gives its initial rate (use `device_schedules` for
     the time-varying schedule).
     """
@@ -300,7 +306,8 @@ def sample_device_rates(
     else:
         draws = rng.normal(spec.mean, spec.std, size=n_devices)
     if floor is not None:
-        draws = np.maximum(draws, floor)
+        low, high = (max(floor, PAPER_RANGE[0]), PAPER_RANGE[1]) if spec in RATE_SETS.values() else (floor, np.inf)
+        draws = np.clip(draws, low, max(low, high))
     return [float(x) for x in draws]
 
 
