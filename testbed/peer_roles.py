@@ -10,7 +10,9 @@ workers together, stops them (seconds, target accuracy, or when all finished `st
 iterations) and feeds the evaluator the average of the replicas. Workers hand their replicas
 over through the run directory (RUN/.replicas, out of band, like a testbed's monitoring plane)
 so that evaluation puts no bytes on the emulated links; a small "progress" message every
-`eval_interval` steps tells the coordinator how far each got.
+`eval_interval` steps tells the coordinator how far each got. With `eval_seconds: T` the
+coordinator evaluates every T seconds instead, and workers refresh their replicas every
+T / REPLICA_REFRESH seconds so that what it averages is at most that (plus a step) old.
 
 Protocol:
   worker -> coordinator   hello | progress{step, loss} | bye
@@ -31,6 +33,7 @@ import torch.nn.functional as F
 import zmq
 
 from . import metrics, transport
+from .eval_schedule import EvalSchedule
 from .roles import (EvalFeed, RoleConfig, _model_and_data, _now, _params, _setup_torch, send_stop,
                     worker_setup)
 from .scenario import Scenario
@@ -38,6 +41,7 @@ from .wire import Message
 
 REPLICAS = ".replicas"
 EWMA = 0.3  # smoothing of the loss and capacity a worker reports to its peers
+REPLICA_REFRESH = 4  # with eval_seconds: replica writes per evaluation period
 
 
 def _write_replica(run_dir: str, node: str, params: dict, step: int) -> None:
@@ -66,6 +70,12 @@ def _smooth(old: Optional[float], new: float) -> float:
 # worker
 
 
+def _replica_schedule(sc: Scenario) -> EvalSchedule:
+    """When a worker writes its replica: every eval_interval steps, or often enough for eval_seconds."""
+    seconds = sc.workload.eval_seconds
+    return EvalSchedule(sc.workload.eval_interval, None if seconds is None else seconds / REPLICA_REFRESH)
+
+
 def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
     from .strategies import make_strategy
     from .strategies.peer import PeerContext, PeerInfo, apply_payload
@@ -86,6 +96,7 @@ def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
     log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
     links = metrics.open_table(Path(cfg.run_dir), "peers.csv")
     interval = sc.workload.eval_interval
+    replicas = _replica_schedule(sc)
     max_steps = sc.stop.steps
     latest = {p: 0 for p in peers}  # the last step heard from each peer
     gone: set[str] = set()
@@ -192,8 +203,9 @@ def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
             log.write(time=t_done - cfg.t0, node=cfg.node, step=step, loss=loss.item(), batch_size=len(yb), lr=lr,
                       bytes_sent=sent, bytes_received=received - before, compute_seconds=compute,
                       comm_seconds=t_done - t_computed, model_version=step, compressed=int(compressed))
-            if step % interval == 0:
+            if replicas.due(step, _now(cfg)):  # before the progress message: the coordinator may read it
                 _write_replica(cfg.run_dir, cfg.node, params, step)
+            if step % interval == 0:
                 ctl.send(Message("progress", meta={"step": step, "loss": loss_avg}))
         _write_replica(cfg.run_dir, cfg.node, params, ctx.step)  # the final replica, for the final evaluation
     finally:
@@ -230,8 +242,8 @@ def run_coordinator(cfg: RoleConfig, stop_event) -> None:
     joined: set[str] = set()
     left: set[str] = set()
     steps = {w: 0 for w in workers}
-    interval = sc.workload.eval_interval
-    next_eval = interval
+    schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
+    fed: tuple[dict, dict] = ({}, {})  # the replica steps and the meta of the last feed
     started = False
     reason: Optional[str] = None
     start = time.time()
@@ -239,32 +251,44 @@ def run_coordinator(cfg: RoleConfig, stop_event) -> None:
     def mean_step() -> float:
         return sum(steps.values()) / len(steps)
 
-    def snapshot(final: bool = False) -> None:
-        """Queue the average of the replicas (the model the workers agree on) for evaluation."""
+    def snapshot(final: bool = False, again: bool = False) -> None:
+        """Queue the average of the replicas (the model the workers agree on) for evaluation. A timed
+        feed (`again`) of unchanged replicas is a repeat without tensors and with the last feed's
+        version: the evaluator writes its last result again at this time (see roles.run_ps)."""
+        nonlocal fed
         reps = _read_replicas(cfg.run_dir)
+        key = {w: int(r["step"]) for w, r in reps.items()}
+        if again and key == fed[0] and fed[1]:
+            feed.add({}, {**fed[1], "time": _now(cfg), "repeat": True})
+            return
         if not reps:
             return
-        for w, r in reps.items():
-            steps[w] = max(steps.get(w, 0), int(r["step"]))
+        for w, step in key.items():
+            steps[w] = max(steps.get(w, 0), step)
         avg = {n: sum(r["params"][n] for r in reps.values()) / len(reps) for n in initial}
-        feed.add(avg, {"version": round(mean_step()), "updates_received": sum(steps.values()),
-                       "time": _now(cfg), "final": final, "replicas": len(reps)})
+        meta = {"version": round(mean_step()), "updates_received": sum(steps.values()),
+                "time": _now(cfg), "final": final, "replicas": len(reps), "repeat": False}
+        fed = (key, meta)
+        feed.add(avg, meta)
+
+    def maybe_snapshot() -> None:
+        if schedule.due(mean_step(), _now(cfg)):
+            snapshot(again=schedule.timed)
 
     def serve(msgs) -> None:
-        nonlocal reason, next_eval, started
+        nonlocal reason, started, fed
         for sender, msg, _ in msgs:
             if msg.kind == "hello":
                 if sender == "eval":
                     feed.on_ready()
-                    feed.add(initial, {"version": 0, "updates_received": 0, "time": _now(cfg), "final": False})
+                    meta = {"version": 0, "updates_received": 0, "time": _now(cfg), "final": False, "repeat": False}
+                    fed = ({}, meta)  # no replicas yet: the initial model
+                    feed.add(initial, meta)
                 else:
                     joined.add(sender)
             elif msg.kind == "progress":
                 steps[sender] = int(msg.meta["step"])
-                if mean_step() >= next_eval:
-                    snapshot()
-                    while next_eval <= mean_step():
-                        next_eval += interval
+                maybe_snapshot()
             elif msg.kind == "bye":
                 left.add(sender)
                 if "step" in msg.meta:
@@ -289,7 +313,8 @@ def run_coordinator(cfg: RoleConfig, stop_event) -> None:
                 reason = "steps" if done else "all workers left"
             if reason is not None:
                 break
-            serve(ep.recv(0.05))
+            serve(ep.recv(schedule.wait(_now(cfg), 0.05)))  # wakes for a timed feed
+            maybe_snapshot()
             feed.pump()
         send_stop(ep, joined - left, reason)
         # the workers write their final replicas as they stop

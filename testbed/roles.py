@@ -7,7 +7,8 @@ Protocol (every message is a wire.Message):
   worker -> ps   hello | push{base_version, step} + update tensors | bye
   ps -> worker   model{version} + parameter tensors | stop
   eval -> ps     hello | eval_ready | target_reached{accuracy, version}
-  ps -> eval     evaluate{version, updates_received, time, final} + parameters | stop
+  ps -> eval     evaluate{version, updates_received, time, final, repeat} + parameters | stop
+                 (repeat: the model of the previous evaluate, unchanged: no parameters)
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import torch.nn.functional as F
 import zmq
 
 from . import metrics, transport
+from .eval_schedule import EvalSchedule
 from .scenario import Scenario
 from .wire import Message
 
@@ -166,8 +168,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     zctx = zmq.Context()
     ep = transport.ps_endpoint(zctx, cfg.ps_address, cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "server.csv")
-    interval = sc.workload.eval_interval
-    next_eval = interval
+    schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
     feed = EvalFeed(ep)
     last_eval_version = -1
     joined: set[str] = set()
@@ -234,14 +235,22 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
             if now - heard.get(w, now) > faults.worker_timeout:
                 lose(w, f"silent for {faults.worker_timeout:g} s while the others waited")
 
-    def snapshot(final: bool = False) -> None:
+    def snapshot(final: bool = False, again: bool = False) -> None:
+        """Queue the model for the evaluator, once per version. A timed feed (`again`) of an unchanged
+        version is queued as a repeat without tensors: the evaluator writes the last result again at
+        this time, so eval.csv keeps a row every eval_seconds without re-sending or re-evaluating."""
         nonlocal last_eval_version
-        if server.version == last_eval_version:
+        repeat = server.version == last_eval_version
+        if repeat and not again:
             return
         last_eval_version = server.version
-        feed.add({k: v.clone() for k, v in server.params.items()},
+        feed.add({} if repeat else {k: v.clone() for k, v in server.params.items()},
                  {"version": server.version, "updates_received": server.updates_received,
-                  "time": _now(cfg), "final": final})
+                  "time": _now(cfg), "final": final, "repeat": repeat})
+
+    def maybe_snapshot() -> None:
+        if schedule.due(server.version, _now(cfg)):
+            snapshot(again=schedule.timed)
 
     def tell(result) -> None:
         """Send a completed vote's outcome (SelSync's all-gathered flags) to the voters."""
@@ -251,7 +260,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 send(Message("decision", meta={"sync": outcome, "version": server.version}), w)
 
     def serve(msgs) -> None:
-        nonlocal reason, next_eval, ingress_payload
+        nonlocal reason, ingress_payload
         for sender, msg, nbytes in msgs:
             if sender != "eval":
                 heard[sender] = time.time()
@@ -288,9 +297,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
                 del server.log[:]
                 for w in answer:
                     send_model(w)
-                while server.version >= next_eval:
-                    snapshot()
-                    next_eval += interval
+                maybe_snapshot()
             elif msg.kind == "eval_ready":
                 feed.on_ready()
             elif msg.kind == "target_reached":
@@ -319,7 +326,8 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
             if joined and left >= joined:
                 reason = "all workers left"
                 break
-            serve(ep.recv(0.05))
+            serve(ep.recv(schedule.wait(_now(cfg), 0.05)))  # wakes for a timed feed
+            maybe_snapshot()
             check_lost()
             admit()
             feed.pump()
@@ -648,6 +656,17 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: in
     return correct / len(x), total_loss / len(x)
 
 
+def _evaluate_message(model: torch.nn.Module, x, y, msg: Message,
+                      last: Optional[tuple[int, float, float]]) -> Optional[tuple[int, float, float]]:
+    """(version, accuracy, loss) of an `evaluate` message's model. A repeat (the PS's model has not
+    changed since its last feed) reuses the last result, which is that same model's."""
+    version = int(msg.meta["version"])
+    if msg.meta.get("repeat"):
+        return last if last is not None and last[0] == version else None
+    _load(model, msg.tensors)
+    return (version, *evaluate(model, x, y))
+
+
 def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     sc = Scenario.model_validate(cfg.scenario)
     _setup_torch(cfg, sc)
@@ -661,6 +680,7 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "eval.csv")
     target = sc.stop.target_accuracy
+    last: Optional[tuple[int, float, float]] = None  # (version, accuracy, loss) of the last evaluation
     try:
         ep.send(Message("hello"))
         while not stop_event.is_set():
@@ -670,12 +690,14 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
             for _, msg, _ in msgs:
                 if msg.kind != "evaluate":
                     continue
-                _load(model, msg.tensors)
-                acc, loss = evaluate(model, x, y)
-                log.write(time=float(msg.meta["time"]), step=int(msg.meta["version"]),
-                          updates_received=int(msg.meta["updates_received"]), accuracy=acc, loss=loss, samples=n)
-                if target is not None and acc >= target:
-                    ep.send(Message("target_reached", meta={"accuracy": acc, "version": msg.meta["version"]}))
+                last = _evaluate_message(model, x, y, msg, last)
+                if last is not None:  # None: a repeat this evaluator has no result for (it restarted)
+                    _, acc, loss = last
+                    log.write(time=float(msg.meta["time"]), step=int(msg.meta["version"]),
+                              updates_received=int(msg.meta["updates_received"]), accuracy=acc, loss=loss,
+                              samples=n)
+                    if target is not None and acc >= target:
+                        ep.send(Message("target_reached", meta={"accuracy": acc, "version": msg.meta["version"]}))
                 ep.send(Message("eval_ready"))
     finally:
         ep.close()

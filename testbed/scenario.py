@@ -258,6 +258,8 @@ class Workload(_Strict):
     lr: float = Field(0.05, gt=0, le=100)
     momentum: float = Field(0.0, ge=0, lt=1)
     eval_interval: int = Field(20, ge=1, description="evaluate every N model updates at the PS")
+    eval_seconds: Optional[float] = Field(None, gt=0, le=3600, description="evaluate the latest model every T "
+                                          "seconds of wall-clock time instead of every eval_interval versions")
     eval_samples: Optional[int] = Field(None, ge=1, description="cap on test samples per evaluation")
     test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
     threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
@@ -284,6 +286,11 @@ class Workload(_Strict):
         except DatasetError as e:
             raise ValueError(str(e)) from None
         return v
+
+    @field_validator("eval_seconds", mode="before")
+    @classmethod
+    def _eval_seconds(cls, v: Any) -> Optional[float]:
+        return None if v is None else units.parse_duration(v, allow_zero=False)
 
     @field_validator("partition")
     @classmethod

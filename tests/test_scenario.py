@@ -254,6 +254,17 @@ def test_test_size_with_fixed_split_dataset():
     assert line.startswith("workload.test_size:")
 
 
+@pytest.mark.parametrize("value", [0, -1, "x", 4000])
+def test_bad_eval_seconds_names_the_field(value):
+    assert only_line({"workload": {"eval_seconds": value}}).startswith("workload.eval_seconds:")
+
+
+def test_eval_seconds():
+    assert parse_scenario({}).workload.eval_seconds is None  # by default: every eval_interval versions
+    assert parse_scenario({"workload": {"eval_seconds": 5}}).workload.eval_seconds == 5.0
+    assert parse_scenario({"workload": {"eval_seconds": "500ms"}}).workload.eval_seconds == 0.5
+
+
 def test_jitter_without_latency_named_profile():
     lines = errors({"profiles": {"p": {"jitter": "5ms"}}})
     assert lines == ["profiles.p.uplink: jitter without latency", "profiles.p.downlink: jitter without latency"]
