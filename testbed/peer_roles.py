@@ -84,7 +84,7 @@ def run_peer_worker(cfg: RoleConfig, stop_event) -> None:
     _setup_torch(cfg, sc)
     model, ds, device, x, y, batches = worker_setup(cfg, sc)
     n_train = len(ds.train_y)
-    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
+    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed)
     peers = {name: PeerInfo(name, info.get("rate_bps"), bool(info.get("same_site", True)))
              for name, info in cfg.peers.items()}
     params = dict(model.named_parameters())

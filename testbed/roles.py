@@ -164,7 +164,7 @@ def run_ps(cfg: RoleConfig, stop_event) -> None:
     model, _ = _model_and_data(sc)
     server = ServerState(params=_params(model), lr=sc.workload.lr, n_workers=len(cfg.workers),
                          workers=list(cfg.workers))
-    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
+    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed)
     zctx = zmq.Context()
     ep = transport.ps_endpoint(zctx, cfg.ps_address, cfg.delay, seed=sc.seed)
     log = metrics.open_table(Path(cfg.run_dir), "server.csv")
@@ -430,7 +430,7 @@ def run_worker(cfg: RoleConfig, stop_event) -> None:
     _setup_torch(cfg, sc)
     model, ds, device, x, y, batches = worker_setup(cfg, sc)
     feeder = _start_feeder(cfg, sc, int(ds.train_x[0].nbytes)) if sc.streaming is not None else None
-    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params)
+    strategy = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed)
     lr = sc.workload.lr
     zctx = zmq.Context()
     ep = transport.node_endpoint(zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)

@@ -1,10 +1,12 @@
-"""Tests for testbed.strategies: BSP barrier and averaging, ASGD staleness-scaled updates."""
+"""Tests for testbed.strategies: BSP barrier and averaging, local SGD's client fraction (FedAvg's C),
+ASGD staleness-scaled updates."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
+from testbed.scenario import ScenarioError, parse_scenario
 from testbed.strategies import (
     STRATEGIES,
     ServerState,
@@ -15,6 +17,7 @@ from testbed.strategies import (
 )
 from testbed.strategies.asgd import ASGD, staleness_lr
 from testbed.strategies.bsp import BSP, average
+from testbed.strategies.local_sgd import participants
 
 
 def _params() -> dict[str, torch.Tensor]:
@@ -158,6 +161,125 @@ def test_bsp_leave_with_nothing_pending_answers_nobody():
     bsp = BSP()
     assert bsp.server_on_leave(s, "w0") == []
     assert s.version == 0
+
+
+# --------------------------------------------------------------------------- local SGD: FedAvg's client fraction C
+
+WORKERS = ["w0", "w1", "w2", "w3"]
+
+
+def _zeros() -> dict[str, torch.Tensor]:
+    return {"w": torch.zeros(2, 2), "b": torch.zeros(2)}
+
+
+def _fedavg_round(strategies: dict, round_: int, period: int, gen: torch.Generator):
+    """Each worker's strategy through one round that starts from model version `round_`:
+    (what each pushes, the sum of the gradients it computed, how many steps it took)."""
+    pushes, sums, steps = {}, {}, {}
+    for rank, (w, strat) in enumerate(strategies.items()):
+        total, out, h = _zeros(), None, 0
+        while out is None:
+            h += 1
+            g = {k: torch.randn(v.shape, generator=gen) for k, v in total.items()}
+            total = {k: total[k] + g[k] for k in total}
+            out = strat.worker_payload(g, WorkerContext(worker=w, rank=rank, step=round_ * period + h,
+                                                        base_version=round_, lr=0.1, n_workers=len(strategies)))
+        pushes[w], sums[w], steps[w] = out, total, h
+    return pushes, sums, steps
+
+
+def test_local_sgd_participants_are_a_deterministic_fraction():
+    assert all(len(participants(r, 4, 0.5)) == 2 for r in range(20))
+    assert len(participants(0, 3, 0.1)) == 1 and participants(0, 3, 1.0) == {0, 1, 2}
+    assert participants(7, 10, 0.3) == participants(7, 10, 0.3)  # the PS and the workers draw alike
+    assert len({participants(r, 4, 0.5) for r in range(20)}) > 1
+    # the run's seed changes the sequence of sets (each seed of a reproduction draws its own)
+    assert [participants(r, 8, 0.5, seed=1) for r in range(10)] != [participants(r, 8, 0.5, seed=2) for r in range(10)]
+
+
+def test_local_sgd_fraction_half_averages_only_the_selected_workers():
+    """N = 4, C = 0.5: in every round 2 workers train H steps and push their sums, the other 2 sit
+    out at once; the PS applies the mean of the 2 sums and answers all 4; the pair changes."""
+    H, lr = 3, 0.1
+    srv = ServerState(params=_zeros(), lr=lr, n_workers=4, workers=list(WORKERS))
+    ps = make_strategy("local_sgd", {"period": H, "fraction": 0.5})
+    workers = {w: make_strategy("local_sgd", {"period": H, "fraction": 0.5}) for w in WORKERS}
+    gen = torch.Generator().manual_seed(0)
+    seen = set()
+    for r in range(8):
+        pushes, sums, steps = _fedavg_round(workers, r, H, gen)
+        chosen = {w for w, p in pushes.items() if p}
+        assert chosen == {WORKERS[i] for i in participants(r, 4, 0.5)} and len(chosen) == 2
+        assert {w: steps[w] for w in WORKERS} == {w: H if w in chosen else 1 for w in WORKERS}
+        old = _clone(srv.params)
+        order = sorted(WORKERS, key=lambda w: w in chosen)  # the idle ones check in first
+        answers = [ps.server_on_push(srv, w, pushes[w], base_version=r) for w in order]
+        assert answers == [[], [], [], WORKERS]  # only the last selected push closes it; all go on
+        assert srv.version == r + 1 and sorted(w for w, _, _ in srv.log) == sorted(chosen)
+        srv.log.clear()
+        for k in old:
+            torch.testing.assert_close(srv.params[k], old[k] - lr * sum(sums[w][k] for w in chosen) / 2)
+        seen.add(frozenset(chosen))
+    assert len(seen) > 1
+
+
+def test_local_sgd_fraction_waits_only_for_the_selected_workers():
+    srv = ServerState(params=_zeros(), lr=1.0, n_workers=4, workers=list(WORKERS))
+    ps = make_strategy("local_sgd", {"period": 1, "fraction": 0.5})
+    g = {"w": torch.ones(2, 2), "b": torch.ones(2)}
+    chosen = sorted(WORKERS[i] for i in participants(0, 4, 0.5))
+    idle = sorted(set(WORKERS) - set(chosen))
+    assert ps.server_on_push(srv, chosen[0], g, base_version=0) == [] and ps.round_open()
+    assert ps.server_on_push(srv, chosen[1], g, base_version=0) == chosen  # no wait for the idle ones
+    assert srv.version == 1 and not ps.round_open()
+    # a check-in for round 0 that arrives after it closed is answered at once, and counts for nothing
+    assert ps.server_on_push(srv, idle[0], {}, base_version=0) == [idle[0]] and srv.version == 1
+    # a push that contradicts the draw for round 1 is refused: the PS and workers must agree
+    outside = next(WORKERS[i] for i in range(4) if i not in participants(1, 4, 0.5))
+    with pytest.raises(RuntimeError, match="not selected"):
+        ps.server_on_push(srv, outside, g, base_version=1)
+
+
+def test_local_sgd_fraction_leaving_workers_do_not_hold_the_round():
+    srv = ServerState(params=_zeros(), lr=1.0, n_workers=4, workers=list(WORKERS))
+    ps = make_strategy("local_sgd", {"period": 1, "fraction": 0.5})
+    g = {"w": torch.ones(2, 2), "b": torch.ones(2)}
+    chosen = sorted(WORKERS[i] for i in participants(0, 4, 0.5))
+    idle = sorted(set(WORKERS) - set(chosen))
+    assert ps.server_on_push(srv, idle[0], {}, base_version=0) == []
+    assert ps.server_on_push(srv, chosen[0], g, base_version=0) == []
+    assert ps.server_on_leave(srv, chosen[1]) == sorted([idle[0], chosen[0]])
+    assert srv.version == 1 and torch.equal(srv.params["b"], -torch.ones(2))  # chosen[0]'s push alone
+    # round 1: once every selected worker is gone, the round closes with no update
+    left = {chosen[1]}
+    gone = {WORKERS[i] for i in participants(1, 4, 0.5)}
+    waiting = sorted(set(WORKERS) - gone - left)
+    assert [ps.server_on_push(srv, w, {}, base_version=1) for w in waiting] == [[]] * len(waiting)
+    answers = [ps.server_on_leave(srv, w) for w in sorted(gone - left)]
+    assert answers[-1] == waiting and srv.version == 2 and torch.equal(srv.params["b"], -torch.ones(2))
+
+
+def test_local_sgd_fraction_one_averages_every_worker():
+    H, lr = 2, 0.1
+    for params in ({"period": H}, {"period": H, "fraction": 1.0}):
+        srv = ServerState(params=_zeros(), lr=lr, n_workers=4, workers=list(WORKERS))
+        ps = make_strategy("local_sgd", params)
+        workers = {w: make_strategy("local_sgd", params) for w in WORKERS}
+        pushes, sums, steps = _fedavg_round(workers, 0, H, torch.Generator().manual_seed(1))
+        assert all(pushes[w] and steps[w] == H for w in WORKERS)
+        answers = [ps.server_on_push(srv, w, pushes[w], base_version=0) for w in WORKERS]
+        assert answers == [[], [], [], WORKERS]
+        for k in srv.params:
+            torch.testing.assert_close(srv.params[k], -lr * sum(sums[w][k] for w in WORKERS) / 4)
+
+
+@pytest.mark.parametrize("fraction", [0, 1.5])
+def test_local_sgd_fraction_out_of_range_is_rejected(fraction):
+    with pytest.raises(ValueError, match="fraction"):
+        make_strategy("local_sgd", {"fraction": fraction})
+    with pytest.raises(ScenarioError) as ei:
+        parse_scenario({"algorithm": {"name": "local_sgd", "params": {"fraction": fraction}}})
+    assert any(line.startswith("algorithm.params.fraction:") for line in ei.value.lines), ei.value.lines
 
 
 # --------------------------------------------------------------------------- ASGD

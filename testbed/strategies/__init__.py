@@ -27,8 +27,10 @@ def get_strategy_class(name: str) -> type[Strategy]:
         raise StrategyError(f"unknown algorithm '{name}' (known: {', '.join(sorted(STRATEGIES))})") from None
 
 
-def make_strategy(name: str, params: dict | None = None) -> Strategy:
-    return get_strategy_class(name)(params)
+def make_strategy(name: str, params: dict | None = None, seed: int = 0) -> Strategy:
+    strategy = get_strategy_class(name)(params)
+    strategy.seed = seed  # the run's seed, for strategies that draw at random (PS and workers alike)
+    return strategy
 
 
 __all__ = ["STRATEGIES", "Strategy", "StrategyError", "ServerState", "WorkerContext", "get_strategy_class", "make_strategy"]

@@ -84,6 +84,8 @@ class Strategy:
     # whether this worker's last payload was compressed (steps.csv `compressed`); None: not compressing
     last_compressed: Optional[bool] = None
 
+    seed: int = 0  # the run's seed (make_strategy sets it): the same on the PS and every worker
+
     def __init__(self, params: Optional[dict] = None):
         self.params = self.Params(**(params or {}))
 

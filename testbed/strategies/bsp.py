@@ -40,9 +40,12 @@ class BSP(Strategy):
         """The step's update and learning rate from the pending pushes (BSP: the plain mean)."""
         return average(list(self._pending.values())), server.lr
 
+    def _ready(self, server: ServerState) -> bool:
+        """Whether the barrier is complete: every worker still in the run has pushed."""
+        return bool(self._pending) and len(self._pending) >= server.n_workers - len(self._left)
+
     def _complete(self, server: ServerState) -> list[str]:
-        expected = server.n_workers - len(self._left)
-        if not self._pending or len(self._pending) < expected:
+        if not self._ready(server):
             return []
         update, lr = self.aggregate(server)
         server.apply(update, lr)
