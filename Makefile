@@ -58,17 +58,18 @@ flower-venv: setup
 	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
 	  > "$$(.venv-flower/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/edgebed-main-venv.pth"
 
-# The papers' figures (REPRODUCTION.md): each runs its series (records kept under runs/reproduce/,
-# not run again while the scenario is unchanged) and writes figures/NAME.png/.csv/.json.
-# SCALE=paper uses the papers' setups (many cores, hours).
+# The papers' figures (REPRODUCTION.md): each runs its series at SEEDS seeds (records kept under
+# runs/reproduce/NAME/SCALE/seed-S/, not run again while the scenario is unchanged) and writes
+# figures/NAME.png/.csv/.json with the verdict. SCALE=paper uses the papers' setups (many cores, hours).
 SCALE   ?= ci
+SEEDS   ?= 3
 FIGURES := fig-adacomp-3 table-adacomp-2 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-dlion-7 table-selsync-1 table-scadles-4 table-scadles-5 table-scadles-6
 
 $(FIGURES): setup
-	$(BIN)/edgebed reproduce $@ --scale $(SCALE)
+	$(BIN)/edgebed reproduce $@ --scale $(SCALE) --seeds $(SEEDS)
 
 figures: setup fig-scadles-5
-	$(BIN)/edgebed reproduce all --scale $(SCALE)
+	$(BIN)/edgebed reproduce all --scale $(SCALE) --seeds $(SEEDS)
 
 # ScaDLES Fig. 5 is a benchmark of the broker, not a training run: topics x rates, then the figure.
 fig-scadles-5: setup

@@ -3,7 +3,7 @@
 
     python analysis/paper_figure.py NAME [RUNS] [--scale ci|paper] [--out figures]
 
-RUNS is the folder `edgebed reproduce` filled (default runs/reproduce): NAME/SCALE/<series>/ under it.
+RUNS is the folder `edgebed reproduce` filled (default runs/reproduce): NAME/SCALE/seed-S/<series>/ under it.
 The figure logic lives in testbed/reproduce/<paper>.py, shared with `edgebed plot --figure`.
 """
 

@@ -4,9 +4,11 @@
     python analysis/reproduction_report.py [FIGURES] [--update REPRODUCTION.md]
 
 Prints one section per experiment: the paper's claim, the effect ci scale must show, our
-numbers (the analysis' lines), scale, machine, date, command, and whether the effect held.
-With --update, replaces the text between `<!-- measured:NAME -->` and `<!-- /measured:NAME -->`
-in the file, leaving the commentary around it alone; no number enters the file any other way.
+numbers (the analysis' lines: mean [min, max] over the seeds, each criterion and its verdict),
+scale, machine, date, commit, command, and the verdict. With --update, replaces the text between
+`<!-- measured:NAME -->` and `<!-- /measured:NAME -->` in the file, and the summary table between
+`<!-- summary -->` and `<!-- /summary -->`, leaving the commentary around them alone; no number
+enters the file any other way.
 """
 
 from __future__ import annotations
@@ -18,15 +20,39 @@ import sys
 from pathlib import Path
 
 
+def verdict(report: dict) -> str:
+    if "verdict" in report:
+        return report["verdict"]
+    return {True: "holds", False: "does not hold"}.get(report.get("holds"), "not judged")
+
+
 def section(report: dict) -> str:
-    held = {True: "**holds**", False: "**does not hold**"}.get(report.get("holds"), "not judged")
+    seeds = report.get("seeds")
+    where = ", ".join(x for x in (f"{report['scale']} scale", report["machine"], report["date"],
+                                  f"commit {report['commit']}" if report.get("commit") else "",
+                                  f"{len(seeds)} seeds {seeds}" if seeds else "") if x)
     out = [f"- Paper: {report['claim']}",
            f"- Expected at ci scale: {report.get('expect') or '-'}",
-           f"- Ours ({report['scale']} scale, {report['machine']}, {report['date']}, `{report['command']}`): "
-           f"the effect {held}.", "", "```"]
+           f"- Ours ({where}, `{report['command']}`): **{verdict(report)}**.", "", "```"]
     out += report.get("lines", [])
     out += ["```"]
     return "\n".join(out)
+
+
+def _spread(c: dict) -> str:
+    if c.get("mean") is None:
+        return f"{c['key']}: -"
+    return f"{c['key']} {c['mean']:.3g} [{c['min']:.3g}, {c['max']:.3g}]"
+
+
+def summary(reports: dict) -> str:
+    """One row per target: verdict, each criterion's mean [min, max] over the seeds, seeds, minutes."""
+    lines = ["| target | verdict | criteria: mean [min, max] over the seeds | seeds | minutes |", "|---|---|---|---|---|"]
+    for name, r in reports.items():
+        crit = "; ".join(_spread(c) for c in r.get("criteria", [])) or "-"
+        lines.append(f"| `{name}` | {verdict(r)} | {crit} | {len(r.get('seeds') or []) or '-'} | "
+                     f"{r.get('minutes', '-')} |")
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"## {name}\n\n{section(r)}\n")
         return 0
     text = args.update.read_text()
+    text = re.sub(r"(<!-- summary -->\n)(?:.*?\n)?(<!-- /summary -->)", lambda m: m.group(1) + summary(reports) + "\n"
+                  + m.group(2), text, flags=re.S)
     for name, r in reports.items():
         pat = re.compile(rf"(<!-- measured:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /measured:{re.escape(name)} -->)",
                          re.S)

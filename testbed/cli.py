@@ -134,7 +134,8 @@ def plot(run_dir: Path = typer.Argument(..., help="a run directory (with --figur
             exp = get_experiment(figure)
             runs = runs_of(figure, run_dir, scale)
             if not runs:
-                _fail(f"error: no runs of {figure} under {run_dir} (expected {run_dir}/{figure}/{scale}/<series>)")
+                _fail(f"error: no runs of {figure} under {run_dir} "
+                      f"(expected {run_dir}/{figure}/{scale}/seed-<S>/<series>)")
             analyze(exp, runs, out or Path("figures"), scale, say=typer.echo)
         except (KeyError, RunNotFound) as e:
             _fail(f"error: {e}")
@@ -154,8 +155,10 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
               out: Path = typer.Option(Path("figures"), help="PNG, CSV and JSON go here"),
               runs: Path = typer.Option(Path("runs/reproduce"), help="each series' run records go here"),
               rerun: bool = typer.Option(False, "--rerun", help="run series again even if their records exist"),
+              seeds: int = typer.Option(3, "--seeds", envvar="SEEDS", help="runs per series: the scenario's seed "
+                                                                           "and the ones after it"),
               runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenarios' runtime")) -> None:
-    """Run a paper's experiment (every series of it) and draw its figure or table."""
+    """Run a paper's experiment (every series of it, at each seed), draw it, and give its verdict."""
     from .reproduce import SCALES, all_experiments, get_experiment, reproduce as run_reproduce
     from .scenario import ScenarioError
 
@@ -165,6 +168,8 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
         return
     if scale not in SCALES:
         _fail(f"error: --scale: '{scale}' is not one of {', '.join(SCALES)}")
+    if seeds < 1:
+        _fail(f"error: --seeds: {seeds} is not a positive count")
     try:
         names = [e.name for e in all_experiments()] if name == "all" else [get_experiment(name).name]
     except KeyError as e:
@@ -172,14 +177,14 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
     failed = []
     for n in names:
         try:
-            report = run_reproduce(n, scale=scale, out_dir=out, runs_dir=runs, reuse=not rerun, runtime=runtime,
-                                   say=typer.echo)
+            report = run_reproduce(n, scale=scale, seeds=seeds, out_dir=out, runs_dir=runs, reuse=not rerun,
+                                   runtime=runtime, say=typer.echo)
         except (ScenarioError, FileNotFoundError, RuntimeError) as e:
             typer.echo(f"error: {n}: {e}", err=True)
             failed.append(n)
             continue
-        if report.get("holds") is False:
-            typer.echo(f"{n}: the paper's effect does not hold at {scale} scale (see {out}/{n}.json)")
+        typer.echo(f"{n}: {report['verdict']} at {scale} scale over {len(report['seeds'])} seed(s) "
+                   f"(see {out}/{n}.json)")
     if failed:
         raise typer.Exit(1)
 

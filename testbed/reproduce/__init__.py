@@ -2,10 +2,14 @@
 
 An experiment is a base scenario per scale (`scenarios/<paper>/<experiment>.<scale>.yaml`, each a
 scenario `edgebed up` runs as it is) and a list of series, each a set of changes to it (the
-algorithm, a parameter, a rate set). `run_experiment` runs every series that has no finished
-records yet, then the experiment's analysis reads the records only -- never a live run -- and
-writes figures/<name>.png, .csv and .json (the paper's claim beside ours). `edgebed plot --figure`
-and analysis/<name>.py call the same analysis on records that exist.
+algorithm, a parameter, a rate set). Every series runs once per seed (`--seeds N`: the base
+scenario's seed and the N-1 after it; the seed sets data order, partition, stream rates and crash
+draws). `run_series` runs each one that has no finished records yet; then the experiment's
+analysis reads the records only -- never a live run -- once per seed, and `analyze` gathers the
+seeds: figures/<name>.png (mean curve, min-max band, each criterion's per-seed values), .csv and
+.json (every seed's numbers, the claim beside ours, and the verdict of the criteria the experiment
+declared before it ran). `edgebed plot --figure` and analysis/<name>.py call the same analysis on
+records that exist.
 """
 
 from __future__ import annotations
@@ -20,12 +24,15 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import yaml
 
+from .verdict import NOT_JUDGED, Criterion, combine, judge
+
 REPO = Path(__file__).resolve().parents[2]
 SCALES = ("ci", "paper")
+DEFAULT_SEEDS = 3  # the published numbers: every series with 3 seeds
 PAPERS = ("adacomp", "adsp", "dlion", "scadles", "selsync")
 
 
@@ -50,14 +57,34 @@ class Experiment:
     claim: str  # the paper's number and its conditions
     scenario: str  # path with {scale}, relative to the repository
     series: "list[Series] | Callable[[str], list[Series]]"  # or per scale
-    analyze: Callable[["list[tuple[Series, Any]]", Path, str], dict]  # (series, records), out, scale -> headline
+    analyze: Callable[["list[tuple[Series, Any]]", Path, str], dict]  # one seed: (series, records), out, scale -> headline
     expect: str = ""  # the effect ci scale must show (the issue's wording)
+    # decided before the run: what each seed's headline is judged by (verdict.py), and how to read it
+    criteria: "tuple[Criterion, ...]" = ()
+    metrics: Callable[[dict, str], dict] = lambda result, scale: {}  # one seed's headline -> {criterion key: value}
+    panels: "tuple[Panel, ...]" = ()  # the seeds' band figure; default accuracy vs seconds
 
     def scenario_path(self, scale: str) -> Path:
         return REPO / self.scenario.format(scale=scale)
 
     def series_at(self, scale: str) -> list[Series]:
         return self.series(scale) if callable(self.series) else self.series
+
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of an experiment's band figure: y against x from the seeds' curves (NAME.csv),
+    for the series whose label contains `only` (all when empty)."""
+
+    x: str = "time"
+    y: str = "accuracy"
+    xlabel: str = "seconds"
+    ylabel: str = "accuracy"
+    only: str = ""
+    title: str = ""
+    xscale: str = "linear"
+    yscale: str = "linear"
+    x_factor: float = 1.0  # e.g. 1e-6 for bytes drawn as MB
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -133,77 +160,165 @@ def _finished(run_dir: Path, digest: str) -> bool:
     return mark.get("digest") == digest and summary.get("status") in ("completed", "stopped")
 
 
-def run_series(exp: Experiment, scale: str, runs_dir: Path, *, reuse: bool = True,
-               say: Callable[[str], None] = print, runtime: Optional[str] = None) -> list[tuple[Series, Path]]:
-    """Run each series that has no finished records of the same scenario under runs_dir."""
+def seeds_for(exp: Experiment, scale: str, n: int) -> list[int]:
+    """n seeds: the base scenario's and the n-1 after it (seed 0 when the scenario names none)."""
+    if n < 1:
+        raise ValueError(f"--seeds: {n} is not a positive count")
+    base = yaml.safe_load(exp.scenario_path(scale).read_text()).get("seed", 0)
+    return [int(base) + k for k in range(n)]
+
+
+def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, seed: int,
+             say: Callable[[str], None]) -> None:
     import shutil
 
+    if run_dir.exists():
+        shutil.rmtree(run_dir)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    scenario_file = run_dir.parent / f"{s.slug}.yaml"
+    scenario_file.write_text(yaml.safe_dump(data, sort_keys=False))
+    say(f"{exp.name} [{s.label}, seed {seed}]: edgebed up {_rel(scenario_file)}")
+    t0 = time.time()
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario_file), "--out", str(run_dir), "-q"],
+                       cwd=REPO, capture_output=True, text=True)
+    if r.returncode != 0 or not (run_dir / "summary.json").exists():
+        raise RuntimeError(f"{exp.name} [{s.label}, seed {seed}]: edgebed up failed ({r.returncode}): "
+                           f"{(r.stderr or r.stdout)[-1500:]}")
+    seconds = time.time() - t0
+    (run_dir / "reproduce.json").write_text(json.dumps({"experiment": exp.name, "series": s.label, "scale": scale,
+                                                        "seed": seed, "digest": _digest(data), "seconds": seconds}))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    say(f"{exp.name} [{s.label}, seed {seed}]: {summary.get('status')} ({summary.get('reason')}) in {seconds:.0f} s, "
+        f"best accuracy {summary.get('best_accuracy')}")
+
+
+def run_series(exp: Experiment, scale: str, runs_dir: Path, *, seeds: Optional[list[int]] = None, reuse: bool = True,
+               say: Callable[[str], None] = print, runtime: Optional[str] = None) -> dict[int, list[tuple[Series, Path]]]:
+    """Run each series at each seed that has no finished records of the same scenario under
+    runs_dir/NAME/SCALE/seed-S/<series>; every scenario is validated before the first runs."""
+    seeds = seeds if seeds is not None else seeds_for(exp, scale, DEFAULT_SEEDS)
     todo = series_scenarios(exp, scale)
-    out = []
-    for s, data in todo:
-        if runtime:
-            data["runtime"] = runtime
-        run_dir = (runs_dir / exp.name / scale / s.slug).resolve()
-        digest = _digest(data)
-        out.append((s, run_dir))
-        if reuse and _finished(run_dir, digest):
-            say(f"{exp.name} [{s.label}]: records of this scenario exist ({run_dir}), not run again")
-            continue
-        if run_dir.exists():
-            shutil.rmtree(run_dir)
-        run_dir.parent.mkdir(parents=True, exist_ok=True)
-        scenario_file = run_dir.parent / f"{s.slug}.yaml"
-        scenario_file.write_text(yaml.safe_dump(data, sort_keys=False))
-        say(f"{exp.name} [{s.label}]: edgebed up {scenario_file.relative_to(REPO) if scenario_file.is_relative_to(REPO) else scenario_file}")
-        t0 = time.time()
-        r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario_file), "--out", str(run_dir), "-q"],
-                           cwd=REPO, capture_output=True, text=True)
-        if r.returncode != 0 or not (run_dir / "summary.json").exists():
-            raise RuntimeError(f"{exp.name} [{s.label}]: edgebed up failed ({r.returncode}): "
-                               f"{(r.stderr or r.stdout)[-1500:]}")
-        (run_dir / "reproduce.json").write_text(json.dumps({"experiment": exp.name, "series": s.label, "scale": scale,
-                                                            "digest": digest}))
-        summary = json.loads((run_dir / "summary.json").read_text())
-        say(f"{exp.name} [{s.label}]: {summary.get('status')} ({summary.get('reason')}) in {time.time() - t0:.0f} s, "
-            f"best accuracy {summary.get('best_accuracy')}")
+    out: dict[int, list[tuple[Series, Path]]] = {}
+    for seed in seeds:
+        for s, base in todo:
+            data = {**copy.deepcopy(base), "seed": seed}
+            if runtime:
+                data["runtime"] = runtime
+            run_dir = (runs_dir / exp.name / scale / f"seed-{seed}" / s.slug).resolve()
+            out.setdefault(seed, []).append((s, run_dir))
+            if reuse and _finished(run_dir, _digest(data)):
+                say(f"{exp.name} [{s.label}, seed {seed}]: records of this scenario exist ({_rel(run_dir)}), "
+                    f"not run again")
+                continue
+            _run_one(exp, s, data, run_dir, scale, seed, say)
     return out
 
 
-def analyze(exp: Experiment, runs: list[tuple[Series, Path]], out_dir: Path, scale: str,
-            say: Callable[[str], None] = print) -> dict:
-    """The experiment's figure/table from records only; writes out_dir/<name>.{png,csv,json}."""
-    from ..records import load_run
+def _rel(path: Path) -> str:
+    """A path as the repository names it (absolute only when it lies outside)."""
+    path = Path(path).resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
 
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              timeout=10).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return (head or "unknown") + ("+changes" if dirty else "")
+
+
+def _run_seconds(runs: dict[int, list[tuple[Series, Path]]]) -> float:
+    total = 0.0
+    for pairs in runs.values():
+        for _, d in pairs:
+            try:
+                total += float(json.loads((Path(d) / "reproduce.json").read_text()).get("seconds") or 0)
+            except (OSError, ValueError):
+                pass
+    return total
+
+
+def judge_seeds(exp: Experiment, results: list[dict], scale: str):
+    """The experiment's verdict over its seeds' headlines, and each criterion's judgement."""
+    judgements = [judge(c, [exp.metrics(r, scale).get(c.key) for r in results]) for c in exp.criteria]
+    return (combine([j.verdict for j in judgements]) if judgements else NOT_JUDGED), judgements
+
+
+RunsBySeed = Union[dict, list]  # {seed: [(series, run dir)]}, or one seed's list
+
+
+def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
+            say: Callable[[str], None] = print) -> dict:
+    """The experiment over its seeds, from records only: each seed's analysis (beside its runs),
+    then out_dir/<name>.png (mean and min-max band), .csv, -table.csv (mean and range) and .json
+    (every seed's numbers and the verdict)."""
+    from ..records import load_run
+    from .seeds import aggregate_rows, band_figure, band_table_lines
+
+    by_seed = runs if isinstance(runs, dict) else {None: runs}
     out_dir.mkdir(parents=True, exist_ok=True)
-    pairs = [(s, load_run(d)) for s, d in runs]
-    result = exp.analyze(pairs, out_dir / exp.name, scale)
-    meta = pairs[0][1].meta if pairs else {}
+    per_seed, meta = {}, {}
+    for seed, pairs in by_seed.items():
+        loaded = [(s, load_run(d)) for s, d in pairs]
+        meta = meta or (loaded[0][1].meta if loaded else {})
+        seed_out = (Path(pairs[0][1]).parent / "analysis") if pairs else out_dir
+        seed_out.mkdir(parents=True, exist_ok=True)
+        per_seed[seed] = {"result": exp.analyze(loaded, seed_out / exp.name, scale), "curves": seed_out / exp.name}
+    verdict, judgements = judge_seeds(exp, [v["result"] for v in per_seed.values()], scale)
+    table = aggregate_rows([v["result"] for v in per_seed.values()])
+    band_figure(exp, per_seed, judgements, out_dir / exp.name, scale)
+    table.to_csv(out_dir / f"{exp.name}-table.csv", index=False)
+    lines = band_table_lines(table, len(per_seed)) + [
+        f"{c.rule()}\n  -> {j.verdict}: per seed {', '.join(_fmt(v) for v in j.values)}; mean {_fmt(j.mean)} "
+        f"[{_fmt(j.low)}, {_fmt(j.high)}] ({j.why})" for c, j in zip(exp.criteria, judgements)
+    ] + [f"verdict: {verdict}"]
     report = {
         "experiment": exp.name, "paper": exp.paper, "title": exp.title, "claim": exp.claim, "expect": exp.expect,
-        "scale": scale, "date": time.strftime("%Y-%m-%d"),
+        "scale": scale, "date": time.strftime("%Y-%m-%d"), "commit": _commit(),
         "machine": f"{platform.machine()}, {meta.get('host', {}).get('cpus', '?')} CPUs, runtime {meta.get('runtime')}",
-        "command": f"make {exp.name} SCALE={scale}",
-        "runs": {s.label: str(d) for s, d in runs},
-        **result,
+        "command": f"make {exp.name} SCALE={scale} SEEDS={len(per_seed)}",
+        "seeds": [k for k in per_seed], "minutes": round(_run_seconds(by_seed) / 60, 1),
+        "criteria": [{"rule": c.rule(), **j.as_dict()} for c, j in zip(exp.criteria, judgements)],
+        "verdict": verdict, "holds": verdict == "holds",
+        "runs": {str(seed): {s.label: _rel(d) for s, d in pairs} for seed, pairs in by_seed.items()},
+        "per_seed": {str(seed): {k: v for k, v in r["result"].items() if k != "lines"} for seed, r in per_seed.items()},
+        "lines": lines,
     }
     (out_dir / f"{exp.name}.json").write_text(json.dumps(report, indent=1, default=str))
-    say(f"{exp.name}: wrote {out_dir / exp.name}.png/.csv/.json")
-    for line in result.get("lines", []):
+    say(f"{exp.name}: wrote {_rel(out_dir / exp.name)}.png/.csv/.json")
+    for line in lines:
         say(f"  {line}")
     return report
 
 
-def reproduce(name: str, *, scale: str = "ci", out_dir: Path = Path("figures"), runs_dir: Path = Path("runs/reproduce"),
-              reuse: bool = True, runtime: Optional[str] = None, say: Callable[[str], None] = print) -> dict:
+def _fmt(v) -> str:
+    return "-" if v is None else f"{v:.4g}"
+
+
+def reproduce(name: str, *, scale: str = "ci", seeds: int = DEFAULT_SEEDS, out_dir: Path = Path("figures"),
+              runs_dir: Path = Path("runs/reproduce"), reuse: bool = True, runtime: Optional[str] = None,
+              say: Callable[[str], None] = print) -> dict:
     exp = get_experiment(name)
-    runs = run_series(exp, scale, Path(runs_dir), reuse=reuse, say=say, runtime=runtime)
+    runs = run_series(exp, scale, Path(runs_dir), seeds=seeds_for(exp, scale, seeds), reuse=reuse, say=say,
+                      runtime=runtime)
     return analyze(exp, runs, Path(out_dir) / scale if scale != "ci" else Path(out_dir), scale, say=say)
 
 
-def runs_of(name: str, root: Path, scale: str = "ci") -> list[tuple[Series, Path]]:
-    """The series' run directories under an experiment's folder (for `edgebed plot --figure`)."""
+def runs_of(name: str, root: Path, scale: str = "ci") -> dict[int, list[tuple[Series, Path]]]:
+    """The series' run directories per seed under an experiment's folder (for `edgebed plot
+    --figure`): NAME/SCALE/seed-S/<series>."""
     exp = get_experiment(name)
     base = Path(root)
     if (base / exp.name / scale).is_dir():
         base = base / exp.name / scale
-    return [(s, base / s.slug) for s in exp.series_at(scale) if (base / s.slug).is_dir()]
+    out = {}
+    for seed_dir in sorted(base.glob("seed-*"), key=lambda p: int(p.name[5:]) if p.name[5:].isdigit() else -1):
+        if seed_dir.name[5:].isdigit():
+            pairs = [(s, seed_dir / s.slug) for s in exp.series_at(scale) if (seed_dir / s.slug).is_dir()]
+            if pairs:
+                out[int(seed_dir.name[5:])] = pairs
+    return out

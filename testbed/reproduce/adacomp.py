@@ -1,4 +1,5 @@
-"""AdaComp (Hardy, Le Merrer, Sericola, NCA 2017: "Distributed deep learning on edge-devices"): Fig. 3."""
+"""AdaComp (Hardy, Le Merrer, Sericola, NCA 2017: "Distributed deep learning on edge-devices:
+feasibility via adaptive compression"): Fig. 3 and Table II."""
 
 from __future__ import annotations
 
@@ -6,8 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Experiment, Series, register
+from . import Experiment, Panel, Series, register
 from .common import accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, first_reaching, fmt, ratio
+from .verdict import Criterion
 
 FIG3_TARGET = {"ci": 0.90, "paper": 0.97}  # the fixed accuracy the ingress is compared at (paper: 97%)
 
@@ -43,8 +45,8 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
         reach = curve[curve.accuracy >= target]
         table.append({
             "series": s.label,
-            # The paper's final accuracy (Sec. V-A): "the mean of the maximal accuracy reached by each
-            # run", of the moving-average curves it plots. One run here: the moving average's maximum.
+            # The paper's final accuracy (Sec. V-C): "the mean of the maximal accuracy reached by each
+            # run", of the moving-average curves it plots. Per seed: the moving average's maximum.
             "final_accuracy": float(curve.accuracy.rolling(3).mean().max()) if len(curve) >= 3 else None,
             "end_of_run_accuracy": final_accuracy(curve),  # the last 3 evaluations' mean, beside it
             "best_accuracy": float(curve.accuracy.max()) if len(curve) else None,
@@ -75,20 +77,32 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
     payload_ratio = ratio(asgd and asgd["payload_MB_to_target"], best and best["payload_MB_to_target"])
     gap = None if not (asgd and best) or None in (asgd["final_accuracy"], best["final_accuracy"]) else \
         asgd["final_accuracy"] - best["final_accuracy"]
-    holds = traffic_ratio is not None and traffic_ratio >= 20 and gap is not None and gap <= 0.01
     lines = [f"target accuracy {target}; final = the maximum of the 3-evaluation moving average (the paper's "
-             f"Sec. V-A), end of run = the mean of the last 3 evaluations"] + [
+             f"Sec. V-C), end of run = the mean of the last 3 evaluations"] + [
         f"{r['series']:16s} final {fmt(r['final_accuracy'])} (end of run {fmt(r['end_of_run_accuracy'])}, "
         f"best single {fmt(r['best_accuracy'])})  "
         f"to {target}: {fmt(r['updates_to_target'], 'd')} updates, {fmt(r['ps_ingress_MB_to_target'], '.1f')} MB; "
         f"total {fmt(r['ps_ingress_MB_total'], '.1f')} MB over {r['updates']} updates" for r in table]
     lines.append(f"ASGD / AdaComp c=0.01 PS ingress to {target}: {fmt(traffic_ratio, '.1f')}x; final accuracy "
-                 f"gap {fmt(gap, '+.3f')}: {'holds' if holds else 'does NOT hold'} (needs >= 20x, gap <= 0.01)")
+                 f"gap {fmt(gap, '+.3f')}")
     lines.append(f"the same in update payload (server.csv, no TCP/IP headers or the ACKs of the dense pulls): "
                  f"{fmt(payload_ratio, '.1f')}x")
     return {"target_accuracy": target, "series": table, "ingress_ratio_asgd_over_adacomp_0.01": traffic_ratio,
             "payload_ratio_asgd_over_adacomp_0.01": payload_ratio,
-            "final_accuracy_gap": gap, "holds": holds, "lines": lines}
+            "final_accuracy_gap": gap, "lines": lines}
+
+
+FIG3_CRITERIA = (
+    Criterion("ingress_ratio", "PS ingress to the target accuracy, ASGD / AdaComp c=0.01", "higher",
+              neutral=1.0, bar=20.0, tie=0.1),
+    Criterion("final_accuracy_gap", "final accuracy, ASGD minus AdaComp c=0.01 (at most 1 point)", "lower",
+              neutral=0.01, bar=0.01),
+)
+
+
+def _fig3_metrics(result: dict, scale: str) -> dict:
+    return {"ingress_ratio": result.get("ingress_ratio_asgd_over_adacomp_0.01"),
+            "final_accuracy_gap": result.get("final_accuracy_gap")}
 
 
 register(Experiment(
@@ -97,6 +111,10 @@ register(Experiment(
           "accuracy AdaComp c=0.01 used 1.33 GB of PS ingress, 191x less than ASGD (200 workers, MNIST, b=10)",
     expect="AdaComp reaches the fixed accuracy with >= 20x less PS ingress than ASGD, at most 1 point lower accuracy",
     scenario="scenarios/adacomp/fig3.{scale}.yaml",
+    criteria=FIG3_CRITERIA, metrics=_fig3_metrics,
+    panels=(Panel(x="updates", xlabel="updates at the PS", title="accuracy vs updates"),
+            Panel(x="ps_ingress_bytes", x_factor=1e-6, xlabel="PS ingress (MB, log)", xscale="log",
+                  title="accuracy vs PS ingress")),
     series=[Series("ASGD", {"algorithm": {"name": "asgd"}}),
             Series("Comp-ASGD c=0.1", {"algorithm": {"name": "comp_asgd", "params": {"c": 0.1}}}),
             Series("Comp-ASGD c=0.01", {"algorithm": {"name": "comp_asgd", "params": {"c": 0.01}}}),
@@ -154,12 +172,25 @@ def _table2(pairs, out: Path, scale: str) -> dict:
     losses = {f: None if by.get(f"{f} data, no crash") is None or by.get(f"{f} data, crashes") is None
               else by[f"{f} data, no crash"] - by[f"{f} data, crashes"] for f in ("100%", "20%")}
     crashed = {r["series"]: r["crashed workers"] for r in rows if "crashes" in r["series"]}
-    holds = all(v is not None and v <= 0.01 for v in losses.values()) and all(v > 0 for v in crashed.values())
     lines = [f"{r['series']:38s} max accuracy {fmt(r['max accuracy'])}  crashed {r['crashed workers']}/{r['workers']}"
              for r in rows] + ["accuracy lost to crashes: " + ", ".join(f"{k} data {fmt(v, '+.4f')}" for k, v in
-                                                                         losses.items())
-                               + f" -> {'holds' if holds else 'does NOT hold'} (at most 1 point, some workers crashed)"]
-    return {"series": rows, "accuracy_lost_to_crashes": losses, "holds": holds, "lines": lines}
+                                                                         losses.items())]
+    return {"series": rows, "accuracy_lost_to_crashes": losses, "crashed_workers": crashed, "lines": lines}
+
+
+TABLE2_CRITERIA = (
+    Criterion("lost_100", "accuracy lost to crashes, full training set (at most 1 point)", "lower",
+              neutral=0.01, bar=0.01),
+    Criterion("lost_20", "accuracy lost to crashes, 20% of it (at most 1 point)", "lower", neutral=0.01, bar=0.01),
+    Criterion("fewest_crashed", "workers crashed in the crash run with the fewest (crashes happened)", "higher",
+              neutral=0.0, bar=1.0),
+)
+
+
+def _table2_metrics(result: dict, scale: str) -> dict:
+    lost, crashed = result.get("accuracy_lost_to_crashes", {}), result.get("crashed_workers", {})
+    return {"lost_100": lost.get("100%"), "lost_20": lost.get("20%"),
+            "fewest_crashed": min(crashed.values()) if crashed else None}
 
 
 register(Experiment(
@@ -167,4 +198,6 @@ register(Experiment(
     claim="MLP, c=0.01, 200 workers, p=0.004: crashes cost 0.27% accuracy with the full training set (97.17%) and "
           "0.23% with 20% of it; 100 workers on 10% without crashes: 94.35% vs 95.24% with crashes on 20%",
     expect="crashes cost at most about a point of accuracy at each data fraction",
-    scenario="scenarios/adacomp/table2.{scale}.yaml", series=_table2_series, analyze=_table2))
+    scenario="scenarios/adacomp/table2.{scale}.yaml", series=_table2_series, analyze=_table2,
+    criteria=TABLE2_CRITERIA, metrics=_table2_metrics,
+    panels=(Panel(x="updates", xlabel="updates at the PS", ylabel="accuracy (moving average of 3)"),)))

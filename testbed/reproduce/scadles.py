@@ -8,12 +8,26 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Experiment, Series, register
-from .common import accuracy_curve, final_accuracy, first_reaching, table_markdown
+from . import Experiment, Panel, Series, register
+from .common import accuracy_curve, final_accuracy, first_reaching, fmt, table_markdown
+from .verdict import EXCLUDED, Criterion
 
 SETS = ("S1", "S2", "S1'", "S2'")
-TARGET = {"ci": 0.9, "paper": 0.9}
+# The accuracy every run of Table VI and Table IV is timed to, fixed before the runs (not a share
+# of DDL's best: that means little where DDL barely trains). At ci scale runs stop at 0.9 or after
+# RUN_SECONDS, whichever comes first; a DDL run that never reached the target claims no speed-up.
+TARGET = {"ci": 0.8, "paper": 0.9}
+RUN_SECONDS = {"ci": 150, "paper": 7200}
 DDL = {"algorithm": {"name": "bsp"}, "streaming": {"batch": "fixed", "buffer": "persistence"}}
+
+
+def _stop(scale: str) -> dict:
+    return {"stop": {"target_accuracy": 0.9 if scale == "ci" else None, "seconds": RUN_SECONDS[scale]}}
+
+
+def _rates(rec) -> dict:
+    """Each device's drawn stream rate (samples/s), as the run's meta.json recorded it."""
+    return {k: round(float(v), 2) for k, v in (rec.meta.get("streaming", {}).get("rates") or {}).items()}
 
 
 def _buffer(rec) -> pd.DataFrame:
@@ -58,10 +72,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     plt, fig, axes = _panels(len(SETS))
     rows, curves = [], []
     for ax, rate_set in zip(axes, SETS):
-        # time to DDL's accuracy (the paper's convergence): the target, or 95% of DDL's best below it
-        ddl = by.get(f"DDL {rate_set}")
-        ddl_best = float(accuracy_curve(ddl).accuracy.max()) if ddl is not None and len(ddl.evals) else target
-        set_target = target if ddl_best >= target else round(0.95 * ddl_best, 2)
+        set_target = target
         entry: dict = {"set": rate_set, "target": set_target}
         for who in ("ScaDLES", "DDL"):
             rec = by.get(f"{who} {rate_set}")
@@ -76,8 +87,11 @@ def _table6(pairs, out: Path, scale: str) -> dict:
             entry[f"{who} buffer GB"] = (_buffered_at(_buffer(rec), t_end, "buffered_bytes") or 0) / 1e9
             entry[f"{who} mean batch"] = float(pd.to_numeric(rec.steps.batch_size, errors="coerce").mean()) \
                 if len(rec.steps) else None
+            entry[f"{who} run seconds"] = float(c.time.max()) if len(c) else None
+            entry["rates"] = _rates(rec)
         sc, dd = entry.get("ScaDLES seconds"), entry.get("DDL seconds")
         entry["speedup"] = None if sc is None or dd is None else dd / sc
+        entry["DDL reached"] = dd is not None
         entry["accuracy drop"] = None if entry.get("ScaDLES best") is None or entry.get("DDL best") is None else \
             entry["ScaDLES best"] - entry["DDL best"]
         entry["buffer reduction GB"] = (entry.get("DDL buffer GB") or 0) - (entry.get("ScaDLES buffer GB") or 0)
@@ -96,27 +110,43 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     table = pd.DataFrame([{k: r.get(k) for k in ("set", "target", "accuracy drop", "buffer reduction GB", "speedup",
                                                    "ScaDLES mean batch", "DDL mean batch")} for r in rows])
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
-    speedups = [r["speedup"] for r in rows]
-    holds = all(s is not None and s > 1 for s in speedups) and \
-        all(r["accuracy drop"] is not None and r["accuracy drop"] >= -0.01 for r in rows)
     lines = table_markdown(table).splitlines() + [
-        f"ScaDLES faster to DDL's accuracy (the target, or 95% of DDL's best) on every set, at most 1 point less "
-        f"accuracy: {'holds' if holds else 'does NOT hold'}"]
-    return {"target_accuracy": target, "sets": rows, "holds": holds, "lines": lines}
+        f"{r['set']}: DDL did not reach {r['target']} in {r.get('DDL run seconds') or 0:.0f} s: no speed-up claimed"
+        for r in rows if not r["DDL reached"]] + [
+        f"{r['set']} rates (samples/s): {', '.join(f'{k} {v:g}' for k, v in r['rates'].items())}" for r in rows]
+    return {"target_accuracy": target, "sets": rows, "lines": lines}
+
+
+# Per set: ScaDLES at least as fast as the paper's smallest speed-up (1.15x) to the target, within
+# 5% a tie; its best accuracy at most 1 point below DDL's (the paper: -0.06 to -0.32 points).
+TABLE6_CRITERIA = tuple(c for rs in SETS for c in (
+    Criterion(f"speedup {rs}", f"{rs}: DDL's time to the target / ScaDLES's", "higher", 1.0, 1.15, 0.05),
+    Criterion(f"accuracy {rs}", f"{rs}: ScaDLES's best accuracy minus DDL's (at most 1 point below)", "higher",
+              -0.01, -0.01)))
+
+
+def _table6_metrics(result: dict, scale: str) -> dict:
+    out = {}
+    for r in result.get("sets", []):
+        out[f"speedup {r['set']}"] = r.get("speedup") if r.get("DDL reached") else EXCLUDED
+        out[f"accuracy {r['set']}"] = r.get("accuracy drop")
+    return out
 
 
 T4_SERIES = ("DDL persistence", "DDL truncation", "ScaDLES persistence")
 
 
 def _table4(pairs, out: Path, scale: str) -> dict:
-    """Table IV: truncation vs persistence under the same (conventional, b = 64 BSP) training, whose
-    buffers grow at ci scale: BSP waits on the slowest stream while the fast ones pile up. Fig. 7's
-    comparison rides along: ScaDLES (batch = rate) under persistence holds less than DDL."""
+    """Table IV: truncation vs persistence under the same (conventional, b = 64 BSP) training, each
+    run's buffer read when it first reaches the target accuracy (the paper's method; a run that
+    never did is read at its end and marked). BSP waits on the slowest stream while the fast ones
+    pile up. Fig. 7's comparison rides along: ScaDLES (batch = rate) under persistence against DDL."""
+    target = TARGET[scale]
     by = {s.label: rec for s, rec in pairs}
     plt, fig, axes = _panels(len(SETS))
     rows, curves = [], []
     for ax, rate_set in zip(axes, SETS):
-        entry: dict = {"set": rate_set}
+        entry: dict = {"set": rate_set, "target": target}
         for who in T4_SERIES:
             rec = by.get(f"{rate_set} {who}")
             if rec is None:
@@ -126,7 +156,11 @@ def _table4(pairs, out: Path, scale: str) -> dict:
             buf = buf.join(steps, on="time").ffill()
             curves.append(buf.assign(series=f"{rate_set} {who}"))
             ax.plot(buf.time, buf.buffered.clip(lower=1), label=who)
-            entry[who] = _buffered_at(buf, None)
+            reached = first_reaching(accuracy_curve(rec), target)
+            entry[who] = _buffered_at(buf, reached)
+            entry[f"{who} at s"] = reached if reached is not None else (float(buf.time.max()) if len(buf) else None)
+            entry[f"{who} reached"] = reached is not None
+            entry["rates"] = _rates(rec)
         p, t, s = entry.get("DDL persistence"), entry.get("DDL truncation"), entry.get("ScaDLES persistence")
         entry["reduction"] = None if not p or not t else p / t
         entry["DDL / ScaDLES (persistence)"] = None if not p or not s else p / s
@@ -142,17 +176,33 @@ def _table4(pairs, out: Path, scale: str) -> dict:
     fig.savefig(out.with_suffix(".png"), dpi=120)
     plt.close(fig)
     pd.concat(curves).to_csv(out.with_suffix(".csv"), index=False)
-    table = pd.DataFrame(rows).rename(columns={w: f"{w} (samples)" for w in T4_SERIES})
+    table = pd.DataFrame([{k: v for k, v in r.items() if k != "rates"} for r in rows]) \
+        .rename(columns={w: f"{w} (samples)" for w in T4_SERIES})
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
-    holds = all(r["reduction"] is not None and r["reduction"] > 10 for r in rows)
-    fig7 = [r["DDL / ScaDLES (persistence)"] for r in rows]
-    fig7_holds = all(x is not None and x > 1 for x in fig7)
     lines = table_markdown(table).splitlines() + [
-        f"truncation keeps the buffer over 10x smaller than persistence on every set: "
-        f"{'holds' if holds else 'does NOT hold'}",
-        f"(Fig. 7) ScaDLES under persistence holds less than DDL on every set: "
-        f"{'holds' if fig7_holds else 'does NOT hold'}"]
-    return {"sets": rows, "holds": holds, "fig7_holds": fig7_holds, "lines": lines}
+        f"{r['set']} {w}: did not reach {target}; its buffer is read at the end ({r.get(f'{w} at s') or 0:.0f} s)"
+        for r in rows for w in T4_SERIES if r.get(f"{w} reached") is False]
+    return {"target_accuracy": target, "sets": rows, "lines": lines}
+
+
+# Per set: truncation holds at least 10x less than persistence when each reaches the target (the
+# paper: 848-9,429x over hours), within 10% a tie; Fig. 7: ScaDLES under persistence holds at least
+# 2x less than DDL (the paper: 2-641x). A comparison where either run never reached the target is
+# left out (buffers read at different points of training).
+TABLE4_CRITERIA = tuple(c for rs in SETS for c in (
+    Criterion(f"truncation {rs}", f"{rs}: DDL's buffer at the target, persistence / truncation", "higher",
+              1.0, 10.0, 0.1),
+    Criterion(f"fig7 {rs}", f"{rs}: buffer at the target under persistence, DDL / ScaDLES", "higher", 1.0, 2.0, 0.1)))
+
+
+def _table4_metrics(result: dict, scale: str) -> dict:
+    out = {}
+    for r in result.get("sets", []):
+        both = lambda a, b: r.get(f"{a} reached") and r.get(f"{b} reached")  # noqa: E731
+        out[f"truncation {r['set']}"] = r.get("reduction") if both("DDL persistence", "DDL truncation") else EXCLUDED
+        out[f"fig7 {r['set']}"] = r.get("DDL / ScaDLES (persistence)") \
+            if both("DDL persistence", "ScaDLES persistence") else EXCLUDED
+    return out
 
 
 def _table5(pairs, out: Path, scale: str) -> dict:
@@ -187,12 +237,50 @@ def _table5(pairs, out: Path, scale: str) -> dict:
     by_cr: dict[str, list] = {}
     for r in rows:
         by_cr.setdefault(r["series"].split()[0], []).append(r["CNC ratio"])
-    # the paper's effect: a larger delta lets more steps go compressed (CNC grows with delta)
-    monotone = all(all(a is not None and b is not None and b >= a - 0.05 for a, b in zip(v, v[1:]))
-                   for v in by_cr.values())
+    by = {r["series"]: r for r in rows}
+    per_cr = {}
+    for cr in ("0.1", "0.01"):
+        lo, hi = by.get(f"CR={cr} delta=0.1", {}), by.get(f"CR={cr} delta=0.4", {})
+        rise = None if lo.get("CNC ratio") is None or hi.get("CNC ratio") is None else hi["CNC ratio"] - lo["CNC ratio"]
+        fall = None if not lo.get("MB sent by devices") or not hi.get("MB sent by devices") else \
+            lo["MB sent by devices"] / hi["MB sent by devices"]
+        per_cr[cr] = {"cnc_rise": rise, "volume_ratio": fall}
     lines = table_markdown(table).splitlines() + [
-        f"CNC ratio grows with delta at each CR: {'holds' if monotone else 'does NOT hold'}"]
-    return {"series": rows, "holds": monotone, "lines": lines}
+        f"CR={cr}: CNC ratio from delta 0.1 to 0.4 {fmt(v['cnc_rise'], '+.3f')}; volume sent at delta 0.1 / at 0.4: "
+        f"{fmt(v['volume_ratio'], '.2f')}x" for cr, v in per_cr.items()]
+    return {"series": rows, "per_cr": per_cr, "lines": lines}
+
+
+# The paper's effect at each CR: going from delta 0.1 to 0.4, the CNC ratio rises (by at least 0.1;
+# within 0.02 a tie) and the volume the devices send falls (by at least 10%; within 2% a tie).
+TABLE5_CRITERIA = tuple(c for cr in ("0.1", "0.01") for c in (
+    Criterion(f"cnc rise CR={cr}", f"CR={cr}: CNC ratio at delta 0.4 minus at 0.1", "higher", 0.0, 0.1, 0.02),
+    Criterion(f"volume fall CR={cr}", f"CR={cr}: volume sent at delta 0.1 / at 0.4", "higher", 1.0, 1.1, 0.02)))
+
+
+def _table5_metrics(result: dict, scale: str) -> dict:
+    out = {}
+    for cr, v in result.get("per_cr", {}).items():
+        out[f"cnc rise CR={cr}"], out[f"volume fall CR={cr}"] = v["cnc_rise"], v["volume_ratio"]
+    return out
+
+
+def _table6_series(scale: str) -> list[Series]:
+    return [s for rate_set in SETS for s in (
+        Series(f"ScaDLES {rate_set}", {"streaming": {"rates": rate_set}, **_stop(scale)}),
+        Series(f"DDL {rate_set}", {**DDL, "streaming": {**DDL["streaming"], "rates": rate_set}, **_stop(scale)}))]
+
+
+def _table4_series(scale: str) -> list[Series]:
+    return [Series(f"{rate_set} {who}",
+                   {**(DDL if who.startswith("DDL") else {}),
+                    "streaming": {**(DDL["streaming"] if who.startswith("DDL") else {}),
+                                  "rates": rate_set, "buffer": who.split()[1]}, **_stop(scale)})
+            for rate_set in SETS for who in T4_SERIES]
+
+
+def _set_panels(y: str = "accuracy", ylabel: str = "accuracy", yscale: str = "linear") -> tuple:
+    return tuple(Panel(y=y, ylabel=ylabel, yscale=yscale, only=rs, title=f"rates {rs}") for rs in SETS)
 
 
 register(Experiment(
@@ -200,25 +288,17 @@ register(Experiment(
     claim="ResNet152: accuracy drop -0.06% to -0.32%, buffer reduction 0.6-5.9 GB, speed-up 1.15x-3.29x over "
           "conventional DDL (b=64, persistence) across S1, S2, S1', S2' (16 devices)",
     expect="ScaDLES reaches the target accuracy faster than DDL on each set with a small accuracy drop",
-    scenario="scenarios/scadles/streams.{scale}.yaml",
-    series=[s for rate_set in SETS for s in (
-        Series(f"ScaDLES {rate_set}", {"streaming": {"rates": rate_set}}),
-        Series(f"DDL {rate_set}", {**DDL, "streaming": {**DDL["streaming"], "rates": rate_set}}))],
-    analyze=_table6))
+    scenario="scenarios/scadles/streams.{scale}.yaml", series=_table6_series, analyze=_table6,
+    criteria=TABLE6_CRITERIA, metrics=_table6_metrics, panels=_set_panels()))
 
 register(Experiment(
     name="table-scadles-4", paper="scadles", title="buffer growth, persistence vs truncation (Fig. 7, Table IV)",
     claim="truncation cuts the buffer 848x-9,429x relative to persistence (ResNet152/VGG19, S1, S2, S1', S2'); "
           "under persistence ScaDLES holds 2x-641x less than DDL (Fig. 7)",
     expect="truncation's buffer is over 10x below persistence's on every set, and ScaDLES's below DDL's",
-    scenario="scenarios/scadles/streams.{scale}.yaml",
-    series=[Series(f"{rate_set} {who}",
-                   {**(DDL if who.startswith("DDL") else {}),
-                    "streaming": {**(DDL["streaming"] if who.startswith("DDL") else {}),
-                                  "rates": rate_set, "buffer": who.split()[1]},
-                    "stop": {"target_accuracy": None, "seconds": 60}})
-            for rate_set in SETS for who in T4_SERIES],
-    analyze=_table4))
+    scenario="scenarios/scadles/streams.{scale}.yaml", series=_table4_series, analyze=_table4,
+    criteria=TABLE4_CRITERIA, metrics=_table4_metrics,
+    panels=_set_panels("buffered", "samples buffered (all devices, log)", "log")))
 
 register(Experiment(
     name="table-scadles-5", paper="scadles", title="adaptive compression: CNC ratio, accuracy, volume per (CR, delta)",
@@ -230,5 +310,4 @@ register(Experiment(
                                           "streaming": {"rates": "S1'"},
                                           "stop": {"target_accuracy": None, "seconds": 50}})
             for cr in (0.1, 0.01) for d in (0.1, 0.2, 0.3, 0.4)],
-    analyze=_table5))
-
+    analyze=_table5, criteria=TABLE5_CRITERIA, metrics=_table5_metrics))

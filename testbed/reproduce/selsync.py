@@ -9,6 +9,7 @@ import pandas as pd
 
 from . import Experiment, Series, register
 from .common import accuracy_curve, table_markdown, time_to_accuracy_figure
+from .verdict import EXCLUDED, Criterion
 
 TARGET = {"ci": 0.9, "paper": 0.9}
 
@@ -44,12 +45,32 @@ def _table1(pairs, out: Path, scale: str) -> dict:
                      "seconds": e[key], "speedup": None if e[key] is None or bsp[key] is None else bsp[key] / e[key]})
     table = pd.DataFrame(rows)
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
-    sel = [r for r in rows if r["method"].startswith("SelSync")]
     res["table"] = rows
-    res["holds"] = all(r["speedup"] is not None and r["speedup"] > 1 for r in sel)
-    res["lines"] = table_markdown(table).splitlines() + [
-        f"SelSync faster than BSP to {target} at every delta: {'holds' if res['holds'] else 'does NOT hold'}"]
+    res["target_accuracy"] = target
+    res["bsp_reached"] = bsp[key] is not None
+    res["lines"] = table_markdown(table).splitlines()
     return res
+
+
+# the paper's smallest speed-up over BSP is 1.67x (Table I); within 5% of BSP's time is a tie.
+# "Reaches BSP's accuracy": its best at most 1 point below BSP's.
+TABLE1_CRITERIA = tuple(
+    c for d in ("0.3", "0.5") for c in (
+        Criterion(f"speedup_delta_{d}", f"SelSync delta={d}: BSP's time to its accuracy / SelSync's", "higher",
+                  1.0, 1.67, 0.05),
+        Criterion(f"accuracy_delta_{d}", f"SelSync delta={d}: best accuracy minus BSP's (at most 1 point below)",
+                  "higher", -0.01, -0.01)))
+
+
+def _table1_metrics(result: dict, scale: str) -> dict:
+    by = {r["method"]: r for r in result.get("table", [])}
+    out = {}
+    for d in ("0.3", "0.5"):
+        row = by.get(f"SelSync delta={d}", {})
+        # BSP never reached the target: no speed-up is claimed for this seed
+        out[f"speedup_delta_{d}"] = row.get("speedup") if result.get("bsp_reached", True) else EXCLUDED
+        out[f"accuracy_delta_{d}"] = row.get("diff vs BSP")
+    return out
 
 
 register(Experiment(
@@ -62,7 +83,11 @@ register(Experiment(
             # FedAvg (C=1, E): average every E epochs of a worker's shard (1,000 samples / 32 = 31 steps)
             Series("FedAvg C=1 E=0.25", {"algorithm": {"name": "local_sgd", "params": {"period": 8}}}),
             Series("FedAvg C=1 E=0.125", {"algorithm": {"name": "local_sgd", "params": {"period": 4}}}),
+            # C = 0.5: half the workers, drawn anew each round, take part (the paper's other FedAvg setting)
+            Series("FedAvg C=0.5 E=0.25", {"algorithm": {"name": "local_sgd", "params": {"period": 8, "fraction": 0.5}}}),
+            Series("FedAvg C=0.5 E=0.125",
+                   {"algorithm": {"name": "local_sgd", "params": {"period": 4, "fraction": 0.5}}}),
             Series("SSP s=100", {"algorithm": {"name": "ssp", "params": {"staleness": 100}}}),
             Series("SelSync delta=0.3", {}),
             Series("SelSync delta=0.5", {"algorithm": {"params": {"delta": 0.5}}})],
-    analyze=_table1))
+    analyze=_table1, criteria=TABLE1_CRITERIA, metrics=_table1_metrics))
