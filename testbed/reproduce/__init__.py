@@ -31,7 +31,7 @@ import yaml
 from .verdict import NOT_JUDGED, Criterion, combine, judge
 
 REPO = Path(__file__).resolve().parents[2]
-SCALES = ("ci", "paper")
+SCALES = ("ci", "paper", "paper-200")  # paper-200: AdaComp Fig. 3 with the paper's 200 workers on this machine
 DEFAULT_SEEDS = 3  # the published numbers: every series with 3 seeds
 PAPERS = ("adacomp", "adsp", "dlion", "scadles", "selsync")
 

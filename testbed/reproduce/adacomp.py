@@ -11,7 +11,8 @@ from . import Experiment, Panel, Series, register
 from .common import accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, first_reaching, fmt, ratio
 from .verdict import Criterion
 
-FIG3_TARGET = {"ci": 0.90, "paper": 0.97}  # the fixed accuracy the ingress is compared at (paper: 97%)
+# the fixed accuracy the ingress is compared at (paper: 97%; paper-200 runs a fraction of its updates)
+FIG3_TARGET = {"ci": 0.90, "paper": 0.97, "paper-200": 0.95}
 
 
 def _payload_at(rec, versions) -> list:

@@ -1,4 +1,4 @@
-"""AdaComp (Jin et al. 2018, adacomp.txt): compressed pushes, per-parameter staleness at the PS.
+"""AdaComp (Hardy, Le Merrer, Sericola, NCA 2017, adacomp.txt): compressed pushes, per-parameter staleness at the PS.
 
 Worker (Alg. 1, SELECT_GRAD): keep the (100 c)% largest |entries| of *each* matrix and vector
 of the update (per tensor, so every layer keeps learning), sent as indices + values.
@@ -42,7 +42,7 @@ def select_grad(grads: Tensors, c: float) -> dict[str, tuple[torch.Tensor, torch
 class AdaComp(Strategy):
     name = "adacomp"
     summary = "per-tensor top-c pushes; PS lr per parameter = alpha / (updates that touched it since the pull)"
-    paper = "AdaComp (Jin et al. 2018) Alg. 1-2, Eq. 3-5"
+    paper = "AdaComp (Hardy, Le Merrer, Sericola 2017) Alg. 1-2, Eq. 3-5"
     Params = AdaCompParams
 
     def __init__(self, params=None):
