@@ -293,3 +293,30 @@ def test_fig_scadles_5_from_stream_results(tmp_path):
     (tmp_path / "stream-32x100.json").write_text(json.dumps(result(32, 100, 50)))
     main([str(tmp_path), "--out", str(tmp_path / "fig")])
     assert json.loads((tmp_path / "fig" / "fig-scadles-5.json").read_text())["holds"] is False
+
+
+def test_scadles_table6_times_a_fixed_target_and_claims_nothing_where_ddl_never_reached(tmp_path):
+    from testbed.reproduce import analyze, get_experiment
+
+    exp = get_experiment("table-scadles-6")
+    runs = []
+    for s in exp.series_at("ci"):
+        who, rate_set = s.label.split(" ", 1)
+        # ScaDLES reaches 0.8 at 20 s; DDL at 50 s, except on S1, where it never does in 150 s
+        t80 = 20 if who == "ScaDLES" else (None if rate_set == "S1" else 50)
+        evals = [(t, t, 0.85 if t80 is not None and t >= t80 else 0.5) for t in range(0, 151, 10)]
+        d = _fake_run(tmp_path / s.slug, evals)
+        meta = json.loads((d / "meta.json").read_text())
+        meta["streaming"] = {"rates": {"w0": 8.0, "w1": 61.5, "w2": 107.2, "w3": 89.0}}
+        (d / "meta.json").write_text(json.dumps(meta))
+        (d / "steps.csv").write_text("time,node,step,batch_size\n1,w0,1,64\n")
+        runs.append((s, d))
+    report = analyze(exp, {6: runs}, tmp_path / "figures", "ci", say=lambda s: None)
+    sets = {r["set"]: r for r in report["per_seed"]["6"]["sets"]}
+    assert sets["S2"]["target"] == 0.8 and sets["S2"]["speedup"] == pytest.approx(2.5)
+    assert sets["S1"]["DDL reached"] is False and sets["S1"]["speedup"] is None
+    assert sets["S1'"]["rates"] == {"w0": 8.0, "w1": 61.5, "w2": 107.2, "w3": 89.0}
+    assert any("S1: DDL did not reach 0.8" in line for line in report["lines"])
+    by = {c["key"]: c for c in report["criteria"]}
+    assert by["speedup S1"]["verdict"] == "not judged" and by["speedup S2"]["verdict"] == "holds"
+    assert report["verdict"] == "weak"  # one set's speed-up not judged: at best weak

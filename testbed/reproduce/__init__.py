@@ -272,7 +272,8 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     table = aggregate_rows([v["result"] for v in per_seed.values()])
     band_figure(exp, per_seed, judgements, out_dir / exp.name, scale)
     table.to_csv(out_dir / f"{exp.name}-table.csv", index=False)
-    lines = band_table_lines(table, len(per_seed)) + [
+    notes = [f"seed {seed}: {note}" for seed, v in per_seed.items() for note in v["result"].get("notes", [])]
+    lines = band_table_lines(table, len(per_seed)) + notes + [
         f"{c.rule()}\n  -> {j.verdict}: per seed {', '.join(_fmt(v) for v in j.values)}; mean {_fmt(j.mean)} "
         f"[{_fmt(j.low)}, {_fmt(j.high)}] ({j.why})" for c, j in zip(exp.criteria, judgements)
     ] + [f"verdict: {verdict}"]
