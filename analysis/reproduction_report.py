@@ -46,12 +46,30 @@ def _spread(c: dict) -> str:
 
 
 def summary(reports: dict) -> str:
-    """One row per target: verdict, each criterion's mean [min, max] over the seeds, seeds, minutes."""
-    lines = ["| target | verdict | criteria: mean [min, max] over the seeds | seeds | minutes |", "|---|---|---|---|---|"]
+    """One row per target: verdict, each criterion's mean [min, max] over the seeds, seeds, minutes.
+    A report from before seeds and criteria (one run, a pass/fail check) says so."""
+    lines = ["| target | verdict | criteria: mean [min, max] over the seeds | seeds | minutes | date |",
+             "|---|---|---|---|---|---|"]
     for name, r in reports.items():
-        crit = "; ".join(_spread(c) for c in r.get("criteria", [])) or "-"
-        lines.append(f"| `{name}` | {verdict(r)} | {crit} | {len(r.get('seeds') or []) or '-'} | "
-                     f"{r.get('minutes', '-')} |")
+        if "criteria" not in r:
+            lines.append(f"| `{name}` | not rerun: {verdict(r)} by the old check, one run | - | 1 | - | {r['date']} |")
+            continue
+        crit = "; ".join(_spread(c) for c in r["criteria"]) or "-"
+        lines.append(f"| `{name}` | **{verdict(r)}** | {crit} | {len(r.get('seeds') or [])} | "
+                     f"{r.get('minutes', '-')} | {r['date']} |")
+    return "\n".join(lines)
+
+
+def criteria_block() -> str:
+    """Every target's criteria as the code states them (testbed/reproduce/<paper>.py), so the
+    document and the verdicts cannot drift apart."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from testbed.reproduce import all_experiments
+
+    lines = []
+    for exp in all_experiments():
+        lines.append(f"- `{exp.name}`:")
+        lines += [f"  - {c.rule()}" for c in exp.criteria] or ["  - (none)"]
     return "\n".join(lines)
 
 
@@ -66,8 +84,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"## {name}\n\n{section(r)}\n")
         return 0
     text = args.update.read_text()
-    text = re.sub(r"(<!-- summary -->\n)(?:.*?\n)?(<!-- /summary -->)", lambda m: m.group(1) + summary(reports) + "\n"
-                  + m.group(2), text, flags=re.S)
+    for marker, block in (("summary", summary(reports)), ("criteria", criteria_block())):
+        text = re.sub(rf"(<!-- {marker} -->\n)(?:.*?\n)?(<!-- /{marker} -->)", lambda m: m.group(1) + block + "\n"
+                      + m.group(2), text, flags=re.S)
     for name, r in reports.items():
         pat = re.compile(rf"(<!-- measured:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /measured:{re.escape(name)} -->)",
                          re.S)
