@@ -71,10 +71,11 @@ $(FIGURES): setup
 figures: setup fig-scadles-5
 	$(BIN)/edgebed reproduce all --scale $(SCALE) --seeds $(SEEDS)
 
-# ScaDLES Fig. 5 is a benchmark of the broker, not a training run: topics x rates, then the figure.
+# ScaDLES Fig. 5 is a benchmark of the broker, not a training run: topics x rates, SEEDS repetitions, then the figure.
 fig-scadles-5: setup
-	for t in 4 16 32; do for r in 100 600; do \
-	  $(BIN)/edgebed bench stream --topics $$t --rate $$r --out runs/reproduce/fig-scadles-5 || exit 1; done; done
+	for k in $$(seq $(SEEDS)); do for t in 4 16 32; do for r in 100 600; do \
+	  $(BIN)/edgebed bench stream --topics $$t --rate $$r --out runs/reproduce/fig-scadles-5/rep-$$k || exit 1; \
+	done; done; done
 	$(BIN)/python analysis/fig_scadles_5.py runs/reproduce/fig-scadles-5 --out figures
 
 # The docker runtime's node image (SOURCE=offline: debootstrap base, no registry needed).

@@ -3,9 +3,11 @@
 
     python analysis/fig_scadles_5.py [RESULTS] [--out figures]
 
-RESULTS holds stream-TOPICSxRATE.json files (`make fig-scadles-5` writes them under
-runs/reproduce/fig-scadles-5/; benchmarks/results/ keeps BENCHMARKS.md's). Writes
-figures/fig-scadles-5.png, .csv (one row per topic) and -table.csv, and .json with the paper's claim.
+RESULTS holds stream-TOPICSxRATE.json files, or one folder of them per repetition, rep-K/
+(`make fig-scadles-5` runs 3 repetitions under runs/reproduce/fig-scadles-5/; benchmarks/results/
+keeps BENCHMARKS.md's single run). Writes figures/fig-scadles-5.png (mean per topic over the
+repetitions, band: the lowest topic's rate), .csv (one row per topic and repetition), -table.csv
+(mean, min and max over the repetitions) and .json with the paper's claim and the verdict.
 """
 
 from __future__ import annotations
@@ -18,9 +20,80 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed.reproduce.verdict import Criterion, judge  # noqa: E402
+
 CLAIM = ("one Kafka broker container (16 vCPUs), 3 KB samples: 100 samples/s per topic holds up to 32 topics; "
          "600 samples/s drops beyond 16 topics")
-HOLD = 0.95  # a topic holds its rate when its consumer gets at least 95% of it
+
+
+def _load(results: Path) -> dict[str, list[dict]]:
+    """Each repetition's benchmark results: rep-K/ folders, or the folder itself as one."""
+    folders = sorted(p for p in results.glob("rep-*") if p.is_dir()) or [results]
+    reps = {}
+    for folder in folders:
+        runs = [json.loads(p.read_text()) for p in folder.glob("stream-*.json")]
+        if runs:
+            reps[folder.name] = sorted(runs, key=lambda r: (r["rate"], r["topics"]))
+    return reps
+
+
+def _rows(runs: list[dict]) -> list[dict]:
+    rows = []
+    for r in runs:
+        achieved = [t["achieved"] for t in r["per_topic"]]
+        rows.append({"target per topic": r["rate"], "topics": r["topics"],
+                     "mean per topic": sum(achieved) / len(achieved), "min per topic": min(achieved),
+                     "aggregate": r["aggregate_samples_per_s"], "topics holding": r["topics_holding_rate"],
+                     "broker cores": r["broker_node_cpu_seconds"] / (r["seconds"] + r["warmup"])})
+    return rows
+
+
+def _share_gap(rows: list[dict]) -> float | None:
+    """At the most topics: the share of its rate the lowest rate keeps minus the highest rate's."""
+    top = max(x["topics"] for x in rows)
+    share = {x["target per topic"]: x["mean per topic"] / x["target per topic"] for x in rows if x["topics"] == top}
+    return share[min(share)] - share[max(share)] if len(share) >= 2 else None
+
+
+# the paper's shape, decided before the runs: the higher rate gives out first, so at the most topics
+# it keeps a smaller share of its rate than the lower one, by at least 10 points (within 2, a tie)
+CRITERION = Criterion("share gap", "at the most topics, the share of its rate 100/s keeps minus 600/s's", "higher",
+                      0.0, 0.10, 0.02)
+
+
+def _figure(table, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for rate, g in table.groupby("target per topic"):
+        line, = ax.plot(g["topics"], g["mean per topic"], "o-", label=f"{rate:g} samples/s per topic")
+        ax.fill_between(g["topics"], g["min per topic min"], g["mean per topic max"], color=line.get_color(),
+                        alpha=0.15)
+        ax.axhline(rate, color=line.get_color(), ls=":", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("topics (one producer and one consumer each)")
+    ax.set_ylabel("samples/s per topic (mean; band: lowest topic to best mean)")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.set_title("ScaDLES Fig. 5 (ci scale): effective streaming rate vs topics")
+    fig.tight_layout()
+    fig.savefig(out.with_suffix(".png"), dpi=120)
+    plt.close(fig)
+
+
+def _table(rows: dict[str, list[dict]]):
+    """Mean, min and max over the repetitions of each (rate, topics) row."""
+    import pandas as pd
+
+    flat = pd.DataFrame([x for rs in rows.values() for x in rs])
+    table = flat.groupby(["target per topic", "topics"]).agg(["mean", "min", "max"])
+    table.columns = [c if f == "mean" else f"{c} {f}" for c, f in table.columns]
+    return table.reset_index()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,67 +101,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("results", nargs="?", type=Path, default=Path("runs/reproduce/fig-scadles-5"))
     ap.add_argument("--out", type=Path, default=Path("figures"))
     a = ap.parse_args(argv)
-    runs = sorted((json.loads(p.read_text()) for p in a.results.glob("stream-*.json")),
-                  key=lambda r: (r["rate"], r["topics"]))
-    if not runs:
+    reps = _load(a.results)
+    if not reps:
         print(f"no stream-*.json under {a.results} (make fig-scadles-5 runs them)", file=sys.stderr)
         return 1
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import pandas as pd
 
-    rows, per_topic = [], []
-    for r in runs:
-        achieved = [t["achieved"] for t in r["per_topic"]]
-        per_topic += [{"rate": r["rate"], "topics": r["topics"], "topic": t["topic"], "achieved": t["achieved"]}
-                      for t in r["per_topic"]]
-        rows.append({"target per topic": r["rate"], "topics": r["topics"],
-                     "mean per topic": sum(achieved) / len(achieved), "min per topic": min(achieved),
-                     "aggregate": r["aggregate_samples_per_s"], "topics holding": r["topics_holding_rate"],
-                     "broker cores": r["broker_node_cpu_seconds"] / (r["seconds"] + r["warmup"])})
-    table = pd.DataFrame(rows)
+    rows = {rep: _rows(runs) for rep, runs in reps.items()}
+    table = _table(rows)
     a.out.mkdir(parents=True, exist_ok=True)
     out = a.out / "fig-scadles-5"
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
-    pd.DataFrame(per_topic).to_csv(out.with_suffix(".csv"), index=False)
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for rate, g in table.groupby("target per topic"):
-        line, = ax.plot(g["topics"], g["mean per topic"], "o-", label=f"{rate:g} samples/s per topic")
-        ax.fill_between(g["topics"], g["min per topic"], g["mean per topic"], color=line.get_color(), alpha=0.15)
-        ax.axhline(rate, color=line.get_color(), ls=":", lw=0.8)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("topics (one producer and one consumer each)")
-    ax.set_ylabel("effective samples/s per topic (mean; band: min)")
-    ax.legend(fontsize=8)
-    ax.grid(alpha=0.3)
-    ax.set_title("ScaDLES Fig. 5 (ci scale): effective streaming rate vs topics")
-    fig.tight_layout()
-    fig.savefig(out.with_suffix(".png"), dpi=120)
-    plt.close(fig)
-    holds: dict[float, list[int]] = {}
-    for x in rows:
-        holds.setdefault(x["target per topic"], []).extend([x["topics"]] if x["topics holding"] == x["topics"] else [])
-    lines = [f"{x['target per topic']:g}/s x {x['topics']:2d} topics: mean {x['mean per topic']:.1f}, min "
-             f"{x['min per topic']:.1f} per topic, {x['topics holding']}/{x['topics']} hold, broker "
-             f"{x['broker cores']:.2f} cores" for x in rows]
-    # the paper's shape: the higher rate gives out first; at the most topics it keeps a smaller share
-    most = {rate: max(v) if v else 0 for rate, v in holds.items()}
-    rates = sorted(most)
-    top = max(x["topics"] for x in rows)
-    share = {x["target per topic"]: x["mean per topic"] / x["target per topic"] for x in rows if x["topics"] == top}
-    shape = len(rates) >= 2 and rates[0] in share and rates[-1] in share and share[rates[-1]] < share[rates[0]]
-    lines.append("every topic holds its rate up to: " + ", ".join(f"{r:g}/s: {most[r]} topics" for r in rates)
-                 + f"; at {top} topics the mean keeps " + ", ".join(f"{100 * share[r]:.0f}% of {r:g}/s"
-                                                                    for r in rates if r in share)
-                 + f" -> the higher rate gives out first: {'holds' if shape else 'does NOT hold'}")
+    pd.DataFrame([{"rep": rep, "rate": r["rate"], "topics": r["topics"], "topic": t["topic"], "achieved": t["achieved"]}
+                  for rep, runs in reps.items() for r in runs for t in r["per_topic"]]).to_csv(out.with_suffix(".csv"),
+                                                                                             index=False)
+    _figure(table, out)
+    j = judge(CRITERION, [_share_gap(rs) for rs in rows.values()])
+    lines = [f"{x['target per topic']:g}/s x {x['topics']:2.0f} topics: mean {x['mean per topic']:.1f} "
+             f"[{x['mean per topic min']:.1f}, {x['mean per topic max']:.1f}], lowest topic "
+             f"{x['min per topic min']:.1f}, {x['topics holding']:.1f}/{x['topics']:.0f} hold, broker "
+             f"{x['broker cores']:.2f} cores" for _, x in table.iterrows()]
+    lines += [f"over {len(reps)} repetition(s): {CRITERION.rule()}",
+              f"  -> {j.verdict}: per repetition {', '.join('-' if v is None else f'{v:.3f}' for v in j.values)} "
+              f"({j.why})", f"verdict: {j.verdict}"]
+    every = [r for runs in reps.values() for r in runs]
     report = {"experiment": "fig-scadles-5", "paper": "scadles", "title": "effective streaming rate vs topics",
-              "claim": CLAIM, "expect": "the higher rate gives out first: at the most topics it keeps a smaller share of its rate",
-              "scale": "ci", "date": min(r["date"] for r in runs)[:10],
+              "claim": CLAIM, "expect": "the higher rate gives out first: at the most topics it keeps a smaller "
+                                        "share of its rate",
+              "scale": "ci", "date": min(r["date"] for r in every)[:10], "seeds": list(reps),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, runtime netns",
-              "command": "make fig-scadles-5", "series": rows, "holds": shape, "lines": lines,
-              "written": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "command": "make fig-scadles-5", "series": table.to_dict("records"),
+              "criteria": [{"rule": CRITERION.rule(), **j.as_dict()}], "verdict": j.verdict,
+              "holds": j.verdict == "holds", "lines": lines, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     print("\n".join(lines))
     return 0

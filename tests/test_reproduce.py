@@ -286,13 +286,26 @@ def test_fig_scadles_5_from_stream_results(tmp_path):
         (tmp_path / f"stream-{topics}x{rate}.json").write_text(json.dumps(result(topics, rate, got)))
     assert main([str(tmp_path), "--out", str(tmp_path / "fig")]) == 0
     report = json.loads((tmp_path / "fig" / "fig-scadles-5.json").read_text())
-    assert report["holds"] is True  # 600/s keeps 50% at 32 topics, 100/s 99%
-    assert "100/s: 32 topics, 600/s: 4 topics" in report["lines"][-1]
+    assert report["verdict"] == "holds"  # 600/s keeps 50% at 32 topics, 100/s 99%
+    assert report["criteria"][0]["values"] == [pytest.approx(0.49)]
     assert (tmp_path / "fig" / "fig-scadles-5.png").stat().st_size > 10_000
+    # three repetitions: the second has 600/s holding its rate at 32 topics
+    for k, got600 in ((1, 300), (2, 600), (3, 280)):
+        rep = tmp_path / "reps" / f"rep-{k}"
+        rep.mkdir(parents=True)
+        for topics, rate, got in ((4, 100, 100), (32, 100, 99), (4, 600, 600), (32, 600, got600)):
+            (rep / f"stream-{topics}x{rate}.json").write_text(json.dumps(result(topics, rate, got)))
+    assert main([str(tmp_path / "reps"), "--out", str(tmp_path / "fig3")]) == 0
+    report = json.loads((tmp_path / "fig3" / "fig-scadles-5.json").read_text())
+    assert report["seeds"] == ["rep-1", "rep-2", "rep-3"] and report["verdict"] == "weak"
+    table = pd.read_csv(tmp_path / "fig3" / "fig-scadles-5-table.csv")
+    row = table[(table["target per topic"] == 600) & (table.topics == 32)].iloc[0]
+    assert (row["mean per topic"], row["mean per topic min"], row["mean per topic max"]) == \
+        (pytest.approx(1180 / 3), 280, 600)
     (tmp_path / "stream-32x600.json").write_text(json.dumps(result(32, 600, 600)))
     (tmp_path / "stream-32x100.json").write_text(json.dumps(result(32, 100, 50)))
     main([str(tmp_path), "--out", str(tmp_path / "fig")])
-    assert json.loads((tmp_path / "fig" / "fig-scadles-5.json").read_text())["holds"] is False
+    assert json.loads((tmp_path / "fig" / "fig-scadles-5.json").read_text())["verdict"] == "does not hold"
 
 
 def test_scadles_table6_times_a_fixed_target_and_claims_nothing_where_ddl_never_reached(tmp_path):
