@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Union
 
 import yaml
 
+from .seeds import Panel
 from .verdict import NOT_JUDGED, Criterion, combine, judge
 
 REPO = Path(__file__).resolve().parents[2]
@@ -69,22 +70,6 @@ class Experiment:
 
     def series_at(self, scale: str) -> list[Series]:
         return self.series(scale) if callable(self.series) else self.series
-
-
-@dataclass(frozen=True)
-class Panel:
-    """One panel of an experiment's band figure: y against x from the seeds' curves (NAME.csv),
-    for the series whose label contains `only` (all when empty)."""
-
-    x: str = "time"
-    y: str = "accuracy"
-    xlabel: str = "seconds"
-    ylabel: str = "accuracy"
-    only: str = ""
-    title: str = ""
-    xscale: str = "linear"
-    yscale: str = "linear"
-    x_factor: float = 1.0  # e.g. 1e-6 for bytes drawn as MB
 
 
 EXPERIMENTS: dict[str, Experiment] = {}
@@ -257,7 +242,7 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     then out_dir/<name>.png (mean and min-max band), .csv, -table.csv (mean and range) and .json
     (every seed's numbers and the verdict)."""
     from ..records import load_run
-    from .seeds import aggregate_rows, band_figure, band_table_lines
+    from .seeds import aggregate_rows, band_figure, band_table_lines  # matplotlib only when drawing
 
     by_seed = runs if isinstance(runs, dict) else {None: runs}
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -3,10 +3,27 @@ and each criterion's per-seed values beside its bar."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+@dataclass(frozen=True)
+class Panel:
+    """One panel of an experiment's band figure: y against x from the seeds' curves (NAME.csv),
+    for the series whose label contains `only` (all when empty)."""
+
+    x: str = "time"
+    y: str = "accuracy"
+    xlabel: str = "seconds"
+    ylabel: str = "accuracy"
+    only: str = ""
+    title: str = ""
+    xscale: str = "linear"
+    yscale: str = "linear"
+    x_factor: float = 1.0  # e.g. 1e-6 for bytes drawn as MB
+
 
 ROW_LISTS = ("table", "sets", "series")  # where a seed's headline keeps its rows, most specific first
 
@@ -157,8 +174,6 @@ def band_figure(exp, per_seed: dict, judgements, out: Path, scale: str) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from . import Panel
 
     panels = list(exp.panels) or [Panel()]
     curves = _seed_curves(per_seed)
