@@ -63,7 +63,7 @@ class Experiment:
     # decided before the run: what each seed's headline is judged by (verdict.py), and how to read it
     criteria: "tuple[Criterion, ...]" = ()
     metrics: Callable[[dict, str], dict] = lambda result, scale: {}  # one seed's headline -> {criterion key: value}
-    panels: "tuple[Panel, ...]" = ()  # the seeds' band figure; default accuracy vs seconds
+    panels: "tuple[Panel, ...] | Callable[[str], tuple]" = ()  # the band figure (or per scale); default accuracy vs seconds
 
     def scenario_path(self, scale: str) -> Path:
         return REPO / self.scenario.format(scale=scale)

@@ -23,6 +23,7 @@ class Panel:
     xscale: str = "linear"
     yscale: str = "linear"
     x_factor: float = 1.0  # e.g. 1e-6 for bytes drawn as MB
+    reference: tuple = ()  # the paper's own points, (x, y, label), drawn as markers beside ours
 
 
 ROW_LISTS = ("table", "sets", "series")  # where a seed's headline keeps its rows, most specific first
@@ -87,10 +88,11 @@ def band_table_lines(table: pd.DataFrame, seeds: int) -> list[str]:
 
 def _band(curves: list[pd.DataFrame], x: str, y: str, log: bool):
     """Mean, min and max of y over the curves on one x grid; a curve counts only inside its own x range."""
+    if log:  # a log axis has no room for x = 0 (the untrained model's evaluation)
+        curves = [c[c[x] > 0] for c in curves]
     spans = [(c[x].min(), c[x].max()) for c in curves if len(c)]
     lo, hi = min(s[0] for s in spans), max(s[1] for s in spans)
     if log:
-        lo = max(lo, 1e-9)
         grid = np.geomspace(lo, max(hi, lo * 1.0001), 200)
     else:
         grid = np.linspace(lo, hi, 200)
@@ -134,6 +136,9 @@ def _draw_panel(ax, panel, curves: list[pd.DataFrame], band_rows: list[pd.DataFr
         ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, lw=0)
         band_rows.append(pd.DataFrame({"panel": panel.title or panel.only or panel.y, "series": name, "x": grid,
                                        "mean": mean, "min": low, "max": high}))
+    for x, y, label in panel.reference:
+        ax.scatter([x], [y], marker="*", s=60, color="k", zorder=4)
+        ax.annotate(label, (x, y), fontsize=6, xytext=(3, -8), textcoords="offset points")
     ax.set_xscale(panel.xscale)
     ax.set_yscale(panel.yscale)
     ax.set_xlabel(panel.xlabel)
@@ -175,7 +180,7 @@ def band_figure(exp, per_seed: dict, judgements, out: Path, scale: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = list(exp.panels) or [Panel()]
+    panels = list(exp.panels(scale) if callable(exp.panels) else exp.panels) or [Panel()]
     curves = _seed_curves(per_seed)
     n = len(panels) + (1 if exp.criteria else 0)
     fig, axes = plt.subplots(1, n, figsize=(3.9 * n, 4.0), squeeze=False)
