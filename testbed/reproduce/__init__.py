@@ -242,6 +242,7 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     then out_dir/<name>.png (mean and min-max band), .csv, -table.csv (mean and range) and .json
     (every seed's numbers and the verdict)."""
     from ..records import load_run
+    from .common import fmt
     from .seeds import aggregate_rows, band_figure, band_table_lines  # matplotlib only when drawing
 
     by_seed = runs if isinstance(runs, dict) else {None: runs}
@@ -259,8 +260,9 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     table.to_csv(out_dir / f"{exp.name}-table.csv", index=False)
     notes = [f"seed {seed}: {note}" for seed, v in per_seed.items() for note in v["result"].get("notes", [])]
     lines = band_table_lines(table, len(per_seed)) + notes + [
-        f"{c.rule()}\n  -> {j.verdict}: per seed {', '.join(_fmt(v) for v in j.values)}; mean {_fmt(j.mean)} "
-        f"[{_fmt(j.low)}, {_fmt(j.high)}] ({j.why})" for c, j in zip(exp.criteria, judgements)
+        f"{c.rule()}\n  -> {j.verdict}: per seed {', '.join(fmt(v, '.4g') for v in j.values)}; mean "
+        f"{fmt(j.mean, '.4g')} [{fmt(j.low, '.4g')}, {fmt(j.high, '.4g')}] ({j.why})"
+        for c, j in zip(exp.criteria, judgements)
     ] + [f"verdict: {verdict}"]
     report = {
         "experiment": exp.name, "paper": exp.paper, "title": exp.title, "claim": exp.claim, "expect": exp.expect,
@@ -279,10 +281,6 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     for line in lines:
         say(f"  {line}")
     return report
-
-
-def _fmt(v) -> str:
-    return "-" if v is None else f"{v:.4g}"
 
 
 def reproduce(name: str, *, scale: str = "ci", seeds: int = DEFAULT_SEEDS, out_dir: Path = Path("figures"),

@@ -72,8 +72,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     plt, fig, axes = _panels(len(SETS))
     rows, curves = [], []
     for ax, rate_set in zip(axes, SETS):
-        set_target = target
-        entry: dict = {"set": rate_set, "target": set_target}
+        entry: dict = {"set": rate_set, "target": target}
         for who in ("ScaDLES", "DDL"):
             rec = by.get(f"{who} {rate_set}")
             if rec is None:
@@ -82,7 +81,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
             curves.append(c)
             ax.plot(c.time, c.accuracy, label=who)
             entry[f"{who} best"] = float(c.accuracy.max()) if len(c) else None
-            entry[f"{who} seconds"] = first_reaching(c, set_target)
+            entry[f"{who} seconds"] = first_reaching(c, target)
             t_end = entry[f"{who} seconds"]
             entry[f"{who} buffer GB"] = (_buffered_at(_buffer(rec), t_end, "buffered_bytes") or 0) / 1e9
             entry[f"{who} mean batch"] = float(pd.to_numeric(rec.steps.batch_size, errors="coerce").mean()) \
@@ -96,7 +95,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
             entry["ScaDLES best"] - entry["DDL best"]
         entry["buffer reduction GB"] = (entry.get("DDL buffer GB") or 0) - (entry.get("ScaDLES buffer GB") or 0)
         rows.append(entry)
-        ax.axhline(set_target, color="grey", lw=0.8, ls=":")
+        ax.axhline(target, color="grey", lw=0.8, ls=":")
         ax.set_title(f"rates {rate_set}")
         ax.set_xlabel("seconds")
         ax.grid(alpha=0.3)
