@@ -223,12 +223,16 @@ def test_local_sgd_fraction_half_averages_only_the_selected_workers():
     assert len(seen) > 1
 
 
-def test_local_sgd_fraction_waits_only_for_the_selected_workers():
+def _half_round():
+    """A PS of 4 workers under local SGD with C = 0.5, one step a round: round 0's chosen and idle."""
     srv = ServerState(params=_zeros(), lr=1.0, n_workers=4, workers=list(WORKERS))
     ps = make_strategy("local_sgd", {"period": 1, "fraction": 0.5})
-    g = {"w": torch.ones(2, 2), "b": torch.ones(2)}
     chosen = sorted(WORKERS[i] for i in participants(0, 4, 0.5))
-    idle = sorted(set(WORKERS) - set(chosen))
+    return srv, ps, {"w": torch.ones(2, 2), "b": torch.ones(2)}, chosen, sorted(set(WORKERS) - set(chosen))
+
+
+def test_local_sgd_fraction_waits_only_for_the_selected_workers():
+    srv, ps, g, chosen, idle = _half_round()
     assert ps.server_on_push(srv, chosen[0], g, base_version=0) == [] and ps.round_open()
     assert ps.server_on_push(srv, chosen[1], g, base_version=0) == chosen  # no wait for the idle ones
     assert srv.version == 1 and not ps.round_open()
@@ -241,11 +245,7 @@ def test_local_sgd_fraction_waits_only_for_the_selected_workers():
 
 
 def test_local_sgd_fraction_leaving_workers_do_not_hold_the_round():
-    srv = ServerState(params=_zeros(), lr=1.0, n_workers=4, workers=list(WORKERS))
-    ps = make_strategy("local_sgd", {"period": 1, "fraction": 0.5})
-    g = {"w": torch.ones(2, 2), "b": torch.ones(2)}
-    chosen = sorted(WORKERS[i] for i in participants(0, 4, 0.5))
-    idle = sorted(set(WORKERS) - set(chosen))
+    srv, ps, g, chosen, idle = _half_round()
     assert ps.server_on_push(srv, idle[0], {}, base_version=0) == []
     assert ps.server_on_push(srv, chosen[0], g, base_version=0) == []
     assert ps.server_on_leave(srv, chosen[1]) == sorted([idle[0], chosen[0]])

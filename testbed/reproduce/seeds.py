@@ -3,6 +3,7 @@ and each criterion's per-seed values beside its bar."""
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,12 +104,9 @@ def _band(curves: list[pd.DataFrame], x: str, y: str, log: bool):
             continue
         inside = (grid >= c[x].iloc[0]) & (grid <= c[x].iloc[-1])
         ys[i, inside] = np.interp(grid[inside], c[x].to_numpy(float), c[y].to_numpy(float))
-    with np.errstate(all="ignore"):
-        import warnings
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)
-            return grid, np.nanmean(ys, axis=0), np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
+    with warnings.catch_warnings():  # a grid point no seed covers is NaN, not a warning
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return grid, np.nanmean(ys, axis=0), np.nanmin(ys, axis=0), np.nanmax(ys, axis=0)
 
 
 def _seed_curves(per_seed: dict) -> list[pd.DataFrame]:
