@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.reproduce.verdict import Criterion, judge  # noqa: E402
+from testbed.reproduce.verdict import Criterion, judge
 
 CLAIM = ("one Kafka broker container (16 vCPUs), 3 KB samples: 100 samples/s per topic holds up to 32 topics; "
          "600 samples/s drops beyond 16 topics")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.reproduce import analyze, get_experiment, runs_of  # noqa: E402
+from testbed.reproduce import analyze, get_experiment, runs_of
 
 
 def main(argv: list[str] | None = None, name: str | None = None) -> int:

@@ -18,8 +18,8 @@ from pathlib import Path
 # Lets the script run from a plain checkout, without edgebed installed.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.plotting import COMPARE_FILE, PROGRESS_FILE, plot_compare, plot_progress_compare, plot_run  # noqa: E402
-from testbed.records import RunNotFound  # noqa: E402
+from testbed.records.plotting import COMPARE_FILE, PROGRESS_FILE, plot_compare, plot_progress_compare, plot_run
+from testbed.records.reader import RunNotFound
 
 
 def main(argv: list[str] | None = None) -> int:

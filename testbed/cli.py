@@ -21,7 +21,7 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def _load(path: Path):
-    from .scenario import ScenarioError, load_scenario
+    from testbed.scenario.schema import ScenarioError, load_scenario
 
     try:
         return load_scenario(path)
@@ -51,9 +51,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
-    from .runner import default_run_dir, run
-    from .runtimes import RuntimeUnavailable
-    from .scenario import ScenarioError, parse_scenario
+    from testbed.run.runner import default_run_dir, run
+    from testbed.runtimes import RuntimeUnavailable
+    from testbed.scenario.schema import ScenarioError, parse_scenario
 
     sc = _load(scenario)
     data = sc.model_dump(mode="json", exclude_none=True)
@@ -103,8 +103,8 @@ def build(source: str = typer.Option("auto", help="auto | offline | registry (au
                                                   "already local, else offline)"),
           mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base (default: the host's)")) -> None:
     """Build the docker runtime's node image (offline: debootstrap base + host wheelhouse)."""
-    from .images import ImageError, build_node_image
-    from .runtimes.docker import docker_client
+    from testbed.runtimes.images import ImageError, build_node_image
+    from testbed.runtimes.docker import docker_client
 
     client = docker_client()
     if client is None:
@@ -124,11 +124,11 @@ def plot(run_dir: Path = typer.Argument(..., help="a run directory (with --figur
                                                                      "(edgebed reproduce --list)"),
          scale: str = typer.Option("ci", help="with --figure: ci | paper")) -> None:
     """Draw a run: accuracy vs time and steps, loss, per-node traffic (or a paper's figure)."""
-    from .plotting import plot_run
-    from .records import RunNotFound
+    from testbed.records.plotting import plot_run
+    from testbed.records.reader import RunNotFound
 
     if figure is not None:
-        from .reproduce import analyze, get_experiment, runs_of
+        from testbed.reproduce import analyze, get_experiment, runs_of
 
         try:
             exp = get_experiment(figure)
@@ -159,8 +159,8 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
                                                                            "and the ones after it"),
               runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenarios' runtime")) -> None:
     """Run a paper's experiment (every series of it, at each seed), draw it, and give its verdict."""
-    from .reproduce import SCALES, all_experiments, get_experiment, reproduce as run_reproduce
-    from .scenario import ScenarioError
+    from testbed.reproduce import SCALES, all_experiments, get_experiment, reproduce as run_reproduce
+    from testbed.scenario.schema import ScenarioError
 
     if name is None:
         for exp in all_experiments():
@@ -192,7 +192,7 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
 @app.command()
 def status() -> None:
     """What edgebed has running or left on this machine."""
-    from .state import leftovers
+    from testbed.runtimes.state import leftovers
 
     lines = leftovers()
     if not lines:
@@ -206,7 +206,7 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
     """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash)."""
     import os
 
-    from .state import cleanup_run, known_runs
+    from testbed.runtimes.state import cleanup_run, known_runs
 
     if os.geteuid() != 0:
         _fail("error: edgebed down needs root (it removes namespaces and cgroups)")
@@ -230,7 +230,7 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
 @app.command()
 def algorithms() -> None:
     """List training algorithms and their parameters."""
-    from .strategies import STRATEGIES
+    from testbed.strategies import STRATEGIES
 
     for name, cls in sorted(STRATEGIES.items()):
         typer.echo(f"{name:10s} {cls.summary}")
@@ -241,7 +241,7 @@ def algorithms() -> None:
 @app.command()
 def models() -> None:
     """List models."""
-    from .models import MODEL_NAMES
+    from testbed.data.models import MODEL_NAMES
 
     for name, desc in MODEL_NAMES.items():
         typer.echo(f"{name:14s} {desc}")
@@ -250,7 +250,7 @@ def models() -> None:
 @app.command()
 def datasets() -> None:
     """List datasets."""
-    from .datasets import DATASET_NAMES
+    from testbed.data.datasets import DATASET_NAMES
 
     items = DATASET_NAMES.items() if isinstance(DATASET_NAMES, dict) else DATASET_NAMES
     for item in items:
@@ -261,8 +261,8 @@ def datasets() -> None:
 @app.command()
 def kernel() -> None:
     """Which shaping features this kernel has (netem, htb, tbf, ifb) and the cgroup version."""
-    from . import cgroups
-    from .shaping import probe_kernel
+    from testbed.kernel import cgroups
+    from testbed.kernel.shaping import probe_kernel
 
     caps = probe_kernel()
     typer.echo(json.dumps({**caps.__dict__, "cgroup_version": 2 if cgroups.is_v2() else 1}))
@@ -278,8 +278,8 @@ def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
                runtime: str = typer.Option("netns", help="netns | docker"),
                out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
     """Achieved vs configured throughput of a shaped access link, both directions."""
-    from . import units
-    from .bench import link_benchmark
+    from testbed.scenario import units
+    from testbed.bench.fidelity import link_benchmark
 
     if seconds <= 0:
         # TCP needs longer to fill and settle a slow link's queue.
@@ -295,7 +295,7 @@ def bench_loss(loss: str = typer.Option("1%", help="configured loss (uplink of w
                runtime: str = typer.Option("netns", help="netns | docker"),
                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Measured vs configured packet loss (netem, or the eBPF fallback)."""
-    from .bench import loss_benchmark
+    from testbed.bench.fidelity import loss_benchmark
 
     res = loss_benchmark(loss, packets=packets, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
@@ -309,7 +309,7 @@ def bench_delay(latency: str = typer.Option("20ms", help="one-way latency of w0'
                 runtime: str = typer.Option("netns", help="netns | docker"),
                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Round-trip time of training messages vs configured latency (netem, or the transport fallback)."""
-    from .bench import delay_benchmark
+    from testbed.bench.fidelity import delay_benchmark
 
     res = delay_benchmark(latency, jitter=jitter, count=count, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
@@ -321,7 +321,7 @@ def bench_startup(workers: int = typer.Option(4, help="number of workers"),
                   runtime: str = typer.Option("netns", help="netns | docker"),
                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Seconds from `up` to the first training step (and teardown) for N workers."""
-    from .bench import startup_benchmark
+    from testbed.bench.fidelity import startup_benchmark
 
     res = startup_benchmark(workers, runtime=runtime, out_dir=out, say=typer.echo)
     if not res["ok"]:
@@ -335,7 +335,7 @@ def bench_stream(topics: int = typer.Option(4, help="topics = devices, one produ
                  sample_bytes: int = typer.Option(3072, help="bytes per sample (3072 = a CIFAR image)"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Sustained samples/s of the embedded broker with one producer per topic (ScaDLES Fig. 5)."""
-    from .bench import stream_benchmark
+    from testbed.bench.fidelity import stream_benchmark
 
     stream_benchmark(topics, rate, seconds=seconds, sample_bytes=sample_bytes, out_dir=out, say=typer.echo)
 
@@ -347,7 +347,7 @@ def bench_topology(lan: str = typer.Option("1gbit", help="LAN rate of both sites
                    runtime: str = typer.Option("netns", help="netns | docker"),
                    out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Two sites: a transfer inside a site runs at the LAN rate, across sites at the WAN rate."""
-    from .bench import topology_benchmark
+    from testbed.bench.fidelity import topology_benchmark
 
     res = topology_benchmark(lan=lan, wan=wan, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime)
     if not res["ok"]:
@@ -362,11 +362,11 @@ def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               period: Optional[str] = typer.Option(None, help="the node's CFS period, e.g. 10ms (default 100ms)"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Achieved vs configured CPU share of a node's cgroup under a busy loop."""
-    from .bench import cpu_benchmark
+    from testbed.bench.fidelity import cpu_benchmark
 
     period_s = None
     if period is not None:
-        from .scenario import ScenarioError, parse_scenario
+        from testbed.scenario.schema import ScenarioError, parse_scenario
 
         try:  # the scenario's own checks: units, the kernel's 1ms-1s, a quota of at least 1 ms
             period_s = parse_scenario({"name": "bench", "profiles": {"p": {"cpus": cpus, "cpu_period": period}},
@@ -386,7 +386,7 @@ def bench_update(params: int = typer.Option(1_000_000, help="parameters in the u
                  runtime: str = typer.Option("netns", help="netns | docker"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Time for the PS to receive one full update over a shaped link vs the ideal 32P/B + RTT."""
-    from .bench_suite import update_benchmark
+    from testbed.bench.suite import update_benchmark
 
     if params <= 0 or repeats <= 0:
         _fail("error: --params and --repeats must be positive")
@@ -403,7 +403,7 @@ def bench_overhead(cpus: float = typer.Option(1.0, help="the worker's CPU quota"
                    repeats: int = typer.Option(3, help="alternating runs of each (single runs differ by up to 15%)"),
                    out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """A worker's compute step inside edgebed vs a bare PyTorch loop on the same CPU quota."""
-    from .bench_suite import overhead_benchmark
+    from testbed.bench.suite import overhead_benchmark
 
     if steps <= 15 or repeats < 1:
         _fail("error: --steps must be above 15 (the first 10 are warm-up), --repeats at least 1")
@@ -419,7 +419,7 @@ def bench_mininet(hosts: int = typer.Option(8, help="hosts on one switch (edgebe
                   cpus: float = typer.Option(0.25, help="every host's CPU cap (cores)"),
                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Side by side with Mininet (Debian's package): start-up, stop, memory, link goodput."""
-    from .bench_suite import mininet_benchmark
+    from testbed.bench.suite import mininet_benchmark
 
     if hosts < 2:
         _fail("error: --hosts must be at least 2")
@@ -440,7 +440,7 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
                                                      "checkout's .venv-flower, made by make flower-venv)"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Side by side with Flower's simulation engine: the same FedAvg rounds, per-round overhead."""
-    from .bench_suite import FLOWER_VENV, flower_benchmark
+    from testbed.bench.suite import FLOWER_VENV, flower_benchmark
 
     if clients < 1 or rounds < 2 or local_steps < 1 or batch_size < 1:
         _fail("error: --clients, --local-steps and --batch-size must be at least 1, --rounds at least 2")
@@ -459,7 +459,7 @@ def bench_stress(cpus: float = typer.Option(1.0, help="the worker's CPU quota"),
                  steps: int = typer.Option(60),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """A profile's background stress: a worker's compute step with and without it."""
-    from .bench_suite import stress_benchmark
+    from testbed.bench.suite import stress_benchmark
 
     if not 0 < stress < cpus:
         _fail("error: --stress must be above 0 and below --cpus")
@@ -475,8 +475,8 @@ def bench_wire(algorithm: str = typer.Option("all", help="a strategy (edgebed al
                rate: str = typer.Option("100mbit", help="every worker's link"),
                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Each strategy's wire bytes (its workers' link counters) against the payload its records count."""
-    from .bench_suite import wire_benchmark
-    from .strategies import STRATEGIES
+    from testbed.bench.suite import wire_benchmark
+    from testbed.strategies import STRATEGIES
 
     names = sorted(STRATEGIES) if algorithm == "all" else [algorithm]
     unknown = [n for n in names if n not in STRATEGIES]
@@ -484,7 +484,7 @@ def bench_wire(algorithm: str = typer.Option("all", help="a strategy (edgebed al
         _fail(f"error: --algorithm: '{unknown[0]}' is not one of {', '.join(sorted(STRATEGIES))}, all")
     if workers < 1 or seconds <= 0:
         _fail("error: --workers must be at least 1, --seconds positive")
-    from . import units
+    from testbed.scenario import units
 
     try:
         units.parse_rate(rate)
@@ -500,7 +500,7 @@ def bench_wire(algorithm: str = typer.Option("all", help="a strategy (edgebed al
 def bench_all(quick: bool = typer.Option(False, "--quick", help="a few minutes, generous bounds (what CI runs)"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """The whole suite (BENCHMARKS.md's tables), or --quick; exits 1 if a number is out of bounds."""
-    from .bench_suite import run_suite
+    from testbed.bench.suite import run_suite
 
     if not quick:
         typer.echo("the full suite takes about 40 minutes on 2 cores (docker included when an engine answers)")
@@ -518,7 +518,7 @@ def bench_soak(minutes: int = typer.Option(30, help="length of the run; one faul
                run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="records (default runs/soak-DATE)"),
                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """A long run with a random fault every minute, then a check of its records and of leftovers."""
-    from .soak import soak_benchmark
+    from testbed.bench.soak import soak_benchmark
 
     res = soak_benchmark(minutes=minutes, workers=workers, seed=seed, runtime=runtime, algorithm=algorithm,
                          out_dir=out, run_dir=run_dir, say=typer.echo)
@@ -537,7 +537,7 @@ if __name__ == "__main__":
 # --- changing a running cluster (the same path as the scenario's timeline) ----------------------
 
 def _control(target: str, action: str, fields: dict, run: Optional[str]) -> None:
-    from .control import ControlError, request
+    from testbed.run.control import ControlError, request
 
     try:
         for line in request(target, action, fields, run):

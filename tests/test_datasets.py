@@ -1,4 +1,4 @@
-"""Tests for testbed.datasets: real bundled data where installed, and small
+"""Tests for testbed.data.datasets: real bundled data where installed, and small
 IDX / CIFAR-10 binary files written here to check the parsers byte for byte."""
 
 from __future__ import annotations
@@ -14,16 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from testbed import datasets as ds
-from testbed.datasets import (
-    DATASET_NAMES,
-    Dataset,
-    DatasetError,
-    load_dataset,
-    parse_idx,
-    read_idx_file,
-    validate_dataset_spec,
-)
+from testbed.data import datasets as ds
+from testbed.data.datasets import (DATASET_NAMES, Dataset, DatasetError, load_dataset, parse_idx,
+    read_idx_file, validate_dataset_spec)
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 
@@ -150,7 +143,7 @@ def test_mnist5k_seed_and_test_size() -> None:
 def test_shared_dataset_is_one_read_only_copy_and_the_forkserver_preloads_it(monkeypatch) -> None:
     import importlib
 
-    from testbed import dataset_preload
+    from testbed.data import preload as dataset_preload
 
     monkeypatch.delenv(dataset_preload.ENV, raising=False)  # restored to unset after the test
     ds.shared_dataset.cache_clear()

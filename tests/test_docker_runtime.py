@@ -20,7 +20,7 @@ def _client():
 
 @pytest.fixture(scope="module")
 def image():
-    from testbed.images import ensure_node_image
+    from testbed.runtimes.images import ensure_node_image
 
     return ensure_node_image(_client(), say=lambda s: None)
 
@@ -29,10 +29,10 @@ def image():
 def cluster(image, tmp_path, clean_host):
     import secrets
 
-    from testbed.cluster import build_cluster
+    from testbed.plan.cluster import build_cluster
     from testbed.runtimes.docker import DockerRuntime
-    from testbed.scenario import parse_scenario
-    from testbed.state import RunState
+    from testbed.scenario.schema import parse_scenario
+    from testbed.runtimes.state import RunState
 
     client = _client()
     sc = parse_scenario({
@@ -66,8 +66,8 @@ def test_network_is_internal_with_the_scenarios_subnet(cluster):
 
 
 def test_container_links_shaped_from_the_host(cluster):
-    from testbed.netlink import in_netns
-    from testbed.shaping import read_htb_class
+    from testbed.kernel.netlink import in_netns
+    from testbed.kernel.shaping import read_htb_class
 
     rt, spec, client = cluster
     h = rt.handles["w0"]
@@ -89,14 +89,14 @@ def test_engine_limits_and_labels(cluster):
 
 
 def test_cpu_quota_benchmark_in_docker(image, clean_host):
-    from testbed.bench import cpu_benchmark
+    from testbed.bench.fidelity import cpu_benchmark
 
     res = cpu_benchmark(0.5, seconds=3, say=lambda s: None, runtime="docker")
     assert res["achieved_cores"] == pytest.approx(0.5, abs=0.05)
 
 
 def test_cpu_period_in_docker(image, clean_host):
-    from testbed.bench import cpu_benchmark
+    from testbed.bench.fidelity import cpu_benchmark
 
     res = cpu_benchmark(0.5, seconds=2, say=lambda s: None, runtime="docker", cpu_period=0.02)
     assert res["cpu_period_s"] == pytest.approx(0.02)  # read back from the container's cgroup
@@ -104,7 +104,7 @@ def test_cpu_period_in_docker(image, clean_host):
 
 
 def test_link_benchmark_in_docker(image, clean_host):
-    from testbed.bench import link_benchmark
+    from testbed.bench.fidelity import link_benchmark
 
     res = link_benchmark("10mbit", seconds=4, say=lambda s: None, runtime="docker")
     for r in res["results"]:
@@ -113,7 +113,7 @@ def test_link_benchmark_in_docker(image, clean_host):
 
 def test_gpu_profile_without_nvidia_runtime_fails_validation():
     from testbed.runtimes.docker import docker_client, nvidia_runtime_available
-    from testbed.scenario import ScenarioError, parse_scenario
+    from testbed.scenario.schema import ScenarioError, parse_scenario
 
     c = docker_client(timeout=3)
     if c is not None and nvidia_runtime_available(c):

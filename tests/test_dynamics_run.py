@@ -24,7 +24,7 @@ def _rates(traffic: pd.DataFrame, node: str, direction: str, window: int = 3) ->
 
 
 def _docker_or_skip() -> None:
-    from testbed.images import ensure_node_image
+    from testbed.runtimes.images import ensure_node_image
     from testbed.runtimes.docker import docker_client
 
     client = docker_client(timeout=3)
@@ -156,7 +156,7 @@ def test_killing_the_ps_ends_the_run_with_records_and_no_leftovers(tmp_path, cle
     assert r.returncode != 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "parameter server was killed" in summary["reason"]
-    from testbed.records import load_run
+    from testbed.records.reader import load_run
 
     rec = load_run(run_dir)
     assert len(rec.steps) > 10 and rec.steps.time.max() < kill_at + 2  # records up to the crash, readable
@@ -185,8 +185,8 @@ def test_interactive_control_acts_on_the_running_cluster(tmp_path, clean_host):
         cpu = subprocess.run(edgebed_cmd() + ["cpu", "w", "0.2", "--run", run_id], cwd=REPO, capture_output=True,
                              text=True)
         assert cpu.returncode == 0 and cpu.stdout.count("cpu quota 0.2") == 3  # the group: all three workers
-        from testbed.shaping import read_htb_class
-        from testbed.netlink import ns_iproute
+        from testbed.kernel.shaping import read_htb_class
+        from testbed.kernel.netlink import ns_iproute
 
         with ns_iproute(f"eb-{run_id}-w0") as ns:
             assert read_htb_class(ns, ns.link_lookup(ifname="eth0")[0])["rate_bps"] == pytest.approx(3e6, rel=0.01)

@@ -1,15 +1,15 @@
-"""Tests for testbed.eval_schedule (when the PS feeds the evaluator) and the evaluator's repeats."""
+"""Tests for testbed.node.eval_schedule (when the PS feeds the evaluator) and the evaluator's repeats."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from testbed.eval_schedule import EvalSchedule
-from testbed.peer_roles import REPLICA_REFRESH, _replica_schedule
-from testbed.roles import _evaluate_message, evaluate
-from testbed.scenario import parse_scenario
-from testbed.wire import Message
+from testbed.node.eval_schedule import EvalSchedule
+from testbed.node.peer_roles import REPLICA_REFRESH, _replica_schedule
+from testbed.node.roles import _evaluate_message, evaluate
+from testbed.scenario.schema import parse_scenario
+from testbed.node.wire import Message
 
 
 def test_by_versions_ignores_time():

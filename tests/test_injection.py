@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.injection import local_batch, sharing_workers
-from testbed.scenario import Injection, parse_scenario
+from testbed.data.injection import local_batch, sharing_workers
+from testbed.scenario.schema import Injection, parse_scenario
 
 
 def test_sharing_subset_is_the_same_everywhere_and_ceil_alpha_n():
@@ -27,7 +27,7 @@ def test_local_batch_eq3_and_knob():
 
 
 def test_injection_validation_names_the_field():
-    from testbed.scenario import ScenarioError
+    from testbed.scenario.schema import ScenarioError
 
     with pytest.raises(ScenarioError, match="workload.injection.alpha"):
         parse_scenario({"name": "x", "workload": {"injection": {"alpha": 1.5, "beta": 0.5}}})

@@ -46,8 +46,8 @@ def _containers(run_id):
 
 
 def _nothing_left(run_id=None):
-    from testbed import cgroups
-    from testbed.state import STATE_DIR
+    from testbed.kernel import cgroups
+    from testbed.runtimes.state import STATE_DIR
 
     ns = our_netns()
     cg = cgroups.list_runs()
@@ -129,7 +129,7 @@ def test_kill_9_then_down_removes_everything(tmp_path, runtime, scenario):
     assert _containers(run_id) == []
     assert _root_links(run_id) == []  # no veth end of the run left in the host namespace
     # the records written before the crash are still readable
-    from testbed.records import load_run
+    from testbed.records.reader import load_run
 
     assert len(load_run(run_dir).steps) > 0
 
@@ -161,7 +161,7 @@ def test_missing_file_is_one_clear_line(tmp_path):
 
 
 def test_a_dead_node_is_reported_with_how_it_ended():
-    from testbed.runner import _exit_reason
+    from testbed.run.runner import _exit_reason
 
     assert _exit_reason("w3", 1) == "w3 (exit status 1)"
     assert _exit_reason("w7", -signal.SIGKILL) == \

@@ -1,11 +1,11 @@
-"""Tests for testbed.models."""
+"""Tests for testbed.data.models."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from testbed.models import MODEL_NAMES, ModelError, build_model, count_parameters
+from testbed.data.models import MODEL_NAMES, ModelError, build_model, count_parameters
 
 SHAPES = [(1, 28, 28), (3, 32, 32), (1, 8, 8)]
 

@@ -38,7 +38,7 @@ def _echo_client(addr, port, path):
 
 
 def _read_cgroup_quota(run_id, node):
-    from testbed import cgroups
+    from testbed.kernel import cgroups
 
     if cgroups.is_v2():
         q, p = (cgroups.ROOT / f"edgebed/{run_id}/{node}/cpu.max").read_text().split()
@@ -62,9 +62,9 @@ def cluster(tmp_path, clean_host):
 
 
 def test_shaping_installed_per_direction(cluster):
-    from testbed.netlink import in_netns
+    from testbed.kernel.netlink import in_netns
     from testbed.runtimes.fabric import switch_netns
-    from testbed.shaping import qdisc_kinds, read_htb_class
+    from testbed.kernel.shaping import qdisc_kinds, read_htb_class
 
     rt, spec = cluster
     h = rt.handles["w0"]
@@ -83,8 +83,8 @@ def test_shaping_installed_per_direction(cluster):
 
 
 def test_change_rate_in_place(cluster):
-    from testbed.netlink import in_netns
-    from testbed.shaping import change_rate, read_htb_class
+    from testbed.kernel.netlink import in_netns
+    from testbed.kernel.shaping import change_rate, read_htb_class
 
     rt, _ = cluster
     with in_netns(rt.handles["w1"].netns) as ns:
@@ -100,7 +100,7 @@ def test_cgroup_limits(cluster):
 
 
 def test_cpu_period_kept_when_the_quota_changes(tmp_path, clean_host):
-    from testbed import cgroups
+    from testbed.kernel import cgroups
 
     with netns_cluster(tmp_path, {"name": "t", "profiles": {"short": {"cpus": 0.25, "cpu_period": "10ms"}},
                                   "workers": [{"count": 1, "profile": "short"}]}) as (rt, _):
@@ -115,7 +115,7 @@ def test_cpu_period_kept_when_the_quota_changes(tmp_path, clean_host):
 
 
 def test_cpu_benchmark_over_a_short_period(clean_host):
-    from testbed.bench import cpu_benchmark
+    from testbed.bench.fidelity import cpu_benchmark
 
     res = cpu_benchmark(0.3, seconds=2, say=lambda s: None, cpu_period=0.01)
     assert res["cpu_period_s"] == pytest.approx(0.01)
@@ -185,8 +185,8 @@ def test_connectivity_with_host_forward_drop(host_forward_drop, cluster, tmp_pat
 
 def test_loss_is_measured_where_a_mechanism_exists(clean_host):
     """20% configured loss on an uplink drops 20% of paced UDP datagrams (netem or the eBPF fallback)."""
-    from testbed.bench import loss_benchmark
-    from testbed.shaping import probe_kernel
+    from testbed.bench.fidelity import loss_benchmark
+    from testbed.kernel.shaping import probe_kernel
 
     caps = probe_kernel()
     if not (caps.netem or caps.bpf_loss):

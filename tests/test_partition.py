@@ -1,11 +1,11 @@
-"""Tests for testbed.partition."""
+"""Tests for testbed.data.partition."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from testbed.partition import PartitionSpec, parse_partition, partition_indices
+from testbed.data.partition import PartitionSpec, parse_partition, partition_indices
 
 # 10 classes, unequal sizes (100..190 samples), shuffled like a real label vector.
 LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), np.arange(100, 200, 10)))
@@ -171,7 +171,7 @@ def test_argument_errors() -> None:
 
 def test_seldp_walks_every_chunk_from_its_own() -> None:
     """SelSync's SelDP (Fig. 7b): worker n walks DP_n, DP_n+1, ..., DP_n-1."""
-    from testbed.partition import worker_chunks
+    from testbed.data.partition import worker_chunks
 
     y = np.arange(103) % 10
     iid = partition_indices(y, 4, "iid", seed=3)
@@ -187,7 +187,7 @@ def test_seldp_walks_every_chunk_from_its_own() -> None:
 
 
 def test_batches_keep_seldp_chunk_order() -> None:
-    from testbed.roles import _Batches
+    from testbed.node.roles import _Batches
 
     b = _Batches(10, 3, seed=0, chunks=[4, 6])
     first = np.concatenate([b.next() for _ in range(4)])[:10]  # one epoch

@@ -13,16 +13,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from testbed.plotting import PLOT_FILES, plot_compare, plot_run
-from testbed.records import (
-    EVAL_COLUMNS,
-    EVENT_COLUMNS,
-    STEP_COLUMNS,
-    TRAFFIC_COLUMNS,
-    RunNotFound,
-    load_run,
-    traffic_rates,
-)
+from testbed.records.plotting import PLOT_FILES, plot_compare, plot_run
+from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS, RunNotFound,
+    load_run, traffic_rates)
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -322,8 +315,8 @@ def test_streaming_figure_from_buffer_records(tmp_path: Path) -> None:
 
 def test_links_figure_from_peers_csv(tmp_path: Path) -> None:
     """A decentralized run's peers.csv becomes links.png; a run without worker-to-worker rows has none."""
-    from testbed.columns import PEER_COLUMNS
-    from testbed.plotting import plot_run
+    from testbed.records.columns import PEER_COLUMNS
+    from testbed.records.plotting import plot_run
 
     run = make_run(tmp_path)
     workers = list(WORKER_SPEED)
@@ -343,9 +336,9 @@ def test_links_figure_from_peers_csv(tmp_path: Path) -> None:
 
 
 def test_link_check_figure_and_the_accuracy_title_say_which_link_was_off(tmp_path: Path) -> None:
-    from testbed import verify
-    from testbed.plotting import _accuracy_figure, _style_for
-    from testbed.records import load_run
+    from testbed.run import verify
+    from testbed.records.plotting import _accuracy_figure, _style_for
+    from testbed.records.reader import load_run
 
     run = make_run(tmp_path)
     rows = [{"node": "w0", "direction": "up", "configured_bps": 10e6, "measured_bps": 9.98e6, "ratio": 0.998,

@@ -1,4 +1,4 @@
-"""Tests for testbed.scenario (schema, defaults, error lines) and `edgebed validate`."""
+"""Tests for testbed.scenario.schema (schema, defaults, error lines) and `edgebed validate`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from testbed.cli import app
-from testbed.scenario import Profile, Scenario, ScenarioError, load_scenario, parse_scenario, scenario_to_yaml
+from testbed.scenario.schema import (Profile, Scenario, ScenarioError, load_scenario, parse_scenario,
+    scenario_to_yaml)
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "scenarios" / "smoke.yaml"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.scenario import Direction
-from testbed.shaping import KernelCaps, htb_burst, plan_direction
+from testbed.scenario.schema import Direction
+from testbed.kernel.shaping import KernelCaps, htb_burst, plan_direction
 
 NO_NETEM = KernelCaps(htb=True, netem=False, tbf=True, ifb=True)
 NETEM = KernelCaps(htb=True, netem=True, tbf=True, ifb=True)
@@ -56,7 +56,7 @@ def test_without_netem_loss_uses_bpf_when_the_kernel_can():
 def test_bpf_loss_program_threshold():
     import struct
 
-    from testbed.bpf import RESOLUTION, loss_program
+    from testbed.kernel.bpf import RESOLUTION, loss_program
 
     code = loss_program(0.25)
     assert len(code) == 7 * 8

@@ -57,7 +57,7 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
     assert (run_dir / "link_check.csv").read_text().count("\n") == 13
     assert any("link check w3 up" in line for line in r.stdout.splitlines())
 
-    from testbed.records import load_run
+    from testbed.records.reader import load_run
 
     rec = load_run(run_dir)
     assert set(rec.steps["node"]) == {"w0", "w1", "w2", "w3"}

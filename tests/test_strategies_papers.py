@@ -23,7 +23,7 @@ def server(params, lr=1.0, workers=("w0", "w1", "w2")):
 
 
 def test_sparse_payload_bytes_scale_with_the_kept_fraction():
-    from testbed import wire
+    from testbed.node import wire
 
     g = {"w": torch.randn(100, 100)}
     dense = wire.message_bytes(wire.encode(wire.Message("push", g)))

@@ -192,8 +192,8 @@ def test_apply_payload_dense_sparse_and_slices():
 # -- per-link rates ----------------------------------------------------------------------------
 
 def test_peer_table_knows_lan_and_wan_rates():
-    from testbed.cluster import build_cluster, peer_table
-    from testbed.scenario import load_scenario
+    from testbed.plan.cluster import build_cluster, peer_table
+    from testbed.scenario.schema import load_scenario
 
     from conftest import REPO
 

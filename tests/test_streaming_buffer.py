@@ -1,4 +1,4 @@
-"""Tests for testbed.streaming.buffer: persistence/truncation buffers, batch policies, Eq. 2-3."""
+"""Tests for testbed.data.streaming.buffer: persistence/truncation buffers, batch policies, Eq. 2-3."""
 
 from __future__ import annotations
 
@@ -6,21 +6,10 @@ import math
 
 import pytest
 
-from testbed.streaming.buffer import (
-    CIFAR_SAMPLE_BYTES,
-    STREAM_COLUMNS,
-    FixedBatch,
-    StreamBatch,
-    StreamBuffer,
-    backlog_bytes,
-    batch_size_for,
-    eq2_backlog,
-    eq3_backlog,
-    parse_batch_policy,
-    simulate_buffer,
-    truncation_backlog,
-)
-from testbed.streaming.rates import RateSchedule
+from testbed.data.streaming.buffer import (CIFAR_SAMPLE_BYTES, STREAM_COLUMNS, FixedBatch, StreamBatch,
+    StreamBuffer, backlog_bytes, batch_size_for, eq2_backlog, eq3_backlog, parse_batch_policy,
+    simulate_buffer, truncation_backlog)
+from testbed.data.streaming.rates import RateSchedule
 
 
 def counters(buf: StreamBuffer) -> tuple[int, int, int, int, int]:
@@ -250,7 +239,7 @@ def test_simulated_trace_rate_change():
 def test_truncation_trains_as_persistence_does():
     # b = 64 at 20 samples/s: both policies wait for 64 and train on 64 (Table IV compares what
     # they hold under the same training); truncation keeps max(ceil(rate), b) at a take
-    from testbed.streaming.consumer import StreamFeeder
+    from testbed.data.streaming.consumer import StreamFeeder
 
     def feeder(policy, batch):
         return StreamFeeder("127.0.0.1:1", "t", StreamBuffer(policy, 20.0), t0=0.0, batch_policy=batch)

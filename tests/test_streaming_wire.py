@@ -1,4 +1,4 @@
-"""Tests for testbed.streaming.sample_wire: one sample as a Kafka (key, value) record."""
+"""Tests for testbed.data.streaming.sample_wire: one sample as a Kafka (key, value) record."""
 
 from __future__ import annotations
 
@@ -7,14 +7,8 @@ import struct
 import numpy as np
 import pytest
 
-from testbed.streaming.sample_wire import (
-    MAGIC,
-    decode_batch,
-    decode_sample,
-    encode_sample,
-    header_size,
-    sample_overhead,
-)
+from testbed.data.streaming.sample_wire import (MAGIC, decode_batch, decode_sample, encode_sample,
+    header_size, sample_overhead)
 
 SHAPES = {
     "mnist-hw": (28, 28),

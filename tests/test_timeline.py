@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario import ScenarioError, parse_scenario
-from testbed.timeline import Change, Timeline, expand_events, read_link_trace
+from testbed.scenario.schema import ScenarioError, parse_scenario
+from testbed.run.timeline import Change, Timeline, expand_events, read_link_trace
 
 
 def _sc(events, **kw):
@@ -64,7 +64,7 @@ def test_link_traces_csv_and_mahimahi(tmp_path: Path):
 
 
 def test_relative_trace_paths_are_the_scenario_files(tmp_path: Path):
-    from testbed.scenario import load_scenario
+    from testbed.scenario.schema import load_scenario
 
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "x.csv").write_text("0,1mbit\n")
@@ -167,8 +167,8 @@ def test_partition_events_resolve_peers():
 
 
 def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
-    from testbed.scenario import parse_scenario
-    from testbed.soak import UNDO, soak_events, soak_scenario
+    from testbed.scenario.schema import parse_scenario
+    from testbed.bench.soak import UNDO, soak_events, soak_scenario
 
     a, b = soak_events(30, 4, seed=1, base_rate="50mbit", base_cpus=0.25), soak_events(30, 4, 1, "50mbit", 0.25)
     assert a == b and a != soak_events(30, 4, 2, "50mbit", 0.25)
@@ -186,8 +186,8 @@ def test_wan_link_targets():
     import yaml
 
     from conftest import REPO
-    from testbed.scenario import load_scenario
-    from testbed.timeline import resolve_target
+    from testbed.scenario.schema import load_scenario
+    from testbed.run.timeline import resolve_target
 
     data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
     sc = load_scenario(REPO / "scenarios/topologies/dlion-p-network.yaml")

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed.cluster import build_cluster
-from testbed.scenario import ScenarioError, load_scenario, parse_scenario
-from testbed.topology import plan_topology
+from testbed.plan.cluster import build_cluster
+from testbed.scenario.schema import ScenarioError, load_scenario, parse_scenario
+from testbed.plan.topology import plan_topology
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,8 +108,8 @@ def test_without_sites_nothing_changes():
 
 
 def test_receivers_hold_messages_for_the_wan_path_delay():
-    from testbed.runner import _delay_for
-    from testbed.transport import DelayLine, DelaySpec
+    from testbed.run.runner import _delay_for
+    from testbed.node.transport import DelayLine, DelaySpec
 
     sc = load_scenario(REPO / "scenarios" / "topologies" / "edge-star.yaml")
     spec = build_cluster(sc, "abcdef")
@@ -140,7 +140,7 @@ def test_node_link_errors(links, needle):
 
 
 def test_per_destination_plan_classes_and_filters():
-    from testbed.shaping import KernelCaps, plan_direction
+    from testbed.kernel.shaping import KernelCaps, plan_direction
 
     sc = parse_scenario({"profiles": {"edge": {"bandwidth": "40mbit"}}, "workers": [{"count": 2, "profile": "edge"}],
                          "links": [{"between": ["w0", "w1"], "forward": {"rate": "8mbit", "latency": "5ms"},
@@ -163,7 +163,7 @@ def test_per_destination_plan_classes_and_filters():
     meta = up.to_meta()["peers"][0]
     assert meta["match"] == f"dst {w1.address}" and meta["class"] == "1:20"
     # the receiver's transport holds w0's messages for the pair's latency (no netem)
-    from testbed.runner import _delay_for
+    from testbed.run.runner import _delay_for
 
     plans = {n.name: {"uplink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0},
                       "downlink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0}} for n in spec.nodes}

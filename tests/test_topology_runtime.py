@@ -29,7 +29,7 @@ def _docker_or_skip(runtime):
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
 def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_host, runtime):
     """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions."""
-    from testbed.bench import topology_benchmark
+    from testbed.bench.fidelity import topology_benchmark
 
     _docker_or_skip(runtime)
     res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.10,
@@ -46,9 +46,9 @@ def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_
 
 def test_per_destination_classes_shape_one_peer_apart(clean_host):
     """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address)."""
-    from testbed.bench import _Bench, _transfer
-    from testbed.netlink import in_netns
-    from testbed.shaping import read_htb_class
+    from testbed.bench.fidelity import _Bench, _transfer
+    from testbed.kernel.netlink import in_netns
+    from testbed.kernel.shaping import read_htb_class
 
     scenario = {"name": "bench", "runtime": "netns", "profiles": {"edge": {"bandwidth": "40mbit", "loss": 0.0001}},
                 "workers": [{"count": 2, "profile": "edge"}],

@@ -1,4 +1,4 @@
-"""Tests for testbed.units: rates (bits), sizes, durations, fractions."""
+"""Tests for testbed.scenario.units: rates (bits), sizes, durations, fractions."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from testbed.units import UnitError, format_rate, parse_duration, parse_fraction, parse_rate, parse_size
+from testbed.scenario.units import UnitError, format_rate, parse_duration, parse_fraction, parse_rate, parse_size
 
 # --------------------------------------------------------------------------- rates
 

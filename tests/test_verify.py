@@ -2,9 +2,9 @@
 
 import pytest
 
-from testbed.cluster import build_cluster
-from testbed.scenario import parse_scenario
-from testbed.verify import _batches, _expected_rtt, planned_flows
+from testbed.plan.cluster import build_cluster
+from testbed.scenario.schema import parse_scenario
+from testbed.run.verify import _batches, _expected_rtt, planned_flows
 
 
 def _spec(extra: dict | None = None, ps: dict | None = None):

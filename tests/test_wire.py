@@ -1,4 +1,4 @@
-"""Tests for testbed.wire (message format) and testbed.transport (zmq endpoints, delay fallback)."""
+"""Tests for testbed.node.wire (message format) and testbed.node.transport (zmq endpoints, delay fallback)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 import zmq
 
-from testbed import transport, wire
-from testbed.transport import DelayLine, DelaySpec
-from testbed.wire import MAGIC, Message, WireError, decode, encode, message_bytes
+from testbed.node import transport, wire
+from testbed.node.transport import DelayLine, DelaySpec
+from testbed.node.wire import MAGIC, Message, WireError, decode, encode, message_bytes
 
 
 def _sample(dtype: torch.dtype) -> torch.Tensor:

@@ -28,8 +28,8 @@ from typing import Any, Callable, Optional, Union
 
 import yaml
 
-from .seeds import Panel
-from .verdict import NOT_JUDGED, Criterion, combine, judge
+from testbed.reproduce.seeds import Panel
+from testbed.reproduce.verdict import NOT_JUDGED, Criterion, combine, judge
 
 REPO = Path(__file__).resolve().parents[2]
 SCALES = ("ci", "paper", "paper-200")  # paper-200: AdaComp Fig. 3 with the paper's 200 workers on this machine
@@ -109,7 +109,7 @@ def deep_merge(base: dict, changes: dict) -> dict:
 
 def series_scenarios(exp: Experiment, scale: str) -> list[tuple[Series, dict]]:
     """Each series' scenario, all validated before anything runs (bad input starts nothing)."""
-    from ..scenario import ScenarioError, _resolve_event_traces, _resolve_trace_paths, parse_scenario
+    from testbed.scenario.schema import ScenarioError, _resolve_event_traces, _resolve_trace_paths, parse_scenario
 
     if scale not in SCALES:
         raise ValueError(f"--scale: '{scale}' is not one of {', '.join(SCALES)}")
@@ -241,9 +241,9 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     """The experiment over its seeds, from records only: each seed's analysis (beside its runs),
     then out_dir/<name>.png (mean and min-max band), .csv, -table.csv (mean and range) and .json
     (every seed's numbers and the verdict)."""
-    from ..records import load_run
-    from .common import fmt
-    from .seeds import aggregate_rows, band_figure, band_table_lines  # matplotlib only when drawing
+    from testbed.records.reader import load_run
+    from testbed.reproduce.common import fmt
+    from testbed.reproduce.seeds import aggregate_rows, band_figure, band_table_lines
 
     by_seed = runs if isinstance(runs, dict) else {None: runs}
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Experiment, Panel, Series, register
-from .common import accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, first_reaching, fmt, ratio
-from .verdict import Criterion
+from testbed.reproduce import Experiment, Panel, Series, register
+from testbed.reproduce.common import (accuracy_curve, bytes_at, cumulative_bytes, final_accuracy,
+    first_reaching, fmt, ratio)
+from testbed.reproduce.verdict import Criterion
 
 # the fixed accuracy the ingress is compared at (paper: 97%; paper-200 runs a fraction of its updates)
 FIG3_TARGET = {"ci": 0.90, "paper": 0.97, "paper-200": 0.95}

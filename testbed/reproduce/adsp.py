@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import Experiment, Series, register
-from .common import fmt, time_to_accuracy_figure
-from .verdict import Criterion
+from testbed.reproduce import Experiment, Series, register
+from testbed.reproduce.common import fmt, time_to_accuracy_figure
+from testbed.reproduce.verdict import Criterion
 
 TARGETS = {"ci": [0.9], "paper": [0.7]}
 

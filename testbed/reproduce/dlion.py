@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import Experiment, Series, register
-from .common import fmt, ratio, time_to_accuracy_figure
-from .verdict import Criterion
+from testbed.reproduce import Experiment, Series, register
+from testbed.reproduce.common import fmt, ratio, time_to_accuracy_figure
+from testbed.reproduce.verdict import Criterion
 
 FIG6_TARGETS = {"ci": [0.7, 0.8], "paper": [0.6, 0.7]}
 FIG7_AT = {"ci": 60.0, "paper": 1800.0}

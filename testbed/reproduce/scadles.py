@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Experiment, Panel, Series, register
-from .common import accuracy_curve, final_accuracy, first_reaching, fmt, table_markdown
-from .verdict import EXCLUDED, Criterion
+from testbed.reproduce import Experiment, Panel, Series, register
+from testbed.reproduce.common import accuracy_curve, final_accuracy, first_reaching, fmt, table_markdown
+from testbed.reproduce.verdict import EXCLUDED, Criterion
 
 SETS = ("S1", "S2", "S1'", "S2'")
 # The accuracy every run of Table VI and Table IV is timed to, fixed before the runs (not a share

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from . import Experiment, Series, register
-from .common import accuracy_curve, table_markdown, time_to_accuracy_figure
-from .verdict import EXCLUDED, Criterion
+from testbed.reproduce import Experiment, Series, register
+from testbed.reproduce.common import accuracy_curve, table_markdown, time_to_accuracy_figure
+from testbed.reproduce.verdict import EXCLUDED, Criterion
 
 TARGET = {"ci": 0.9, "paper": 0.9}
 

@@ -20,7 +20,7 @@ def select_runtime(name: str) -> str:
             "veth links, tc qdiscs and cgroups, and shapes containers' links from the host); run edgebed with sudo"
         )
     if name in ("auto", "docker"):
-        from .docker import docker_client
+        from testbed.runtimes.docker import docker_client
 
         if docker_client() is not None:
             return "docker"

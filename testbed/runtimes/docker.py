@@ -17,15 +17,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from ..cgroups import ROOT as CGROUP_ROOT
-from ..cgroups import CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
-from ..cluster import ClusterSpec, Node
-from ..netlink import attach_netns, disable_offloads, ns_iproute
-from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
-from ..state import RunState
-from .fabric import Fabric
-from .live import LiveOps
-from .netns import netns_name
+from testbed.kernel.cgroups import ROOT as CGROUP_ROOT
+from testbed.kernel.cgroups import CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
+from testbed.runtimes.state import RunState
+from testbed.runtimes.fabric import Fabric
+from testbed.runtimes.live import LiveOps
+from testbed.runtimes.netns import netns_name
 
 LABEL = "edgebed"
 RUN_LABEL = "edgebed.run"
@@ -158,7 +158,7 @@ class ExecProcess:
     def __init__(self, client, container, target, kwargs: dict):
         self.api = client.api
         payload = json.dumps({"target": f"{target.__module__}:{target.__qualname__}", "kwargs": kwargs})
-        self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node", "--exec", payload])["Id"]
+        self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node.launch", "--exec", payload])["Id"]
         self.api.exec_start(self.exec_id, detach=True)
 
     def _inspect(self) -> dict:
@@ -222,7 +222,7 @@ class DockerRuntime(LiveOps):
         return {LABEL: "1", RUN_LABEL: self.run_id}
 
     def make_stop_event(self):
-        from ..node import FileStop
+        from testbed.node.launch import FileStop
 
         return FileStop(str(self.conf_dir / "stop"))
 
@@ -278,7 +278,7 @@ class DockerRuntime(LiveOps):
         if node.image is None:
             return self.image, [str(self.conf_dir / f"{node.name}.json")], {}
         if node.role == "kafka":
-            from ..streaming.kafka import kafka_environment
+            from testbed.data.streaming.kafka import kafka_environment
 
             return node.image, None, kafka_environment(node.address)
         return node.image, None, {}
@@ -367,7 +367,7 @@ class DockerRuntime(LiveOps):
         return proc
 
     def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
-        """Hand a request to the node's supervisor (testbed.node.RoleSupervisor); its answer."""
+        """Hand a request to the node's supervisor (testbed.node.launch.RoleSupervisor); its answer."""
         self._seq = getattr(self, "_seq", 0) + 1
         seq = f"{self._seq:08d}"
         path = self.conf_dir / f"{node}.ctl-{seq}"
@@ -482,7 +482,7 @@ class DockerRuntime(LiveOps):
                 pass
 
     def teardown(self) -> list[str]:
-        from ..state import cleanup_run
+        from testbed.runtimes.state import cleanup_run
 
         self.save_logs()
         if self.fabric is not None:

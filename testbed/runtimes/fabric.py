@@ -15,10 +15,10 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from ..cluster import ClusterSpec, Node
-from ..netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
-from ..shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
-from ..state import RunState, temp_link_name
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.kernel.netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
+from testbed.runtimes.state import RunState, temp_link_name
 
 BRIDGE = "br0"
 ROUTER_INDEX = 0xD00  # temporary veth names: nodes count from 0, site routers and WAN links from here
@@ -135,7 +135,7 @@ class Fabric:
     def set_wan(self, a: str, b: str, direction: str, fields: dict) -> str:
         """Change the WAN link between sites a and b during the run: `up` is a -> b, `down` b -> a.
         Each direction is shaped on its sending router's egress, changed in place (shaping.reshape)."""
-        from ..scenario import Direction
+        from testbed.scenario.schema import Direction
 
         if (a, b) not in self.wan_plans:
             raise ValueError(f"no WAN link between sites {a} and {b}")

@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-from ..scenario import Direction
-from ..shaping import DirectionPlan, plan_direction, reshape
+from testbed.scenario.schema import Direction
+from testbed.kernel.shaping import DirectionPlan, plan_direction, reshape
 
 WHICH = {"up": "uplink", "down": "downlink"}
 WAN_PREFIX = "wan:"  # an event's target `wan:A-B`: the WAN link between sites A and B

@@ -24,13 +24,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
-from .. import cgroups
-from ..cluster import ClusterSpec, Node
-from ..netlink import create_netns, enter_netns, ns_iproute
-from ..shaping import DirectionPlan, KernelCaps, probe_kernel
-from ..state import RunState, cleanup_run
-from .fabric import Fabric
-from .live import LiveOps
+from testbed.kernel import cgroups
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
+from testbed.runtimes.state import RunState, cleanup_run
+from testbed.runtimes.fabric import Fabric
+from testbed.runtimes.live import LiveOps
 
 PR_SET_PDEATHSIG = 1
 
@@ -110,7 +110,7 @@ class NetnsRuntime(LiveOps):
 
     def start_node(self, node: Node, cfg, stop_event):
         """Start the node's role (and its background stress); returns the role's process."""
-        from ..roles import ROLE_TARGETS, run_stress
+        from testbed.node.roles import ROLE_TARGETS, run_stress
 
         proc = self.start(node.name, ROLE_TARGETS[node.role], {"cfg": cfg, "stop_event": stop_event})
         stress = node.profile.stress
@@ -144,8 +144,8 @@ class NetnsRuntime(LiveOps):
 
     def set_stress(self, node: str, load: float) -> str:
         """Replace the node's background stress with `load` cores' worth (0: none)."""
-        from ..node import stress_loads
-        from ..roles import run_stress
+        from testbed.node.launch import stress_loads
+        from testbed.node.roles import run_stress
 
         h = self.handles[node]
         old = [p for p in h.processes if "-stress" in p.name and p.is_alive()]

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from .adacomp import AdaComp
-from .adsp import ADSP
-from .ako import Ako
-from .asgd import ASGD
-from .base import ServerState, Strategy, StrategyError, WorkerContext
-from .bsp import BSP
-from .comp_asgd import CompASGD
-from .dlion import DLion
-from .gaia import Gaia
-from .local_sgd import LocalSGD
-from .scadles import ScaDLES
-from .selsync import SelSync
-from .ssp import SSP
+from testbed.strategies.adacomp import AdaComp
+from testbed.strategies.adsp import ADSP
+from testbed.strategies.ako import Ako
+from testbed.strategies.asgd import ASGD
+from testbed.strategies.base import ServerState, Strategy, StrategyError, WorkerContext
+from testbed.strategies.bsp import BSP
+from testbed.strategies.comp_asgd import CompASGD
+from testbed.strategies.dlion import DLion
+from testbed.strategies.gaia import Gaia
+from testbed.strategies.local_sgd import LocalSGD
+from testbed.strategies.scadles import ScaDLES
+from testbed.strategies.selsync import SelSync
+from testbed.strategies.ssp import SSP
 
 STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync, ADSP,
                                                           DLion, Gaia, Ako)}

@@ -25,8 +25,8 @@ from collections import deque
 import torch
 from pydantic import Field
 
-from . import sparse
-from .base import StrategyParams, ServerState, Strategy, Tensors, WorkerContext
+from testbed.strategies import sparse
+from testbed.strategies.base import StrategyParams, ServerState, Strategy, Tensors, WorkerContext
 
 
 class AdaCompParams(StrategyParams):

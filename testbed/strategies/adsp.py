@@ -41,7 +41,7 @@ from typing import Callable, Literal, Optional
 import torch
 from pydantic import Field
 
-from .base import ServerState, Strategy, StrategyParams, Tensors, WorkerContext
+from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors, WorkerContext
 
 
 class ADSPParams(StrategyParams):

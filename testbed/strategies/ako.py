@@ -20,9 +20,9 @@ from typing import Optional
 
 from pydantic import Field
 
-from . import sparse
-from .base import StrategyParams, Tensors
-from .peer import PeerContext, PeerInfo, PeerStrategy, numel
+from testbed.strategies import sparse
+from testbed.strategies.base import StrategyParams, Tensors
+from testbed.strategies.peer import PeerContext, PeerInfo, PeerStrategy, numel
 
 
 class AkoParams(StrategyParams):

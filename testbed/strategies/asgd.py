@@ -8,7 +8,7 @@ III, the "ASGD" baseline of Fig. 3; the staleness-aware rule of Zhang et al. [14
 
 from __future__ import annotations
 
-from .base import ServerState, Strategy, Tensors
+from testbed.strategies.base import ServerState, Strategy, Tensors
 
 
 def staleness_lr(lr: float, staleness: int) -> float:

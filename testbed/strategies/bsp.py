@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from .base import ServerState, Strategy, Tensors
+from testbed.strategies.base import ServerState, Strategy, Tensors
 
 
 def average(payloads: list[Tensors], weights: Optional[list[float]] = None) -> Tensors:

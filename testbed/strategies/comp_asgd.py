@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 from pydantic import Field
 
-from . import sparse
-from .asgd import staleness_lr
-from .base import StrategyParams, ServerState, Strategy, Tensors, WorkerContext
+from testbed.strategies import sparse
+from testbed.strategies.asgd import staleness_lr
+from testbed.strategies.base import StrategyParams, ServerState, Strategy, Tensors, WorkerContext
 
 
 class CompASGDParams(StrategyParams):

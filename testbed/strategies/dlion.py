@@ -44,9 +44,9 @@ from typing import Literal, Optional
 import torch
 from pydantic import Field
 
-from .base import StrategyParams, Tensors
-from .peer import PeerContext, PeerInfo, PeerStrategy, numel, sparse_costs_more
-from .sparse import top_k_whole
+from testbed.strategies.base import StrategyParams, Tensors
+from testbed.strategies.peer import PeerContext, PeerInfo, PeerStrategy, numel, sparse_costs_more
+from testbed.strategies.sparse import top_k_whole
 
 Tuning = Literal["warmup_lr", "speedup_bs", "increase_bs", "decay_lr"]
 

@@ -21,8 +21,8 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from .base import StrategyParams, Tensors
-from .peer import PeerContext, PeerInfo, PeerStrategy, select_by_mask
+from testbed.strategies.base import StrategyParams, Tensors
+from testbed.strategies.peer import PeerContext, PeerInfo, PeerStrategy, select_by_mask
 
 
 class GaiaParams(StrategyParams):

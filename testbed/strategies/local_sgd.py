@@ -33,8 +33,8 @@ from typing import Optional
 import torch
 from pydantic import Field
 
-from .base import ServerState, StrategyParams, Tensors, WorkerContext
-from .bsp import BSP
+from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
+from testbed.strategies.bsp import BSP
 
 def participants(round_: int, n_workers: int, fraction: float, seed: int = 0) -> frozenset[int]:
     """The ranks in synchronization round `round_`: max(1, round(C N)) of the N workers, drawn

@@ -24,8 +24,8 @@ from typing import Literal, Optional
 import torch
 from pydantic import Field
 
-from .base import ServerState, StrategyParams, Tensors, WorkerContext
-from .bsp import BSP, average
+from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
+from testbed.strategies.bsp import BSP, average
 
 
 class SelSyncParams(StrategyParams):

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from .base import Tensors
+from testbed.strategies.base import Tensors
 
 IDX, VAL, START = "@i", "@v", "@r"
 

@@ -1,0 +1,1 @@
+"""Benchmarks: link fidelity, the suite against Mininet and Flower, soak runs."""

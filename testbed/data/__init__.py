@@ -1,0 +1,1 @@
+"""Training data: datasets, partitions, models, data injection, and streaming through a broker."""

@@ -1,0 +1,1 @@
+"""The plan: what a scenario means as a cluster (nodes, profiles, addresses, links) and its topology of sites and WAN links."""

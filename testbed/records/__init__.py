@@ -1,0 +1,1 @@
+"""A run's records: column names, the writer (metrics.py), the reader (reader.py) and the plots."""

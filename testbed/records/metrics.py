@@ -1,0 +1,65 @@
+"""The writer side of a run's records (the reader is records.py).
+
+Every node process appends whole lines to shared CSV files opened with O_APPEND and
+written with one write(2) per line: lines from different processes never interleave,
+and each line is on disk (page cache) as soon as it is written, so a crash of any
+process, the runner included, keeps every record up to the crash.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS,
+    RESOURCE_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
+
+TABLES: dict[str, list[str]] = {
+    "steps.csv": STEP_COLUMNS,
+    "eval.csv": EVAL_COLUMNS,
+    "traffic.csv": TRAFFIC_COLUMNS,
+    "events.csv": EVENT_COLUMNS,
+    "server.csv": SERVER_COLUMNS,
+    "resources.csv": RESOURCE_COLUMNS,
+    "stream.csv": STREAM_STEP_COLUMNS,  # per streaming step: how long the batch took to arrive
+    "buffer.csv": BUFFER_COLUMNS,  # ~1 s per device: its stream buffer's counters
+    "peers.csv": PEER_COLUMNS,  # decentralized strategies: what each worker sent on each link
+}
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.6g}" if abs(v) < 1e5 else f"{v:.3f}"
+    s = str(v)
+    if any(c in s for c in ',"\n'):
+        s = '"' + s.replace('"', '""') + '"'
+    return s
+
+
+class CsvLog:
+    def __init__(self, path: Path, columns: Iterable[str]):
+        self.path = Path(path)
+        self.columns = list(columns)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, **row: Any) -> None:
+        line = ",".join(_fmt(row.get(c)) for c in self.columns) + "\n"
+        os.write(self._fd, line.encode())
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def init_tables(run_dir: Path) -> None:
+    """Create each table with its header (the runner does this before any node starts)."""
+    for name, cols in TABLES.items():
+        (run_dir / name).write_text(",".join(cols) + "\n")
+
+
+def open_table(run_dir: Path, name: str) -> CsvLog:
+    return CsvLog(Path(run_dir) / name, TABLES[name])

@@ -1,0 +1,1 @@
+"""A run from the runner's side: bring-up, the timeline of events, live control, link checks, teardown."""

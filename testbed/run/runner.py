@@ -1,0 +1,551 @@
+"""`edgebed up`: make the cluster, run the roles, sample counters, report, always tear down."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import secrets
+import signal
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable, Optional
+
+from testbed import __version__
+from testbed.kernel import cgroups
+from testbed.records import metrics
+from testbed.plan.cluster import ClusterSpec, build_cluster, peer_table
+from testbed.node.roles import RoleConfig
+from testbed.runtimes import select_runtime
+from testbed.scenario.schema import Scenario, scenario_to_yaml
+from testbed.runtimes.state import RunState
+from testbed.runtimes.live import delay_control_file
+from testbed.node.transport import DelaySpec
+
+PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles", "testbed.data.datasets", "testbed.data.models",
+           "testbed.data.partition", "testbed.strategies", "testbed.data.preload"]
+
+
+def _exit_reason(node: str, code: Optional[int]) -> str:
+    """A node's name with how it ended: an exit status, or the signal that killed it."""
+    if code is None or code >= 0:
+        return f"{node} (exit status {code})"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = ": out of memory? the kernel's OOM killer sends it (dmesg says)" if -code == signal.SIGKILL else ""
+    return f"{node} (killed by {name}{hint})"
+
+
+class Interrupted(Exception):
+    pass
+
+
+_RUNNER_PID = os.getpid()
+
+
+def _raise_interrupted(signum, frame):
+    # A forked copy of the runner (a library's helper process) must never run the
+    # runner's teardown: only the runner itself turns the signal into an interrupt.
+    if os.getpid() != _RUNNER_PID:
+        os._exit(128 + signum)
+    raise Interrupted(signal.Signals(signum).name)
+
+
+class _Tail:
+    """New complete lines appended to a CSV since the last call."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.pos = 0
+        self.header: Optional[list[str]] = None
+
+    def rows(self) -> list[dict]:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.pos)
+                data = f.read()
+        except OSError:
+            return []
+        end = data.rfind(b"\n")
+        if end < 0:
+            return []
+        self.pos += end + 1
+        out = []
+        for line in data[:end].decode(errors="replace").splitlines():
+            cells = line.split(",")
+            if self.header is None:
+                self.header = cells
+                continue
+            if len(cells) == len(self.header):
+                out.append(dict(zip(self.header, cells)))
+        return out
+
+
+def default_run_dir(sc: Scenario) -> Path:
+    return Path("runs") / f"{sc.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _versions() -> dict:
+    import numpy
+    import pyroute2
+    import torch
+    import zmq
+
+    return {"edgebed": __version__, "python": platform.python_version(), "torch": torch.__version__,
+            "numpy": numpy.__version__, "pyroute2": getattr(pyroute2, "__version__", "?"),
+            "pyzmq": zmq.__version__}
+
+
+def _host() -> dict:
+    u = os.uname()
+    mem = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return {"hostname": u.nodename, "kernel": u.release, "machine": u.machine, "cpus": os.cpu_count(),
+            "memory_bytes": mem}
+
+
+def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport: bool = False,
+               control: str = "") -> DelaySpec:
+    up, down = plans[node.name]["uplink"], plans[node.name]["downlink"]
+    paths: dict[str, list[float]] = {}
+    if spec is not None and wan_by_transport:
+        # Latency the kernel cannot make: the receiver holds what crossed the WAN path, and what
+        # came over a `links:` pair with a latency of its own (sums; jitters add in quadrature).
+        def add(sender: str, d: float, j: float) -> None:
+            if d or j:
+                old = paths.get(sender, [0.0, 0.0])
+                paths[sender] = [old[0] + d, (old[1] ** 2 + j ** 2) ** 0.5]
+
+        if spec.topology is not None:
+            for other in spec.nodes:
+                if other.site != node.site:
+                    add(other.name, *spec.topology.path_delay(other.site, node.site))
+        for peer in node.link.downlink_peers:
+            add(peer.peer, peer.direction.latency or 0.0, peer.direction.jitter or 0.0)
+    return DelaySpec(up=up["transport_delay_s"], up_jitter=up["transport_jitter_s"],
+                     down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"], paths=paths,
+                     control=control)
+
+
+def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
+        progress_every: float = 2.0) -> dict:
+    """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
+    t_invoked = time.time()
+    runtime_name = select_runtime(sc.runtime)
+    run_dir = Path(run_dir).resolve()
+    if run_dir.exists() and any(run_dir.iterdir()):
+        raise FileExistsError(f"--out: {run_dir} exists and is not empty")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "scenario.yaml").write_text(scenario_to_yaml(sc))
+    metrics.init_tables(run_dir)
+    run_id = secrets.token_hex(3)
+    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(run_dir), scenario=str(scenario_path),
+                     runtime=runtime_name)
+    state.save()
+
+    global _RUNNER_PID
+    _RUNNER_PID = os.getpid()
+    old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+    t0 = time.time()
+    status, reason = "failed", "did not start"
+    runtime = None
+    spec: Optional[ClusterSpec] = None
+    last_counters: dict = {}
+    stop_event = None
+    procs: dict = {}
+    timeline = None
+    live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
+    try:
+        say(f"runtime: {runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and runtime_name == "docker"
+                                         else " (no Docker engine)" if sc.runtime == "auto" else ""))
+        if runtime_name == "netns":  # the forkserver loads the data once for every node (dataset_preload.py)
+            from testbed.data.preload import request
+
+            request(sc.workload.dataset, sc.seed, sc.workload.test_size)
+        runtime = _make_runtime(runtime_name, state, say)
+        spec = build_cluster(sc, run_id)
+        runtime.create(spec)
+        node_meta = runtime.node_meta()
+        meta = {
+            "run_id": run_id, "scenario": str(scenario_path), "name": sc.name, "runtime": runtime_name,
+            "started": t0, "versions": _versions(), "host": _host(),
+            "kernel_features": asdict(runtime.caps), "image": getattr(runtime, "image", None), "cgroup_version": 2 if cgroups.is_v2() else 1,
+            "nodes": {n.name: {"role": n.role, "rank": n.rank, "address": n.address, "profile_name": n.profile_name,
+                               "profile": n.profile.model_dump(mode="json", exclude_none=True),
+                               "netns": node_meta[n.name]["netns"], "compute": node_meta[n.name]["compute"],
+                               "threads": sc.workload.threads or n.threads}
+                      for n in spec.nodes},
+            "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
+        }
+        if spec.topology is not None:
+            topo = spec.topology
+            meta["topology"] = {
+                "sites": {s.name: {"subnet": s.subnet, "router": s.router,
+                                   "nodes": [n.name for n in spec.nodes if n.site == s.name]} for s in topo.sites},
+                "wan_links": [{"between": [e.a, e.b], "addresses": [e.a_address, e.b_address],
+                               "forward": e.forward.model_dump(exclude_none=True),
+                               "reverse": e.reverse.model_dump(exclude_none=True)} for e in topo.edges],
+                **(runtime.topology_meta() or {}),
+            }
+            for n in spec.nodes:
+                meta["nodes"][n.name]["site"] = n.site
+        if not runtime.caps.netem:
+            loss = "an eBPF drop filter" if runtime.caps.bpf_loss else "nothing: loss is NOT applied"
+            meta["warnings"] = ["this kernel has no sch_netem: latency/jitter are applied by edgebed's transport "
+                                f"(per message), loss by {loss}"]
+        (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+        say(f"run {run_id}: {len(spec.workers)} workers, {sc.algorithm.name}, {sc.workload.model} on "
+            f"{sc.workload.dataset} -> {run_dir}")
+        for w in meta.get("warnings", []):
+            say(f"warning: {w}")
+
+        if sc.network.verify_links:
+            _check_links(runtime, spec, node_meta, run_dir, meta, say)
+        stop_event = runtime.make_stop_event()
+        workers = [n.name for n in spec.workers]
+        stream = _stream_config(sc, spec, run_dir)
+        if stream:
+            meta["streaming"] = {k: stream[k] for k in ("kind", "bootstrap", "rates", "schedules", "topics")}
+            (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+            (run_dir / "logs").mkdir(exist_ok=True)
+        t0 = time.time()  # records count from the moment nodes start
+
+        def start(node) -> None:
+            cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(run_dir), t0=t0,
+                             scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
+                             threads=sc.workload.threads or node.threads,
+                             delay=_delay_for(node, node_meta, spec, not runtime.caps.netem,
+                                              control=delay_control_file(run_dir, node.name)),
+                             workers=workers, peers=peer_table(spec, node), stream=stream)
+            procs[node.name] = runtime.start_node(node, cfg, stop_event)
+
+        if stream:
+            _start_streams(sc, spec, stream, start, procs, say)
+        for node in [spec.ps, spec.evaluator] + spec.workers:
+            start(node)
+        timeline = _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say)
+        status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
+                                  last_counters, live)
+    except (KeyboardInterrupt, Interrupted) as e:
+        status, reason = "stopped", f"interrupted ({e or 'SIGINT'})"
+        say("\ninterrupted: stopping the run and tearing down")
+    except Exception as e:
+        status, reason = "failed", f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        # Ignore further Ctrl-C while tearing down: a half teardown is the worst outcome.
+        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        t_teardown = time.time()
+        try:
+            if timeline is not None:
+                timeline.stop()
+                if timeline.errors:
+                    say("timeline: " + "; ".join(timeline.errors))
+            if stop_event is not None:
+                stop_event.set()
+            if runtime is not None:
+                runtime.stop_processes(grace=10.0)
+                if spec is not None:
+                    _sample(runtime, spec, run_dir, t0, last_counters)
+                problems = runtime.teardown()
+                if problems:
+                    say("teardown problems (run `edgebed down`): " + "; ".join(problems))
+            else:
+                from testbed.runtimes.state import cleanup_run
+
+                cleanup_run(run_id, state, stop_runner=False)
+            summary = _summarize(sc, run_dir, t0, status, reason, last_counters, spec)
+            summary["runtime"] = runtime_name
+            summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
+            first = summary.pop("_first_step_time", None)
+            summary["startup_seconds"] = round(t0 - t_invoked + first, 3) if first is not None else None
+            (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+        finally:
+            signal.signal(signal.SIGINT, prev_int)
+            for s, h in old_handlers.items():
+                signal.signal(s, h)
+    return summary
+
+
+def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, meta: dict, say) -> None:
+    """--verify-links: measure the paths before training starts (testbed/run/verify.py)."""
+    import shutil
+
+    from testbed.run import verify
+
+    tolerance = 0.10
+    started = time.time()
+    delays = {n.name: _delay_for(n, node_meta, spec, not runtime.caps.netem) for n in spec.nodes}
+    scratch = run_dir / ".link_check"
+    try:  # (a container waits for its role's go file meanwhile; the measurements run as exec jobs)
+        # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
+        # (each exec'd measuring process under its container's quota), one at a time 91-100%.
+        rows = verify.verify_links(runtime, spec, delays, scratch, tolerance=tolerance, say=say,
+                                   together=runtime.name == "netns")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    verify.write(rows, run_dir)
+    meta["link_check"] = verify.summary(rows, tolerance, time.time() - started)
+    warnings = verify.warnings_for(rows, tolerance)
+    if warnings:
+        meta.setdefault("warnings", []).extend(warnings)
+        for w in warnings:
+            say(f"warning: {w}")
+    (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
+
+
+def _stream_config(sc: Scenario, spec: ClusterSpec, run_dir: Path) -> dict:
+    """Per-device topics, rates and rate schedules of a streaming scenario (empty dict when not streaming).
+
+    `rates` are the devices' nominal (initial) rates; `schedules` their rate over the run's
+    time (seconds since the nodes started, as in the records): constant, or a trace.
+    """
+    if sc.streaming is None:
+        return {}
+    from testbed.data.streaming.broker import KAFKA_PORT
+    from testbed.data.streaming.rates import device_schedules, parse_rate_spec, schedule_for
+
+    workers = [n.name for n in spec.workers]
+    st = sc.streaming
+    if isinstance(st.rates, list):
+        schedules = [schedule_for(parse_rate_spec(r)) for r in st.rates]
+    else:
+        schedules = device_schedules(parse_rate_spec(st.rates), len(workers), sc.seed)
+    bootstrap = st.broker.bootstrap if st.broker.kind == "external" else f"{spec.broker.address}:{KAFKA_PORT}"
+    return {"bootstrap": bootstrap, "kind": st.broker.kind,
+            "topics": {w: f"edgebed-{spec.run_id}-{w}" for w in workers},
+            "rates": {w: s.rates[0] for w, s in zip(workers, schedules)},
+            "schedules": {w: {"times": list(s.times), "rates": list(s.rates)} for w, s in zip(workers, schedules)},
+            "ready_file": str(run_dir / ".broker-ready")}
+
+
+def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: dict, say) -> None:
+    """The streams must exist before anyone trains: broker and producers come up first."""
+    broker, source = spec.broker, spec.stream_source
+    if broker is not None:
+        start(broker)
+    if source is not broker:
+        start(source)
+    ready = Path(stream["ready_file"])
+    # Kafka (a JVM) takes a while to start; the producer node waits for its port.
+    limit = 180 if stream["kind"] == "kafka" else 60
+    deadline = time.time() + limit
+    while not ready.exists():
+        dead = [n.name for n in (broker, source) if n is not None and not procs[n.name].is_alive()]
+        if dead:
+            raise RuntimeError(f"the streams did not come up: node(s) {', '.join(dead)} exited "
+                               f"(its error is above; with docker in RUN/logs/{dead[0]}.log)")
+        if time.time() > deadline:
+            raise RuntimeError(f"the streams did not come up within {limit} s "
+                               f"(broker {stream['bootstrap']})")
+        time.sleep(0.05)
+    traced = [w for w, s in stream["schedules"].items() if len(s["rates"]) > 1]
+    say(f"{stream['kind']} broker at {stream['bootstrap']}, {len(stream['topics'])} topics, rates "
+        + ", ".join(f"{w} {r:.0f}/s" for w, r in stream["rates"].items())
+        + (f" (then following a trace: {', '.join(traced)})" if traced else ""))
+
+
+def _make_runtime(name: str, state: RunState, say: Callable[[str], None]):
+    if name == "docker":
+        from testbed.runtimes.images import ensure_node_image
+        from testbed.runtimes.docker import DockerRuntime, docker_client
+
+        client = docker_client()
+        return DockerRuntime(state, client, ensure_node_image(client, say=say))
+    from testbed.runtimes.netns import NetnsRuntime
+
+    rt = NetnsRuntime(state)
+    rt.set_preload(PRELOAD)
+    return rt
+
+
+def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) -> None:
+    now = time.time() - t0
+    try:
+        counters = runtime.counters()
+    except Exception:
+        return
+    traffic = metrics.open_table(run_dir, "traffic.csv")
+    res = metrics.open_table(run_dir, "resources.csv")
+    try:
+        for name, c in counters.items():
+            prev = last.get(name, {"up_bytes": 0, "down_bytes": 0})
+            for d in ("up", "down"):
+                traffic.write(time=now, node=name, link="access", direction=d, bytes=c[f"{d}_bytes"],
+                              delta_bytes=c[f"{d}_bytes"] - prev[f"{d}_bytes"], packets=c[f"{d}_packets"])
+            last[name] = c
+        # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,
+        # up = towards the peer (only the sending end's "up" is written: each byte is counted once)
+        wan = runtime.wan_counters() if hasattr(runtime, "wan_counters") else {}
+        for (site, peer), c in wan.items():
+            key = f"wan:{site}->{peer}"
+            prev = last.get(key, {"up_bytes": 0})
+            traffic.write(time=now, node=site, link=f"wan:{peer}", direction="up", bytes=c["up_bytes"],
+                          delta_bytes=c["up_bytes"] - prev["up_bytes"], packets=c["up_packets"])
+            last[key] = c
+        for h in runtime.handles.values():
+            thr = h.cgroup.throttled() or {}
+            throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
+            res.write(time=now, node=h.node.name, cpu_seconds=h.cgroup.cpu_seconds(),
+                      memory_bytes=h.cgroup.memory_bytes(), throttled_seconds=throttled)
+    finally:
+        traffic.close()
+        res.close()
+
+
+def _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say):
+    """The scenario's events, applied by a thread of this process when due, and the requests of
+    `edgebed link/kill/...` (timeline.py)."""
+    from testbed.run.timeline import CONTROL_DIR, Timeline, expand_events
+
+    table = metrics.open_table(run_dir, "events.csv")
+
+    def apply(change) -> str:
+        n, f = change.node, change.fields
+        if change.action == "link":
+            return runtime.set_link(n, f["direction"], {k: v for k, v in f.items() if k != "direction"})
+        if change.action == "cpu":
+            return runtime.set_cpus(n, f["cpus"])
+        if change.action == "stress":
+            return runtime.set_stress(n, f["load"])
+        if change.action in ("pause", "resume"):
+            return runtime.freeze(n, change.action == "pause")
+        if change.action in ("partition", "heal"):
+            return runtime.partition(n, f.get("peers", []), change.action == "partition")
+        if change.action == "kill":
+            live["killed"].add(n)
+            return runtime.kill_node(n)
+        if change.action == "restart":
+            detail = ""
+            if procs[n].is_alive():
+                live["killed"].add(n)
+                detail = runtime.kill_node(n) + "; "
+                procs[n].join(timeout=5)
+            start(spec.node(n))  # a new role process: a worker says hello and pulls the current model
+            live["killed"].discard(n)
+            return detail + "started again"
+        raise ValueError(f"unknown action {change.action}")
+
+    def record(change, applied_at: float, detail: str) -> None:
+        when = f"at_step {change.step}; " if change.step is not None else \
+            f"{change.source}; " if change.time is None else ""
+        table.write(time=applied_at, scheduled_time=change.time, target=change.node, action=change.action,
+                    detail=f"{when}{change.describe()} -> {detail}".strip())
+        say(f"[{applied_at:7.1f}s] event {change.action} {change.node}: {detail}")
+
+    timeline = Timeline(expand_events(sc), apply, record, t0, step=lambda: live["step"],
+                        control_dir=run_dir / CONTROL_DIR)
+    timeline.start()
+    return timeline
+
+
+def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every, last_counters, live=None):
+    from testbed.strategies import get_strategy_class
+
+    steps_tail = _Tail(run_dir / "steps.csv")
+    eval_tail = _Tail(run_dir / "eval.csv")
+    decentralized = get_strategy_class(sc.algorithm.name).decentralized
+    hard_deadline = t0 + (sc.stop.seconds or 24 * 3600) + 300
+    worker_steps = {}
+    last_loss = None
+    last_eval = None
+    next_progress = time.time() + progress_every
+    next_sample = time.time()
+    ps = procs["ps"]
+    while True:
+        now = time.time()
+        if now >= next_sample:
+            if hasattr(stop_event, "beat"):
+                stop_event.beat()  # containers stop by themselves if this goes stale (runner killed)
+            _sample(runtime, spec, run_dir, t0, last_counters)
+            next_sample += 1.0
+        for row in steps_tail.rows():
+            worker_steps[row["node"]] = int(row["step"])
+            last_loss = row["loss"]
+            if live is not None and row.get("model_version") not in (None, ""):
+                live["step"] = max(live["step"], int(row["model_version"]))
+        for row in eval_tail.rows():
+            last_eval = row
+        if now >= next_progress:
+            acc = f"acc {float(last_eval['accuracy']):.3f} @ {last_eval['step']}" if last_eval else "acc -"
+            loss = f"loss {float(last_loss):.3f}" if last_loss else "loss -"
+            if decentralized:  # no PS: what the workers put on their links
+                out = sum(last_counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers)
+                traffic = f"workers out {out / 1e6:8.2f} MB"
+            else:
+                traffic = f"PS in {last_counters.get('ps', {}).get('down_bytes', 0) / 1e6:8.2f} MB"
+            say(f"[{now - t0:7.1f}s] worker steps {sum(worker_steps.values()):6d}  {loss}  {acc}  {traffic}")
+            next_progress += progress_every
+        if not ps.is_alive():
+            break
+        killed = live["killed"] if live is not None else set()
+        if killed & {"broker", "producer"}:  # the workers' streams are gone with it: no run to go on with
+            stop_event.set()
+            ps.join(timeout=30)
+            return "failed", f"the stream {'broker' if 'broker' in killed else 'producer'} was killed (a timeline " \
+                             "event): the workers' streams end with it"
+        dead = [n for n, p in procs.items()
+                if n != "ps" and n not in killed and not p.is_alive() and p.exitcode not in (0, None)]
+        if dead:
+            stop_event.set()
+            ps.join(timeout=30)
+            return "failed", f"node(s) {', '.join(_exit_reason(n, procs[n].exitcode) for n in dead)} exited with an error"
+        if now > hard_deadline:
+            stop_event.set()
+            return "stopped", "runner deadline passed"
+        time.sleep(0.2)
+    if ps.exitcode != 0:
+        if live is not None and "ps" in live["killed"]:
+            return "failed", "the parameter server was killed (a timeline event): the run cannot go on"
+        return "failed", f"parameter server exited with code {ps.exitcode}"
+    try:
+        ps_info = json.loads((run_dir / "ps.json").read_text())
+    except (OSError, ValueError):
+        ps_info = {}
+    why = ps_info.get("stop_reason")
+    return ("completed" if why in ("steps", "seconds", "target_accuracy") else "stopped"), why or "unknown"
+
+
+def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters: dict, spec) -> dict:
+    from testbed.records.reader import load_run
+
+    rec = load_run(run_dir)
+    ev = rec.evals.sort_values("step") if len(rec.evals) else rec.evals
+    try:
+        ps_info = json.loads((run_dir / "ps.json").read_text())
+    except (OSError, ValueError):
+        ps_info = {}
+    target = sc.stop.target_accuracy
+    ttt = None
+    if target is not None and len(ev):
+        hit = ev[ev["accuracy"] >= target]
+        ttt = float(hit["time"].min()) if len(hit) else None
+    return {
+        "status": status,
+        "reason": reason,
+        "final_accuracy": float(ev["accuracy"].iloc[-1]) if len(ev) else None,
+        "best_accuracy": float(ev["accuracy"].max()) if len(ev) else None,
+        "time_to_target_seconds": ttt,
+        "steps": ps_info.get("version"),
+        "updates_received": ps_info.get("updates_received"),
+        "worker_steps": int(len(rec.steps)),
+        "_first_step_time": float(rec.steps["time"].min()) if len(rec.steps) else None,
+        "wall_seconds": round(time.time() - t0, 3),
+        "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
+        "ps_ingress_payload_bytes": ps_info.get("ingress_payload_bytes"),
+        "ps_egress_bytes": counters.get("ps", {}).get("up_bytes"),
+        # wire bytes out of all workers (a decentralized run's whole exchange)
+        "worker_egress_bytes": sum(counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers) if spec else None,
+        "decentralized": bool(ps_info.get("decentralized", False)),
+        "workers": len(spec.workers) if spec else sc.n_workers,
+        "algorithm": sc.algorithm.name,
+        "run_dir": str(run_dir),
+    }

@@ -1,0 +1,259 @@
+"""The scenario's timeline: changes at given times (or training steps) to links, CPU, stress and
+node liveness, applied by the runner while the run goes on, each recorded in events.csv.
+
+    events:
+      - {at: 20s, target: w0, action: link, rate: 2mbit}          # both directions of w0's access link
+      - {at: 40s, target: w0, action: link, direction: up, rate: 50mbit, latency: 20ms}
+      - {at: 10s, target: slow, action: cpu, cpus: 0.1}          # a worker group: every node of it
+      - {at: 15s, target: w2, action: stress, load: 0.5}         # background busy loop (load 0: stop)
+      - {at: 30s, target: w1, action: kill}                       # SIGKILL the node's processes
+      - {at: 45s, target: w1, action: restart}                    # start its role again (it rejoins)
+      - {at_step: 100, target: w3, action: pause}                 # freeze (cgroup freezer / docker pause)
+      - {at: 60s, target: w3, action: resume}
+      - {at: 20s, target: w2, action: partition, peers: [ps]}     # cut off from these nodes/groups
+      - {at: 30s, target: w2, action: heal}                       # from these peers, or all
+      - {at: 0s, target: w2, action: link, trace: traces/lte.csv} # follow a bandwidth trace
+
+A trace is a CSV of `time,bandwidth[,latency]` (seconds from the event's time; a rate such as
+`12mbit` or bit/s; seconds or `20ms`), or a Mahimahi packet-delivery trace (`*.up`, `*.down`,
+`*.mahi`: one line per 1500-byte delivery opportunity, in ms), the format of the public cellular
+traces, binned per second. It expands into one link change per row.
+
+Targets are node names (ps, eval, w0, ...), a worker group's name (its `name:` prefix, `w` for
+unnamed groups) or `workers`. The engine (Timeline) runs beside the runner's monitor: it sleeps
+until the next change is due and applies it; `at_step` changes wait for the model version
+(decentralized strategies: the workers' mean iteration) the runner reads from the records.
+"""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from testbed.scenario import units
+
+MAHIMAHI_SUFFIXES = (".up", ".down", ".mahi")
+CONTROL_DIR = ".control"  # in the run directory: requests of `edgebed link/kill/...`
+MTU_BITS = 1500 * 8
+
+
+@dataclass(order=True)
+class Change:
+    """One change to one node, due at `time` (seconds since the nodes started) or at `step`."""
+
+    sort_key: tuple = field(init=False, repr=False)
+    time: Optional[float]
+    step: Optional[int]
+    node: str
+    action: str
+    fields: dict = field(compare=False, default_factory=dict)
+    source: str = field(compare=False, default="")  # e.g. "events[3]" or "events[3] trace row 12"
+
+    def __post_init__(self):
+        self.sort_key = (0 if self.time is not None else 1, self.time or 0.0, self.step or 0)
+
+    def describe(self) -> str:
+        parts = [f"{k}={_show(k, v)}" for k, v in self.fields.items() if v is not None]
+        return " ".join(parts)
+
+
+def _show(key: str, v) -> str:
+    if key == "rate":
+        return units.format_rate(v)
+    if key in ("latency", "jitter") and isinstance(v, (int, float)):
+        return f"{v * 1000:g}ms"
+    return str(v)
+
+
+# --------------------------------------------------------------------------------------------
+# traces
+
+
+def read_link_trace(path: str | Path) -> list[tuple[float, float, Optional[float]]]:
+    """(time s, rate bit/s, latency s or None) rows of a link trace, time ascending."""
+    p = Path(path)
+    if p.suffix in MAHIMAHI_SUFFIXES:
+        return _read_mahimahi(p)
+    rows = []
+    with open(p, newline="") as f:
+        for i, rec in enumerate(csv.reader(f)):
+            if not rec or rec[0].strip().startswith("#"):
+                continue
+            if i == 0 and not _is_number(rec[0]):
+                continue  # header
+            try:
+                t = float(rec[0])
+                rate = units.parse_rate(rec[1].strip())
+                lat = units.parse_duration(rec[2].strip()) if len(rec) > 2 and rec[2].strip() else None
+            except (ValueError, IndexError) as e:
+                raise ValueError(f"{p}: line {i + 1}: {e}") from None
+            if t < 0:
+                raise ValueError(f"{p}: line {i + 1}: negative time")
+            rows.append((t, rate, lat))
+    if not rows:
+        raise ValueError(f"{p}: no rows")
+    rows.sort(key=lambda r: r[0])
+    return rows
+
+
+def _is_number(s: str) -> bool:
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
+
+
+def _read_mahimahi(p: Path) -> list[tuple[float, float, Optional[float]]]:
+    """Mahimahi: each line is a millisecond at which one MTU-sized packet may be delivered."""
+    stamps = [int(line) for line in p.read_text().split() if line.strip()]
+    if not stamps:
+        raise ValueError(f"{p}: no rows")
+    seconds = stamps[-1] // 1000 + 1
+    counts = [0] * seconds
+    for ms in stamps:
+        counts[ms // 1000] += 1
+    # an empty second is an outage: keep a trickle (HTB cannot be set to 0)
+    return [(float(s), max(8000.0, c * MTU_BITS), None) for s, c in enumerate(counts)]
+
+
+# --------------------------------------------------------------------------------------------
+# expansion of the scenario's events
+
+
+def resolve_target(sc, target: str) -> list[str]:
+    """Node names a target stands for ([] when it names nothing)."""
+    if target in sc.node_names():
+        return [target]
+    if target.startswith("wan:"):  # a WAN link between two sites: the target itself
+        a, sep, b = target[4:].partition("-")
+        linked = sc.wan.mesh or any({a, b} == set(link.between) for link in sc.wan.links)
+        return [target] if sep and a in sc.sites and b in sc.sites and a != b and linked else []
+    workers = [n for n, _ in sc.worker_names()]
+    if target == "workers":
+        return workers
+    groups: dict[str, list[str]] = {}
+    for (name, gi) in sc.worker_names():
+        groups.setdefault(sc.workers[gi].name or "w", []).append(name)
+    return groups.get(target, [])
+
+
+def expand_events(sc) -> list[Change]:
+    """The scenario's events as per-node changes (traces expanded), in due order."""
+    out: list[Change] = []
+    for i, ev in enumerate(sc.events):
+        nodes = resolve_target(sc, ev.target)
+        src = f"events[{i}]"
+        if ev.action == "link" and ev.trace is not None:
+            rows = read_link_trace(ev.trace)
+            for j, (t, rate, lat) in enumerate(rows):
+                f = {"direction": ev.direction, "rate": rate}
+                if lat is not None:
+                    f["latency"] = lat
+                for n in nodes:
+                    out.append(Change((ev.at or 0.0) + t if ev.at_step is None else None,
+                                      ev.at_step if ev.at_step is not None and t == 0 else None,
+                                      n, "link", f, f"{src} trace row {j + 1}"))
+            continue
+        fields = ev.change_fields()
+        if "peers" in fields:  # groups to nodes
+            fields["peers"] = sorted({p for ref in fields["peers"] for p in resolve_target(sc, ref)})
+        for n in nodes:
+            f = dict(fields)
+            if "peers" in f:
+                f["peers"] = [p for p in f["peers"] if p != n]
+            out.append(Change(ev.at, ev.at_step, n, ev.action, f, src))
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------------------------
+# the engine
+
+
+class Timeline:
+    """Applies changes when due. `apply(change)` does it and returns a description of what
+    changed (raising on failure); `record(change, applied_at, detail)` writes it down.
+    `clock` is wall time; `t0` the run's time origin; `step()` the current global step."""
+
+    def __init__(self, changes: list[Change], apply: Callable[[Change], str],
+                 record: Callable[[Change, float, str], None], t0: float,
+                 step: Callable[[], int] = lambda: 0, clock: Callable[[], float] = time.time,
+                 sleep: Optional[Callable[[float], None]] = None, poll: float = 0.05,
+                 control_dir: Optional[Path] = None):
+        self.timed = [c for c in changes if c.time is not None]
+        heapq.heapify(self.timed)
+        self.stepped = sorted((c for c in changes if c.time is None), key=lambda c: c.step or 0)
+        self.apply, self.record, self.t0 = apply, record, t0
+        self.step, self.clock, self.poll = step, clock, poll
+        self._stop = threading.Event()
+        self._sleep = sleep or (lambda s: self._stop.wait(s))
+        self._thread: Optional[threading.Thread] = None
+        self.errors: list[str] = []
+        self.applied: list[tuple[Change, float]] = []
+        # `edgebed link/kill/...` drop requests here; they apply at once, by the same code path
+        self.control_dir = Path(control_dir) if control_dir is not None else None
+
+    def due(self, now: float, step: int) -> list[Change]:
+        """Pop every change due at run time `now` or global step `step`."""
+        out = []
+        while self.timed and self.timed[0].time <= now:
+            out.append(heapq.heappop(self.timed))
+        while self.stepped and (self.stepped[0].step or 0) <= step:
+            out.append(self.stepped.pop(0))
+        return out
+
+    def pending(self) -> int:
+        return len(self.timed) + len(self.stepped)
+
+    def requests(self) -> list[Change]:
+        """Changes asked for from the command line (RUN/.control/*.json), oldest first."""
+        if self.control_dir is None or not self.control_dir.is_dir():
+            return []
+        out = []
+        for f in sorted(self.control_dir.glob("*.json")):
+            try:
+                req = json.loads(f.read_text())
+                f.unlink()
+            except (OSError, ValueError):
+                continue
+            out.append(Change(None, None, req["node"], req["action"], req.get("fields", {}),
+                              req.get("source") or f"command line ({req.get('id', f.stem)})"))
+        return out
+
+    def run_once(self) -> None:
+        now = self.clock() - self.t0
+        for change in self.requests() + self.due(now, self.step()):
+            try:
+                detail = self.apply(change)
+            except Exception as e:  # one failed change must not stop the rest of the timeline
+                detail = f"FAILED: {type(e).__name__}: {e}"
+                self.errors.append(f"{change.source} ({change.action} {change.node}): {e}")
+            applied = self.clock() - self.t0
+            self.applied.append((change, applied))
+            self.record(change, applied, detail)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set() and (self.pending() or self.control_dir is not None):
+            self.run_once()
+            wait = self.poll
+            if self.timed:
+                idle = self.stepped or self.control_dir is not None  # something to poll for meanwhile
+                wait = min(wait if idle else 3600.0, max(0.0, self.timed[0].time - (self.clock() - self.t0)))
+            if wait > 0:
+                self._sleep(wait)
+
+    def start(self) -> None:
+        if self.pending() or self.control_dir is not None:
+            self._thread = threading.Thread(target=self._loop, name="edgebed-timeline", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

