@@ -125,12 +125,15 @@ def main(argv: list[str] | None = None) -> int:
               f"  -> {j.verdict}: per repetition {', '.join('-' if v is None else f'{v:.3f}' for v in j.values)} "
               f"({j.why})", f"verdict: {j.verdict}"]
     every = [r for runs in reps.values() for r in runs]
+    stamps = [time.mktime(time.strptime(r["date"], "%Y-%m-%d %H:%M:%S")) for r in every]
+    # each result is dated when it ends: the span plus one run's length is the target's time
+    minutes = (max(stamps) - min(stamps) + every[0]["seconds"] + every[0]["warmup"]) / 60
     report = {"experiment": "fig-scadles-5", "paper": "scadles", "title": "effective streaming rate vs topics",
               "claim": CLAIM, "expect": "the higher rate gives out first: at the most topics it keeps a smaller "
                                         "share of its rate",
               "scale": "ci", "date": min(r["date"] for r in every)[:10], "seeds": list(reps),
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, runtime netns",
-              "command": "make fig-scadles-5", "series": table.to_dict("records"),
+              "command": "make fig-scadles-5", "minutes": round(minutes, 1), "series": table.to_dict("records"),
               "criteria": [{"rule": CRITERION.rule(), **j.as_dict()}], "verdict": j.verdict,
               "holds": j.verdict == "holds", "lines": lines, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))

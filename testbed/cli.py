@@ -21,10 +21,20 @@ def _fail(msg: str, code: int = 2) -> None:
 
 
 def _load(path: Path):
-    from testbed.scenario.schema import ScenarioError, load_scenario
+    from testbed.plan import load_scenario
+
+    return _checked(lambda: load_scenario(path))
+
+
+def _checked(make):
+    """The scenario `make()` returns, validated and checked against this machine's engines."""
+    from testbed.runtimes.preflight import preflight
+    from testbed.scenario.schema import ScenarioError
 
     try:
-        return load_scenario(path)
+        sc = make()
+        preflight(sc)
+        return sc
     except ScenarioError as e:
         for line in e.lines:
             typer.echo(f"error: {line}", err=True)
@@ -51,9 +61,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
-    from testbed.run.runner import default_run_dir, run
+    from testbed.plan import parse_scenario
+    from testbed.run.runner import EXIT_STOPPED, default_run_dir, run
     from testbed.runtimes import RuntimeUnavailable
-    from testbed.scenario.schema import ScenarioError, parse_scenario
 
     sc = _load(scenario)
     data = sc.model_dump(mode="json", exclude_none=True)
@@ -69,10 +79,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     if verify_links:
         data.setdefault("network", {})["verify_links"] = True
     if runtime is not None or algorithm is not None or param or verify_links:
-        try:
-            sc = parse_scenario(data)
-        except ScenarioError as e:
-            _fail("\n".join(f"error: {line}" for line in e.lines))
+        sc = _checked(lambda: parse_scenario(data))
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
@@ -85,17 +92,24 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         if os.environ.get("EDGEBED_DEBUG"):
             raise
         _fail(f"error: the run failed: {type(e).__name__}: {e} (EDGEBED_DEBUG=1 for the traceback)", 1)
-    acc = summary.get("final_accuracy")
-    typer.echo(f"{summary['status']} ({summary['reason']}): final accuracy "
-               f"{'-' if acc is None else f'{acc:.4f}'}, {summary['steps']} steps, "
-               f"{summary['wall_seconds']:.1f} s, " + (
-                   f"workers sent {(summary.get('worker_egress_bytes') or 0) / 1e6:.2f} MB" if summary.get("decentralized")
-                   else f"PS ingress {(summary['ps_ingress_bytes'] or 0) / 1e6:.2f} MB"))
+    typer.echo(_outcome(summary, sc.stop.target_accuracy))
     typer.echo(summary["run_dir"])
     if summary["status"] == "failed":
         raise typer.Exit(1)
-    if summary["status"] == "stopped" and "interrupted" in str(summary["reason"]):
-        raise typer.Exit(130)
+    if summary["status"] == "stopped":  # interrupted, or a condition the scenario set (on_worker_loss: stop)
+        raise typer.Exit(130 if "interrupted" in str(summary["reason"]) else EXIT_STOPPED)
+
+
+def _outcome(summary: dict, target: Optional[float]) -> str:
+    """One line: how the run ended, and what it measured."""
+    acc, reached, steps = summary.get("final_accuracy"), summary.get("time_to_target_seconds"), summary.get("steps")
+    why = summary.get("reason")
+    if why == "target_accuracy" and reached is not None:  # the target was met then; the last evaluation may differ
+        why = f"target accuracy {target:g} reached at {reached:.1f} s"
+    traffic = (f"workers sent {(summary.get('worker_egress_bytes') or 0) / 1e6:.2f} MB" if summary.get("decentralized")
+               else f"PS ingress {(summary.get('ps_ingress_bytes') or 0) / 1e6:.2f} MB")
+    return (f"{summary.get('status')} ({why}): final evaluation {'-' if acc is None else f'{acc:.4f}'}, "
+            f"{'-' if steps is None else steps} steps, {summary.get('wall_seconds') or 0:.1f} s, {traffic}")
 
 
 @app.command()
@@ -103,8 +117,8 @@ def build(source: str = typer.Option("auto", help="auto | offline | registry (au
                                                   "already local, else offline)"),
           mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base (default: the host's)")) -> None:
     """Build the docker runtime's node image (offline: debootstrap base + host wheelhouse)."""
-    from testbed.runtimes.images import ImageError, build_node_image
     from testbed.runtimes.docker import docker_client
+    from testbed.runtimes.images import ImageError, build_node_image
 
     client = docker_client()
     if client is None:
@@ -192,8 +206,10 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
 @app.command()
 def status() -> None:
     """What edgebed has running or left on this machine."""
+    from testbed.runtimes import load_backends
     from testbed.runtimes.state import leftovers
 
+    load_backends()
     lines = leftovers()
     if not lines:
         typer.echo("nothing of edgebed is up")
@@ -202,20 +218,28 @@ def status() -> None:
 
 
 @app.command()
-def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: all)")) -> None:
+def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: every run whose runner is gone)"),
+         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going")) -> None:
     """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash)."""
     import os
 
-    from testbed.runtimes.state import cleanup_run, known_runs
+    from testbed.runtimes import load_backends
+    from testbed.runtimes.state import cleanup_run, known_runs, why_left_alone
 
     if os.geteuid() != 0:
         _fail("error: edgebed down needs root (it removes namespaces and cgroups)")
+    load_backends()
     runs = known_runs()
     if run_id is not None:
         if run_id not in runs:
             typer.echo(f"no run {run_id} on this machine")
             return
         runs = {run_id: runs[run_id]}
+    elif not all_runs:  # a live run is someone's experiment: only by its id or with --all
+        alone = {rid: why for rid, st in sorted(runs.items()) if (why := why_left_alone(rid, st))}
+        for rid, why in alone.items():
+            typer.echo(f"{rid}: {why}; left alone (`edgebed down {rid}` or `edgebed down --all` removes it)")
+        runs = {rid: st for rid, st in runs.items() if rid not in alone}
     problems = []
     for rid, st in runs.items():
         p = cleanup_run(rid, st)
@@ -278,8 +302,8 @@ def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
                runtime: str = typer.Option("netns", help="netns | docker"),
                out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
     """Achieved vs configured throughput of a shaped access link, both directions."""
-    from testbed.scenario import units
     from testbed.bench.fidelity import link_benchmark
+    from testbed.scenario import units
 
     if seconds <= 0:
         # TCP needs longer to fill and settle a slow link's queue.
@@ -366,7 +390,8 @@ def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
 
     period_s = None
     if period is not None:
-        from testbed.scenario.schema import ScenarioError, parse_scenario
+        from testbed.plan import parse_scenario
+        from testbed.scenario.schema import ScenarioError
 
         try:  # the scenario's own checks: units, the kernel's 1ms-1s, a quota of at least 1 ms
             period_s = parse_scenario({"name": "bench", "profiles": {"p": {"cpus": cpus, "cpu_period": period}},

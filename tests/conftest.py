@@ -1,7 +1,7 @@
 import os
-from contextlib import contextmanager
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -39,8 +39,10 @@ def clean_host(tmp_path):
     tmp_path): other edgebed runs on the same machine must not fail it.
     """
     from testbed.kernel import cgroups
+    from testbed.runtimes import load_backends
     from testbed.runtimes.state import known_runs
 
+    load_backends()
     before = set(known_runs())
     yield
 
@@ -56,9 +58,9 @@ def netns_cluster(run_dir, scenario: dict):
     """A netns cluster made from a scenario dict; torn down (and checked) on exit."""
     import secrets
 
+    from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
     from testbed.runtimes.netns import NetnsRuntime
-    from testbed.scenario.schema import parse_scenario
     from testbed.runtimes.state import RunState
 
     sc = parse_scenario(scenario)

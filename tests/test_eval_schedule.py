@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from testbed.node.eval_schedule import EvalSchedule
-from testbed.node.peer_roles import REPLICA_REFRESH, _replica_schedule
-from testbed.node.roles import _evaluate_message, evaluate
-from testbed.scenario.schema import parse_scenario
+from testbed.node.roles.evaluator import _evaluate_message, evaluate
+from testbed.node.roles.replicas import REPLICA_REFRESH, replica_schedule
 from testbed.node.wire import Message
+from testbed.plan import parse_scenario
 
 
 def test_by_versions_ignores_time():
@@ -63,9 +63,9 @@ def test_wait_never_passes_the_next_timed_feed():
 
 
 def test_replica_schedule_follows_the_evaluation_mode():
-    by_versions = _replica_schedule(parse_scenario({"workload": {"eval_interval": 5}}))
+    by_versions = replica_schedule(parse_scenario({"workload": {"eval_interval": 5}}))
     assert (by_versions.interval, by_versions.seconds) == (5, None)
-    timed = _replica_schedule(parse_scenario({"workload": {"eval_seconds": 8}}))
+    timed = replica_schedule(parse_scenario({"workload": {"eval_seconds": 8}}))
     assert timed.seconds == pytest.approx(8 / REPLICA_REFRESH)
 
 

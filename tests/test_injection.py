@@ -2,8 +2,9 @@
 
 import pytest
 
-from testbed.data.injection import local_batch, sharing_workers
-from testbed.scenario.schema import Injection, parse_scenario
+from testbed.node.injection import local_batch, sharing_workers
+from testbed.plan import parse_scenario
+from testbed.scenario.schema import Injection
 
 
 def test_sharing_subset_is_the_same_everywhere_and_ceil_alpha_n():

@@ -8,7 +8,6 @@ import time
 
 import pytest
 import yaml
-
 from conftest import REPO, edgebed_cmd, needs_root, our_netns, our_processes
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -167,3 +166,24 @@ def test_a_dead_node_is_reported_with_how_it_ended():
     assert _exit_reason("w7", -signal.SIGKILL) == \
         "w7 (killed by SIGKILL: out of memory? the kernel's OOM killer sends it (dmesg says))"
     assert _exit_reason("w1", -signal.SIGSEGV) == "w1 (killed by SIGSEGV)"
+
+
+def test_nodes_die_with_a_killed_runner(tmp_path):
+    """kill -9 of the runner: within seconds no process is left in the run's namespaces and no
+    step is recorded any more (before `edgebed down`, which then removes the namespaces)."""
+    from testbed.runtimes.state import run_processes
+
+    p, run_dir, run_id = _start(tmp_path, "netns", LONG)
+    assert run_processes(run_id), "the nodes run"
+    os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=10)
+    deadline = time.time() + 5
+    while run_processes(run_id) and time.time() < deadline:
+        time.sleep(0.1)
+    try:
+        assert run_processes(run_id) == set()
+        lines = len((run_dir / "steps.csv").read_text().splitlines())
+        time.sleep(2)
+        assert len((run_dir / "steps.csv").read_text().splitlines()) == lines
+    finally:
+        subprocess.run(edgebed_cmd() + ["down", run_id], capture_output=True, timeout=60)

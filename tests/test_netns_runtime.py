@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import needs_root, netns_cluster
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -63,8 +62,8 @@ def cluster(tmp_path, clean_host):
 
 def test_shaping_installed_per_direction(cluster):
     from testbed.kernel.netlink import in_netns
-    from testbed.runtimes.fabric import switch_netns
     from testbed.kernel.shaping import qdisc_kinds, read_htb_class
+    from testbed.runtimes.fabric import switch_netns
 
     rt, spec = cluster
     h = rt.handles["w0"]

@@ -187,11 +187,11 @@ def test_seldp_walks_every_chunk_from_its_own() -> None:
 
 
 def test_batches_keep_seldp_chunk_order() -> None:
-    from testbed.node.roles import _Batches
+    from testbed.node.roles.common import Batches
 
-    b = _Batches(10, 3, seed=0, chunks=[4, 6])
+    b = Batches(10, 3, seed=0, chunks=[4, 6])
     first = np.concatenate([b.next() for _ in range(4)])[:10]  # one epoch
     assert sorted(first[:4].tolist()) == [0, 1, 2, 3] and sorted(first[4:].tolist()) == list(range(4, 10))
     # an unchunked shard draws the same batches as before chunks existed
-    a, c = _Batches(10, 3, seed=5), np.random.default_rng(5).permutation(10)
+    a, c = Batches(10, 3, seed=5), np.random.default_rng(5).permutation(10)
     assert a.next().tolist() == c[:3].tolist()

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from testbed.records.plotting import PLOT_FILES, plot_compare, plot_run
-from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS, RunNotFound,
-    load_run, traffic_rates)
+from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS, RunNotFound, load_run,
+                                    traffic_rates)
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -336,9 +336,9 @@ def test_links_figure_from_peers_csv(tmp_path: Path) -> None:
 
 
 def test_link_check_figure_and_the_accuracy_title_say_which_link_was_off(tmp_path: Path) -> None:
-    from testbed.run import verify
     from testbed.records.plotting import _accuracy_figure, _style_for
     from testbed.records.reader import load_run
+    from testbed.run import verify
 
     run = make_run(tmp_path)
     rows = [{"node": "w0", "direction": "up", "configured_bps": 10e6, "measured_bps": 9.98e6, "ratio": 0.998,

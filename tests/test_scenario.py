@@ -9,8 +9,8 @@ import yaml
 from typer.testing import CliRunner
 
 from testbed.cli import app
-from testbed.scenario.schema import (Profile, Scenario, ScenarioError, load_scenario, parse_scenario,
-    scenario_to_yaml)
+from testbed.plan import load_scenario, parse_scenario
+from testbed.scenario.schema import Profile, Scenario, ScenarioError, scenario_to_yaml
 
 REPO = Path(__file__).resolve().parent.parent
 SMOKE = REPO / "scenarios" / "smoke.yaml"

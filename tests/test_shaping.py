@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.scenario.schema import Direction
 from testbed.kernel.shaping import KernelCaps, htb_burst, plan_direction
+from testbed.scenario.links import Direction
 
 NO_NETEM = KernelCaps(htb=True, netem=False, tbf=True, ifb=True)
 NETEM = KernelCaps(htb=True, netem=True, tbf=True, ifb=True)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from testbed.scenario.schema import ScenarioError, parse_scenario
-from testbed.strategies import (STRATEGIES, ServerState, StrategyError, WorkerContext, get_strategy_class,
-    make_strategy)
+from testbed.plan import parse_scenario
+from testbed.scenario.schema import ScenarioError
+from testbed.strategies import STRATEGIES, ServerState, StrategyError, WorkerContext, get_strategy_class, make_strategy
 from testbed.strategies.asgd import ASGD, staleness_lr
 from testbed.strategies.bsp import BSP, average
 from testbed.strategies.local_sgd import participants

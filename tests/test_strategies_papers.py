@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from testbed.strategies import ServerState, WorkerContext, make_strategy
-from testbed.strategies import sparse
+from testbed.strategies import ServerState, WorkerContext, make_strategy, sparse
 
 
 def ctx(step=1, base=0, worker="w0"):

@@ -6,8 +6,7 @@ gradients), plus the per-link path rates the runner gives them."""
 import pytest
 import torch
 
-from testbed.strategies import make_strategy
-from testbed.strategies import sparse
+from testbed.strategies import make_strategy, sparse
 from testbed.strategies.ako import partition_bounds
 from testbed.strategies.peer import PeerContext, PeerInfo, apply_payload
 
@@ -192,10 +191,10 @@ def test_apply_payload_dense_sparse_and_slices():
 # -- per-link rates ----------------------------------------------------------------------------
 
 def test_peer_table_knows_lan_and_wan_rates():
-    from testbed.plan.cluster import build_cluster, peer_table
-    from testbed.scenario.schema import load_scenario
-
     from conftest import REPO
+
+    from testbed.plan import load_scenario
+    from testbed.plan.cluster import build_cluster, peer_table
 
     sc = load_scenario(REPO / "scenarios" / "topologies" / "dlion-p-network.yaml")
     spec = build_cluster(sc, "t")

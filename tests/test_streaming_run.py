@@ -4,7 +4,6 @@ import json
 import subprocess
 
 import pytest
-
 from conftest import REPO, edgebed_cmd, needs_root
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]

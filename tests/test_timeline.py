@@ -4,8 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario.schema import ScenarioError, parse_scenario
-from testbed.run.timeline import Change, Timeline, expand_events, read_link_trace
+from testbed.plan import parse_scenario
+from testbed.run.timeline import Change, Timeline, expand_events
+from testbed.scenario.schema import ScenarioError
+from testbed.scenario.traces import read_link_trace
 
 
 def _sc(events, **kw):
@@ -64,7 +66,7 @@ def test_link_traces_csv_and_mahimahi(tmp_path: Path):
 
 
 def test_relative_trace_paths_are_the_scenario_files(tmp_path: Path):
-    from testbed.scenario.schema import load_scenario
+    from testbed.plan import load_scenario
 
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "x.csv").write_text("0,1mbit\n")
@@ -167,8 +169,8 @@ def test_partition_events_resolve_peers():
 
 
 def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
-    from testbed.scenario.schema import parse_scenario
     from testbed.bench.soak import UNDO, soak_events, soak_scenario
+    from testbed.plan import parse_scenario
 
     a, b = soak_events(30, 4, seed=1, base_rate="50mbit", base_cpus=0.25), soak_events(30, 4, 1, "50mbit", 0.25)
     assert a == b and a != soak_events(30, 4, 2, "50mbit", 0.25)
@@ -184,10 +186,10 @@ def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
 
 def test_wan_link_targets():
     import yaml
-
     from conftest import REPO
-    from testbed.scenario.schema import load_scenario
-    from testbed.run.timeline import resolve_target
+
+    from testbed.plan import load_scenario
+    from testbed.scenario.schema import resolve_target
 
     data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
     sc = load_scenario(REPO / "scenarios/topologies/dlion-p-network.yaml")
@@ -203,3 +205,32 @@ def test_wan_link_targets():
     with pytest.raises(ScenarioError) as e:
         parse_scenario({**data, "events": [{"at": "5s", "target": "wan:a-x", "action": "link", "rate": "1mbit"}]})
     assert "events[0].target: 'wan:a-x' is no node" in str(e.value)
+
+
+@pytest.mark.parametrize("req,needle", [
+    ({"node": "w0", "action": "stress", "fields": {"load": 1e7}}, "less than or equal to 64"),
+    ({"action": "kill", "fields": {}}, "not a request"),
+    ([1, 2], "not a request"),
+    ({"node": "w0", "action": "explode", "fields": {}}, "action"),
+    ({"node": "w0", "action": "link", "fields": {"direction": "both", "rate": 1e30}}, "above the most"),
+])
+def test_control_requests_are_checked_as_events_are(req, needle):
+    from testbed.run.timeline import request_change
+
+    with pytest.raises(ValueError, match=needle):
+        request_change(req, "r1")
+    ok = request_change({"node": "w0", "action": "link", "fields": {"direction": "up", "rate": 2e6}}, "r1")
+    assert (ok.node, ok.action, ok.fields) == ("w0", "link", {"direction": "up", "rate": 2e6})
+
+
+def test_a_bad_request_file_is_refused_and_recorded_not_fatal(tmp_path):
+    (tmp_path / "1-bad.json").write_text('{"action": "kill"}')
+    (tmp_path / "2-good.json").write_text('{"node": "w1", "action": "kill", "fields": {}}')
+    applied, recorded = [], []
+    tl = Timeline([], lambda c: applied.append((c.node, c.action)) or "done",
+                  lambda c, at, detail: recorded.append((c.action, detail)), t0=0.0, clock=lambda: 1.0,
+                  control_dir=tmp_path)
+    tl.run_once()
+    assert applied == [("w1", "kill")]
+    assert recorded[0][0] == "refused" and "REFUSED: 1-bad.json: not a request" in recorded[0][1]
+    assert not list(tmp_path.glob("*.json"))

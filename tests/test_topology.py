@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from testbed.plan import load_scenario, parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.scenario.schema import ScenarioError, load_scenario, parse_scenario
 from testbed.plan.topology import plan_topology
+from testbed.scenario.schema import ScenarioError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -108,8 +109,8 @@ def test_without_sites_nothing_changes():
 
 
 def test_receivers_hold_messages_for_the_wan_path_delay():
-    from testbed.run.runner import _delay_for
     from testbed.node.transport import DelayLine, DelaySpec
+    from testbed.run.runner import _delay_for
 
     sc = load_scenario(REPO / "scenarios" / "topologies" / "edge-star.yaml")
     spec = build_cluster(sc, "abcdef")
@@ -169,3 +170,19 @@ def test_per_destination_plan_classes_and_filters():
                       "downlink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0}} for n in spec.nodes}
     assert _delay_for(w1, plans, spec, wan_by_transport=True).paths == {"w0": [0.005, 0.0]}
     assert _delay_for(w0, plans, spec, wan_by_transport=True).paths == {}  # reverse has no latency
+
+
+def test_placement_gives_every_node_a_host():
+    from testbed.plan.cluster import build_cluster
+    from testbed.plan.placement import SingleHost, place
+
+    spec = place(build_cluster(parse_scenario({"workers": [{"count": 3}]}), "abcdef"), SingleHost("edge-1"))
+    assert {n.name: n.host for n in spec.nodes} == {"ps": "edge-1", "w0": "edge-1", "w1": "edge-1", "w2": "edge-1",
+                                                    "eval": "edge-1"}
+
+    class Partial:
+        def place(self, spec):
+            return {"ps": "a"}
+
+    with pytest.raises(ValueError, match="placement: no host for w0, w1, w2, eval"):
+        place(build_cluster(parse_scenario({"workers": [{"count": 3}]}), "abcdef"), Partial())

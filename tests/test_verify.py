@@ -2,8 +2,8 @@
 
 import pytest
 
+from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.scenario.schema import parse_scenario
 from testbed.run.verify import _batches, _expected_rtt, planned_flows
 
 

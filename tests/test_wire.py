@@ -382,3 +382,80 @@ def test_router_to_unknown_peer_raises(zctx):
     eps.append(ps)
     with pytest.raises(zmq.ZMQError):
         ps.send(Message("model"), to="ghost")
+
+
+def test_decode_raises_nothing_but_wire_error_on_any_bytes():
+    """Random frames and valid messages with random bytes changed: decode either returns a
+    Message or raises WireError (a receiver drops those), never anything else."""
+    import random
+
+    rng = random.Random(20)
+    good = _frames(w=torch.ones(3, 2), b=torch.zeros(2, dtype=torch.int64))
+    good = [bytes(f) for f in good]
+    decoded = errors = 0
+    for i in range(3000):
+        if i % 3 == 0:
+            frames = [bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 64))) for _ in range(rng.randrange(0, 4))]
+        else:
+            frames = [bytearray(f) for f in good]
+            for _ in range(rng.randrange(1, 6)):
+                f = frames[rng.randrange(len(frames))]
+                if f:
+                    f[rng.randrange(len(f))] = rng.getrandbits(8)
+            if i % 7 == 0:
+                frames = frames[:rng.randrange(len(frames) + 1)]
+        try:
+            decode(frames)
+            decoded += 1
+        except WireError:
+            errors += 1
+    assert decoded > 100 and errors > 1000  # both outcomes happen: the fuzzing reaches the checks
+
+
+@pytest.mark.parametrize("header", [
+    b"[1, 2]", b'{"kind": 5}', b'{"kind": "push", "tensors": {"x": 1}}', b'{"kind": "push", "meta": []}',
+    b'{"kind": "push", "tensors": [{"name": "x", "dtype": "float32", "shape": [-1]}]}',
+    b'{"kind": "push", "tensors": [{"name": "x", "dtype": "float32", "shape": [true]}]}',
+    b'{"kind": "push", "tensors": ["x"]}', b"\xff\xfe", b"[" * 100000 + b"]" * 100000,
+])
+def test_malformed_headers_are_wire_errors(header):
+    with pytest.raises(WireError):
+        decode([MAGIC + header, b"\0" * 4])
+
+
+def test_a_router_endpoint_drops_what_it_cannot_trust_and_keeps_listening():
+    import time
+
+    import zmq
+
+    from testbed.node.transport import DelaySpec, Endpoint
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind("inproc://ps")
+    ep = Endpoint(router, DelaySpec(), router=True)
+    ep.senders = {"w0"}
+
+    def dealer(identity):
+        s = ctx.socket(zmq.DEALER)
+        if identity:
+            s.setsockopt(zmq.IDENTITY, identity)
+        s.connect("inproc://ps")
+        return s
+
+    anonymous, stranger, w0 = dealer(None), dealer(b"w9"), dealer(b"w0")
+    anonymous.send(b"\x01\x00\x00\x00\x00\x00\x00\x00\x00")  # ZMTP-1.0-looking bytes
+    stranger.send_multipart(encode(Message("push")))
+    w0.send(MAGIC + b'{"kind": "push"')
+    w0.send_multipart([MAGIC + b'{"kind": "push", "meta": {"_up": "soon"}}'])
+    w0.send_multipart(encode(Message("hello", meta={"_up": 1e9})))
+    w0.send_multipart(encode(Message("hello")))
+    got, deadline = [], time.monotonic() + 2
+    while not got and time.monotonic() < deadline:
+        got = ep.recv(0.1)
+    assert [(sender, msg.kind) for sender, msg, _ in got] == [("w0", "hello")]
+    assert ep.dropped.get("unnamed sender", 0) + ep.dropped.get("unknown sender", 0) == 2
+    assert ep.dropped["malformed"] == 3
+    for s in (anonymous, stranger, w0, router):
+        s.close(linger=0)
+    ctx.term()

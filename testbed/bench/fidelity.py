@@ -11,87 +11,16 @@ import os
 import secrets
 import socket
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from testbed.scenario import units
+from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.scenario.schema import parse_scenario
+from testbed.run.flows import BENCH_PORT, Flow, measure_flows, ping_client, ping_server
+from testbed.runtimes import runtime_class
+from testbed.runtimes.docker import docker_client
 from testbed.runtimes.state import RunState
-
-BENCH_PORT = 5201
-
-
-def _sink(port: int, seconds: float, flows: int, result_path: str, connected_path: str = "",
-          warm: float = 1.0) -> None:
-    """TCP receiver: count goodput bytes for `seconds` from `warm` after every flow connected
-    (skipping slow start and the bucket's initial burst)."""
-    srv = socket.socket()
-    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    srv.bind(("0.0.0.0", port))
-    srv.listen(flows)
-    conns = [srv.accept()[0] for _ in range(flows)]
-    if connected_path:  # every flow is up: a caller's measuring window may start its warm-up
-        Path(connected_path).touch()
-    for c in conns:
-        c.setblocking(False)
-    import selectors
-
-    sel = selectors.DefaultSelector()
-    for c in conns:
-        sel.register(c, selectors.EVENT_READ)
-    total = 0
-    start = time.monotonic()
-    t_first = None
-    open_conns = len(conns)
-    while open_conns and time.monotonic() - start < seconds + warm + 2:
-        for key, _ in sel.select(timeout=0.2):
-            try:
-                data = key.fileobj.recv(1 << 20)
-            except BlockingIOError:
-                continue
-            if not data:
-                sel.unregister(key.fileobj)
-                open_conns -= 1
-                continue
-            now = time.monotonic()
-            if now - start >= warm:
-                if t_first is None:
-                    t_first = now
-                if now - t_first <= seconds:
-                    total += len(data)
-    elapsed = min(seconds, time.monotonic() - (t_first or start))
-    Path(result_path).write_text(json.dumps({"bytes": total, "seconds": elapsed}))
-
-
-def _source(addr: str, port: int, seconds: float, flows: int, ready_path: str = "", linger: float = 1.5) -> None:
-    import threading
-
-    buf = b"\0" * (1 << 16)
-    if ready_path:
-        Path(ready_path).touch()
-
-    def one() -> None:
-        for _ in range(600):  # the sink may still be starting (a container's python import)
-            try:
-                s = socket.create_connection((addr, port), timeout=2)
-                break
-            except OSError:
-                time.sleep(0.05)
-        else:
-            return
-        s.settimeout(None)  # the connect timeout must not apply to a send blocked by the shaper
-        deadline = time.monotonic() + seconds + linger  # from the connection: a container connects late
-        while time.monotonic() < deadline:
-            s.sendall(buf)
-        s.close()
-
-    ts = [threading.Thread(target=one) for _ in range(flows)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+from testbed.scenario import units
 
 
 def _save(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]) -> dict:
@@ -137,27 +66,17 @@ class _Bench:
         self.state.save()
         self.spec = build_cluster(sc, self.run_id)
         self.runtime = runtime
-        if runtime == "docker":
-            from testbed.runtimes.images import ensure_node_image
-            from testbed.runtimes.docker import DockerRuntime, docker_client
-
-            client = docker_client()
-            if client is None:
-                raise RuntimeError("--runtime docker: no Docker engine answers")
-            self.rt = DockerRuntime(self.state, client, ensure_node_image(client, say=lambda s: None))
-        else:
-            from testbed.runtimes.netns import NetnsRuntime
-
-            self.rt = NetnsRuntime(self.state)
-            self.rt.set_preload([])
+        if runtime == "docker" and docker_client(timeout=3) is None:
+            raise RuntimeError("--runtime docker: no Docker engine answers")
+        self.rt = runtime_class(runtime).open(self.state, lambda s: None)
+        self.rt.set_preload([])
         self.stop = None
 
     def __enter__(self):
         try:
             self.rt.create(self.spec)
-            if self.runtime == "docker":
-                self.stop = self.rt.make_stop_event()
-                self.rt.start_idle(self.stop)
+            self.stop = self.rt.make_stop_event()
+            self.rt.start_idle(self.stop)  # containers host the measuring jobs; namespaces need nothing
         except BaseException:
             self.__exit__(None, None, None)
             raise
@@ -173,66 +92,6 @@ class _Bench:
             self.stop.set()
         self.problems = self.rt.teardown()
         shutil.rmtree(self.scratch, ignore_errors=True)
-
-
-@dataclass
-class Flow:
-    """One measured direction: TCP from `sender` to `receiver` over `connections` connections;
-    `counter()` reads the wire bytes that direction has crossed (an interface counter)."""
-    label: str
-    sender: object
-    receiver: object
-    counter: Callable[[], int]
-    connections: int = 1
-
-
-@dataclass
-class FlowRate:
-    goodput_bps: float  # payload the receiver got, over the sink's window
-    wire_bps: float  # the counter's bytes (headers included) over the same window
-
-
-def measure_flows(rt, scratch: Path, flows: list[Flow], *, window: float, warmup: float,
-                  linger: float = 0.3) -> list[FlowRate]:
-    """Run every flow at once (a port each) and measure each over `window` seconds, `warmup`
-    after all of them connected. The one measuring helper of the link check and the benchmarks:
-    goodput and wire rate cover the same window, and each counter read is timed at its midpoint
-    (docker's counters list every host link, tens of ms a read)."""
-    scratch.mkdir(parents=True, exist_ok=True)
-    results = [scratch / f"{f.label}.json" for f in flows]
-    connected = [scratch / f"{f.label}.connected" for f in flows]
-    for path in results + connected:
-        path.unlink(missing_ok=True)
-    sinks = [rt.start(f.receiver.name, _sink, {"port": BENCH_PORT + i, "seconds": window, "warm": warmup,
-                                               "flows": f.connections, "result_path": str(r),
-                                               "connected_path": str(c)})
-             for i, (f, r, c) in enumerate(zip(flows, results, connected))]
-    time.sleep(0.2)
-    sources = [rt.start(f.sender.name, _source, {"addr": f.receiver.address, "port": BENCH_PORT + i,
-                                                 "seconds": warmup + window, "flows": f.connections,
-                                                 "linger": linger})
-               for i, f in enumerate(flows)]
-    deadline = time.monotonic() + 30  # a container's exec job starts its python in seconds, not ms
-    while not all(c.exists() for c in connected) and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-    def read() -> tuple[list[int], float]:
-        before = time.monotonic()
-        counts = [f.counter() for f in flows]
-        return counts, (before + time.monotonic()) / 2
-
-    time.sleep(warmup)
-    c1, t1 = read()
-    time.sleep(window)
-    c2, t2 = read()
-    for p in sources + sinks:
-        p.join(warmup + window + 30)
-    rates = []
-    for a, b, r in zip(c1, c2, results):
-        good = json.loads(r.read_text()) if r.exists() else {"bytes": 0, "seconds": window}
-        rates.append(FlowRate(goodput_bps=good["bytes"] * 8 / max(good["seconds"], 1e-9),
-                              wire_bps=(b - a) * 8 / (t2 - t1)))
-    return rates
 
 
 def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, label: str,
@@ -467,47 +326,6 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
     return _save(out, out_dir, f"loss-{runtime}-{p:g}.json", say)
 
 
-def _ping_server(address: str, delay: dict, count: int) -> None:
-    import zmq
-
-    from testbed.node import transport
-    from testbed.node.wire import Message
-
-    ctx = zmq.Context()
-    ep = transport.ps_endpoint(ctx, address, transport.DelaySpec(**delay))
-    answered = 0
-    deadline = time.monotonic() + 60
-    while answered < count and time.monotonic() < deadline:
-        for sender, msg, _ in ep.recv(0.1):
-            ep.send(Message("pong", msg.tensors, {}), sender)
-            answered += 1
-    time.sleep(0.2)
-    ep.close()
-    ctx.term()
-
-
-def _ping_client(ps_address: str, delay: dict, count: int, size: int, result_path: str, name: str = "w0") -> None:
-    import torch
-    import zmq
-
-    from testbed.node import transport
-    from testbed.node.wire import Message
-
-    ctx = zmq.Context()
-    ep = transport.node_endpoint(ctx, ps_address, name, transport.DelaySpec(**delay))
-    payload = {"x": torch.zeros(max(1, size // 4))}
-    rtts = []
-    for _ in range(count):
-        t = time.monotonic()
-        ep.send(Message("ping", payload, {}))
-        while not ep.recv(0.5):
-            pass
-        rtts.append(time.monotonic() - t)
-    Path(result_path).write_text(json.dumps({"rtts": rtts}))
-    ep.close()
-    ctx.term()
-
-
 def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size: int = 64,
                     out_dir: Path | None = None, say: Callable[[str], None] = print, runtime: str = "netns") -> dict:
     """Round trips of small training messages between w0 (link latency L) and an unshaped PS: expect 2L."""
@@ -524,8 +342,8 @@ def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size:
         w_delay = {"up": h.uplink.transport_delay_s, "up_jitter": h.uplink.transport_jitter_s,
                    "down": h.downlink.transport_delay_s, "down_jitter": h.downlink.transport_jitter_s}
         res_file = bench.result("delay.json")
-        srv = rt.start("ps", _ping_server, {"address": spec.ps.address, "delay": {}, "count": count + 1})
-        cli = rt.start("w0", _ping_client, {"ps_address": spec.ps.address, "delay": w_delay, "count": count + 1,
+        srv = rt.start("ps", ping_server, {"address": spec.ps.address, "delay": {}, "count": count + 1})
+        cli = rt.start("w0", ping_client, {"ps_address": spec.ps.address, "delay": w_delay, "count": count + 1,
                                             "size": size, "result_path": res_file})
         cli.join(120)
         srv.join(10)

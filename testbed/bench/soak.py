@@ -141,8 +141,10 @@ def check_soak_run(run_dir: Path, scenario: dict) -> dict:
 
 
 def leftover_resources() -> list[str]:
+    from testbed.runtimes import load_backends
     from testbed.runtimes.state import leftovers
 
+    load_backends()
     found = list(leftovers())
     try:
         from testbed.runtimes.docker import docker_client

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.scenario import units
 from testbed.bench.fidelity import _Bench, _save, run_for_records
+from testbed.scenario import units
 
 # --------------------------------------------------------------------------- one update's transfer
 
@@ -150,7 +150,7 @@ def _bare_loop(model: str, batch_size: int, steps: int, threads: int, seed: int,
 def _edgebed_compute_steps(cpus: float, model: str, batch_size: int, steps: int, stress: float = 0.0):
     """One ASGD worker at `cpus` (and `stress` cores of background load in its cgroup) for `steps`
     steps: (scenario, summary, compute_seconds of the steps after the first 10)."""
-    from testbed.scenario.schema import parse_scenario
+    from testbed.plan import parse_scenario
 
     edge = {"cpus": cpus} | ({"stress": {"cpu": stress}} if stress else {})
     sc = parse_scenario({"name": "overhead", "runtime": "netns", "seed": 1,
@@ -247,7 +247,7 @@ def wire_benchmark(algorithm: str, *, workers: int = 4, seconds: float = 20.0, r
     the workers' steps.csv bytes_sent / bytes_received (edgebed's messages: header + tensors),
     wire = their access links' counters (traffic.csv: IP packets + Ethernet headers, TCP ACKs,
     connection set-up, and what a run sends outside steps: join, first pull, stop)."""
-    from testbed.scenario.schema import parse_scenario
+    from testbed.plan import parse_scenario
 
     sc = parse_scenario({"name": f"wire-{algorithm}", "runtime": "netns", "seed": 1,
                          "workload": {"model": "adacomp_cnn", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05,
@@ -463,7 +463,7 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
     """The same FedAvg rounds in edgebed (netns, local_sgd with period = local steps, no CPU caps or
     shaping, one torch thread a worker, no evaluation): each round's wall time from server.csv
     (one model version a round), the workers' compute_seconds in it from steps.csv."""
-    from testbed.scenario.schema import parse_scenario
+    from testbed.plan import parse_scenario
 
     sc = parse_scenario({"name": "bench-fedavg", "runtime": "netns", "seed": seed,
                          "workload": {"model": model, "dataset": dataset, "batch_size": batch_size, "lr": lr,

@@ -132,6 +132,9 @@ def validate_dataset_spec(spec: str) -> None:
         _synthetic_n(arg)
 
 
+SYNTHETIC_MAX = 1_000_000
+
+
 def _synthetic_n(arg: str) -> int:
     try:
         n = int(arg)
@@ -139,6 +142,8 @@ def _synthetic_n(arg: str) -> int:
         raise DatasetError(f"synthetic_cifar:N: N must be an integer, got {arg!r}") from None
     if n < 10:
         raise DatasetError(f"synthetic_cifar:N: N must be >= 10 (one per class), got {n}")
+    if n > SYNTHETIC_MAX:  # 3 KB a sample: a million is 3 GB of generated images
+        raise DatasetError(f"synthetic_cifar:N: N must be at most {SYNTHETIC_MAX:,}, got {n:,}")
     return n
 
 

@@ -17,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.plan.cluster import stress_loads
+
 
 class FileStop:
     """A stop flag shared through the run directory (containers share no semaphores).
@@ -54,27 +56,20 @@ class FileStop:
         return self._local
 
 
-def stress_loads(load: float) -> list[float]:
-    """`load` cores of background stress as per-process loads (one process busies one core)."""
-    if load <= 0:
-        return []
-    n = max(1, int(-(-load // 1)))
-    return [load / n] * n
-
-
 def _role_main(cfg_data: dict, stop) -> None:
-    from testbed.node.roles import ROLE_TARGETS, RoleConfig
+    from testbed.node.roles import resolve_target
+    from testbed.node.roles.common import RoleConfig
     from testbed.node.transport import DelaySpec
 
     os.setpgid(0, 0)  # its own process group: a kill takes whatever the role started too
     cfg_data = dict(cfg_data)
     cfg_data["delay"] = DelaySpec(**cfg_data["delay"])
     cfg = RoleConfig(**cfg_data)
-    ROLE_TARGETS[cfg.role](cfg=cfg, stop_event=stop)
+    resolve_target(cfg.target)(cfg=cfg, stop_event=stop)
 
 
 def _stress_main(load: float, stop) -> None:
-    from testbed.node.roles import run_stress
+    from testbed.node.roles.stress import run_stress
 
     os.setpgid(0, 0)
     run_stress(load, stop)

@@ -112,6 +112,10 @@ class Endpoint:
         self.line = DelayLine(delay, seed)
         self.bytes_sent = 0
         self.bytes_received = 0
+        # Messages dropped unread, by reason: any node may send anything, and nothing it sends
+        # may end the receiver. `senders`, when set, are the only identities heard.
+        self.dropped: dict[str, int] = {}
+        self.senders: Optional[set[str]] = None
 
     def send(self, msg: wire.Message, to: Optional[str] = None) -> int:
         self.delay.refresh()
@@ -133,15 +137,37 @@ class Endpoint:
                 frames = self.sock.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 break
-            sender = None
-            if self.router:
-                sender = bytes(frames[0].buffer).decode()
-                frames = frames[1:]
-            n = wire.message_bytes(frames)
+            n = wire.message_bytes(frames[1:] if self.router else frames)
             self.bytes_received += n
-            msg = wire.decode(frames)
-            got.append((sender, msg, n))
+            item = self._accept(frames, n)
+            if item is not None:
+                got.append(item)
         return got
+
+    def _accept(self, frames, n: int) -> Optional[tuple[Optional[str], wire.Message, int]]:
+        """The message as (sender, message, bytes), or None when it is dropped (and counted)."""
+        sender = None
+        if self.router:
+            try:
+                sender = bytes(frames[0].buffer).decode()
+            except UnicodeDecodeError:
+                return self._drop("unnamed sender")  # a socket with no identity, not one of the run's
+            frames = frames[1:]
+            if self.senders is not None and sender not in self.senders:
+                return self._drop("unknown sender")
+        try:
+            msg = wire.decode(frames)
+            up, upj = float(msg.meta.pop("_up", 0.0)), float(msg.meta.pop("_upj", 0.0))
+        except (wire.WireError, TypeError, ValueError):
+            return self._drop("malformed")
+        if not (0.0 <= up <= 60.0 and 0.0 <= upj <= 60.0):  # a sender's own delay, as links are bounded
+            return self._drop("malformed")
+        msg.meta["_delay"] = (up, upj)
+        return sender, msg, n
+
+    def _drop(self, reason: str) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        return None
 
     def recv(self, timeout: float) -> list[tuple[Optional[str], wire.Message, int]]:
         """Messages deliverable within `timeout` seconds (possibly none)."""
@@ -149,8 +175,7 @@ class Endpoint:
         self.delay.refresh()
         while True:
             for item in self._drain():
-                meta = item[1].meta
-                self.line.hold(item, item[0], float(meta.pop("_up", 0.0)), float(meta.pop("_upj", 0.0)))
+                self.line.hold(item, item[0], *item[1].meta.pop("_delay"))
             ready = self.line.ready()
             if ready:
                 return ready
@@ -173,17 +198,29 @@ class Endpoint:
         self.sock.close(linger=0)
 
 
+# Messages a ROUTER queues per sender before it stops reading from that sender's connection:
+# a training node has a few in flight; a flooding one is held back by TCP, not by our memory.
+RECEIVE_QUEUE = 1000
+
+
 def _seed(identity: str, seed: int) -> int:
     # Independent jitter per node: equal seeds would make the two halves of a round trip equal.
     return zlib.crc32(identity.encode()) ^ seed
 
 
-def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
+def _limit(s: zmq.Socket, max_frame: Optional[int]) -> None:
+    if max_frame:
+        s.setsockopt(zmq.MAXMSGSIZE, max_frame)  # a sender of a larger frame is disconnected unread
+
+
+def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec, seed: int = 0,
+                max_frame: Optional[int] = None) -> Endpoint:
     s = ctx.socket(zmq.ROUTER)
+    _limit(s, max_frame)
     s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not silent drop
     s.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted node takes its identity back
     s.setsockopt(zmq.SNDHWM, 0)
-    s.setsockopt(zmq.RCVHWM, 0)
+    s.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
     s.bind(f"tcp://{address}:{PS_PORT}")
     return Endpoint(s, delay, router=True, seed=_seed("ps", seed))
 
@@ -203,10 +240,12 @@ def node_endpoint(ctx: zmq.Context, ps_address: str, identity: str, delay: Delay
 PEER_PORT = 5556
 
 
-def peer_inbox(ctx: zmq.Context, identity: str, delay: DelaySpec, seed: int = 0) -> Endpoint:
+def peer_inbox(ctx: zmq.Context, identity: str, delay: DelaySpec, seed: int = 0,
+               max_frame: Optional[int] = None) -> Endpoint:
     """Where a worker receives from its peers (senders are known by their DEALER identity)."""
     s = ctx.socket(zmq.ROUTER)
-    s.setsockopt(zmq.RCVHWM, 0)
+    _limit(s, max_frame)
+    s.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
     s.bind(f"tcp://*:{PEER_PORT}")
     return Endpoint(s, delay, router=True, seed=_seed(identity + "/peers", seed))
 

@@ -71,42 +71,71 @@ def encode(msg: Message) -> list[bytes | memoryview]:
 
 
 def decode(frames: Sequence[Any]) -> Message:
-    """Frames may be bytes or zmq.Frame objects."""
+    """Frames may be bytes or zmq.Frame objects. Anything that is not a well-formed message
+    raises WireError, and nothing else: a receiver drops it and goes on."""
     if not frames:
         raise WireError("empty message")
     raw = [f.buffer if hasattr(f, "buffer") else f for f in frames]
-    head = bytes(raw[0])
-    if not head.startswith(MAGIC):
-        raise WireError("not an edgebed message (bad magic)")
-    try:
-        header = json.loads(head[len(MAGIC):])
-    except ValueError as e:
-        raise WireError(f"bad header: {e}") from None
-    specs = header.get("tensors", [])
+    header = _header(bytes(raw[0]))
+    specs = header["tensors"]
     if len(specs) != len(raw) - 1:
         raise WireError(f"header names {len(specs)} tensors but {len(raw) - 1} buffers arrived")
     tensors: dict[str, torch.Tensor] = {}
     for spec, buf in zip(specs, raw[1:]):
-        dtype = _DTYPES.get(spec["dtype"])
-        if dtype is None:
-            raise WireError(f"tensor '{spec['name']}': unknown dtype {spec['dtype']}")
-        shape = tuple(int(s) for s in spec["shape"])
-        numel = 1
-        for s in shape:
-            numel *= s
-        itemsize = torch.empty((), dtype=dtype).element_size()
-        if len(memoryview(buf)) != numel * itemsize:
-            raise WireError(f"tensor '{spec['name']}': {len(memoryview(buf))} bytes for shape {list(shape)} {spec['dtype']}")
-        if numel == 0:
-            t = torch.empty(shape, dtype=dtype)
-        elif dtype == torch.bfloat16:
-            t = torch.frombuffer(bytearray(buf), dtype=torch.int16).view(torch.bfloat16).reshape(shape)
-        else:
-            # frombuffer warns on read-only buffers; a copy keeps tensors writable and
-            # independent of the frame (the PS mutates what it receives).
-            t = torch.frombuffer(bytearray(buf), dtype=dtype).reshape(shape)
-        tensors[spec["name"]] = t
-    return Message(kind=header["kind"], tensors=tensors, meta=header.get("meta", {}))
+        name, dtype, shape = _spec(spec)
+        if name in tensors:
+            raise WireError(f"tensor {name[:40]!r} twice")
+        tensors[name] = _tensor(name, dtype, shape, buf)
+    return Message(kind=header["kind"], tensors=tensors, meta=header["meta"])
+
+
+MAX_HEADER = 1 << 20  # a header lists names, dtypes and shapes: kilobytes
+
+
+def _header(head: bytes) -> dict:
+    if not head.startswith(MAGIC):
+        raise WireError("not an edgebed message (bad magic)")
+    if len(head) > MAX_HEADER:
+        raise WireError(f"header of {len(head)} bytes")
+    try:
+        header = json.loads(head[len(MAGIC):])
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise WireError(f"bad header: {type(e).__name__}") from None
+    if not isinstance(header, dict) or not isinstance(header.get("kind"), str):
+        raise WireError("bad header: no kind")
+    header.setdefault("tensors", [])
+    header.setdefault("meta", {})
+    if not isinstance(header["tensors"], list) or not isinstance(header["meta"], dict):
+        raise WireError("bad header: tensors must be a list, meta a mapping")
+    return header
+
+
+def _spec(spec: Any) -> tuple[str, torch.dtype, tuple[int, ...]]:
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) or not isinstance(spec.get("shape"), list):
+        raise WireError("bad tensor spec")
+    dtype = _DTYPES.get(spec.get("dtype")) if isinstance(spec.get("dtype"), str) else None
+    if dtype is None:
+        raise WireError(f"tensor {spec['name'][:40]!r}: unknown dtype {str(spec.get('dtype'))[:20]}")
+    shape = spec["shape"]
+    if len(shape) > 8 or not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < 1 << 40 for s in shape):
+        raise WireError(f"tensor {spec['name'][:40]!r}: bad shape")
+    return spec["name"], dtype, tuple(shape)
+
+
+def _tensor(name: str, dtype: torch.dtype, shape: tuple[int, ...], buf: Any) -> torch.Tensor:
+    numel = 1
+    for s in shape:
+        numel *= s
+    size = len(memoryview(buf))
+    if size != numel * torch.empty((), dtype=dtype).element_size():
+        raise WireError(f"tensor {name[:40]!r}: {size} bytes for shape {list(shape)} {_NAMES[dtype]}")
+    if numel == 0:
+        return torch.empty(shape, dtype=dtype)
+    if dtype == torch.bfloat16:
+        return torch.frombuffer(bytearray(buf), dtype=torch.int16).view(torch.bfloat16).reshape(shape)
+    # frombuffer warns on read-only buffers; a copy keeps tensors writable and
+    # independent of the frame (the PS mutates what it receives).
+    return torch.frombuffer(bytearray(buf), dtype=dtype).reshape(shape)
 
 
 def message_bytes(frames: Sequence[Any]) -> int:

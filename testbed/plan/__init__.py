@@ -1,1 +1,25 @@
-"""The plan: what a scenario means as a cluster (nodes, profiles, addresses, links) and its topology of sites and WAN links."""
+"""The plan: what a scenario means as a cluster (nodes, profiles, addresses, links) and its
+topology of sites and WAN links.
+
+`parse_scenario`/`load_scenario` are the whole validation: the schema's field checks, then
+what only a plan can tell (do the sites' subnets fit, is the WAN connected)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Union
+
+from testbed.plan.topology import topology_problems
+from testbed.scenario.schema import Scenario, ScenarioError, read_scenario_file, validate_schema
+
+
+def parse_scenario(data: Any) -> Scenario:
+    sc = validate_schema(data)
+    lines = topology_problems(sc)
+    if lines:
+        raise ScenarioError(lines)
+    return sc
+
+
+def load_scenario(path: Union[str, Path]) -> Scenario:
+    return parse_scenario(read_scenario_file(path))

@@ -12,8 +12,9 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal, Optional
 
-from testbed.scenario.schema import Direction, Profile, Scenario
 from testbed.plan.topology import Topology, node_site, plan_topology
+from testbed.scenario.links import Direction, inherit
+from testbed.scenario.schema import Profile, Scenario
 
 Role = Literal["ps", "worker", "evaluator", "broker", "kafka", "producer"]
 """broker: the embedded Tansu broker and the producers; kafka: Apache Kafka from its image;
@@ -51,6 +52,7 @@ class Node:
     group: Optional[int] = None
     site: Optional[str] = None  # its LAN (None: the one LAN of a scenario without sites)
     image: Optional[str] = None  # a foreign image with its own entrypoint (kafka); None: edgebed's node image
+    host: str = ""  # the machine it runs on (placement.py; set when the plan is made)
 
     @property
     def threads(self) -> int:
@@ -102,12 +104,6 @@ def _profile_label(ref) -> str:
     return ref if isinstance(ref, str) else "(inline)"
 
 
-def _merge(own: Direction, lan: Direction) -> Direction:
-    """A node's access link: its profile's fields, else its site's LAN profile's."""
-    return Direction(**{f: getattr(own, f) if getattr(own, f) is not None else getattr(lan, f)
-                        for f in ("rate", "latency", "jitter", "loss")})
-
-
 def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     net = ipaddress.IPv4Network(sc.network.subnet)
     topo = plan_topology(sc)
@@ -122,7 +118,7 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
         up, down = prof.resolved_direction("uplink"), prof.resolved_direction("downlink")
         if site is not None:
             lan = sc.profile_of(sc.sites[site].lan)
-            up, down = _merge(up, lan.resolved_direction("uplink")), _merge(down, lan.resolved_direction("downlink"))
+            up, down = inherit(up, lan.resolved_direction("uplink")), inherit(down, lan.resolved_direction("downlink"))
         address = str(next(site_hosts[site] if site is not None else hosts))
         spec.nodes.append(Node(name, role, rank, address, _profile_label(ref), prof, Link(name, up, down), group,
                                site, image))
@@ -170,3 +166,11 @@ def peer_table(spec: ClusterSpec, node: Node) -> dict[str, dict]:
         return {}
     return {w.name: {"address": w.address, "rate_bps": path_rate(spec, node, w), "same_site": w.site == node.site}
             for w in spec.workers if w.name != node.name}
+
+
+def stress_loads(load: float) -> list[float]:
+    """`load` cores of background stress as per-process loads (one process busies one core)."""
+    if load <= 0:
+        return []
+    n = max(1, int(-(-load // 1)))
+    return [load / n] * n

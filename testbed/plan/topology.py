@@ -17,7 +17,8 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
-from testbed.scenario.schema import Direction, Scenario
+from testbed.scenario.links import Direction
+from testbed.scenario.schema import Scenario
 
 
 @dataclass

@@ -21,3 +21,7 @@ BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "b
 # peers.csv, decentralized strategies: one row per step and link; `entries` = gradient entries the
 # link carried, `threshold` = the smallest |entry| it carried (DLion's contribution threshold)
 PEER_COLUMNS: list[str] = ["time", "node", "peer", "step", "kind", "bytes", "entries", "threshold"]
+
+# The run directory's folder of requests to the runner (`edgebed link/kill/...`, a worker's drawn
+# crash): the CLI and nodes write one JSON file per request, the runner's timeline reads them.
+CONTROL_DIR = ".control"

@@ -8,12 +8,13 @@ process, the runner included, keeps every record up to the crash.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS,
-    RESOURCE_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
+from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, RESOURCE_COLUMNS,
+                                     SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,
@@ -46,8 +47,10 @@ class CsvLog:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, **row: Any) -> None:
-        line = ",".join(_fmt(row.get(c)) for c in self.columns) + "\n"
-        os.write(self._fd, line.encode())
+        data = (",".join(_fmt(row.get(c)) for c in self.columns) + "\n").encode()
+        written = os.write(self._fd, data)
+        if written != len(data):  # a full disk: say so (the rest cannot follow without interleaving)
+            raise OSError(errno.ENOSPC, f"{self.path}: wrote {written} of a line's {len(data)} bytes")
 
     def close(self) -> None:
         if self._fd >= 0:

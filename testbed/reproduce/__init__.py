@@ -109,7 +109,8 @@ def deep_merge(base: dict, changes: dict) -> dict:
 
 def series_scenarios(exp: Experiment, scale: str) -> list[tuple[Series, dict]]:
     """Each series' scenario, all validated before anything runs (bad input starts nothing)."""
-    from testbed.scenario.schema import ScenarioError, _resolve_event_traces, _resolve_trace_paths, parse_scenario
+    from testbed.plan import parse_scenario
+    from testbed.scenario.schema import ScenarioError, read_scenario_file
 
     if scale not in SCALES:
         raise ValueError(f"--scale: '{scale}' is not one of {', '.join(SCALES)}")
@@ -117,7 +118,7 @@ def series_scenarios(exp: Experiment, scale: str) -> list[tuple[Series, dict]]:
     if not path.exists():
         raise FileNotFoundError(f"{exp.name}: no {scale}-scale scenario ({path.relative_to(REPO)})")
     # relative trace files are the base scenario's, wherever the series' copy is written
-    base = _resolve_event_traces(_resolve_trace_paths(yaml.safe_load(path.read_text()), path.parent), path.parent)
+    base = read_scenario_file(path)
     out = []
     for s in exp.series_at(scale):
         data = deep_merge(base, s.overrides)
@@ -164,9 +165,11 @@ def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, 
     scenario_file.write_text(yaml.safe_dump(data, sort_keys=False))
     say(f"{exp.name} [{s.label}, seed {seed}]: edgebed up {_rel(scenario_file)}")
     t0 = time.time()
+    from testbed.run.runner import EXIT_STOPPED
+
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario_file), "--out", str(run_dir), "-q"],
                        cwd=REPO, capture_output=True, text=True)
-    if r.returncode != 0 or not (run_dir / "summary.json").exists():
+    if r.returncode not in (0, EXIT_STOPPED) or not (run_dir / "summary.json").exists():  # a stopped run is data
         raise RuntimeError(f"{exp.name} [{s.label}, seed {seed}]: edgebed up failed ({r.returncode}): "
                            f"{(r.stderr or r.stdout)[-1500:]}")
     seconds = time.time() - t0

@@ -14,9 +14,10 @@ from typing import Optional
 
 import yaml
 
-from testbed.scenario.schema import ScenarioError, parse_scenario
-from testbed.runtimes.state import known_runs, pid_alive
-from testbed.run.timeline import CONTROL_DIR, resolve_target
+from testbed.plan import parse_scenario
+from testbed.records.columns import CONTROL_DIR
+from testbed.runtimes.state import known_runs, runner_alive
+from testbed.scenario.schema import ScenarioError, resolve_target
 
 
 class ControlError(RuntimeError):
@@ -25,7 +26,7 @@ class ControlError(RuntimeError):
 
 def running_run(run_id: Optional[str]):
     """The RunState of the run to act on: `run_id`, or the only one whose runner is alive."""
-    live = {rid: st for rid, st in known_runs().items() if st is not None and pid_alive(st.runner_pid)}
+    live = {rid: st for rid, st in known_runs().items() if st is not None and runner_alive(st)}
     if run_id is not None:
         if run_id not in live:
             raise ControlError(f"no running run {run_id} (running: {', '.join(sorted(live)) or 'none'})")

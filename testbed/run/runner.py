@@ -10,20 +10,29 @@ import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from testbed import __version__
 from testbed.kernel import cgroups
-from testbed.records import metrics
-from testbed.plan.cluster import ClusterSpec, build_cluster, peer_table
-from testbed.node.roles import RoleConfig
-from testbed.runtimes import select_runtime
-from testbed.scenario.schema import Scenario, scenario_to_yaml
-from testbed.runtimes.state import RunState
-from testbed.runtimes.live import delay_control_file
+from testbed.node.roles import role_target
+from testbed.node.roles.common import RoleConfig
 from testbed.node.transport import DelaySpec
+from testbed.plan.cluster import ClusterSpec, build_cluster, peer_table
+from testbed.plan.placement import place
+from testbed.records import metrics
+from testbed.runtimes import runtime_class, select_runtime
+from testbed.runtimes.live import delay_control_file
+from testbed.runtimes.preflight import preflight
+from testbed.runtimes.state import RunState, cleanup_run
+from testbed.scenario.schema import Scenario, scenario_to_yaml
+from testbed.strategies import get_strategy_class
 
-PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles", "testbed.data.datasets", "testbed.data.models",
+# `edgebed up`'s exit code for a run stopped by a condition its scenario set (on_worker_loss: stop);
+# completed is 0, failed 1, interrupted 130.
+EXIT_STOPPED = 3
+
+PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles.ps", "testbed.node.roles.worker", "testbed.node.roles.peer",
+           "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets", "testbed.data.models",
            "testbed.data.partition", "testbed.strategies", "testbed.data.preload"]
 
 
@@ -138,141 +147,205 @@ def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
         progress_every: float = 2.0) -> dict:
     """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
-    t_invoked = time.time()
-    runtime_name = select_runtime(sc.runtime)
-    run_dir = Path(run_dir).resolve()
-    if run_dir.exists() and any(run_dir.iterdir()):
-        raise FileExistsError(f"--out: {run_dir} exists and is not empty")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "scenario.yaml").write_text(scenario_to_yaml(sc))
-    metrics.init_tables(run_dir)
-    run_id = secrets.token_hex(3)
-    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(run_dir), scenario=str(scenario_path),
-                     runtime=runtime_name)
-    state.save()
+    return Run(sc, scenario_path, run_dir, say, progress_every).execute()
 
-    global _RUNNER_PID
-    _RUNNER_PID = os.getpid()
-    old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
-    t0 = time.time()
-    status, reason = "failed", "did not start"
-    runtime = None
-    spec: Optional[ClusterSpec] = None
-    last_counters: dict = {}
-    stop_event = None
-    procs: dict = {}
-    timeline = None
-    live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
-    try:
-        say(f"runtime: {runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and runtime_name == "docker"
-                                         else " (no Docker engine)" if sc.runtime == "auto" else ""))
-        if runtime_name == "netns":  # the forkserver loads the data once for every node (dataset_preload.py)
+
+class Run:
+    """One run from the runner's side: make the cluster, start its nodes, watch them until the
+    scenario's stop, tear everything down (on success, error and Ctrl-C alike), summarize."""
+
+    def __init__(self, sc: Scenario, scenario_path: str, run_dir: Path, say: Callable[[str], None],
+                 progress_every: float):
+        self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
+        self.t_invoked = time.time()
+        preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
+        self.runtime_name = select_runtime(sc.runtime, say)
+        self.run_dir = Path(run_dir).resolve()
+        if self.run_dir.exists() and any(self.run_dir.iterdir()):
+            raise FileExistsError(f"--out: {self.run_dir} exists and is not empty")
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "scenario.yaml").write_text(scenario_to_yaml(sc))
+        metrics.init_tables(self.run_dir)
+        self.run_id = secrets.token_hex(3)
+        self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.run_dir),
+                              scenario=self.scenario_path, runtime=self.runtime_name)
+        self.state.save()
+        self.decentralized = get_strategy_class(sc.algorithm.name).decentralized
+        self.t0 = time.time()
+        self.status, self.reason = "failed", "did not start"
+        self.runtime = None
+        self.spec: Optional[ClusterSpec] = None
+        self.node_meta: dict = {}
+        self.last_counters: dict = {}
+        self.stop_event = None
+        self.procs: dict = {}
+        self.timeline = None
+        self.live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
+
+    def execute(self) -> dict:
+        global _RUNNER_PID
+        _RUNNER_PID = os.getpid()
+        old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
+        try:
+            self.bring_up()
+            self.start_nodes()
+            self.status, self.reason = _monitor(self.sc, self.runtime, self.spec, self.procs, self.run_dir, self.t0,
+                                                self.stop_event, self.say, self.progress_every, self.last_counters,
+                                                self.live)
+        except (KeyboardInterrupt, Interrupted) as e:
+            self.status, self.reason = "stopped", f"interrupted ({str(e) or 'SIGINT'})"
+            self.say("\ninterrupted: stopping the run and tearing down")
+        except Exception as e:
+            self.status, self.reason = "failed", f"{type(e).__name__}: {e}"
+            raise
+        finally:
+            # Ignore further Ctrl-C while tearing down: a half teardown is the worst outcome.
+            prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                summary = self.tear_down()
+            finally:
+                signal.signal(signal.SIGINT, prev_int)
+                for s, h in old_handlers.items():
+                    signal.signal(s, h)
+        return summary
+
+    def bring_up(self) -> None:
+        sc, say = self.sc, self.say
+        say(f"runtime: {self.runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and
+                                              self.runtime_name == "docker" else ""))
+        self.runtime = runtime_class(self.runtime_name).open(self.state, say)
+        self.runtime.set_preload(PRELOAD)
+        if self.runtime.features.shared_data:  # the forkserver loads the data once for every node (data/preload.py)
             from testbed.data.preload import request
 
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
-        runtime = _make_runtime(runtime_name, state, say)
-        spec = build_cluster(sc, run_id)
-        runtime.create(spec)
-        node_meta = runtime.node_meta()
+        self.spec = place(build_cluster(sc, self.run_id))
+        self.runtime.create(self.spec)
+        self.node_meta = self.runtime.node_meta()
+        self.meta = self.describe()
+        (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
+        say(f"run {self.run_id}: {len(self.spec.workers)} workers, {sc.algorithm.name}, {sc.workload.model} on "
+            f"{sc.workload.dataset} -> {self.run_dir}")
+        for w in self.meta.get("warnings", []):
+            say(f"warning: {w}")
+        if sc.network.verify_links:
+            _check_links(self.runtime, self.spec, self.node_meta, self.run_dir, self.meta, say)
+
+    def describe(self) -> dict:
+        """meta.json: what was run, where, on what, and how each link was made."""
+        sc, spec, runtime, node_meta = self.sc, self.spec, self.runtime, self.node_meta
         meta = {
-            "run_id": run_id, "scenario": str(scenario_path), "name": sc.name, "runtime": runtime_name,
-            "started": t0, "versions": _versions(), "host": _host(),
-            "kernel_features": asdict(runtime.caps), "image": getattr(runtime, "image", None), "cgroup_version": 2 if cgroups.is_v2() else 1,
+            "run_id": self.run_id, "scenario": self.scenario_path, "name": sc.name, "runtime": self.runtime_name,
+            "started": self.t0, "versions": _versions(), "host": _host(),
+            "kernel_features": asdict(runtime.caps), "image": runtime.image,
+            "cgroup_version": 2 if cgroups.is_v2() else 1,
             "nodes": {n.name: {"role": n.role, "rank": n.rank, "address": n.address, "profile_name": n.profile_name,
                                "profile": n.profile.model_dump(mode="json", exclude_none=True),
                                "netns": node_meta[n.name]["netns"], "compute": node_meta[n.name]["compute"],
-                               "threads": sc.workload.threads or n.threads}
+                               "threads": sc.workload.threads or n.threads, "host": n.host}
                       for n in spec.nodes},
             "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
         }
         if spec.topology is not None:
-            topo = spec.topology
-            meta["topology"] = {
-                "sites": {s.name: {"subnet": s.subnet, "router": s.router,
-                                   "nodes": [n.name for n in spec.nodes if n.site == s.name]} for s in topo.sites},
-                "wan_links": [{"between": [e.a, e.b], "addresses": [e.a_address, e.b_address],
-                               "forward": e.forward.model_dump(exclude_none=True),
-                               "reverse": e.reverse.model_dump(exclude_none=True)} for e in topo.edges],
-                **(runtime.topology_meta() or {}),
-            }
+            meta["topology"] = {**_topology_meta(spec), **(runtime.topology_meta() or {})}
             for n in spec.nodes:
                 meta["nodes"][n.name]["site"] = n.site
         if not runtime.caps.netem:
             loss = "an eBPF drop filter" if runtime.caps.bpf_loss else "nothing: loss is NOT applied"
             meta["warnings"] = ["this kernel has no sch_netem: latency/jitter are applied by edgebed's transport "
                                 f"(per message), loss by {loss}"]
-        (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
-        say(f"run {run_id}: {len(spec.workers)} workers, {sc.algorithm.name}, {sc.workload.model} on "
-            f"{sc.workload.dataset} -> {run_dir}")
-        for w in meta.get("warnings", []):
-            say(f"warning: {w}")
+        return meta
 
-        if sc.network.verify_links:
-            _check_links(runtime, spec, node_meta, run_dir, meta, say)
-        stop_event = runtime.make_stop_event()
-        workers = [n.name for n in spec.workers]
-        stream = _stream_config(sc, spec, run_dir)
-        if stream:
-            meta["streaming"] = {k: stream[k] for k in ("kind", "bootstrap", "rates", "schedules", "topics")}
-            (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
-            (run_dir / "logs").mkdir(exist_ok=True)
-        t0 = time.time()  # records count from the moment nodes start
-
-        def start(node) -> None:
-            cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(run_dir), t0=t0,
-                             scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
-                             threads=sc.workload.threads or node.threads,
-                             delay=_delay_for(node, node_meta, spec, not runtime.caps.netem,
-                                              control=delay_control_file(run_dir, node.name)),
-                             workers=workers, peers=peer_table(spec, node), stream=stream)
-            procs[node.name] = runtime.start_node(node, cfg, stop_event)
-
-        if stream:
-            _start_streams(sc, spec, stream, start, procs, say)
+    def start_nodes(self) -> None:
+        """The stream source first (when streaming), then the PS, the evaluator and the workers,
+        then the timeline of events."""
+        spec = self.spec
+        self.stop_event = self.runtime.make_stop_event()
+        self.stream = _stream_config(self.sc, spec, self.run_dir)
+        if self.stream:
+            self.meta["streaming"] = {k: self.stream[k] for k in ("kind", "bootstrap", "rates", "schedules", "topics")}
+            (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
+            (self.run_dir / "logs").mkdir(exist_ok=True)
+        self.t0 = time.time()  # records count from the moment nodes start
+        if self.stream:
+            _start_streams(self.sc, spec, self.stream, self.start_node, self.procs, self.say)
         for node in [spec.ps, spec.evaluator] + spec.workers:
-            start(node)
-        timeline = _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say)
-        status, reason = _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every,
-                                  last_counters, live)
-    except (KeyboardInterrupt, Interrupted) as e:
-        status, reason = "stopped", f"interrupted ({e or 'SIGINT'})"
-        say("\ninterrupted: stopping the run and tearing down")
-    except Exception as e:
-        status, reason = "failed", f"{type(e).__name__}: {e}"
-        raise
-    finally:
-        # Ignore further Ctrl-C while tearing down: a half teardown is the worst outcome.
-        prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        t_teardown = time.time()
-        try:
-            if timeline is not None:
-                timeline.stop()
-                if timeline.errors:
-                    say("timeline: " + "; ".join(timeline.errors))
-            if stop_event is not None:
-                stop_event.set()
-            if runtime is not None:
-                runtime.stop_processes(grace=10.0)
-                if spec is not None:
-                    _sample(runtime, spec, run_dir, t0, last_counters)
-                problems = runtime.teardown()
-                if problems:
-                    say("teardown problems (run `edgebed down`): " + "; ".join(problems))
-            else:
-                from testbed.runtimes.state import cleanup_run
+            self.start_node(node)
+        self.timeline = _start_timeline(self.sc, self.runtime, spec, self.procs, self.run_dir, self.t0,
+                                        self.start_node, self.live, self.say)
 
-                cleanup_run(run_id, state, stop_runner=False)
-            summary = _summarize(sc, run_dir, t0, status, reason, last_counters, spec)
-            summary["runtime"] = runtime_name
-            summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
-            first = summary.pop("_first_step_time", None)
-            summary["startup_seconds"] = round(t0 - t_invoked + first, 3) if first is not None else None
-            (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
-        finally:
-            signal.signal(signal.SIGINT, prev_int)
-            for s, h in old_handlers.items():
-                signal.signal(s, h)
-    return summary
+    def start_node(self, node) -> None:
+        """Start (or restart) one node's role."""
+        sc, spec = self.sc, self.spec
+        cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(self.run_dir), t0=self.t0,
+                         scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
+                         threads=sc.workload.threads or node.threads,
+                         delay=_delay_for(node, self.node_meta, spec, not self.runtime.caps.netem,
+                                          control=delay_control_file(self.run_dir, node.name)),
+                         workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
+                         target=role_target(node.role, self.decentralized))
+        self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
+
+    def tear_down(self) -> dict:
+        """Stop the timeline and the nodes, take the last counters, remove everything, and write
+        summary.json. Each step is guarded on its own: whatever fails (a full disk), the cluster
+        is still removed."""
+        t_teardown = time.time()
+        self._guarded("the timeline", self._stop_timeline)
+        if self.stop_event is not None:
+            self._guarded("the stop event", self.stop_event.set)
+        if self.runtime is not None:
+            self._guarded("stopping the nodes", lambda: self.runtime.stop_processes(grace=10.0))
+            if self.spec is not None:
+                self._guarded("the last counters", lambda: _sample(self.runtime, self.spec, self.run_dir, self.t0,
+                                                                   self.last_counters))
+            problems = self._guarded("the teardown", self.runtime.teardown) or []
+        else:
+            problems = self._guarded("the clean-up", lambda: cleanup_run(self.run_id, self.state, stop_runner=False))
+        if problems:
+            self.say("teardown problems (run `edgebed down`): " + "; ".join(problems))
+        summary = self._summary(t_teardown)
+        self._guarded("summary.json", lambda: (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1)))
+        return summary
+
+    def _stop_timeline(self) -> None:
+        if self.timeline is not None:
+            self.timeline.stop()
+            if self.timeline.errors:
+                self.say("timeline: " + "; ".join(self.timeline.errors))
+
+    def _guarded(self, what: str, step: Callable[[], Any]) -> Any:
+        try:
+            return step()
+        except Exception as e:
+            self.say(f"teardown: {what} failed: {type(e).__name__}: {e}")
+            if self.status != "failed":
+                self.status, self.reason = "failed", f"{what} failed at teardown: {type(e).__name__}: {e}"
+            return None
+
+    def _summary(self, t_teardown: float) -> dict:
+        try:
+            summary = _summarize(self.sc, self.run_dir, self.t0, self.status, self.reason, self.last_counters,
+                                 self.spec)
+        except Exception as e:  # unreadable records (a full disk): the status, and why
+            summary = {"status": "failed", "reason": f"{self.reason}; records unreadable: {type(e).__name__}: {e}",
+                       "run_dir": str(self.run_dir)}
+        summary["runtime"] = self.runtime_name
+        summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
+        first = summary.pop("_first_step_time", None)
+        summary["startup_seconds"] = round(self.t0 - self.t_invoked + first, 3) if first is not None else None
+        return summary
+
+
+def _topology_meta(spec: ClusterSpec) -> dict:
+    topo = spec.topology
+    return {
+        "sites": {s.name: {"subnet": s.subnet, "router": s.router,
+                           "nodes": [n.name for n in spec.nodes if n.site == s.name]} for s in topo.sites},
+        "wan_links": [{"between": [e.a, e.b], "addresses": [e.a_address, e.b_address],
+                       "forward": e.forward.model_dump(exclude_none=True),
+                       "reverse": e.reverse.model_dump(exclude_none=True)} for e in topo.edges],
+    }
 
 
 def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, meta: dict, say) -> None:
@@ -289,7 +362,7 @@ def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, met
         # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
         # (each exec'd measuring process under its container's quota), one at a time 91-100%.
         rows = verify.verify_links(runtime, spec, delays, scratch, tolerance=tolerance, say=say,
-                                   together=runtime.name == "netns")
+                                   together=runtime.features.concurrent_flows)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     verify.write(rows, run_dir)
@@ -353,20 +426,6 @@ def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: 
         + (f" (then following a trace: {', '.join(traced)})" if traced else ""))
 
 
-def _make_runtime(name: str, state: RunState, say: Callable[[str], None]):
-    if name == "docker":
-        from testbed.runtimes.images import ensure_node_image
-        from testbed.runtimes.docker import DockerRuntime, docker_client
-
-        client = docker_client()
-        return DockerRuntime(state, client, ensure_node_image(client, say=say))
-    from testbed.runtimes.netns import NetnsRuntime
-
-    rt = NetnsRuntime(state)
-    rt.set_preload(PRELOAD)
-    return rt
-
-
 def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) -> None:
     now = time.time() - t0
     try:
@@ -384,18 +443,16 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
             last[name] = c
         # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,
         # up = towards the peer (only the sending end's "up" is written: each byte is counted once)
-        wan = runtime.wan_counters() if hasattr(runtime, "wan_counters") else {}
+        wan = runtime.wan_counters()
         for (site, peer), c in wan.items():
             key = f"wan:{site}->{peer}"
             prev = last.get(key, {"up_bytes": 0})
             traffic.write(time=now, node=site, link=f"wan:{peer}", direction="up", bytes=c["up_bytes"],
                           delta_bytes=c["up_bytes"] - prev["up_bytes"], packets=c["up_packets"])
             last[key] = c
-        for h in runtime.handles.values():
-            thr = h.cgroup.throttled() or {}
-            throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
-            res.write(time=now, node=h.node.name, cpu_seconds=h.cgroup.cpu_seconds(),
-                      memory_bytes=h.cgroup.memory_bytes(), throttled_seconds=throttled)
+        for name, use in runtime.usage().items():
+            res.write(time=now, node=name, cpu_seconds=use.cpu_seconds, memory_bytes=use.memory_bytes,
+                      throttled_seconds=use.throttled_seconds)
     finally:
         traffic.close()
         res.close()
@@ -404,7 +461,8 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
 def _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say):
     """The scenario's events, applied by a thread of this process when due, and the requests of
     `edgebed link/kill/...` (timeline.py)."""
-    from testbed.run.timeline import CONTROL_DIR, Timeline, expand_events
+    from testbed.records.columns import CONTROL_DIR
+    from testbed.run.timeline import Timeline, expand_events
 
     table = metrics.open_table(run_dir, "events.csv")
 
@@ -448,8 +506,6 @@ def _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say):
 
 
 def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_every, last_counters, live=None):
-    from testbed.strategies import get_strategy_class
-
     steps_tail = _Tail(run_dir / "steps.csv")
     eval_tail = _Tail(run_dir / "eval.csv")
     decentralized = get_strategy_class(sc.algorithm.name).decentralized
@@ -463,8 +519,7 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
     while True:
         now = time.time()
         if now >= next_sample:
-            if hasattr(stop_event, "beat"):
-                stop_event.beat()  # containers stop by themselves if this goes stale (runner killed)
+            runtime.heartbeat()
             _sample(runtime, spec, run_dir, t0, last_counters)
             next_sample += 1.0
         for row in steps_tail.rows():
@@ -541,6 +596,8 @@ def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters:
         "wall_seconds": round(time.time() - t0, 3),
         "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
         "ps_ingress_payload_bytes": ps_info.get("ingress_payload_bytes"),
+        # messages the PS (or coordinator) dropped unread or refused: malformed, or from no node of the run
+        "messages_dropped": sum((ps_info.get("messages_dropped") or {}).values()),
         "ps_egress_bytes": counters.get("ps", {}).get("up_bytes"),
         # wire bytes out of all workers (a decentralized run's whole exchange)
         "worker_egress_bytes": sum(counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers) if spec else None,

@@ -27,7 +27,6 @@ until the next change is due and applies it; `at_step` changes wait for the mode
 
 from __future__ import annotations
 
-import csv
 import heapq
 import json
 import threading
@@ -37,10 +36,8 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.scenario import units
-
-MAHIMAHI_SUFFIXES = (".up", ".down", ".mahi")
-CONTROL_DIR = ".control"  # in the run directory: requests of `edgebed link/kill/...`
-MTU_BITS = 1500 * 8
+from testbed.scenario.schema import Event, resolve_target
+from testbed.scenario.traces import read_link_trace
 
 
 @dataclass(order=True)
@@ -75,73 +72,19 @@ def _show(key: str, v) -> str:
 # traces
 
 
-def read_link_trace(path: str | Path) -> list[tuple[float, float, Optional[float]]]:
-    """(time s, rate bit/s, latency s or None) rows of a link trace, time ascending."""
-    p = Path(path)
-    if p.suffix in MAHIMAHI_SUFFIXES:
-        return _read_mahimahi(p)
-    rows = []
-    with open(p, newline="") as f:
-        for i, rec in enumerate(csv.reader(f)):
-            if not rec or rec[0].strip().startswith("#"):
-                continue
-            if i == 0 and not _is_number(rec[0]):
-                continue  # header
-            try:
-                t = float(rec[0])
-                rate = units.parse_rate(rec[1].strip())
-                lat = units.parse_duration(rec[2].strip()) if len(rec) > 2 and rec[2].strip() else None
-            except (ValueError, IndexError) as e:
-                raise ValueError(f"{p}: line {i + 1}: {e}") from None
-            if t < 0:
-                raise ValueError(f"{p}: line {i + 1}: negative time")
-            rows.append((t, rate, lat))
-    if not rows:
-        raise ValueError(f"{p}: no rows")
-    rows.sort(key=lambda r: r[0])
-    return rows
-
-
-def _is_number(s: str) -> bool:
-    try:
-        float(s)
-        return True
-    except ValueError:
-        return False
-
-
-def _read_mahimahi(p: Path) -> list[tuple[float, float, Optional[float]]]:
-    """Mahimahi: each line is a millisecond at which one MTU-sized packet may be delivered."""
-    stamps = [int(line) for line in p.read_text().split() if line.strip()]
-    if not stamps:
-        raise ValueError(f"{p}: no rows")
-    seconds = stamps[-1] // 1000 + 1
-    counts = [0] * seconds
-    for ms in stamps:
-        counts[ms // 1000] += 1
-    # an empty second is an outage: keep a trickle (HTB cannot be set to 0)
-    return [(float(s), max(8000.0, c * MTU_BITS), None) for s, c in enumerate(counts)]
-
-
 # --------------------------------------------------------------------------------------------
 # expansion of the scenario's events
 
 
-def resolve_target(sc, target: str) -> list[str]:
-    """Node names a target stands for ([] when it names nothing)."""
-    if target in sc.node_names():
-        return [target]
-    if target.startswith("wan:"):  # a WAN link between two sites: the target itself
-        a, sep, b = target[4:].partition("-")
-        linked = sc.wan.mesh or any({a, b} == set(link.between) for link in sc.wan.links)
-        return [target] if sep and a in sc.sites and b in sc.sites and a != b and linked else []
-    workers = [n for n, _ in sc.worker_names()]
-    if target == "workers":
-        return workers
-    groups: dict[str, list[str]] = {}
-    for (name, gi) in sc.worker_names():
-        groups.setdefault(sc.workers[gi].name or "w", []).append(name)
-    return groups.get(target, [])
+def request_change(req: object, name: str) -> Change:
+    """A control request (`edgebed link/...`, a node's drawn crash) as a change, checked as a
+    scenario's event is (the action, its fields and their bounds); ValueError when it is not one."""
+    if not isinstance(req, dict) or not isinstance(req.get("node"), str) or not isinstance(req.get("action"), str) \
+            or not isinstance(req.get("fields", {}), dict):
+        raise ValueError("not a request: {node, action, fields}")
+    Event(at=0, target=req["node"], action=req["action"], **req.get("fields", {}))  # raises on what an event may not be
+    source = req.get("source") if isinstance(req.get("source"), str) else f"command line ({req.get('id', name)})"
+    return Change(None, None, req["node"], req["action"], req.get("fields", {}), source[:200])
 
 
 def expand_events(sc) -> list[Change]:
@@ -198,6 +141,7 @@ class Timeline:
         self.applied: list[tuple[Change, float]] = []
         # `edgebed link/kill/...` drop requests here; they apply at once, by the same code path
         self.control_dir = Path(control_dir) if control_dir is not None else None
+        self.refused: list[str] = []  # control requests that were not valid changes
 
     def due(self, now: float, step: int) -> list[Change]:
         """Pop every change due at run time `now` or global step `step`."""
@@ -218,17 +162,24 @@ class Timeline:
         out = []
         for f in sorted(self.control_dir.glob("*.json")):
             try:
-                req = json.loads(f.read_text())
+                text = f.read_text()
                 f.unlink()
-            except (OSError, ValueError):
+            except OSError:
                 continue
-            out.append(Change(None, None, req["node"], req["action"], req.get("fields", {}),
-                              req.get("source") or f"command line ({req.get('id', f.stem)})"))
+            try:
+                out.append(request_change(json.loads(text), f.stem))
+            except ValueError as e:  # whoever wrote it, a bad request is refused, and said so
+                self.refused.append(f"{f.name}: {str(e).splitlines()[0][:160]}")
         return out
 
     def run_once(self) -> None:
         now = self.clock() - self.t0
-        for change in self.requests() + self.due(now, self.step()):
+        changes = self.requests() + self.due(now, self.step())
+        while self.refused:
+            why = self.refused.pop(0)
+            self.errors.append(f"request refused: {why}")
+            self.record(Change(None, None, "-", "refused", {}, "control request"), now, f"REFUSED: {why}")
+        for change in changes:
             try:
                 detail = self.apply(change)
             except Exception as e:  # one failed change must not stop the rest of the timeline

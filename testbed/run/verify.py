@@ -21,9 +21,9 @@ import statistics
 from pathlib import Path
 from typing import Callable, Optional
 
-from testbed.scenario import units
-from testbed.bench.fidelity import Flow, _ping_client, _ping_server, measure_flows
 from testbed.plan.cluster import ClusterSpec, path_rate
+from testbed.run.flows import Flow, measure_flows, ping_client, ping_server
+from testbed.scenario import units
 
 COLUMNS = ["node", "direction", "configured_bps", "measured_bps", "ratio", "expected_rtt_s", "measured_rtt_s",
            "ok", "note"]
@@ -85,9 +85,9 @@ def verify_links(rt, spec: ClusterSpec, delays: dict, scratch: Path, *, window: 
     delayed = [(n, _expected_rtt(spec, n, ps)) for n in spec.workers]
     delayed = [(n, e) for n, e in delayed if e > 0]
     if delayed:
-        srv = rt.start(ps.name, _ping_server, {"address": ps.address, "delay": _delay_dict(delays[ps.name]),
+        srv = rt.start(ps.name, ping_server, {"address": ps.address, "delay": _delay_dict(delays[ps.name]),
                                                "count": len(delayed) * (pings + 1)})
-        clients = [rt.start(n.name, _ping_client, {"ps_address": ps.address, "delay": _delay_dict(delays[n.name]),
+        clients = [rt.start(n.name, ping_client, {"ps_address": ps.address, "delay": _delay_dict(delays[n.name]),
                                                    "count": pings + 1, "size": 64, "name": n.name,
                                                    "result_path": str(scratch / f"{n.name}-rtt.json")})
                    for n, _ in delayed]

@@ -9,10 +9,28 @@ class RuntimeUnavailable(RuntimeError):
     pass
 
 
-def select_runtime(name: str) -> str:
+# Every runtime, by the name scenarios use: `module:class`, imported when asked for.
+RUNTIMES = {"netns": "testbed.runtimes.netns:NetnsRuntime", "docker": "testbed.runtimes.docker:DockerRuntime"}
+
+
+def runtime_class(name: str):
+    import importlib
+
+    module, _, cls = RUNTIMES[name].partition(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def load_backends() -> None:
+    """Import every runtime, so each registers its share of the clean-up (`edgebed down`, `status`)."""
+    for name in RUNTIMES:
+        runtime_class(name)
+
+
+def select_runtime(name: str, say=lambda line: None) -> str:
     """Resolve 'auto' to a concrete runtime and check that it can run here.
 
-    auto: docker when an engine answers, else the netns runtime.
+    auto: docker when an engine answers and the node image exists or can be built now, else the
+    netns runtime (and `say` tells why).
     """
     if os.geteuid() != 0:
         raise RuntimeUnavailable(
@@ -21,16 +39,17 @@ def select_runtime(name: str) -> str:
         )
     if name in ("auto", "docker"):
         from testbed.runtimes.docker import docker_client
+        from testbed.runtimes.images import image_unavailable
 
-        if docker_client() is not None:
+        client = docker_client()
+        if client is None and name == "docker":
+            raise RuntimeUnavailable("runtime docker: no Docker engine answers (is dockerd running?)")
+        why_not = "no Docker engine answers" if client is None else image_unavailable(client)
+        if why_not is None:
             return "docker"
         if name == "docker":
-            raise RuntimeUnavailable("runtime docker: no Docker engine answers (is dockerd running?)")
+            raise RuntimeUnavailable(f"runtime docker: {why_not} (`edgebed build` makes the image)")
+        say(f"runtime auto: netns, because {why_not}")
     if name in ("auto", "netns"):
-        if os.geteuid() != 0:
-            raise RuntimeUnavailable(
-                "the netns runtime needs root (it creates network namespaces, veth links, tc qdiscs "
-                "and cgroups); run edgebed with sudo"
-            )
         return "netns"
     raise RuntimeUnavailable(f"runtime '{name}' is not available in this version")

@@ -15,17 +15,16 @@ import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
-from testbed.kernel.cgroups import ROOT as CGROUP_ROOT
-from testbed.kernel.cgroups import CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
-from testbed.plan.cluster import ClusterSpec, Node
+from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
-from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, probe_kernel
-from testbed.runtimes.state import RunState
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
-from testbed.runtimes.live import LiveOps
 from testbed.runtimes.netns import netns_name
+from testbed.runtimes.state import RunState, Sweeper, register_sweeper
 
 LABEL = "edgebed"
 RUN_LABEL = "edgebed.run"
@@ -157,7 +156,8 @@ class ExecProcess:
 
     def __init__(self, client, container, target, kwargs: dict):
         self.api = client.api
-        payload = json.dumps({"target": f"{target.__module__}:{target.__qualname__}", "kwargs": kwargs})
+        name = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+        payload = json.dumps({"target": name, "kwargs": kwargs})
         self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node.launch", "--exec", payload])["Id"]
         self.api.exec_start(self.exec_id, detach=True)
 
@@ -198,24 +198,29 @@ class DockerHandle:
     generation: int = 0  # of its role: 1 when started, +1 per restart
 
 
-class DockerRuntime(LiveOps):
+class DockerRuntime(Runtime):
     name = "docker"
+    features = Features()
 
     def __init__(self, state: RunState, client=None, image: Optional[str] = None,
                  caps: Optional[KernelCaps] = None):
-        self.state = state
-        self.run_id = state.run_id
+        super().__init__(state, caps)
         self.client = client or docker_client()
         if self.client is None:
             raise RuntimeError("no Docker engine answers")
         self.image = image
-        self.caps = caps or probe_kernel()
-        self.handles: dict[str, DockerHandle] = {}
         self.network = None
-        self.fabric: Optional[Fabric] = None  # multi-site topologies
         self._host_ipr = None
-        self.run_dir = Path(state.run_dir)
+        self._stop_event = None
+        self._seq = 0  # of requests to the nodes' supervisors
         self.conf_dir = self.run_dir / ".nodes"
+
+    @classmethod
+    def open(cls, state: RunState, say: Callable[[str], None]) -> "DockerRuntime":
+        from testbed.runtimes.images import ensure_node_image
+
+        client = docker_client()
+        return cls(state, client, ensure_node_image(client, say=say))
 
     @property
     def labels(self) -> dict:
@@ -224,7 +229,12 @@ class DockerRuntime(LiveOps):
     def make_stop_event(self):
         from testbed.node.launch import FileStop
 
-        return FileStop(str(self.conf_dir / "stop"))
+        self._stop_event = FileStop(str(self.conf_dir / "stop"))
+        return self._stop_event
+
+    def heartbeat(self) -> None:
+        if self._stop_event is not None:
+            self._stop_event.beat()  # containers stop by themselves if this goes stale (runner killed)
 
     # -- bring-up ----------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -368,7 +378,7 @@ class DockerRuntime(LiveOps):
 
     def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
         """Hand a request to the node's supervisor (testbed.node.launch.RoleSupervisor); its answer."""
-        self._seq = getattr(self, "_seq", 0) + 1
+        self._seq += 1
         seq = f"{self._seq:08d}"
         path = self.conf_dir / f"{node}.ctl-{seq}"
         tmp = self.conf_dir / f".{node}.ctl-{seq}.tmp"
@@ -432,12 +442,6 @@ class DockerRuntime(LiveOps):
         return proc
 
     # -- observation -------------------------------------------------------------------
-    def wan_counters(self) -> dict:
-        return self.fabric.wan_counters() if self.fabric is not None else {}
-
-    def topology_meta(self) -> Optional[dict]:
-        return self.fabric.topology_meta() if self.fabric is not None else None
-
     def counters(self) -> dict[str, dict[str, int]]:
         out: dict[str, dict[str, int]] = {}
         if self.fabric is not None:
@@ -525,3 +529,6 @@ def docker_runs() -> set[str]:
         if (n.attrs.get("Labels") or {}).get(RUN_LABEL):
             runs.add(n.attrs["Labels"][RUN_LABEL])
     return runs
+
+
+register_sweeper(Sweeper("docker", docker_runs, remove_docker_resources))

@@ -15,10 +15,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.plan.cluster import ClusterSpec, Node
 from testbed.kernel.netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
+from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.state import RunState, temp_link_name
+from testbed.scenario.links import Direction, inherit
 
 BRIDGE = "br0"
 ROUTER_INDEX = 0xD00  # temporary veth names: nodes count from 0, site routers and WAN links from here
@@ -135,8 +136,6 @@ class Fabric:
     def set_wan(self, a: str, b: str, direction: str, fields: dict) -> str:
         """Change the WAN link between sites a and b during the run: `up` is a -> b, `down` b -> a.
         Each direction is shaped on its sending router's egress, changed in place (shaping.reshape)."""
-        from testbed.scenario.schema import Direction
-
         if (a, b) not in self.wan_plans:
             raise ValueError(f"no WAN link between sites {a} and {b}")
         if not self.caps.netem and (fields.get("latency") or fields.get("jitter")):
@@ -145,7 +144,7 @@ class Fabric:
         done = []
         for src, dst in (((a, b), (b, a)) if direction == "both" else ((a, b),) if direction == "up" else ((b, a),)):
             key = (src, dst)
-            new_dir = Direction(**{**self.wan_directions[key].model_dump(), **fields})
+            new_dir = inherit(Direction(**fields), self.wan_directions[key])  # an event over what is
             new_plan = plan_direction(new_dir, self.caps)
             with ns_iproute(router_netns(self.run_id, src)) as r:  # its own socket: the monitor uses the router's
                 reshape(r, r.link_lookup(ifname=self.wan_ifnames[key])[0], self.wan_plans[key], new_plan)

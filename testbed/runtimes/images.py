@@ -167,6 +167,15 @@ def source_hash() -> str:
     return h.hexdigest()[:12]
 
 
+def image_unavailable(client) -> Optional[str]:
+    """Why the node image can be neither found nor built here now (None: it can)."""
+    if any(_image_exists(client, tag) for tag in (f"{NODE_REPO}:latest", BASE_REGISTRY, BASE_OFFLINE)):
+        return None
+    if shutil.which("debootstrap") is None:
+        return f"no node image, no {BASE_REGISTRY} base and no debootstrap to build one offline"
+    return None
+
+
 def ensure_node_image(client, *, say: Callable[[str], None] = print, source: Optional[str] = None) -> str:
     """The node image for this code: reuse edgebed/node:latest if it carries this code, else build."""
     import docker

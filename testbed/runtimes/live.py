@@ -14,8 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
-from testbed.scenario.schema import Direction
 from testbed.kernel.shaping import DirectionPlan, plan_direction, reshape
+from testbed.scenario.links import Direction, inherit
 
 WHICH = {"up": "uplink", "down": "downlink"}
 WAN_PREFIX = "wan:"  # an event's target `wan:A-B`: the WAN link between sites A and B
@@ -32,13 +32,16 @@ def delay_control_file(run_dir: str | Path, node: str) -> str:
 
 
 class LiveOps:
-    """Mixin: needs self.handles (node -> handle with node, uplink, downlink, cgroup, processes),
-    self.caps, self.run_dir and `_link_iface(node, which)`."""
+    """The live changes of runtimes.base.Runtime (its base class), which supplies self.handles
+    (node -> handle with node, uplink, downlink, cgroup, processes), self.caps, self.run_dir,
+    self.fabric and `_link_iface(node, which)`."""
+
+    def __init__(self) -> None:
+        self._live_directions: dict[str, dict[str, Direction]] = {}  # each node's directions now
+        self._cuts: dict[str, set[str]] = {}  # each node's partitioned peers
 
     def _directions(self, node: str) -> dict[str, Direction]:
-        cur = getattr(self, "_live_directions", None)
-        if cur is None:
-            cur = self._live_directions = {}
+        cur = self._live_directions
         if node not in cur:
             link = self.handles[node].node.link
             cur[node] = {"up": link.uplink, "down": link.downlink}
@@ -54,16 +57,15 @@ class LiveOps:
         for `wan:A-B`, of the WAN link between sites A and B)."""
         if node.startswith(WAN_PREFIX):
             a, b = wan_sites(node)
-            fabric = getattr(self, "fabric", None)
-            if fabric is None:
+            if self.fabric is None:
                 raise ValueError(f"{node}: this run has no sites")
-            return fabric.set_wan(a, b, direction, fields)
+            return self.fabric.set_wan(a, b, direction, fields)
         h = self.handles[node]
         dirs = self._directions(node)
         done = []
         for which in (("up", "down") if direction == "both" else (direction,)):
             old_plan: DirectionPlan = getattr(h, WHICH[which])
-            new_dir = Direction(**{**dirs[which].model_dump(), **fields})
+            new_dir = inherit(Direction(**fields), dirs[which])  # the change over what is
             peers = getattr(h.node.link, f"{WHICH[which]}_peers")
             new_plan = plan_direction(new_dir, self.caps, peers)
             with self._link_iface(node, which) as (ipr, ifindex):
@@ -115,7 +117,7 @@ class LiveOps:
 
         if shutil.which("iptables") is None:
             raise RuntimeError("partition/heal need iptables (apt install iptables)")
-        cuts = self.__dict__.setdefault("_cuts", {}).setdefault(node, set())
+        cuts = self._cuts.setdefault(node, set())
         targets = set(peers) if peers or cut else set(cuts)
         netns = self.handles[node].netns
         done = []

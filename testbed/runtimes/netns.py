@@ -16,6 +16,7 @@ namespace before it runs its role.
 from __future__ import annotations
 
 import ctypes
+import importlib
 import multiprocessing as mp
 import os
 import signal
@@ -25,12 +26,16 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from testbed.kernel import cgroups
-from testbed.plan.cluster import ClusterSpec, Node
 from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
-from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
-from testbed.runtimes.state import RunState, cleanup_run
+from testbed.kernel.shaping import DirectionPlan, KernelCaps
+from testbed.plan.cluster import ClusterSpec, Node, stress_loads
+from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
-from testbed.runtimes.live import LiveOps
+from testbed.runtimes.forkserver_guard import RUNNER_ENV
+from testbed.runtimes.state import RunState, cleanup_run
+
+# what a node runs is handed over as `module:function` data: no runtime imports the roles
+STRESS_TARGET = "testbed.node.roles.stress:run_stress"
 
 PR_SET_PDEATHSIG = 1
 
@@ -39,8 +44,9 @@ def netns_name(run_id: str, node: str) -> str:
     return f"eb-{run_id}-{node}"
 
 
-def _bootstrap(netns: str, run_id: str, node: str, target: Callable, kwargs: dict) -> None:
-    """First thing in every node process: die with the runner, join cgroup and namespace."""
+def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs: dict) -> None:
+    """First thing in every node process: die with the runner, join cgroup and namespace, then
+    run `target` (a function, or `module:function`: a role, imported here and not by the runner)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -48,6 +54,9 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable, kwargs: dic
         os._exit(1)
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())
     enter_netns(netns)
+    if isinstance(target, str):
+        module, _, func = target.partition(":")
+        target = getattr(importlib.import_module(module), func)
     target(**kwargs)
 
 
@@ -63,16 +72,13 @@ class NodeHandle:
     processes: list = field(default_factory=list)
 
 
-class NetnsRuntime(LiveOps):
+class NetnsRuntime(Runtime):
     name = "netns"
+    features = Features(shared_data=True, concurrent_flows=True)
 
     def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
-        self.state = state
-        self.run_id = state.run_id
-        self.run_dir = state.run_dir
+        super().__init__(state, caps)
         self._stop_event = None
-        self.caps = caps or probe_kernel()
-        self.handles: dict[str, NodeHandle] = {}
         self._ctx = mp.get_context("forkserver")
         self.fabric = Fabric(state, self.caps)
 
@@ -102,7 +108,8 @@ class NetnsRuntime(LiveOps):
 
     # -- processes ---------------------------------------------------------------------
     def set_preload(self, modules: list[str]) -> None:
-        self._ctx.set_forkserver_preload(modules)
+        os.environ[RUNNER_ENV] = str(os.getpid())  # the forkserver dies with this process (forkserver_guard.py)
+        self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", *modules])
 
     def make_stop_event(self):
         self._stop_event = self._ctx.Event()
@@ -110,17 +117,15 @@ class NetnsRuntime(LiveOps):
 
     def start_node(self, node: Node, cfg, stop_event):
         """Start the node's role (and its background stress); returns the role's process."""
-        from testbed.node.roles import ROLE_TARGETS, run_stress
-
-        proc = self.start(node.name, ROLE_TARGETS[node.role], {"cfg": cfg, "stop_event": stop_event})
+        proc = self.start(node.name, cfg.target, {"cfg": cfg, "stop_event": stop_event})
         stress = node.profile.stress
         if stress is not None:
             for k in range(stress.processes):
-                self.start(node.name, run_stress, {"load": stress.cpu / stress.processes, "stop_event": stop_event},
+                self.start(node.name, STRESS_TARGET, {"load": stress.cpu / stress.processes, "stop_event": stop_event},
                            label=f"stress{k}")
         return proc
 
-    def start(self, node: str, target: Callable, kwargs: dict[str, Any], label: str = "") -> Any:
+    def start(self, node: str, target: Callable | str, kwargs: dict[str, Any], label: str = "") -> Any:
         h = self.handles[node]
         p = self._ctx.Process(
             target=_bootstrap,
@@ -144,39 +149,19 @@ class NetnsRuntime(LiveOps):
 
     def set_stress(self, node: str, load: float) -> str:
         """Replace the node's background stress with `load` cores' worth (0: none)."""
-        from testbed.node.launch import stress_loads
-        from testbed.node.roles import run_stress
-
         h = self.handles[node]
         old = [p for p in h.processes if "-stress" in p.name and p.is_alive()]
         for p in old:
             p.kill()
         loads = stress_loads(load)
         for k, one in enumerate(loads):
-            self.start(node, run_stress, {"load": one, "stop_event": self._stop_event}, label=f"stress-live{k}")
+            self.start(node, STRESS_TARGET, {"load": one, "stop_event": self._stop_event}, label=f"stress-live{k}")
         return f"stress {load} cores in {len(loads)} process(es) (was {len(old)})"
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
         """Per node: bytes/packets up (node -> net) and down, from the switch-side veth end."""
         return self.fabric.counters()
-
-    def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
-        return self.fabric.wan_counters()
-
-    def topology_meta(self) -> Optional[dict]:
-        return self.fabric.topology_meta()
-
-    def node_meta(self) -> dict:
-        return {
-            name: {
-                "netns": h.netns,
-                "compute": h.compute,
-                "uplink": h.uplink.to_meta(),
-                "downlink": h.downlink.to_meta(),
-            }
-            for name, h in self.handles.items()
-        }
 
     # -- teardown ------------------------------------------------------------------------
     def stop_processes(self, grace: float) -> None:

@@ -15,13 +15,30 @@ import signal
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from testbed.kernel import cgroups
 
 STATE_DIR = Path(os.environ.get("EDGEBED_STATE_DIR", "/run/edgebed"))
 NETNS_DIR = Path("/run/netns")
 NETNS_PREFIX = "eb-"
+
+
+@dataclass(frozen=True)
+class Sweeper:
+    """A backend's share of `edgebed down` (Mininet's cleanup callbacks): the runs whose resources
+    it still holds, and how to remove one run's. Backends register themselves on import, so the
+    core sweep here imports none of them."""
+    name: str
+    find_runs: Callable[[], set[str]]
+    remove: Callable[[str], list[str]]  # the problems left
+
+
+SWEEPERS: dict[str, Sweeper] = {}
+
+
+def register_sweeper(sweeper: Sweeper) -> None:
+    SWEEPERS[sweeper.name] = sweeper
 
 
 def temp_link_name(run_id: str, index: int, end: str) -> str:
@@ -42,6 +59,13 @@ class RunState:
     runtime: str = "netns"
     started: float = field(default_factory=time.time)
     netns: list[str] = field(default_factory=list)
+    # The runner's start time (kernel clock ticks since boot): with the pid, what identifies the
+    # runner, so a recycled pid is never taken for it. -1: a state file from before this field.
+    runner_start: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.runner_start is None:
+            self.runner_start = process_start(self.runner_pid)
 
     @property
     def path(self) -> Path:
@@ -55,7 +79,22 @@ class RunState:
 
     @classmethod
     def load(cls, path: Path) -> "RunState":
-        return cls(**json.loads(path.read_text()))
+        return cls(**{"runner_start": -1, **json.loads(path.read_text())})
+
+
+def process_start(pid: int) -> Optional[int]:
+    """When process `pid` started (clock ticks since boot), None when there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the name before ")" may hold spaces
+
+
+def runner_alive(st: "RunState") -> bool:
+    """Whether the run's own runner still runs (the pid alive and started when the runner did)."""
+    start = process_start(st.runner_pid)
+    return start is not None and st.runner_start in (start, -1)
 
 
 def pid_alive(pid: int) -> bool:
@@ -94,13 +133,9 @@ def known_runs() -> dict[str, Optional[RunState]]:
             runs.setdefault(rid, None)
     except OSError:
         pass
-    try:
-        from testbed.runtimes.docker import docker_runs
-
-        for rid in docker_runs():
+    for sweeper in SWEEPERS.values():
+        for rid in sweeper.find_runs():
             runs.setdefault(rid, None)
-    except ImportError:
-        pass
     return runs
 
 
@@ -123,6 +158,20 @@ def _netns_pids(name: str) -> set[int]:
     return pids
 
 
+def run_processes(run_id: str) -> set[int]:
+    """Processes still inside the run's namespaces."""
+    return set().union(*(_netns_pids(name) for name in netns_of_run(run_id)))
+
+
+def why_left_alone(run_id: str, st: Optional[RunState]) -> Optional[str]:
+    """Why a bare `edgebed down` must not touch this run (None: it is a dead run's remains)."""
+    if st is not None and runner_alive(st):
+        return f"still running (runner pid {st.runner_pid})"
+    if st is None and run_processes(run_id):
+        return "processes run in it and no state file here says whose (another state dir's run?)"
+    return None
+
+
 def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool = True) -> list[str]:
     """Remove everything of one run. Returns problems left (empty = clean)."""
     from pyroute2 import IPRoute
@@ -130,7 +179,7 @@ def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool
     from testbed.kernel.netlink import remove_netns
 
     problems: list[str] = []
-    if st is not None and stop_runner and st.runner_pid != os.getpid() and pid_alive(st.runner_pid):
+    if st is not None and stop_runner and st.runner_pid != os.getpid() and runner_alive(st):
         # A live runner tears down its own run and flushes its records: ask it first.
         try:
             os.kill(st.runner_pid, signal.SIGTERM)
@@ -144,13 +193,9 @@ def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool
                 os.kill(st.runner_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    # 0. containers and networks of the docker runtime (their processes die with them).
-    try:
-        from testbed.runtimes.docker import remove_docker_resources
-
-        problems += remove_docker_resources(run_id)
-    except ImportError:
-        pass
+    # 0. what the backends made, e.g. the docker runtime's containers (their processes die with them).
+    for sweeper in SWEEPERS.values():
+        problems += sweeper.remove(run_id)
     # 1. processes: everything in the run's cgroups and namespaces.
     problems += cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
     names = sorted(set(netns_of_run(run_id)) | set(st.netns if st else []))
@@ -192,7 +237,7 @@ def leftovers() -> list[str]:
     """Human-readable list of edgebed resources present now (for status and tests)."""
     out = []
     for rid, st in known_runs().items():
-        alive = st is not None and pid_alive(st.runner_pid)
+        alive = st is not None and runner_alive(st)
         ns = netns_of_run(rid)
         cg = rid in cgroups.list_runs()
         out.append(f"{rid}: runner {'alive pid ' + str(st.runner_pid) if alive else 'gone'}, "

@@ -1,7 +1,7 @@
 """The scenario file: schema, defaults, validation with errors that name the field.
 
 A scenario says what cluster to emulate (profiles, nodes), what to train (workload,
-algorithm) and when to stop. `load_scenario()` returns a fully resolved `Scenario`;
+algorithm) and when to stop. `testbed.plan.load_scenario()` returns a fully resolved `Scenario`;
 every problem is reported as `ScenarioError` with lines like
 `workers[1].profile.bandwidth: '-5mbit' is not a rate`.
 """
@@ -11,14 +11,19 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Annotated, Any, Callable, Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 
 from testbed.kernel import cgroups
 from testbed.scenario import units
+from testbed.scenario.fields import MAX_SECONDS, Bytes, Seconds, StrictModel
+from testbed.scenario.links import LINK_PROPERTIES, BothDirections, Direction, as_direction, inherit
+from testbed.scenario.loader import LoadError, excerpt, load_yaml_file
+from testbed.scenario.traces import read_link_trace
 
+MAX_WORKERS = 1024  # in all groups together (the namespace runtime has run 256 at once)
 FIXED_SPLIT_DATASETS = ("mnist", "fashion_mnist", "idx", "cifar10")
 
 
@@ -30,43 +35,10 @@ class ScenarioError(ValueError):
         super().__init__("\n".join(lines))
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_default=True)
-
-
-# --- quantities written with units ------------------------------------------------------------
-
-
-def _optional(parse: Callable[[Any], Any]) -> BeforeValidator:
-    return BeforeValidator(lambda v: None if v is None else parse(v))
-
-
-Rate = Annotated[Optional[float], _optional(units.parse_rate)]  # bit/s
-Seconds = Annotated[Optional[float], _optional(units.parse_duration)]
-Probability = Annotated[Optional[float], _optional(units.parse_fraction)]
-Bytes = Annotated[Optional[int], _optional(units.parse_size)]
-
-
 # --- link and compute profiles -------------------------------------------------------------
 
 
-class Direction(_Strict):
-    """One direction of a node's access link. Unset fields inherit the profile's."""
-
-    rate: Rate = None  # None = unshaped
-    latency: Seconds = None  # one-way
-    jitter: Seconds = None
-    loss: Probability = None
-
-
-def _direction(v: Any) -> Any:
-    # `uplink: 10mbit` is shorthand for `uplink: {rate: 10mbit}`.
-    if v is None or isinstance(v, (dict, Direction)):
-        return v
-    return {"rate": v}
-
-
-class Stress(_Strict):
+class Stress(StrictModel):
     """Background CPU load inside the node's own cgroup (competes with training for the quota)."""
 
     cpu: float = Field(0.5, gt=0, le=64, description="cores' worth of busy-looping (0.5 = half a core)")
@@ -87,27 +59,24 @@ def cpu_quota_problem(cpus: float, period_s: Optional[float]) -> Optional[str]:
     return None
 
 
-class Profile(_Strict):
-    """A device class: compute budget plus access link."""
+class Profile(BothDirections):
+    """A device class: compute budget plus access link (`bandwidth`, `latency`, `jitter`, `loss`
+    for both directions, `uplink`/`downlink` for one)."""
 
     cpus: Optional[float] = Field(None, gt=0, le=1024, description="CPU quota in cores (0.25 = quarter core)")
     cpu_period: Seconds = Field(None, description="the CFS period the quota is counted over (default 100ms, "
                                 "Docker's too): a shorter one throttles in shorter slices")
     cpuset: Optional[str] = Field(None, description="CPUs to pin to, e.g. '0' or '0-1'")
     memory: Bytes = None
-    bandwidth: Rate = None  # both directions
     uplink: Optional[Direction] = None
     downlink: Optional[Direction] = None
-    latency: Seconds = None
-    jitter: Seconds = None
-    loss: Probability = None
     stress: Optional[Stress] = None
     gpus: Optional[Union[int, list[int]]] = None
 
     @field_validator("uplink", "downlink", mode="before")
     @classmethod
     def _dir(cls, v: Any) -> Any:
-        return _direction(v)
+        return as_direction(v)
 
     @field_validator("cpuset")
     @classmethod
@@ -137,20 +106,14 @@ class Profile(_Strict):
         return self
 
     def resolved_direction(self, which: Literal["uplink", "downlink"]) -> Direction:
-        """The direction with profile-wide bandwidth/latency/jitter/loss filled in."""
-        d = getattr(self, which) or Direction()
-        return Direction(
-            rate=d.rate if d.rate is not None else self.bandwidth,
-            latency=d.latency if d.latency is not None else self.latency,
-            jitter=d.jitter if d.jitter is not None else self.jitter,
-            loss=d.loss if d.loss is not None else self.loss,
-        )
+        """The direction with the profile-wide properties filled in."""
+        return inherit(getattr(self, which), self.both())
 
 
 # --- nodes ---------------------------------------------------------------------------------
 
 
-class NodeSpec(_Strict):
+class NodeSpec(StrictModel):
     profile: Union[str, Profile, None] = None
     site: Optional[str] = Field(None, description="the site (LAN) the node is in; default: the first site")
 
@@ -158,41 +121,28 @@ class NodeSpec(_Strict):
 # --- topology ------------------------------------------------------------------------------
 
 
-class Site(_Strict):
+class Site(StrictModel):
     """A LAN: its own switch. `lan` is the default access link of the nodes placed in it (a
     profile name or inline profile; a node's own profile overrides it field by field)."""
 
     lan: Union[str, Profile, None] = None
 
 
-class LinkShape(_Strict):
+class LinkShape(BothDirections):
     """A link between two places, shaped per direction: `forward` is a -> b of `between: [a, b]`,
     `reverse` b -> a; bandwidth/latency/jitter/loss set both."""
 
-    bandwidth: Rate = None
-    latency: Seconds = None
-    jitter: Seconds = None
-    loss: Probability = None
     forward: Optional[Direction] = None
     reverse: Optional[Direction] = None
 
     @field_validator("forward", "reverse", mode="before")
     @classmethod
     def _dir(cls, v: Any) -> Any:
-        return _direction(v)
+        return as_direction(v)
 
     def resolved(self, which: Literal["forward", "reverse"], base: Optional["LinkShape"] = None) -> Direction:
-        """The direction with link-wide fields filled in, then `base`'s (the WAN default)."""
-        d = getattr(self, which) or Direction()
-        b = base.resolved(which) if base is not None else Direction()
-
-        def pick(field_: str):
-            for v in (getattr(d, field_), getattr(self, "bandwidth" if field_ == "rate" else field_), getattr(b, field_)):
-                if v is not None:
-                    return v
-            return None
-
-        return Direction(rate=pick("rate"), latency=pick("latency"), jitter=pick("jitter"), loss=pick("loss"))
+        """The direction with link-wide properties filled in, then `base`'s (the WAN default)."""
+        return inherit(getattr(self, which), self.both(), base.resolved(which) if base is not None else None)
 
 
 class WanLink(LinkShape):
@@ -206,7 +156,7 @@ class NodeLink(LinkShape):
     between: list[str] = Field(..., min_length=2, max_length=2, description="[node a, node b]")
 
 
-class Wan(_Strict):
+class Wan(StrictModel):
     """Links between sites. `mesh`: every pair of sites gets a link shaped by `default`, with
     `links` overriding pairs; mesh false: only the listed `links` exist (traffic is routed over
     several of them where needed)."""
@@ -216,7 +166,7 @@ class Wan(_Strict):
     links: list[WanLink] = Field(default_factory=list)
 
 
-class WorkerGroup(_Strict):
+class WorkerGroup(StrictModel):
     count: int = Field(1, ge=1, le=1024)
     profile: Union[str, Profile, None] = None
     name: Optional[str] = Field(None, description="prefix of the node names of this group (default 'w')")
@@ -233,7 +183,7 @@ class WorkerGroup(_Strict):
 # --- training ------------------------------------------------------------------------------
 
 
-class Injection(_Strict):
+class Injection(StrictModel):
     """Randomized data injection for non-IID data (ScaDLES Sec. IV-D, SelSync Sec. III-C): at
     every step a random ceil(alpha * N) of the workers send a beta fraction of their batch to
     every other worker, which trains on it beside its own."""
@@ -251,7 +201,7 @@ class Injection(_Strict):
         return v
 
 
-class Workload(_Strict):
+class Workload(StrictModel):
     model: str = "adacomp_cnn"
     dataset: str = "mnist5k"
     partition: str = "iid"
@@ -302,15 +252,18 @@ class Workload(_Strict):
         return v
 
 
-class Stop(_Strict):
-    steps: Optional[int] = Field(None, ge=1, description="model updates applied at the PS")
+class Stop(StrictModel):
+    steps: Optional[int] = Field(None, ge=1, le=10**9, description="model updates applied at the PS")
     seconds: Optional[float] = None
     target_accuracy: Optional[float] = Field(None, gt=0, le=1)
 
     @field_validator("seconds", mode="before")
     @classmethod
     def _secs(cls, v: Any) -> Optional[float]:
-        return None if v is None else units.parse_duration(v, allow_zero=False)
+        secs = None if v is None else units.parse_duration(v, allow_zero=False)
+        if secs is not None and secs > MAX_SECONDS:
+            raise ValueError(f"{secs:g}s is above the most edgebed takes here ({MAX_SECONDS:g}s)")
+        return secs
 
     @model_validator(mode="after")
     def _some(self) -> "Stop":
@@ -319,7 +272,7 @@ class Stop(_Strict):
         return self
 
 
-class Algorithm(_Strict):
+class Algorithm(StrictModel):
     name: str = "bsp"
     params: dict[str, Any] = Field(default_factory=dict)
 
@@ -328,7 +281,7 @@ KAFKA_IMAGE = "apache/kafka:3.9.0"
 """Apache Kafka's official image (KRaft, single node) for `broker: {kind: kafka}`."""
 
 
-class BrokerSpec(_Strict):
+class BrokerSpec(StrictModel):
     """Where the streams live.
 
     tansu: the embedded Kafka-API broker on a node of its own, producers beside it (ScaDLES' layout);
@@ -366,7 +319,7 @@ class BrokerSpec(_Strict):
         return self
 
 
-class Streaming(_Strict):
+class Streaming(StrictModel):
     """ScaDLES-style streaming: each worker trains on samples that stream to it through Kafka."""
 
     broker: BrokerSpec = Field(default_factory=BrokerSpec)
@@ -407,7 +360,7 @@ class Streaming(_Strict):
         return v
 
 
-class Network(_Strict):
+class Network(StrictModel):
     subnet: str = "10.77.0.0/16"
     verify_links: bool = Field(False, description="measure each worker's path to the PS after bring-up, before "
                                                   "training (rate per direction, RTT where a latency is set): "
@@ -422,10 +375,15 @@ class Network(_Strict):
             raise ValueError(f"'{v}' is not an IPv4 subnet ({e})") from None
         if net.num_addresses < 8:
             raise ValueError(f"'{v}' is too small")
+        special = [what for what, bad in (("loopback", net.is_loopback), ("multicast", net.is_multicast),
+                                          ("link-local", net.is_link_local), ("reserved", net.is_reserved),
+                                          ("unspecified", net.network_address.is_unspecified)) if bad]
+        if special:
+            raise ValueError(f"'{v}' is a {special[0]} range: use a private one (e.g. 10.77.0.0/16)")
         return v
 
 
-class Faults(_Strict):
+class Faults(StrictModel):
     """What the PS does about a worker that stops answering (killed, frozen, cut off)."""
 
     worker_timeout: Seconds = Field(30.0, description="synchronous algorithms: a worker silent this long "
@@ -440,19 +398,15 @@ class Faults(_Strict):
 EVENT_ACTIONS = ("link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal")
 
 
-class Event(_Strict):
-    """A change during the run (testbed/run/timeline.py): at a time, or when training reaches a step."""
+class Event(Direction):
+    """A change during the run (testbed/run/timeline.py): at a time, or when training reaches a step.
+    A link event changes the link properties it sets (Direction's), on one or both directions."""
 
     at: Seconds = Field(None, description="seconds since the nodes started")
     at_step: Optional[int] = Field(None, ge=0, description="when the model version reaches this step")
     target: str = Field(..., description="a node, a worker group's name, or 'workers'")
     action: Literal["link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal"]
-    # link: the fields to change (unset ones keep their value), on one or both directions
     direction: Literal["up", "down", "both"] = "both"
-    rate: Rate = None
-    latency: Seconds = None
-    jitter: Seconds = None
-    loss: Probability = None
     trace: Optional[str] = Field(None, description="link: follow a bandwidth trace (CSV or Mahimahi)")
     cpus: Optional[float] = Field(None, gt=0, le=1024, description="cpu: the new CFS quota in cores")
     load: Optional[float] = Field(None, ge=0, le=64, description="stress: cores' worth of busy loop (0 stops)")
@@ -463,10 +417,10 @@ class Event(_Strict):
     def _when_and_what(self) -> "Event":
         if (self.at is None) == (self.at_step is None):
             raise ValueError("give exactly one of 'at' (seconds) and 'at_step'")
-        link_fields = [f for f in ("rate", "latency", "jitter", "loss") if getattr(self, f) is not None]
+        link_fields = list(self.set_properties())
         if self.action == "link":
             if self.trace is None and not link_fields:
-                raise ValueError("a link event needs rate, latency, jitter, loss or trace")
+                raise ValueError(f"a link event needs {', '.join(LINK_PROPERTIES)} or trace")
             if self.trace is not None and link_fields:
                 raise ValueError("a link event follows either a trace or the fields given, not both")
         else:
@@ -486,8 +440,7 @@ class Event(_Strict):
 
     def change_fields(self) -> dict:
         if self.action == "link":
-            return {"direction": self.direction, **{f: getattr(self, f) for f in ("rate", "latency", "jitter", "loss")
-                                                   if getattr(self, f) is not None}}
+            return {"direction": self.direction, **self.set_properties()}
         if self.action == "cpu":
             return {"cpus": self.cpus}
         if self.action == "stress":
@@ -497,9 +450,9 @@ class Event(_Strict):
         return {}
 
 
-class Scenario(_Strict):
+class Scenario(StrictModel):
     name: str = "scenario"
-    seed: int = 0
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="data order, partition, stream rates, crash draws")
     runtime: Literal["auto", "netns", "docker"] = "auto"
     network: Network = Field(default_factory=Network)
     workload: Workload = Field(default_factory=Workload)
@@ -604,8 +557,11 @@ def _fmt_msg(err: dict) -> str:
     if err.get("type") == "extra_forbidden":
         return "unknown field"
     if err.get("type") == "literal_error":
-        return f"{err.get('input')!r} is not one of the allowed values ({msg.split('Input should be ')[-1]})"
-    return msg
+        return f"{excerpt(err.get('input'))} is not one of the allowed values ({msg.split('Input should be ')[-1]})"
+    return msg if len(msg) <= MAX_MESSAGE else msg[:MAX_MESSAGE - 3] + "..."  # never echo much of the input
+
+
+MAX_MESSAGE = 200
 
 
 def _errors_to_lines(e: ValidationError) -> list[str]:
@@ -626,17 +582,9 @@ def _errors_to_lines(e: ValidationError) -> list[str]:
 def _cross_checks(sc: Scenario) -> list[str]:
     lines: list[str] = []
     known = ", ".join(sorted(sc.profiles)) or "none defined"
-    refs: list[tuple[str, Any]] = [("ps.profile", sc.ps.profile), ("evaluator.profile", sc.evaluator.profile)]
-    refs += [(f"workers[{i}].profile", g.profile) for i, g in enumerate(sc.workers)]
-    if sc.streaming is not None:
-        refs.append(("streaming.broker.profile", sc.streaming.broker.profile))
-        refs.append(("streaming.broker.producer_profile", sc.streaming.broker.producer_profile))
-        if isinstance(sc.streaming.rates, list) and len(sc.streaming.rates) != sc.n_workers:
-            lines.append(f"streaming.rates: {len(sc.streaming.rates)} rates for {sc.n_workers} workers")
-    refs += [(f"sites.{n}.lan", site.lan) for n, site in sc.sites.items()]
-    from testbed.plan.topology import topology_problems
-
-    lines += topology_problems(sc)
+    refs = profile_refs(sc)
+    if sc.streaming is not None and isinstance(sc.streaming.rates, list) and len(sc.streaming.rates) != sc.n_workers:
+        lines.append(f"streaming.rates: {len(sc.streaming.rates)} rates for {sc.n_workers} workers")
     if sc.sites and sc.streaming is not None and sc.streaming.broker.kind != "tansu":
         lines.append(f"streaming.broker.kind: {sc.streaming.broker.kind} with sites is not supported yet (use tansu)")
     for where, ref in refs:
@@ -656,8 +604,11 @@ def _cross_checks(sc: Scenario) -> list[str]:
         pairs.add(frozenset((a, b)))
     lines += _event_problems(sc, all_nodes)
     names = [n for n, _ in sc.worker_names()]
-    if len(names) + 3 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
-        lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {len(names) + 2} nodes and a gateway")
+    nodes = len(sc.node_names())  # the broker and producer nodes too
+    if nodes + 1 > ipaddress.IPv4Network(sc.network.subnet).num_addresses - 2:
+        lines.append(f"network.subnet: {sc.network.subnet} has too few addresses for {nodes} nodes and a gateway")
+    if len(names) > MAX_WORKERS:
+        lines.append(f"workers: {len(names)} workers in all; a run takes at most {MAX_WORKERS}")
     for n in names:
         if n in ("ps", "eval", "broker", "producer"):
             lines.append(f"workers: node name '{n}' is reserved")
@@ -681,12 +632,10 @@ def _cross_checks(sc: Scenario) -> list[str]:
         if cls.decentralized and sc.streaming is not None:
             lines.append(f"algorithm.name: {cls.name} is decentralized (no PS) and does not train from streams; "
                          "streaming needs a PS algorithm")
-    gpu_users = [f"profiles.{n}.gpus" for n, p in sc.profiles.items() if p.gpus not in (None, 0, [])]
-    gpu_users += [w for w, ref in refs if isinstance(ref, Profile) and ref.gpus not in (None, 0, [])]
-    if gpu_users:
-        lines += _gpu_checks(sc, gpu_users)
-    if sc.streaming is not None and sc.streaming.broker.kind == "kafka":
-        lines += _engine_checks(sc, "streaming.broker.kind", "kafka runs Apache Kafka from its image")
+    if sc.runtime == "netns":  # whether an engine answers is the runtime's preflight (testbed.runtimes.preflight)
+        lines += [f"{w}: GPUs need the docker runtime (runtime: docker or auto)" for w in gpu_fields(sc)]
+        if uses_kafka_image(sc):
+            lines.append(f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime (runtime: docker or auto)")
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
     # Named profiles and inline ones (`workers[0].profile: {jitter: 5ms}`) alike.
@@ -700,9 +649,24 @@ def _cross_checks(sc: Scenario) -> list[str]:
     return lines
 
 
-def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
-    from testbed.run.timeline import read_link_trace, resolve_target
+def resolve_target(sc: Scenario, target: str) -> list[str]:
+    """Node names a target stands for ([] when it names nothing)."""
+    if target in sc.node_names():
+        return [target]
+    if target.startswith("wan:"):  # a WAN link between two sites: the target itself
+        a, sep, b = target[4:].partition("-")
+        linked = sc.wan.mesh or any({a, b} == set(link.between) for link in sc.wan.links)
+        return [target] if sep and a in sc.sites and b in sc.sites and a != b and linked else []
+    workers = [n for n, _ in sc.worker_names()]
+    if target == "workers":
+        return workers
+    groups: dict[str, list[str]] = {}
+    for (name, gi) in sc.worker_names():
+        groups.setdefault(sc.workers[gi].name or "w", []).append(name)
+    return groups.get(target, [])
 
+
+def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
     lines = []
     groups = sorted({g.name or "w" for g in sc.workers})
     for i, ev in enumerate(sc.events):
@@ -734,30 +698,33 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
     return lines
 
 
-def _engine_checks(sc: Scenario, where: str, what: str) -> list[str]:
-    if sc.runtime == "netns":
-        return [f"{where}: {what} and needs the docker runtime (runtime: docker or auto)"]
-    from testbed.runtimes.docker import docker_client
-
-    if docker_client(timeout=3) is None:
-        return [f"{where}: {what} and needs the docker runtime, and no Docker engine answers"]
-    return []
+KAFKA_NEEDS = "kafka runs Apache Kafka from its image"
 
 
-def _gpu_checks(sc: Scenario, where: list[str]) -> list[str]:
-    if sc.runtime == "netns":
-        return [f"{w}: GPUs need the docker runtime (runtime: docker or auto)" for w in where]
-    from testbed.runtimes.docker import docker_client, nvidia_runtime_available
-
-    client = docker_client(timeout=3)
-    if client is None:
-        return [f"{w}: GPUs need the docker runtime, and no Docker engine answers" for w in where]
-    if not nvidia_runtime_available(client):
-        return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in where]
-    return []
+def gpu_fields(sc: Scenario) -> list[str]:
+    """The fields that ask for GPUs: named profiles and inline ones."""
+    fields = [f"profiles.{n}.gpus" for n, p in sc.profiles.items() if p.gpus not in (None, 0, [])]
+    return fields + [w for w, ref in profile_refs(sc) if isinstance(ref, Profile) and ref.gpus not in (None, 0, [])]
 
 
-def parse_scenario(data: Any) -> Scenario:
+def profile_refs(sc: Scenario) -> list[tuple[str, Any]]:
+    """(field, profile name or inline profile) of every place a scenario names a profile."""
+    refs: list[tuple[str, Any]] = [("ps.profile", sc.ps.profile), ("evaluator.profile", sc.evaluator.profile)]
+    refs += [(f"workers[{i}].profile", g.profile) for i, g in enumerate(sc.workers)]
+    if sc.streaming is not None:
+        refs.append(("streaming.broker.profile", sc.streaming.broker.profile))
+        refs.append(("streaming.broker.producer_profile", sc.streaming.broker.producer_profile))
+    return refs + [(f"sites.{n}.lan", site.lan) for n, site in sc.sites.items()]
+
+
+def uses_kafka_image(sc: Scenario) -> bool:
+    return sc.streaming is not None and sc.streaming.broker.kind == "kafka"
+
+
+def validate_schema(data: Any) -> Scenario:
+    """The scenario's fields and their cross-checks, one line per problem naming the field.
+    What needs a plan (sites' subnets, WAN connectivity) is checked by testbed.plan.parse_scenario,
+    the function callers use."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
@@ -772,17 +739,16 @@ def parse_scenario(data: Any) -> Scenario:
     return sc
 
 
-def load_scenario(path: Union[str, Path]) -> Scenario:
+def read_scenario_file(path: Union[str, Path]) -> Any:
+    """A scenario file's fields, its relative trace paths taken from the file's folder."""
     p = Path(path)
     if not p.is_file():
         raise ScenarioError([f"{p}: no such scenario file"])
     try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
-        raise ScenarioError([f"{p}: not valid YAML{where}: {getattr(e, 'problem', e)}"]) from None
-    return parse_scenario(_resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent))
+        data = load_yaml_file(p)
+    except LoadError as e:
+        raise ScenarioError([f"{p}: {e}"]) from None
+    return _resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent)
 
 
 def _resolve_trace_paths(data: Any, base: Path) -> Any:

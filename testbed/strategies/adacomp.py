@@ -26,7 +26,7 @@ import torch
 from pydantic import Field
 
 from testbed.strategies import sparse
-from testbed.strategies.base import StrategyParams, ServerState, Strategy, Tensors, WorkerContext
+from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors, WorkerContext
 
 
 class AdaCompParams(StrategyParams):

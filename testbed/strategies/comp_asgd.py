@@ -14,7 +14,7 @@ from pydantic import Field
 
 from testbed.strategies import sparse
 from testbed.strategies.asgd import staleness_lr
-from testbed.strategies.base import StrategyParams, ServerState, Strategy, Tensors, WorkerContext
+from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors, WorkerContext
 
 
 class CompASGDParams(StrategyParams):

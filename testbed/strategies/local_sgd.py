@@ -36,6 +36,7 @@ from pydantic import Field
 from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
 from testbed.strategies.bsp import BSP
 
+
 def participants(round_: int, n_workers: int, fraction: float, seed: int = 0) -> frozenset[int]:
     """The ranks in synchronization round `round_`: max(1, round(C N)) of the N workers, drawn
     from (seed, round) alone, so that the PS and every worker draw the same set."""

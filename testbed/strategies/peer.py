@@ -1,6 +1,6 @@
 """Decentralized strategies: workers exchange with each other directly, no parameter server.
 
-The seam, per step of worker i (testbed/node/peer_roles.py runs it):
+The seam, per step of worker i (testbed/node/roles/peer.py runs it):
 
   batch_size(ctx)            mini-batch of this step (DLion: compute-capacity-aware, Eq. 5)
   learning_rate(ctx)         lr of this step (DLion's WarmUpLR / DecayLR)

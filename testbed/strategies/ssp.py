@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import Field
 
-from testbed.strategies.base import StrategyParams, ServerState, Strategy, Tensors
+from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors
 
 
 class SSPParams(StrategyParams):

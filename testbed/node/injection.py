@@ -22,9 +22,9 @@ from pathlib import Path
 import torch
 import zmq
 
-from testbed.records import metrics
 from testbed.node import transport
 from testbed.node.wire import Message
+from testbed.records import metrics
 
 
 def local_batch(injection, batch_size: int, n_workers: int) -> int:

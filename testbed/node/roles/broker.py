@@ -1,0 +1,68 @@
+"""The stream source of a streaming run (ScaDLES): producers per device topic, and the broker."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from testbed.node.roles.common import RoleConfig
+
+
+def run_broker_node(cfg: RoleConfig, stop_event) -> None:
+    """The stream source: one producer process per device topic, and (role broker) the embedded
+    Tansu broker beside them, as ScaDLES ran its producers beside Kafka. Role producer publishes
+    to a broker elsewhere (a kafka node, or an external one)."""
+    import multiprocessing as mp
+
+    from testbed.data.partition import partition_indices
+    from testbed.data.streaming.broker import BrokerError, create_topics, start_tansu, wait_for_port
+    from testbed.data.streaming.producer import produce_stream
+
+    sc = cfg.scenario_model()
+    bootstrap = cfg.stream["bootstrap"]
+    address, port = bootstrap.rsplit(":", 1)
+    tansu = None
+    if cfg.role == "broker":
+        tansu = start_tansu(address, int(port), log_path=str(Path(cfg.run_dir) / "logs" / "broker.log"))
+    else:
+        wait = 150.0 if cfg.stream["kind"] == "kafka" else 20.0
+        if not wait_for_port(address, int(port), wait, stop_event):
+            raise BrokerError(f"{cfg.stream['kind']} broker at {bootstrap} did not accept connections within "
+                              f"{wait:.0f} s" + (" (an external broker must be reachable from the run's subnet, "
+                                                  "e.g. on this host at the run's gateway address)"
+                                                  if cfg.stream["kind"] == "external" else ""))
+    producers = []
+    try:
+        topics = cfg.stream["topics"]
+        create_topics(bootstrap, list(topics.values()))
+        from testbed.data.datasets import shared_dataset
+
+        ds = shared_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
+        shards = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)
+        ctx = mp.get_context("fork")  # this process is single-threaded: forking shares the dataset pages
+        for rank, worker in enumerate(cfg.workers):
+            p = ctx.Process(target=produce_stream, name=f"producer-{worker}",
+                            args=(bootstrap, topics[worker], ds.train_x[shards[rank]],
+                                  ds.train_y[shards[rank]], cfg.stream["schedules"][worker], stop_event,
+                                  sc.seed * 1000 + rank, cfg.t0))
+            p.start()
+            producers.append(p)
+        Path(cfg.stream["ready_file"]).touch()
+        while not stop_event.is_set():
+            if tansu is not None and tansu.poll() is not None:
+                raise BrokerError(f"the broker (tansu) exited with code {tansu.returncode}")
+            dead = [p.name for p in producers if not p.is_alive()]
+            if dead:
+                raise RuntimeError(f"{', '.join(dead)} exited")
+            time.sleep(0.2)
+    finally:
+        for p in producers:
+            p.join(timeout=3)
+            if p.is_alive():
+                p.kill()
+        if tansu is not None:
+            tansu.terminate()
+            try:
+                tansu.wait(timeout=5)
+            except Exception:
+                tansu.kill()

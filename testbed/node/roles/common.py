@@ -1,0 +1,242 @@
+"""What every role shares: its configuration, the model and data, torch set-up, the evaluator
+feed, and the worker's batches."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+import numpy as np
+import torch
+import zmq
+
+from testbed.node import transport
+from testbed.node.wire import Message
+from testbed.scenario.schema import Scenario
+
+
+@dataclass
+class RoleConfig:
+    """Everything a role needs, picklable (it crosses the forkserver)."""
+
+    node: str
+    role: str
+    rank: int
+    run_dir: str
+    t0: float  # wall-clock start of the run; record times are time.time() - t0
+    scenario: dict
+    ps_address: str
+    threads: int
+    delay: transport.DelaySpec = field(default_factory=transport.DelaySpec)
+    workers: list[str] = field(default_factory=list)
+    # Decentralized strategies: every other worker -> {address, rate_bps, same_site}
+    peers: dict = field(default_factory=dict)
+    # Streaming (ScaDLES): bootstrap, per-worker topic and rate, the broker's ready file.
+    stream: dict = field(default_factory=dict)
+    # What runs the role, `module:function` (testbed.node.roles.role_target): the algorithm picks it.
+    target: str = ""
+
+    def scenario_model(self) -> Scenario:
+        return Scenario.model_validate(self.scenario)
+
+    def now(self) -> float:
+        """Seconds since the run started: the time column of every record."""
+        return time.time() - self.t0
+
+
+def setup_torch(cfg: RoleConfig, sc: Scenario) -> None:
+    torch.set_num_threads(cfg.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass
+    torch.manual_seed(sc.seed)
+
+
+def model_and_data(sc: Scenario):
+    from testbed.data.datasets import shared_dataset
+    from testbed.data.models import build_model
+
+    ds = shared_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
+    torch.manual_seed(sc.seed)  # identical initial model everywhere
+    model = build_model(sc.workload.model, tuple(ds.input_shape), ds.num_classes)
+    return model, ds
+
+
+def frame_limit(model: torch.nn.Module) -> int:
+    """The largest frame a role's socket takes: any strategy's payload for the largest parameter
+    (a sparse one carries 8-byte indices beside 4-byte values), plus room for a header."""
+    largest = max((p.numel() * p.element_size() for p in model.parameters()), default=0)
+    return 3 * largest + (1 << 20)
+
+
+def params_of(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+def load_params(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n in tensors:
+                p.copy_(tensors[n])
+
+
+def pick_device() -> torch.device:
+    """CUDA when the node sees a GPU (a `gpus:` profile in the docker runtime), else CPU."""
+    if torch.cuda.is_available():
+        dev = torch.device("cuda", 0)
+        print(f"training on {torch.cuda.get_device_name(dev)}", flush=True)
+        return dev
+    return torch.device("cpu")
+
+
+def send_stop(ep: transport.Endpoint, workers, reason: Optional[str]) -> None:
+    for w in sorted(workers):
+        try:
+            ep.send(Message("stop", meta={"reason": reason}), w)
+        except zmq.ZMQError:  # already gone
+            pass
+
+
+class EvalFeed:
+    """Model snapshots for the evaluator node, sent one at a time, each when it is ready."""
+
+    def __init__(self, ep: transport.Endpoint):
+        self.ep = ep
+        self.queue: deque = deque()
+        self.ready = False
+        self.sent_at: Optional[float] = None
+        self.longest = 0.0  # s: the longest evaluation so far (bounds the wait for a dead evaluator)
+
+    def add(self, params: dict, meta: dict) -> None:
+        self.queue.append((params, meta))
+
+    def on_ready(self) -> None:
+        if self.sent_at is not None:
+            self.longest = max(self.longest, time.time() - self.sent_at)
+            self.sent_at = None
+        self.ready = True
+
+    def pump(self) -> None:
+        if self.ready and self.queue:
+            params, meta = self.queue.popleft()
+            self.ep.send(Message("evaluate", params, meta), "eval")
+            self.ready = False
+            self.sent_at = time.time()
+
+    def finish(self, stop_event, limit: float = 120.0) -> None:
+        """Evaluate what is queued (the final model last), then stop the evaluator. An evaluator
+        silent for 4x its longest evaluation (20 s at least) is taken for dead (killed, frozen)."""
+        deadline = time.time() + limit
+        while (self.queue or not self.ready) and time.time() < deadline and not stop_event.is_set():
+            self.pump()
+            for _, msg, _ in self.ep.recv(0.05):
+                if msg.kind == "eval_ready":
+                    self.on_ready()
+            if self.sent_at is not None and time.time() - self.sent_at > max(20.0, 4 * self.longest):
+                print("evaluator silent: the final evaluation is skipped", flush=True)
+                break
+        try:
+            self.ep.send(Message("stop"), "eval")
+        except zmq.ZMQError:
+            pass
+
+
+class ServingRole:
+    """The loop of the node the others report to (the PS, or a decentralized run's coordinator):
+    serve messages until there is a reason to stop, feed the evaluator on its schedule, then stop
+    the workers, let the evaluator finish, and write ps.json. A subclass gives `stop_reason`,
+    `serve`, `snapshot`, `maybe_snapshot`, `active` and `report`; `tend` runs between messages,
+    `wind_down` after the workers were told to stop."""
+
+    cfg: RoleConfig
+    reason: Optional[str]
+
+    def run(self) -> None:
+        try:
+            while self.reason is None:
+                self.reason = self.stop_reason()
+                if self.reason is not None:
+                    break
+                self.serve(self.ep.recv(self.schedule.wait(self.cfg.now(), 0.05)))  # wakes for a timed feed
+                self.maybe_snapshot()
+                self.tend()
+                self.feed.pump()
+            send_stop(self.ep, self.active(), self.reason)  # workers first: they stop computing
+            self.wind_down()
+            self.snapshot(final=True)
+            self.feed.finish(self.stop_event)
+        finally:
+            (Path(self.cfg.run_dir) / "ps.json").write_text(json.dumps(self.report(), default=str))
+            time.sleep(0.2)  # let the last stop messages leave
+            self.ep.close()
+            self.zctx.term()
+
+    def tend(self) -> None:
+        """Work between messages (the PS: losing silent workers, admitting restarted ones)."""
+
+    def wind_down(self) -> None:
+        """Work after the workers were told to stop, before the final evaluation."""
+
+
+class Batches:
+    """Draw batches from the worker's samples, reshuffled every epoch. With `chunks` (sizes of
+    consecutive runs, SelDP), each run is shuffled on its own and the runs keep their order."""
+
+    def __init__(self, n: int, batch: int, seed: int, chunks: Optional[list[int]] = None):
+        self.n, self.batch = n, batch
+        self.chunks = chunks or [n]
+        self.rng = np.random.default_rng(seed)
+        self.order = self._epoch()
+        self.pos = 0
+
+    def _epoch(self) -> np.ndarray:
+        starts = np.cumsum([0] + self.chunks[:-1])
+        return np.concatenate([s + self.rng.permutation(c) for s, c in zip(starts, self.chunks)])
+
+    def next(self, size: Optional[int] = None) -> np.ndarray:
+        out = []
+        need = min(self.batch if size is None else size, self.n)
+        while need:
+            if self.pos >= self.n:
+                self.order = self._epoch()
+                self.pos = 0
+            take = self.order[self.pos:self.pos + need]
+            self.pos += len(take)
+            need -= len(take)
+            out.append(take)
+        return np.concatenate(out)
+
+
+@dataclass
+class WorkerData:
+    """A worker's model on its device and its shard of the training set."""
+    model: torch.nn.Module
+    dataset: object
+    device: torch.device
+    x: torch.Tensor
+    y: torch.Tensor
+    batches: Batches
+
+
+def worker_setup(cfg: RoleConfig, sc: Scenario) -> WorkerData:
+    from testbed.data.partition import worker_chunks
+
+    model, ds = model_and_data(sc)
+    device = pick_device()
+    model.to(device)
+    keep = np.arange(len(ds.train_y))
+    if sc.workload.train_fraction is not None:  # the same seeded subset on every worker, then partitioned
+        keep = np.sort(np.random.default_rng(sc.seed).permutation(len(keep))[:max(1, round(
+            sc.workload.train_fraction * len(keep)))])
+    chunks = [keep[c] for c in worker_chunks(ds.train_y[keep], len(cfg.workers), sc.workload.partition, sc.seed,
+                                             cfg.rank)]
+    shard = np.concatenate(chunks)
+    x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
+    y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
+    batches = Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank, [len(c) for c in chunks])
+    return WorkerData(model, ds, device, x, y, batches)

@@ -1,0 +1,264 @@
+"""The parameter server: applies the workers' pushes through the algorithm's strategy, answers
+with the model, feeds the evaluator, and keeps track of which workers are still in the run."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Optional
+
+import zmq
+
+from testbed.node import transport
+from testbed.node.eval_schedule import EvalSchedule
+from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
+                                       setup_torch)
+from testbed.node.wire import Message
+from testbed.records import metrics
+from testbed.strategies import ServerState, make_strategy
+
+# What handling a malformed message (missing meta keys, tensors of the wrong name or shape) raises
+BAD_MESSAGE = (KeyError, ValueError, TypeError, IndexError, RuntimeError)
+MAX_REFUSED = 20  # malformed messages a worker may send before the PS counts it lost
+
+
+class Membership:
+    """Which workers joined, which left (said bye, or were lost), which wait for an answer, when
+    each was last heard from, and which restarted ones wait to be admitted between rounds."""
+
+    def __init__(self) -> None:
+        self.joined: set[str] = set()
+        self.left: set[str] = set()
+        self.waiting: set[str] = set()  # pushed or voted, and wait for the PS's answer
+        self.heard: dict[str, float] = {}
+        self.held: set[str] = set()  # restarted, admitted when no round is open
+        self.unreachable: list[str] = []  # a send to them failed: lost at the next check
+
+    def active(self) -> set[str]:
+        return self.joined - self.left
+
+    def all_left(self) -> bool:
+        return bool(self.joined) and self.left >= self.joined
+
+    def silent(self, timeout: float) -> list[str]:
+        """Workers the PS waits for (not waiting for it) that said nothing for `timeout` seconds."""
+        now = time.time()
+        return [w for w in sorted(self.active() - self.waiting) if now - self.heard.get(w, now) > timeout]
+
+
+class ParameterServer(ServingRole):
+    def __init__(self, cfg: RoleConfig, stop_event):
+        self.cfg, self.stop_event = cfg, stop_event
+        self.sc = sc = cfg.scenario_model()
+        setup_torch(cfg, sc)
+        model, _ = model_and_data(sc)
+        self.server = ServerState(params=params_of(model), lr=sc.workload.lr, n_workers=len(cfg.workers),
+                                  workers=list(cfg.workers))
+        self.strategy = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed)
+        self.zctx = zmq.Context()
+        self.ep = transport.ps_endpoint(self.zctx, cfg.ps_address, cfg.delay, seed=sc.seed,
+                                        max_frame=frame_limit(model))
+        self.ep.senders = set(cfg.workers) | {"eval"}
+        self.log = metrics.open_table(Path(cfg.run_dir), "server.csv")
+        self.events = metrics.open_table(Path(cfg.run_dir), "events.csv")
+        self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
+        self.feed = EvalFeed(self.ep)
+        self.members = Membership()
+        self.refused: dict[str, int] = {}  # malformed messages per worker
+        self.faulty: set[str] = set()  # lost for them: heard again only after a restart
+        self.reason: Optional[str] = None
+        self.ingress_payload = 0
+        self.last_eval_version = -1
+        self.start = time.time()
+
+    # -- the loop (ServingRole.run) -------------------------------------------------------
+    def tend(self) -> None:
+        self.check_lost()
+        self.admit()
+
+    def active(self) -> set[str]:
+        return self.members.active()
+
+    def stop_reason(self) -> Optional[str]:
+        stop = self.sc.stop
+        if self.stop_event.is_set():
+            return "interrupted"
+        if stop.steps is not None and self.server.version >= stop.steps:
+            return "steps"
+        if stop.seconds is not None and time.time() - self.start >= stop.seconds:
+            return "seconds"
+        if self.members.all_left():
+            return "all workers left"
+        return None
+
+    def report(self) -> dict:
+        return {"version": self.server.version, "updates_received": self.server.updates_received,
+                "stop_reason": self.reason, "ingress_payload_bytes": self.ingress_payload,
+                "transport_bytes_sent": self.ep.bytes_sent, "transport_bytes_received": self.ep.bytes_received,
+                "workers_joined": sorted(self.members.joined), "strategy": self.strategy.report(),
+                "messages_dropped": dict(self.ep.dropped)}
+
+    # -- messages ----------------------------------------------------------------------------
+    def serve(self, msgs) -> None:
+        for sender, msg, nbytes in msgs:
+            if sender in self.faulty and msg.kind != "hello":  # only a restart (hello) lets it back in
+                self.ep.dropped["from a faulty worker"] = self.ep.dropped.get("from a faulty worker", 0) + 1
+                continue
+            try:
+                self.handle(sender, msg, nbytes)
+            except BAD_MESSAGE as e:  # a node's bytes never end the PS: drop the message, say so
+                self.refuse(sender, msg.kind, e)
+
+    def refuse(self, sender: str, kind: str, error: Exception) -> None:
+        self.ep.dropped["refused"] = self.ep.dropped.get("refused", 0) + 1
+        self.events.write(time=self.cfg.now(), target=sender, action="message_refused",
+                          detail=f"{kind[:20]}: {type(error).__name__}: {str(error)[:120]}")
+        if sender not in self.members.joined:
+            return
+        self.refused[sender] = self.refused.get(sender, 0) + 1
+        if self.refused[sender] > MAX_REFUSED:  # faulty, not unlucky: out of the run, as a lost worker is
+            self.faulty.add(sender)
+            self.lose(sender, f"{self.refused.pop(sender)} malformed messages")
+        elif kind == "push" and sender in self.members.active():
+            self.send_model(sender)  # a worker waits for an answer to each push: the model as it is
+
+    def handle(self, sender: str, msg: Message, nbytes: int) -> None:
+        if sender != "eval":
+            self.members.heard[sender] = time.time()
+        if msg.kind == "hello":
+            self.on_hello(sender)
+            return
+        m = self.members
+        if sender in m.left and sender in m.joined and msg.kind in ("push", "vote"):
+            self.rejoin(sender, "answered again")  # it was lost (frozen, cut off) and is back
+        if msg.kind == "push":
+            self.on_push(sender, msg, nbytes)
+        elif msg.kind == "eval_ready":
+            self.feed.on_ready()
+        elif msg.kind == "target_reached":
+            self.reason = self.reason or "target_accuracy"
+        elif msg.kind == "vote":
+            m.waiting.add(sender)
+            self.tell(self.strategy.server_on_vote(self.server, sender, bool(msg.meta["flag"])))
+        elif msg.kind == "bye":
+            self.leave(sender)
+
+    def on_hello(self, sender: str) -> None:
+        m = self.members
+        self.faulty.discard(sender)
+        if sender == "eval":
+            self.feed.on_ready()
+            if self.server.version == 0:
+                self.snapshot()  # accuracy of the initial model: the curves start at step 0
+        elif sender in m.joined:  # a restarted worker: what it had pending died with it
+            if sender not in m.left:
+                self.leave(sender)
+            m.held.add(sender)  # admitted between rounds (admit())
+        else:
+            m.joined.add(sender)
+            self.send_model(sender)
+
+    def on_push(self, sender: str, msg: Message, nbytes: int) -> None:
+        if self.reason is not None:
+            return
+        server = self.server
+        base_version = int(msg.meta["base_version"])  # a malformed push is refused before anything changes
+        self.ingress_payload += nbytes
+        server.updates_received += 1
+        self.members.waiting.add(sender)
+        before = len(server.log)
+        server.push_meta = msg.meta
+        answer = self.strategy.server_on_push(server, sender, msg.tensors, base_version)
+        for w, staleness, lr in server.log[before:]:
+            self.log.write(time=self.cfg.now(), version=server.version, worker=w, staleness=staleness, lr=lr,
+                           payload_bytes=nbytes if w == sender else None)
+        del server.log[:]
+        for w in answer:
+            self.send_model(w)
+        self.maybe_snapshot()
+
+    def send(self, msg: Message, to: str) -> None:
+        m = self.members
+        try:
+            self.ep.send(msg, to)
+            if to in m.waiting:  # it has work again: its silence counts from now
+                m.waiting.discard(to)
+                m.heard[to] = time.time()
+        except zmq.ZMQError:  # its connection is gone (killed, crashed): it is lost
+            m.unreachable.append(to)
+
+    def send_model(self, to: str) -> None:
+        self.send(Message("model", self.server.params, {"version": self.server.version,
+                                                        **self.strategy.server_reply_meta(self.server, to)}), to)
+
+    def tell(self, result) -> None:
+        """Send a completed vote's outcome (SelSync's all-gathered flags) to the voters."""
+        if result is not None:
+            voters, outcome = result
+            for w in voters:
+                self.send(Message("decision", meta={"sync": outcome, "version": self.server.version}), w)
+
+    # -- membership --------------------------------------------------------------------------
+    def leave(self, w: str) -> None:
+        """`w` is out of the run: the strategy goes on without it (a vote may now be complete)."""
+        self.members.left.add(w)
+        self.members.waiting.discard(w)
+        for x in self.strategy.server_on_leave(self.server, w):
+            self.send_model(x)
+        self.tell(self.strategy.server_on_vote(self.server, None, False))
+
+    def lose(self, w: str, why: str) -> None:
+        """A worker stopped answering: go on without it (or stop), and say so in events.csv."""
+        m, faults = self.members, self.sc.faults
+        if w in m.left or w not in m.joined:
+            return
+        self.events.write(time=self.cfg.now(), target=w, action="lost", detail=f"{why}; {faults.on_worker_loss}")
+        if faults.on_worker_loss == "stop":
+            self.reason = self.reason or f"worker {w} lost ({why})"
+            return
+        self.leave(w)
+
+    def rejoin(self, w: str, why: str) -> None:
+        self.members.left.discard(w)
+        self.strategy.server_on_join(self.server, w)
+        self.events.write(time=self.cfg.now(), target=w, action="rejoined",
+                          detail=f"{why}; model version {self.server.version}")
+
+    def admit(self) -> None:
+        held = self.members.held
+        if held and not self.strategy.round_open():
+            for w in sorted(held):
+                self.rejoin(w, "restarted")
+                self.send_model(w)
+            held.clear()
+
+    def check_lost(self) -> None:
+        m, timeout = self.members, self.sc.faults.worker_timeout
+        while m.unreachable:
+            self.lose(m.unreachable.pop(0), "unreachable")
+        if not self.strategy.synchronous or timeout is None:
+            return
+        for w in m.silent(timeout):
+            self.lose(w, f"silent for {timeout:g} s while the others waited")
+
+    # -- evaluation --------------------------------------------------------------------------
+    def snapshot(self, final: bool = False, again: bool = False) -> None:
+        """Queue the model for the evaluator, once per version. A timed feed (`again`) of an unchanged
+        version is queued as a repeat without tensors: the evaluator writes the last result again at
+        this time, so eval.csv keeps a row every eval_seconds without re-sending or re-evaluating."""
+        server = self.server
+        repeat = server.version == self.last_eval_version
+        if repeat and not again:
+            return
+        self.last_eval_version = server.version
+        self.feed.add({} if repeat else {k: v.clone() for k, v in server.params.items()},
+                      {"version": server.version, "updates_received": server.updates_received,
+                       "time": self.cfg.now(), "final": final, "repeat": repeat})
+
+    def maybe_snapshot(self) -> None:
+        if self.schedule.due(self.server.version, self.cfg.now()):
+            self.snapshot(again=self.schedule.timed)
+
+
+def run_ps(cfg: RoleConfig, stop_event) -> None:
+    ParameterServer(cfg, stop_event).run()

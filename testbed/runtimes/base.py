@@ -1,0 +1,127 @@
+"""The contract between the runner and a runtime: what every runtime must do (the abstract
+methods), what some can do (declared in `features`, never probed by name), and the changes during
+a run that all share (live.LiveOps). A new runtime implements this class and registers its
+clean-up (state.register_sweeper); nothing else needs to know it exists."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional, Protocol
+
+from testbed.kernel.cgroups import CgroupUsage
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.runtimes.live import LiveOps
+from testbed.runtimes.state import RunState
+
+
+@dataclass(frozen=True)
+class Features:
+    """What a runtime can do beyond the contract."""
+    # Nodes fork from one process that loaded the run's dataset once (the runner asks it to).
+    shared_data: bool = False
+    # Link-check flows may run together and still read their rates (containers' exec'd
+    # measuring processes, each under its container's quota, read low when run at once).
+    concurrent_flows: bool = False
+
+
+@dataclass(frozen=True)
+class NodeUsage:
+    """One node's resources so far (resources.csv)."""
+    cpu_seconds: Optional[float]
+    memory_bytes: Optional[int]
+    throttled_seconds: Optional[float]
+
+
+class NodeHandle(Protocol):
+    """What a runtime keeps per node; live changes and benchmarks read these fields."""
+    node: Node
+    netns: str
+    uplink: DirectionPlan
+    downlink: DirectionPlan
+    cgroup: CgroupUsage
+    compute: dict
+    processes: list
+
+
+class Runtime(LiveOps, ABC):
+    name: ClassVar[str]
+    features: ClassVar[Features] = Features()
+
+    def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
+        super().__init__()
+        self.state = state
+        self.run_id = state.run_id
+        self.run_dir = Path(state.run_dir)
+        self.caps = caps or probe_kernel()
+        self.handles: dict[str, NodeHandle] = {}
+        self.fabric = None  # the sites' routers and WAN links (runtimes.fabric.Fabric), where the run has them
+        self.image: Optional[str] = None  # the node image, for runtimes that run one
+
+    @classmethod
+    def open(cls, state: RunState, say: Callable[[str], None]) -> "Runtime":
+        """The runtime for one run, with whatever it needs from this machine (an engine, an image)."""
+        return cls(state)
+
+    # -- bring-up --------------------------------------------------------------------------
+    @abstractmethod
+    def create(self, spec: ClusterSpec) -> None:
+        """Make every node and link of `spec`: nothing runs in them yet."""
+
+    def set_preload(self, modules: list[str]) -> None:
+        """Modules the node processes should find imported (where they fork from one process)."""
+
+    @abstractmethod
+    def make_stop_event(self):
+        """An event every node's role polls; set by the runner to stop the run."""
+
+    @abstractmethod
+    def start_node(self, node: Node, cfg, stop_event) -> Any:
+        """Start the node's role (`cfg.target`, module:function) and its background stress; returns
+        a process-like object (is_alive, exitcode, join, kill)."""
+
+    @abstractmethod
+    def start(self, node: str, target: Callable | str, kwargs: dict, label: str = "") -> Any:
+        """Run a function inside a node (benchmarks, link checks); a process-like object."""
+
+    def start_idle(self, stop_event) -> None:
+        """Make nodes ready to host `start` jobs without a role (a container needs a first process)."""
+
+    def heartbeat(self) -> None:
+        """Called every second while the run goes on: nodes that outlive a dead runner stop on
+        their own when these beats stop (where their death is not tied to the runner's)."""
+
+    # -- observation -----------------------------------------------------------------------
+    @abstractmethod
+    def counters(self) -> dict[str, dict[str, int]]:
+        """Per node: up_bytes, up_packets, down_bytes, down_packets of its access link."""
+
+    def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
+        return self.fabric.wan_counters() if self.fabric is not None else {}
+
+    def topology_meta(self) -> Optional[dict]:
+        return self.fabric.topology_meta() if self.fabric is not None else None
+
+    def node_meta(self) -> dict:
+        """meta.json's per-node entry: namespace, compute limits, and how each direction was made."""
+        return {name: {"netns": h.netns, "compute": h.compute, "uplink": h.uplink.to_meta(),
+                       "downlink": h.downlink.to_meta()} for name, h in self.handles.items()}
+
+    def usage(self) -> dict[str, NodeUsage]:
+        out = {}
+        for name, h in self.handles.items():
+            thr = h.cgroup.throttled() or {}
+            throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
+            out[name] = NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled)
+        return out
+
+    # -- teardown --------------------------------------------------------------------------
+    @abstractmethod
+    def stop_processes(self, grace: float) -> None:
+        """Wait up to `grace` seconds for every node process to end, then kill what is left."""
+
+    @abstractmethod
+    def teardown(self) -> list[str]:
+        """Remove everything of the run; the problems left (empty: clean)."""

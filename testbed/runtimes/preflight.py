@@ -1,0 +1,77 @@
+"""What a valid scenario needs from this machine's engines, asked after validation and before
+bring-up: validation (testbed.scenario) is pure and contacts no engine."""
+from __future__ import annotations
+
+import ipaddress
+import os
+
+from testbed.runtimes.docker import docker_client, nvidia_runtime_available
+from testbed.scenario.schema import (KAFKA_NEEDS, Profile, Scenario, ScenarioError, gpu_fields, profile_refs,
+                                     uses_kafka_image)
+
+
+def engine_problems(sc: Scenario) -> list[str]:
+    """One line per field whose need the Docker engine cannot meet (none for the netns runtime,
+    whose refusals are validation's)."""
+    gpus, kafka = gpu_fields(sc), uses_kafka_image(sc)
+    if sc.runtime == "netns" or not (gpus or kafka):
+        return []
+    client = docker_client(timeout=3)
+    if client is None:
+        return ([f"{w}: GPUs need the docker runtime, and no Docker engine answers" for w in gpus]
+                + ([f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime, and no Docker engine answers"]
+                   if kafka else []))
+    if gpus and not nvidia_runtime_available(client):
+        return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
+    return []
+
+
+def cpuset_problems(sc: Scenario, available: set[int] | None = None) -> list[str]:
+    """A profile pinned to CPUs this machine does not have (the kernel would refuse it mid-bring-up)."""
+    have = available if available is not None else os.sched_getaffinity(0)
+    pinned = [(f"profiles.{n}.cpuset", p.cpuset) for n, p in sc.profiles.items() if p.cpuset]
+    pinned += [(f"{w}.cpuset", ref.cpuset) for w, ref in profile_refs(sc) if isinstance(ref, Profile) and ref.cpuset]
+    lines = []
+    for where, cpuset in pinned:
+        missing = sorted(_cpus(cpuset) - have)
+        if missing:
+            lines.append(f"{where}: CPU {missing[0]} is not on this machine (it has {_ranges(sorted(have))})")
+    return lines
+
+
+def _cpus(cpuset: str) -> set[int]:
+    out: set[int] = set()
+    for part in cpuset.split(","):
+        a, _, b = part.partition("-")
+        out |= set(range(int(a), int(b or a) + 1)) if int(b or a) - int(a) < 4096 else {int(a), int(b)}
+    return out
+
+
+def _ranges(cpus: list[int]) -> str:
+    return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else ",".join(map(str, cpus))
+
+
+def gateway_problems(sc: Scenario, host_addresses: set[str] | None = None) -> list[str]:
+    """An external broker gives this host the run's gateway address: a second such run on the
+    same subnet would put that address on the host twice."""
+    if sc.streaming is None or sc.streaming.broker.kind != "external":
+        return []
+    gateway = str(next(ipaddress.IPv4Network(sc.network.subnet).hosts()))
+    if gateway in (host_addresses if host_addresses is not None else _host_addresses()):
+        return [f"network.subnet: {gateway} (its gateway, which an external broker puts on this host) is already "
+                f"on this host, maybe another run's: give this run another subnet"]
+    return []
+
+
+def _host_addresses() -> set[str]:
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=2)}
+
+
+def preflight(sc: Scenario) -> None:
+    """Raise ScenarioError, naming each field, when this machine cannot run `sc`."""
+    lines = cpuset_problems(sc) + gateway_problems(sc) + engine_problems(sc)
+    if lines:
+        raise ScenarioError(lines)

@@ -1,0 +1,48 @@
+"""The package's shape (issue: a layout that shows the architecture): no import cycle, imports
+only downward through the layers, runtimes that start roles without importing them, short
+functions. `python tests/architecture.py` prints the same measures."""
+import architecture as arch
+
+
+def test_no_import_cycles():
+    assert arch.cycles() == []
+
+
+def test_the_checker_finds_a_cycle_and_an_upward_import():
+    graph = {"testbed.kernel.a": {"testbed.run.b"}, "testbed.run.b": {"testbed.kernel.a"}}
+    assert arch.cycles(graph) == [["testbed.kernel.a", "testbed.run.b"]]
+    assert arch.upward_imports(graph) == [("testbed.kernel.a", "testbed.run.b")]
+
+
+def test_imports_follow_the_layer_order():
+    assert arch.upward_imports() == []
+
+
+def test_runtimes_import_no_role():
+    graph = arch.import_graph()
+    found = [(m, t) for m, ts in graph.items() if m.startswith("testbed.runtimes") for t in ts
+             if t.startswith("testbed.node.roles")]
+    assert found == []
+
+
+def test_role_targets_name_functions_that_exist():
+    from testbed.node.roles import DECENTRALIZED_ROLES, PS_ROLES, resolve_target
+    from testbed.runtimes.netns import STRESS_TARGET
+
+    for target in {*PS_ROLES.values(), *DECENTRALIZED_ROLES.values(), STRESS_TARGET}:
+        assert callable(resolve_target(target)), target
+    assert PS_ROLES["ps"] != DECENTRALIZED_ROLES["ps"] and PS_ROLES["worker"] != DECENTRALIZED_ROLES["worker"]
+
+
+def test_no_function_is_longer_than_80_lines():
+    long = [(n, f) for n, f in arch.function_lengths() if n > arch.LONGEST_FUNCTION]
+    assert long == []
+
+
+def test_the_forkserver_preload_names_modules_that_exist():
+    import importlib
+
+    from testbed.run.runner import PRELOAD
+
+    for name in PRELOAD:  # the forkserver skips a module it cannot import, silently
+        importlib.import_module(name)

@@ -1,0 +1,109 @@
+"""Validation is pure; what needs an engine is asked by the runtime's preflight."""
+import os
+
+import pytest
+
+from testbed.plan import parse_scenario
+from testbed.runtimes import preflight as pf
+from testbed.scenario.schema import ScenarioError
+
+GPU = {"runtime": "docker", "profiles": {"gpu": {"gpus": 1}}, "workers": [{"count": 1, "profile": "gpu"}]}
+KAFKA = {"runtime": "auto", "workers": [{"count": 2}], "streaming": {"broker": {"kind": "kafka"}}}
+
+
+def no_engine_contact(*a, **k):
+    raise AssertionError("validation contacted the Docker engine")
+
+
+@pytest.mark.parametrize("data", [GPU, KAFKA])
+def test_validation_does_not_contact_the_engine(monkeypatch, data):
+    import testbed.runtimes.docker as docker_runtime
+
+    monkeypatch.setattr(docker_runtime, "docker_client", no_engine_contact)
+    monkeypatch.setattr(pf, "docker_client", no_engine_contact)
+    assert parse_scenario(data).runtime == data["runtime"]
+
+
+def test_preflight_names_each_field_when_no_engine_answers(monkeypatch):
+    monkeypatch.setattr(pf, "docker_client", lambda timeout: None)
+    assert pf.engine_problems(parse_scenario(GPU)) == [
+        "profiles.gpu.gpus: GPUs need the docker runtime, and no Docker engine answers"]
+    with pytest.raises(ScenarioError) as e:
+        pf.preflight(parse_scenario(KAFKA))
+    assert e.value.lines == ["streaming.broker.kind: kafka runs Apache Kafka from its image and needs the docker "
+                             "runtime, and no Docker engine answers"]
+
+
+def test_preflight_names_the_missing_nvidia_runtime(monkeypatch):
+    monkeypatch.setattr(pf, "docker_client", lambda timeout: object())
+    monkeypatch.setattr(pf, "nvidia_runtime_available", lambda client: False)
+    assert pf.engine_problems(parse_scenario(GPU)) == [
+        "profiles.gpu.gpus: GPUs need the NVIDIA container runtime, which this Docker engine does not have"]
+    monkeypatch.setattr(pf, "nvidia_runtime_available", lambda client: True)
+    assert pf.engine_problems(parse_scenario(GPU)) == []
+
+
+def test_a_scenario_without_engine_needs_asks_nothing(monkeypatch):
+    monkeypatch.setattr(pf, "docker_client", no_engine_contact)
+    pf.preflight(parse_scenario({"runtime": "docker", "workers": [{"count": 2}]}))
+    netns_gpu = {**GPU, "runtime": "netns"}
+    with pytest.raises(ScenarioError) as e:  # the netns refusal is validation's, engine or not
+        parse_scenario(netns_gpu)
+    assert e.value.lines == ["profiles.gpu.gpus: GPUs need the docker runtime (runtime: docker or auto)"]
+
+
+def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(monkeypatch, tmp_path):
+    import subprocess
+    import sys
+
+    code = "import sys, testbed.runtimes.state; print(sorted(m for m in sys.modules if m.startswith('testbed.runtimes.')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "['testbed.runtimes.state']"
+
+    from testbed.runtimes import state
+
+    removed = []
+    monkeypatch.setattr(state, "SWEEPERS", {})
+    monkeypatch.setattr(state, "STATE_DIR", tmp_path)
+    state.register_sweeper(state.Sweeper("fake", lambda: {"abc123"}, lambda rid: removed.append(rid) or ["left"]))
+    assert "abc123" in state.known_runs()
+    if os.geteuid() == 0:
+        assert "left" in state.cleanup_run("abc123", stop_runner=False) and removed == ["abc123"]
+
+
+def test_a_cpuset_this_machine_lacks_is_named_before_anything_starts():
+    sc = parse_scenario({"profiles": {"pinned": {"cpuset": "1,999"}}, "workers": [{"count": 1, "profile": "pinned"},
+                                                                                {"count": 1, "profile": {"cpuset": "0"}}]})
+    assert pf.cpuset_problems(sc, available={0, 1}) == ["profiles.pinned.cpuset: CPU 999 is not on this machine "
+                                                        "(it has 0-1)"]
+    assert pf.cpuset_problems(sc, available={0, 1, 999}) == []
+    assert pf.cpuset_problems(sc, available={1, 999}) == ["workers[1].profile.cpuset: CPU 0 is not on this machine "
+                                                          "(it has 1,999)"]
+
+
+def test_auto_runs_on_netns_and_says_why_when_no_image_can_be_had(monkeypatch):
+    import testbed.runtimes as runtimes
+    import testbed.runtimes.docker as docker_runtime
+    import testbed.runtimes.images as images
+
+    monkeypatch.setattr(runtimes.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(docker_runtime, "docker_client", lambda timeout=10: object())
+    monkeypatch.setattr(images, "image_unavailable", lambda client: "no node image, no base and no debootstrap")
+    said = []
+    assert runtimes.select_runtime("auto", said.append) == "netns"
+    assert said == ["runtime auto: netns, because no node image, no base and no debootstrap"]
+    with pytest.raises(runtimes.RuntimeUnavailable, match="runtime docker: no node image"):
+        runtimes.select_runtime("docker")
+    monkeypatch.setattr(images, "image_unavailable", lambda client: None)
+    assert runtimes.select_runtime("auto") == "docker"
+
+
+def test_a_second_external_broker_run_on_the_same_subnet_is_refused():
+    data = {"runtime": "netns", "workers": [{"count": 2}], "network": {"subnet": "10.91.0.0/16"},
+            "streaming": {"broker": {"kind": "external", "bootstrap": "10.91.0.1:9092"}}}
+    sc = parse_scenario(data)
+    assert pf.gateway_problems(sc, host_addresses={"127.0.0.1"}) == []
+    assert pf.gateway_problems(sc, host_addresses={"10.91.0.1"}) == [
+        "network.subnet: 10.91.0.1 (its gateway, which an external broker puts on this host) is already on this "
+        "host, maybe another run's: give this run another subnet"]
+    assert pf.gateway_problems(parse_scenario({"runtime": "netns"}), host_addresses={"10.77.0.1"}) == []
