@@ -46,3 +46,14 @@ def test_the_forkserver_preload_names_modules_that_exist():
 
     for name in PRELOAD:  # the forkserver skips a module it cannot import, silently
         importlib.import_module(name)
+
+
+def test_every_role_a_plan_makes_has_a_target_or_runs_its_own_image():
+    from typing import get_args
+
+    from testbed.node.roles import FOREIGN_ROLES, role_target
+    from testbed.plan.cluster import Role
+
+    for role in get_args(Role):
+        for decentralized in (False, True):
+            assert role_target(role, decentralized) or role in FOREIGN_ROLES, role

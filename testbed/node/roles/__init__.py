@@ -30,8 +30,15 @@ PS_ROLES = {
 DECENTRALIZED_ROLES = {**PS_ROLES, "ps": f"{_HERE}.coordinator:run_coordinator", "worker": f"{_HERE}.peer:run_peer_worker"}
 
 
+# Roles that run a foreign image's own entrypoint (Apache Kafka's): nothing of edgebed's runs there.
+FOREIGN_ROLES = ("kafka",)
+
+
 def role_target(role: str, decentralized: bool) -> str:
-    """The `module:function` that runs `role` for a PS-based or a decentralized algorithm."""
+    """The `module:function` that runs `role` for a PS-based or a decentralized algorithm ("" for
+    a foreign image's role)."""
+    if role in FOREIGN_ROLES:
+        return ""
     return (DECENTRALIZED_ROLES if decentralized else PS_ROLES)[role]
 
 
