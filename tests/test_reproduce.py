@@ -333,3 +333,31 @@ def test_scadles_table6_times_a_fixed_target_and_claims_nothing_where_ddl_never_
     by = {c["key"]: c for c in report["criteria"]}
     assert by["speedup S1"]["verdict"] == "not judged" and by["speedup S2"]["verdict"] == "holds"
     assert report["verdict"] == "weak"  # one set's speed-up not judged: at best weak
+
+
+def test_a_panel_for_one_rate_set_draws_only_that_set():
+    """`only="S1"` draws S1's series, not S1''s (a substring match put S1' lines in S1's panel)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from testbed.reproduce.seeds import Panel, _draw_panel
+
+    curve = pd.DataFrame({"series": ["S1 DDL persistence"] * 3 + ["S1' DDL persistence"] * 3,
+                          "time": [0, 1, 2] * 2, "buffered": [1, 2, 3, 10, 20, 30]})
+    fig, ax = plt.subplots()
+    rows = []
+    _draw_panel(ax, Panel(y="buffered", only="S1"), [curve], rows)
+    assert [line.get_label() for line in ax.get_lines()] == ["DDL persistence (n=1)"]
+    assert [r.series.iloc[0] for r in rows] == ["S1 DDL persistence"]
+    plt.close(fig)
+
+
+def test_the_report_names_the_commit_the_runs_ran_on(tmp_path):
+    from testbed.reproduce import analyze, get_experiment
+
+    runs = {3: _fig3_runs(tmp_path / "s3")}
+    for _, d in runs[3]:
+        (Path(d) / "reproduce.json").write_text(json.dumps({"seconds": 1.0, "commit": "abc1234"}))
+    assert analyze(get_experiment("fig-adacomp-3"), runs, tmp_path / "f", "ci", say=lambda s: None)["commit"] == "abc1234"

@@ -174,7 +174,8 @@ def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, 
                            f"{(r.stderr or r.stdout)[-1500:]}")
     seconds = time.time() - t0
     (run_dir / "reproduce.json").write_text(json.dumps({"experiment": exp.name, "series": s.label, "scale": scale,
-                                                        "seed": seed, "digest": _digest(data), "seconds": seconds}))
+                                                        "seed": seed, "digest": _digest(data), "seconds": seconds,
+                                                        "commit": _commit()}))
     summary = json.loads((run_dir / "summary.json").read_text())
     say(f"{exp.name} [{s.label}, seed {seed}]: {summary.get('status')} ({summary.get('reason')}) in {seconds:.0f} s, "
         f"best accuracy {summary.get('best_accuracy')}")
@@ -217,6 +218,20 @@ def _commit() -> str:
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     return (head or "unknown") + ("+changes" if dirty else "")
+
+
+def _runs_commit(runs: dict[int, list[tuple[Series, Path]]]) -> str:
+    """The commit(s) the runs ran on (as each recorded it), else the one analysing them now."""
+    seen = set()
+    for pairs in runs.values():
+        for _, d in pairs:
+            try:
+                seen.add(json.loads((Path(d) / "reproduce.json").read_text()).get("commit") or "")
+            except (OSError, ValueError):
+                seen.add("")
+    if not seen or "" in seen:
+        return f"{_commit()} (at analysis: not every run recorded its own)"
+    return ", ".join(sorted(seen))
 
 
 def _run_seconds(runs: dict[int, list[tuple[Series, Path]]]) -> float:
@@ -269,7 +284,7 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     ] + [f"verdict: {verdict}"]
     report = {
         "experiment": exp.name, "paper": exp.paper, "title": exp.title, "claim": exp.claim, "expect": exp.expect,
-        "scale": scale, "date": time.strftime("%Y-%m-%d"), "commit": _commit(),
+        "scale": scale, "date": time.strftime("%Y-%m-%d"), "commit": _runs_commit(by_seed),
         "machine": f"{platform.machine()}, {meta.get('host', {}).get('cpus', '?')} CPUs, runtime {meta.get('runtime')}",
         "command": f"make {exp.name} SCALE={scale} SEEDS={len(per_seed)}",
         "seeds": [k for k in per_seed], "minutes": round(_run_seconds(by_seed) / 60, 1),

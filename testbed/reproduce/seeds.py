@@ -13,7 +13,7 @@ import pandas as pd
 @dataclass(frozen=True)
 class Panel:
     """One panel of an experiment's band figure: y against x from the seeds' curves (NAME.csv),
-    for the series whose label contains `only` (all when empty)."""
+    for the series whose label has `only` as one of its words (all when empty): "S1" is not "S1'"."""
 
     x: str = "time"
     y: str = "accuracy"
@@ -122,14 +122,14 @@ def _seed_curves(per_seed: dict) -> list[pd.DataFrame]:
 
 def _draw_panel(ax, panel, curves: list[pd.DataFrame], band_rows: list[pd.DataFrame]) -> None:
     series = list(dict.fromkeys(s for c in curves for s in c.get("series", pd.Series(dtype=str)).unique()
-                                if panel.only in str(s)))
+                                if not panel.only or panel.only in str(s).split()))
     for name in series:
         per = [c[c.series == name].assign(**{panel.x: lambda d: d[panel.x] * panel.x_factor}) for c in curves]
         per = [p for p in per if len(p) and panel.x in p and panel.y in p]
         if not per:
             continue
         grid, mean, low, high = _band(per, panel.x, panel.y, panel.xscale == "log")
-        label = name.replace(panel.only, "").strip() if panel.only else name
+        label = " ".join(w for w in str(name).split() if w != panel.only) if panel.only else name
         line, = ax.plot(grid, mean, label=f"{label} (n={len(per)})")
         ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, lw=0)
         band_rows.append(pd.DataFrame({"panel": panel.title or panel.only or panel.y, "series": name, "x": grid,
