@@ -23,7 +23,7 @@ from functools import lru_cache
 from typing import Optional, Protocol
 
 
-class LinkShape(Protocol):
+class DirectionShape(Protocol):
     """What one direction of a link asks for (the scenario's `Direction`): the kernel layer
     reads these four properties and imports nothing of the scenario."""
     rate: Optional[float]  # bit/s; None = unshaped
@@ -144,7 +144,7 @@ def htb_burst(rate_bps: float) -> int:
     return max(2 * (MTU + 14), int(rate_bps / 8 * 0.001))
 
 
-def plan_direction(d: LinkShape, caps: KernelCaps, peers=()) -> DirectionPlan:
+def plan_direction(d: DirectionShape, caps: KernelCaps, peers=()) -> DirectionPlan:
     plan = DirectionPlan(peers=plan_peers(peers, caps))
     if d.rate is not None:
         plan.rate_bps = float(d.rate)
