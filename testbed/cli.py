@@ -20,10 +20,14 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _load(path: Path):
+def _load(path: Path, trace_dirs: list[Path]):
     from testbed.plan import load_scenario
 
-    return _checked(lambda: load_scenario(path))
+    return _checked(lambda: load_scenario(path, trace_dirs))
+
+
+_TRACE_DIRS = typer.Option([], "--trace-dir", help="also read link and rate traces from this folder "
+                                                   "(default: the scenario file's folder only), repeatable")
 
 
 def _checked(make):
@@ -42,9 +46,10 @@ def _checked(make):
 
 
 @app.command()
-def validate(scenario: Path = typer.Argument(..., help="scenario YAML file")) -> None:
+def validate(scenario: Path = typer.Argument(..., help="scenario YAML file"),
+             trace_dir: list[Path] = _TRACE_DIRS) -> None:
     """Check a scenario file; errors name the field."""
-    sc = _load(scenario)
+    sc = _load(scenario, trace_dir)
     typer.echo(f"ok: {sc.name}: {sc.n_workers} workers, algorithm {sc.algorithm.name}, "
                f"model {sc.workload.model}, dataset {sc.workload.dataset}, runtime {sc.runtime}")
 
@@ -57,7 +62,8 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        algorithm: Optional[str] = typer.Option(None, "--algorithm", help="run another algorithm (its params: --param)"),
        param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable"),
        verify_links: bool = typer.Option(False, "--verify-links", help="measure each worker's link (rate, RTT) "
-                                                                      "after bring-up: RUN/link_check.csv")) -> None:
+                                                                      "after bring-up: RUN/link_check.csv"),
+       trace_dir: list[Path] = _TRACE_DIRS) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
@@ -65,7 +71,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     from testbed.run.runner import EXIT_STOPPED, default_run_dir, run
     from testbed.runtimes import RuntimeUnavailable
 
-    sc = _load(scenario)
+    sc = _load(scenario, trace_dir)
     data = sc.model_dump(mode="json", exclude_none=True)
     if runtime is not None:
         data["runtime"] = runtime

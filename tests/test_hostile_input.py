@@ -106,3 +106,52 @@ def test_an_unsorted_mahimahi_trace_is_counted_per_second(tmp_path):
     t = tmp_path / "lte.up"
     t.write_text("2500\n10\n1200\n20\n")
     assert read_link_trace(t) == [(0.0, 24000.0, None), (1.0, 12000.0, None), (2.0, 12000.0, None)]
+
+
+def _scenario_with_traces(folder, link_trace: str, rate_trace: str):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "s.yaml"
+    path.write_text(f"name: s\nruntime: netns\nworkers: [{{count: 1}}]\n"
+                    f"streaming: {{rates: [{{trace: {rate_trace}}}]}}\n"
+                    f"events:\n  - {{at: 1, target: w0, action: link, trace: {link_trace}}}\n")
+    return path
+
+
+def test_traces_are_read_from_the_scenarios_folder_only(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "link.csv").write_text("0,1mbit\n")
+    (tmp_path / "mine" / "traces").mkdir(parents=True)
+    (tmp_path / "mine" / "traces" / "rate.csv").write_text("time,rate\n0,10\n")
+    (tmp_path / "mine" / "link-alias.csv").symlink_to(tmp_path / "elsewhere" / "link.csv")
+    for link in ("../elsewhere/link.csv", str(tmp_path / "elsewhere" / "link.csv"), "link-alias.csv", "/etc/passwd"):
+        line = only_line(_scenario_with_traces(tmp_path / "mine", link, "traces/rate.csv"))
+        assert line.startswith("events[0].trace: ") and "is outside the scenario's folder" in line, line
+        assert "--trace-dir" in line and "root:" not in line
+    line = only_line(_scenario_with_traces(tmp_path / "mine", "traces/rate.csv", "/etc/hostname"))
+    assert line.startswith("streaming.rates[0].trace: ") and "outside" in line
+
+
+def test_a_trace_dir_lets_a_scenario_read_traces_from_another_folder(tmp_path):
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "link.csv").write_text("0,1mbit\n5,2mbit\n")
+    (tmp_path / "shared" / "rate.csv").write_text("time,rate\n0,10\n")
+    path = _scenario_with_traces(tmp_path / "mine", "../shared/link.csv", str(tmp_path / "shared" / "rate.csv"))
+    sc = load_scenario(path, trace_dirs=[tmp_path / "shared"])
+    assert sc.events[0].trace == str((tmp_path / "shared" / "link.csv").resolve())
+    assert sc.streaming.rates[0] == {"trace": str(tmp_path / "shared" / "rate.csv")}
+
+
+def test_validate_names_the_trace_field_and_takes_a_trace_dir(tmp_path):
+    from typer.testing import CliRunner
+
+    from testbed.cli import app
+
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "link.csv").write_text("0,1mbit\n")
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "rate.csv").write_text("time,rate\n0,10\n")
+    path = _scenario_with_traces(tmp_path / "mine", "../shared/link.csv", "rate.csv")
+    refused = CliRunner().invoke(app, ["validate", str(path)])
+    assert refused.exit_code == 2 and "error: events[0].trace: " in refused.output and "outside" in refused.output
+    ok = CliRunner().invoke(app, ["validate", str(path), "--trace-dir", str(tmp_path / "shared")])
+    assert ok.exit_code == 0 and ok.output.startswith("ok: s: 1 workers"), ok.output

@@ -7,7 +7,7 @@ what only a plan can tell (do the sites' subnets fit, is the WAN connected)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Sequence, Union
 
 from testbed.plan.topology import topology_problems
 from testbed.scenario.schema import Scenario, ScenarioError, read_scenario_file, validate_schema
@@ -21,5 +21,6 @@ def parse_scenario(data: Any) -> Scenario:
     return sc
 
 
-def load_scenario(path: Union[str, Path]) -> Scenario:
-    return parse_scenario(read_scenario_file(path))
+def load_scenario(path: Union[str, Path], trace_dirs: Sequence[Union[str, Path]] = ()) -> Scenario:
+    """A scenario file, validated and planned; its traces are read from its folder or `trace_dirs`."""
+    return parse_scenario(read_scenario_file(path, trace_dirs))

@@ -167,8 +167,9 @@ def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, 
     t0 = time.time()
     from testbed.run.runner import EXIT_STOPPED
 
-    r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario_file), "--out", str(run_dir), "-q"],
-                       cwd=REPO, capture_output=True, text=True)
+    # the series' copy names the base scenario's traces, in the base's folder
+    r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario_file), "--out", str(run_dir), "-q",
+                        "--trace-dir", str(exp.scenario_path(scale).parent)], cwd=REPO, capture_output=True, text=True)
     if r.returncode not in (0, EXIT_STOPPED) or not (run_dir / "summary.json").exists():  # a stopped run is data
         raise RuntimeError(f"{exp.name} [{s.label}, seed {seed}]: edgebed up failed ({r.returncode}): "
                            f"{(r.stderr or r.stdout)[-1500:]}")

@@ -9,9 +9,10 @@ every problem is reported as `ScenarioError` with lines like
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Literal, Optional, Sequence, Union
 
 import yaml
 from pydantic import Field, ValidationError, field_validator, model_validator
@@ -739,8 +740,11 @@ def validate_schema(data: Any) -> Scenario:
     return sc
 
 
-def read_scenario_file(path: Union[str, Path]) -> Any:
-    """A scenario file's fields, its relative trace paths taken from the file's folder."""
+def read_scenario_file(path: Union[str, Path], trace_dirs: Sequence[Union[str, Path]] = ()) -> Any:
+    """A scenario file's fields, its relative trace paths taken from the file's folder.
+
+    Traces are read from that folder and its subfolders only, or from `trace_dirs`: a scenario
+    handed over by someone else cannot make edgebed open any file on the host."""
     p = Path(path)
     if not p.is_file():
         raise ScenarioError([f"{p}: no such scenario file"])
@@ -748,7 +752,39 @@ def read_scenario_file(path: Union[str, Path]) -> Any:
         data = load_yaml_file(p)
     except LoadError as e:
         raise ScenarioError([f"{p}: {e}"]) from None
-    return _resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent)
+    data = _resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent)
+    outside = traces_outside(data, [p.parent, *map(Path, trace_dirs)])
+    if outside:
+        raise ScenarioError(outside)
+    return data
+
+
+def traces_outside(data: Any, roots: Sequence[Path]) -> list[str]:
+    """A line per trace path (streaming rates, events) that resolves outside every root folder
+    (symbolic links followed), naming the field."""
+    folders = [Path(os.path.realpath(r)) for r in roots]
+    lines = []
+    for field, trace in _trace_fields(data):
+        real = Path(os.path.realpath(trace))
+        if not any(real == f or f in real.parents for f in folders):
+            lines.append(f"{field}: {excerpt(trace)} is outside the scenario's folder ({excerpt(str(roots[0]))}); "
+                         "traces are read from there only (edgebed up/validate --trace-dir DIR allows another)")
+    return lines
+
+
+def _trace_fields(data: Any) -> list[tuple[str, str]]:
+    """(field, path) of every trace a scenario's raw fields name."""
+    out = []
+    st = data.get("streaming") if isinstance(data, dict) else None
+    rates = st.get("rates") if isinstance(st, dict) else None
+    for i, r in (enumerate(rates) if isinstance(rates, list) else [(None, rates)]):
+        if isinstance(r, dict) and isinstance(r.get("trace"), str) and r["trace"].strip():
+            out.append((f"streaming.rates{'' if i is None else f'[{i}]'}.trace", r["trace"]))
+    events = data.get("events") if isinstance(data, dict) else None
+    for i, ev in enumerate(events if isinstance(events, list) else []):
+        if isinstance(ev, dict) and isinstance(ev.get("trace"), str) and ev["trace"].strip():
+            out.append((f"events[{i}].trace", ev["trace"]))
+    return out
 
 
 def _resolve_trace_paths(data: Any, base: Path) -> Any:
