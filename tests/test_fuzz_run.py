@@ -1,5 +1,6 @@
 """A live run survives a node that sends garbage: random bytes, random ZeroMQ messages and
-mutated edgebed messages to the PS, from inside a worker's own namespace, for a bounded time."""
+mutated edgebed messages to the PS or to a peer's inbox, from inside a worker's own namespace,
+for a bounded time."""
 import json
 import subprocess
 import sys
@@ -17,17 +18,17 @@ import zmq
 sys.path.insert(0, os.environ["EDGEBED_REPO"])
 from testbed.node.wire import Message, encode
 import torch
-ps, seconds = sys.argv[1], float(sys.argv[2])
+ps, seconds, port, kind = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 rng = random.Random(7)
 ctx = zmq.Context()
-good = [bytes(f) for f in encode(Message("push", {"w": torch.ones(4)}, {"base_version": 0}))]
+good = [bytes(f) for f in encode(Message(kind, {"w": torch.ones(4)}, {"base_version": 0, "step": 1}))]
 sent = 0
 deadline = time.monotonic() + seconds
 while time.monotonic() < deadline:
     kind = sent % 3
     if kind == 0:  # raw bytes on a TCP connection: not even ZMTP
         try:
-            with socket.create_connection((ps, 5555), timeout=1) as s:
+            with socket.create_connection((ps, port), timeout=1) as s:
                 s.sendall(bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 300))))
         except OSError:
             pass
@@ -35,7 +36,7 @@ while time.monotonic() < deadline:
         d = ctx.socket(zmq.DEALER)
         if kind == 1:
             d.setsockopt(zmq.IDENTITY, rng.choice([b"w99", b"intruder"]))  # not a node: taking over one is not fuzzing
-        d.connect(f"tcp://{ps}:5555")
+        d.connect(f"tcp://{ps}:{port}")
         frames = [bytearray(f) for f in good]
         for _ in range(rng.randrange(1, 8)):
             f = frames[rng.randrange(len(frames))]
@@ -48,10 +49,14 @@ print(sent)
 '''
 
 
-def test_a_run_completes_while_a_node_sends_garbage_to_the_ps(tmp_path):
+@pytest.mark.parametrize("receiver,algorithm,port,kind", [
+    ("ps", "asgd", 5555, "push"),
+    ("w1", "gaia", 5556, "grad"),  # a decentralized peer's inbox (its coordinator is the "ps" node)
+])
+def test_a_run_completes_while_a_node_sends_garbage(tmp_path, receiver, algorithm, port, kind):
     scenario = {"name": "fuzz", "seed": 1, "runtime": "netns",
                 "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 20},
-                "stop": {"seconds": 30}, "algorithm": {"name": "asgd"},
+                "stop": {"seconds": 30}, "algorithm": {"name": algorithm},
                 "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}}, "workers": [{"count": 3, "profile": "edge"}]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
     run_dir = tmp_path / "run"
@@ -62,8 +67,8 @@ def test_a_run_completes_while_a_node_sends_garbage_to_the_ps(tmp_path):
         assert p.poll() is None and time.time() < deadline, "training did not start"
         time.sleep(0.2)
     meta = json.loads((run_dir / "meta.json").read_text())
-    ps, netns = meta["nodes"]["ps"]["address"], meta["nodes"]["w0"]["netns"]
-    fuzz = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", FUZZER, ps, "12"],
+    target, netns = meta["nodes"][receiver]["address"], meta["nodes"]["w0"]["netns"]
+    fuzz = subprocess.run(["ip", "netns", "exec", netns, sys.executable, "-c", FUZZER, target, "12", str(port), kind],
                           capture_output=True, text=True, timeout=120, env={"EDGEBED_REPO": str(REPO), "PATH": "/usr/bin:/bin"})
     assert fuzz.returncode == 0, fuzz.stderr[-2000:]
     assert int(fuzz.stdout) > 100

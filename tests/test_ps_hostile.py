@@ -78,3 +78,24 @@ def _port_free():
         pytest.skip("port 5555 on loopback is taken")
     finally:
         s.close(linger=0)
+
+
+def test_the_coordinator_reports_each_inbox_drops_and_ignores_a_bad_count(tmp_path):
+    from testbed.node.roles.coordinator import Coordinator
+
+    sc = parse_scenario({"runtime": "netns", "workload": {"model": "mlp", "dataset": "synthetic_cifar:100"},
+                         "algorithm": {"name": "gaia"}, "workers": [{"count": 2}], "stop": {"steps": 10}})
+    cfg = RoleConfig(node="ps", role="ps", rank=-1, run_dir=str(tmp_path), t0=time.time(),
+                     scenario=sc.model_dump(mode="json"), ps_address="127.0.0.1", threads=1, workers=["w0", "w1"])
+    co = Coordinator(cfg, threading.Event())
+    try:
+        co.ep.dropped["unknown sender"] = 2
+        co.handle("w1", Message("progress", meta={"step": 5, "dropped": {"malformed": 7}}))
+        co.handle("w0", Message("progress", meta={"step": 5, "dropped": {"malformed": "many"}}))  # not a count
+        co.handle("w0", Message("progress", meta={"step": 6, "dropped": {f"r{i}": 1 for i in range(100)}}))
+        co.handle("w1", Message("bye", meta={"step": 9, "dropped": {"malformed": 9, "unknown sender": 1}}))
+        assert co.report()["messages_dropped"] == {"unknown sender": 2, "w1 inbox: malformed": 9,
+                                                   "w1 inbox: unknown sender": 1}
+    finally:
+        co.ep.close()
+        co.zctx.term()

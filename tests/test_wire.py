@@ -434,7 +434,7 @@ def test_a_router_endpoint_drops_what_it_cannot_trust_and_keeps_listening():
     router = ctx.socket(zmq.ROUTER)
     router.bind("inproc://ps")
     ep = Endpoint(router, DelaySpec(), router=True)
-    ep.senders = {"w0"}
+    ep.senders = {"w0": ""}  # inproc: no address to check
 
     def dealer(identity):
         s = ctx.socket(zmq.DEALER)
@@ -457,5 +457,46 @@ def test_a_router_endpoint_drops_what_it_cannot_trust_and_keeps_listening():
     assert ep.dropped.get("unnamed sender", 0) + ep.dropped.get("unknown sender", 0) == 2
     assert ep.dropped["malformed"] == 3
     for s in (anonymous, stranger, w0, router):
+        s.close(linger=0)
+    ctx.term()
+
+
+def test_a_router_endpoint_hears_a_node_only_from_its_own_address():
+    """A node that takes another's name (w1, from w0's address) is dropped; the real one is heard."""
+    import time
+
+    import zmq
+
+    from testbed.node.transport import DelaySpec, Endpoint, known_senders
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.ROUTER_HANDOVER, 1)  # as ps_endpoint: the real node takes its name back
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    ep = Endpoint(router, DelaySpec(), router=True)
+    ep.senders = known_senders(["w0", "w1", "eval"], {"w0": "127.0.0.2", "w1": "127.0.0.3"})
+    assert ep.senders == {"w0": "127.0.0.2", "w1": "127.0.0.3", "eval": ""}
+
+    def dealer(identity, source):
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.IDENTITY, identity)
+        s.connect(f"tcp://{source}:0;127.0.0.1:{port}")  # the connection's source address
+        return s
+
+    impostor = dealer(b"w1", "127.0.0.2")
+    impostor.send_multipart(encode(Message("push", meta={"by": "impostor"})))
+    got, deadline = [], time.monotonic() + 3
+    while not ep.dropped and time.monotonic() < deadline:
+        got += ep.recv(0.1)
+    # (while both stay connected they take the name from each other: handover, which a restarted
+    # node needs, lets an impostor disturb a node it cannot speak for; SECURITY.md says so)
+    impostor.close(linger=0)
+    w1 = dealer(b"w1", "127.0.0.3")
+    w1.send_multipart(encode(Message("push", meta={"by": "w1"})))
+    while not got and time.monotonic() < deadline:
+        got += ep.recv(0.1)
+    assert [(sender, msg.meta["by"]) for sender, msg, _ in got] == [("w1", "w1")]
+    assert ep.dropped == {"sender at another address": 1}
+    for s in (w1, router):
         s.close(linger=0)
     ctx.term()

@@ -53,6 +53,7 @@ class DataInjection:
         self.quota = max(1, round(self.alpha * self.beta * n * own_batch))
         self.backlog = 4 * self.quota
         self.inbox = transport.peer_inbox(zctx, cfg.node, cfg.delay, seed=seed)
+        self.inbox.senders = transport.known_senders(cfg.peers, cfg.addresses)
         self.outbox = {p: transport.peer_outbox(zctx, info["address"], cfg.node, cfg.delay)
                        for p, info in cfg.peers.items()}
         self.links = metrics.open_table(Path(cfg.run_dir), "peers.csv")

@@ -113,9 +113,10 @@ class Endpoint:
         self.bytes_sent = 0
         self.bytes_received = 0
         # Messages dropped unread, by reason: any node may send anything, and nothing it sends
-        # may end the receiver. `senders`, when set, are the only identities heard.
+        # may end the receiver. `senders`, when set, are the only identities heard, each from the
+        # address the plan gave it (known_senders): a node cannot speak as another.
         self.dropped: dict[str, int] = {}
-        self.senders: Optional[set[str]] = None
+        self.senders: Optional[dict[str, str]] = None
 
     def send(self, msg: wire.Message, to: Optional[str] = None) -> int:
         self.delay.refresh()
@@ -152,9 +153,12 @@ class Endpoint:
                 sender = bytes(frames[0].buffer).decode()
             except UnicodeDecodeError:
                 return self._drop("unnamed sender")  # a socket with no identity, not one of the run's
+            if self.senders is not None:
+                if sender not in self.senders:
+                    return self._drop("unknown sender")
+                if self.senders[sender] and frames[0].get("Peer-Address") != self.senders[sender]:
+                    return self._drop("sender at another address")
             frames = frames[1:]
-            if self.senders is not None and sender not in self.senders:
-                return self._drop("unknown sender")
         try:
             msg = wire.decode(frames)
             up, upj = float(msg.meta.pop("_up", 0.0)), float(msg.meta.pop("_upj", 0.0))
@@ -196,6 +200,12 @@ class Endpoint:
 
     def close(self) -> None:
         self.sock.close(linger=0)
+
+
+def known_senders(names, addresses: dict[str, str]) -> dict[str, str]:
+    """The identities a receiver hears, each with the address it must connect from ("" where the
+    plan gives none: any)."""
+    return {n: addresses.get(n, "") for n in names}
 
 
 # Messages a ROUTER queues per sender before it stops reading from that sender's connection:

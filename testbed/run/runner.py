@@ -283,7 +283,8 @@ class Run:
                          delay=_delay_for(node, self.node_meta, spec, not self.runtime.caps.netem,
                                           control=delay_control_file(self.run_dir, node.name)),
                          workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
-                         target=role_target(node.role, self.decentralized))
+                         target=role_target(node.role, self.decentralized),
+                         addresses={n.name: n.address for n in spec.nodes})
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
 
     def tear_down(self) -> dict:

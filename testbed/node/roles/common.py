@@ -39,6 +39,8 @@ class RoleConfig:
     stream: dict = field(default_factory=dict)
     # What runs the role, `module:function` (testbed.node.roles.role_target): the algorithm picks it.
     target: str = ""
+    # Every node of the run -> its address: receivers hear a node only from its own address.
+    addresses: dict = field(default_factory=dict)
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)

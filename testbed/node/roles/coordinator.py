@@ -30,12 +30,13 @@ class Coordinator(ServingRole):
         self.initial = params_of(model)
         self.zctx = zmq.Context()
         self.ep = transport.ps_endpoint(self.zctx, cfg.ps_address, cfg.delay, seed=sc.seed, max_frame=1 << 20)
-        self.ep.senders = set(cfg.workers) | {"eval"}
+        self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
         self.feed = EvalFeed(self.ep)
         self.workers = set(cfg.workers)
         self.joined: set[str] = set()
         self.left: set[str] = set()
         self.steps = {w: 0 for w in self.workers}
+        self.inbox_drops: dict[str, dict[str, int]] = {}  # each worker's inbox, as it last said
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
         self.fed: tuple[dict, dict] = ({}, {})  # the replica steps and the meta of the last feed
         self.started = False
@@ -66,7 +67,21 @@ class Coordinator(ServingRole):
         return {"version": max(self.steps.values()) if self.steps else 0, "updates_received": sum(self.steps.values()),
                 "stop_reason": self.reason, "decentralized": True, "ingress_payload_bytes": 0,
                 "transport_bytes_sent": self.ep.bytes_sent, "transport_bytes_received": self.ep.bytes_received,
-                "workers_joined": sorted(self.joined), "messages_dropped": dict(self.ep.dropped)}
+                "workers_joined": sorted(self.joined), "messages_dropped": self.dropped()}
+
+    def dropped(self) -> dict[str, int]:
+        """What the coordinator dropped, and what each worker's inbox did ("w1 inbox: malformed")."""
+        out = dict(self.ep.dropped)
+        for worker, counts in sorted(self.inbox_drops.items()):
+            out.update({f"{worker} inbox: {reason}": n for reason, n in counts.items()})
+        return out
+
+    def note_inbox_drops(self, sender: str, meta: dict) -> None:
+        """A worker's own count of what its inbox dropped (cumulative), if it is well formed."""
+        counts = meta.get("dropped")
+        if isinstance(counts, dict) and len(counts) <= 8 and all(
+                isinstance(k, str) and len(k) <= 40 and type(v) is int and v >= 0 for k, v in counts.items()):
+            self.inbox_drops[sender] = counts
 
     def mean_step(self) -> float:
         return sum(self.steps.values()) / len(self.steps)
@@ -87,11 +102,13 @@ class Coordinator(ServingRole):
             self.on_hello(sender)
         elif msg.kind == "progress":
             self.steps[sender] = int(msg.meta["step"])
+            self.note_inbox_drops(sender, msg.meta)
             self.maybe_snapshot()
         elif msg.kind == "bye":
             self.left.add(sender)
             if "step" in msg.meta:
                 self.steps[sender] = int(msg.meta["step"])
+            self.note_inbox_drops(sender, msg.meta)
         elif msg.kind == "eval_ready":
             self.feed.on_ready()
         elif msg.kind == "target_reached":

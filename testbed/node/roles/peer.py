@@ -53,7 +53,7 @@ class PeerWorker:
         self.ctl = transport.node_endpoint(self.zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)
         self.inbox = transport.peer_inbox(self.zctx, cfg.node, cfg.delay, seed=sc.seed,
                                           max_frame=frame_limit(self.data.model))
-        self.inbox.senders = set(cfg.peers)
+        self.inbox.senders = transport.known_senders(cfg.peers, cfg.addresses)
         self.outbox = {p: transport.peer_outbox(self.zctx, info["address"], cfg.node, cfg.delay)
                        for p, info in cfg.peers.items()}
         self.log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
@@ -118,7 +118,8 @@ class PeerWorker:
         if self.replicas.due(step, cfg.now()):  # before the progress message: the coordinator may read it
             write_replica(cfg.run_dir, cfg.node, self.params, step)
         if step % self.sc.workload.eval_interval == 0:
-            self.ctl.send(Message("progress", meta={"step": step, "loss": self.loss_avg}))
+            self.ctl.send(Message("progress", meta={"step": step, "loss": self.loss_avg,
+                                                    "dropped": dict(self.inbox.dropped)}))
 
     def compute(self, size: int) -> tuple[float, dict, int]:
         """(loss, gradients on the CPU, batch size) of one batch of `size`."""
@@ -212,7 +213,7 @@ class PeerWorker:
             except zmq.ZMQError:
                 pass
         try:
-            self.ctl.send(Message("bye", meta={"step": self.ctx.step}))
+            self.ctl.send(Message("bye", meta={"step": self.ctx.step, "dropped": dict(self.inbox.dropped)}))
             time.sleep(0.05)
         except zmq.ZMQError:
             pass

@@ -58,7 +58,7 @@ class ParameterServer(ServingRole):
         self.zctx = zmq.Context()
         self.ep = transport.ps_endpoint(self.zctx, cfg.ps_address, cfg.delay, seed=sc.seed,
                                         max_frame=frame_limit(model))
-        self.ep.senders = set(cfg.workers) | {"eval"}
+        self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
         self.log = metrics.open_table(Path(cfg.run_dir), "server.csv")
         self.events = metrics.open_table(Path(cfg.run_dir), "events.csv")
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
