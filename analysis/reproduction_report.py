@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""REPRODUCTION.md's measured part, from figures/*.json only (what `edgebed reproduce` wrote).
+"""REPRODUCTION.md's measured part, from figures/*.json and figures/SCALE/*.json only (what
+`edgebed reproduce` wrote).
 
     python analysis/reproduction_report.py [FIGURES] [--update REPRODUCTION.md]
 
 Prints one section per experiment: the paper's claim, the effect ci scale must show, our
 numbers (the analysis' lines: mean [min, max] over the seeds, each criterion and its verdict),
 scale, machine, date, commit, command, and the verdict. With --update, replaces the text between
-`<!-- measured:NAME -->` and `<!-- /measured:NAME -->` in the file, and the summary table between
-`<!-- summary -->` and `<!-- /summary -->`, leaving the commentary around them alone; no number
-enters the file any other way.
+`<!-- measured:NAME -->` and `<!-- /measured:NAME -->` in the file (NAME@SCALE for a scale other
+than ci), and the summary table between `<!-- summary -->` and `<!-- /summary -->`, leaving the
+commentary around them alone; no number enters the file any other way.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ def summary(reports: dict) -> str:
     lines = ["| target | verdict | criteria: mean [min, max] over the seeds | seeds | minutes | date |",
              "|---|---|---|---|---|---|"]
     for name, r in reports.items():
+        name = name.replace("@", "` at `")
         if "criteria" not in r:
             lines.append(f"| `{name}` | not rerun: {verdict(r)} by the old check, one run | - | 1 | - | {r['date']} |")
             continue
@@ -73,12 +75,21 @@ def criteria_block() -> str:
     return "\n".join(lines)
 
 
+def read_reports(figures: Path) -> dict[str, dict]:
+    """figures/NAME.json (ci scale) as NAME, and figures/SCALE/NAME.json (another scale, e.g.
+    paper-200) as NAME@SCALE: a marker names one scale's block, and scales never overwrite each other."""
+    reports = {p.stem: json.loads(p.read_text()) for p in sorted(figures.glob("*.json"))}
+    for p in sorted(figures.glob("*/*.json")):
+        reports[f"{p.stem}@{p.parent.name}"] = json.loads(p.read_text())
+    return reports
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("figures", nargs="?", type=Path, default=Path("figures"))
     ap.add_argument("--update", type=Path)
     args = ap.parse_args(argv)
-    reports = {p.stem: json.loads(p.read_text()) for p in sorted(args.figures.glob("*.json"))}
+    reports = read_reports(args.figures)
     if not args.update:
         for name, r in reports.items():
             print(f"## {name}\n\n{section(r)}\n")
