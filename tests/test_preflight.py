@@ -96,14 +96,3 @@ def test_auto_runs_on_netns_and_says_why_when_no_image_can_be_had(monkeypatch):
         runtimes.select_runtime("docker")
     monkeypatch.setattr(images, "image_unavailable", lambda client: None)
     assert runtimes.select_runtime("auto") == "docker"
-
-
-def test_a_second_external_broker_run_on_the_same_subnet_is_refused():
-    data = {"runtime": "netns", "workers": [{"count": 2}], "network": {"subnet": "10.91.0.0/16"},
-            "streaming": {"broker": {"kind": "external", "bootstrap": "10.91.0.1:9092"}}}
-    sc = parse_scenario(data)
-    assert pf.gateway_problems(sc, host_addresses={"127.0.0.1"}) == []
-    assert pf.gateway_problems(sc, host_addresses={"10.91.0.1"}) == [
-        "network.subnet: 10.91.0.1 (its gateway, which an external broker puts on this host) is already on this "
-        "host, maybe another run's: give this run another subnet"]
-    assert pf.gateway_problems(parse_scenario({"runtime": "netns"}), host_addresses={"10.77.0.1"}) == []

@@ -113,38 +113,41 @@ def _host_has_address(address: str) -> bool:
         return any(a.get_attr("IFA_ADDRESS") == address for a in ipr.get_addr(family=2))
 
 
-def test_external_broker_on_the_hosts_gateway_address(tmp_path, clean_host):
-    """kind external: the host gets the run's gateway address; a broker there feeds the devices."""
+def test_external_broker_through_one_relayed_port(tmp_path, clean_host):
+    """kind external: a broker on this host's loopback feeds the devices through a relay of its one
+    port at the run's gateway; the host never gets an address on the run's network."""
     import time
 
     import pandas as pd
 
     tansu = _skip_without_tansu()
+    # A broker the user runs on this host, on loopback only, advertising the run's gateway.
+    broker = subprocess.Popen([tansu, "broker", "--listener-url", "tcp://127.0.0.1:19092",
+                               "--advertised-listener-url", "tcp://10.78.0.1:19092",
+                               "--storage-engine", "memory://tansu/"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": "10.78.0.1:19092",
                                                  "producer_profile": "datacenter"}, "rates": [30, 60]},
                            "10.78.0.0/24")
     run_dir = tmp_path / "run"
-    up = subprocess.Popen(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    broker = None
+    log = tmp_path / "up.log"
+    with open(log, "w") as f:
+        up = subprocess.Popen(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO,
+                              stdout=f, stderr=subprocess.STDOUT, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while not _host_has_address("10.78.0.1") and time.monotonic() < deadline and up.poll() is None:
-            time.sleep(0.1)
-        assert _host_has_address("10.78.0.1"), "the run did not give the host its gateway address"
-        # A broker the user runs on this host, listening on the run's gateway address only.
-        broker = subprocess.Popen([tansu, "broker", "--listener-url", "tcp://10.78.0.1:19092",
-                                   "--advertised-listener-url", "tcp://10.78.0.1:19092",
-                                   "--storage-engine", "memory://tansu/"],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        out, _ = up.communicate(timeout=240)
+        seen_on_host, deadline = False, time.monotonic() + 240
+        while up.poll() is None and time.monotonic() < deadline:
+            seen_on_host = seen_on_host or _host_has_address("10.78.0.1")
+            time.sleep(0.5)
+        out = log.read_text()
     finally:
         if up.poll() is None:
             up.kill()
-        if broker is not None:
-            broker.kill()
-            broker.wait()
+        broker.kill()
+        broker.wait()
     assert up.returncode == 0, out[-3000:]
+    assert not seen_on_host, "the host got the run's gateway address"
+    assert "relaying 10.78.0.1:19092 on the run's network to the external broker at 127.0.0.1:19092" in out
     assert "external broker at 10.78.0.1:19092" in out
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["streaming"]["kind"] == "external" and "broker" not in meta["nodes"]
@@ -153,7 +156,6 @@ def test_external_broker_on_the_hosts_gateway_address(tmp_path, clean_host):
     for node, rate in (("w0", 30), ("w1", 60)):
         b = buf[buf.node == node].sort_values("time")
         assert _arrival_rate(b, b.time.iloc[0] + 4, 1e9) == pytest.approx(rate, rel=0.05), node
-    assert not _host_has_address("10.78.0.1"), "the gateway address outlived the run"
 
 
 def test_external_broker_unreachable_fails_fast(tmp_path, clean_host):
@@ -163,8 +165,8 @@ def test_external_broker_unreachable_fails_fast(tmp_path, clean_host):
     r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(tmp_path / "run")], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1
-    assert "external broker at 10.79.0.1:19092 did not accept connections within 20 s" in r.stdout + r.stderr
-    assert "the streams did not come up" in r.stdout + r.stderr
+    assert ("the streams did not come up: the external broker at 127.0.0.1:19092 (upstream of 10.79.0.1:19092) "
+            "did not accept connections within 20 s") in r.stdout + r.stderr
     assert not _host_has_address("10.79.0.1")
 
 

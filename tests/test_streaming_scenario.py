@@ -33,6 +33,11 @@ def only_line(data) -> str:
     ({"kind": "external", "bootstrap": "h:70000"}, "is not host:port"),
     ({"kind": "external", "bootstrap": "h:9092", "profile": {"cpus": 1}}, "use producer_profile"),
     ({"kind": "tansu", "bootstrap": "h:9092"}, "bootstrap: only for kind external"),
+    ({"kind": "tansu", "upstream": "127.0.0.1:9092"}, "upstream: only for kind external"),
+    ({"kind": "external", "bootstrap": "10.77.0.1:9092", "upstream": "x"}, "upstream: 'x' is not host:port"),
+    ({"kind": "external", "bootstrap": "192.168.1.5:9092"},
+     "bootstrap: the nodes reach an external broker at the run's gateway, 10.77.0.1:9092 (relayed to upstream "
+     "'127.0.0.1:9092'), not at '192.168.1.5'"),
     ({"kind": "tansu", "image": "apache/kafka:3.9.0"}, "image: only for kind kafka"),
     ({"kind": "tansu", "producer_profile": {"cpus": 1}}, "producers run on the broker node"),
     ({"kind": "zookeeper"}, "streaming.broker.kind"),
@@ -76,14 +81,14 @@ def test_kafka_defaults_to_the_official_image_and_makes_a_producer_node():
 def test_cluster_nodes_per_broker_kind():
     tansu = build_cluster(parse_scenario(scenario()), "abcdef")
     assert tansu.broker.name == "broker" and tansu.broker.role == "broker" and tansu.stream_source is tansu.broker
-    assert not tansu.host_gateway and tansu.broker.image is None
+    assert not tansu.relay_gateway and tansu.broker.image is None
     ext = build_cluster(parse_scenario(scenario(broker={"kind": "external", "bootstrap": "10.77.0.1:9092",
                                                         "producer_profile": {"cpus": 0.5}})), "abcdef")
-    assert ext.broker is None and ext.host_gateway
+    assert ext.broker is None and ext.relay_gateway
     assert ext.stream_source.name == "producer" and ext.stream_source.profile.cpus == 0.5
     assert ext.gateway == "10.77.0.1" and "10.77.0.1" not in [n.address for n in ext.nodes]
     plain = build_cluster(parse_scenario({"workers": [{"count": 2}]}), "abcdef")
-    assert plain.broker is None and plain.stream_source is None and not plain.host_gateway
+    assert plain.broker is None and plain.stream_source is None and not plain.relay_gateway
 
 
 def test_trace_paths_are_relative_to_the_scenario_file(tmp_path, monkeypatch):
@@ -114,7 +119,7 @@ def test_compose_file_runs_the_same_kafka_as_kind_kafka():
     compose = yaml.safe_load((REPO / "compose" / "kafka.yml").read_text())
     svc = compose["services"]["kafka"]
     assert svc["image"] == KAFKA_IMAGE
-    assert svc["environment"] == kafka_environment("${EDGEBED_KAFKA_HOST:-10.77.0.1}")
+    assert svc["environment"] == kafka_environment("${EDGEBED_KAFKA_HOST:-10.77.0.1}", listen_host="127.0.0.1")
 
 
 class _Err:
@@ -140,3 +145,11 @@ def test_broker_watch_fails_after_the_grace_unless_alive():
     assert w.failed() == "broker 10.77.0.9:9092 unreachable for 0 s"
     w.alive()  # a delivery: it came back
     assert w.failed() is None
+
+
+def test_an_external_broker_is_reached_from_this_host_at_its_upstream():
+    default = parse_scenario(scenario(broker={"kind": "external", "bootstrap": "10.77.0.1:19092"}))
+    assert default.streaming.broker.upstream == "127.0.0.1:19092"  # the bootstrap's port, on this host
+    other = parse_scenario(scenario(broker={"kind": "external", "bootstrap": "10.77.0.1:9092",
+                                            "upstream": "192.168.1.5:29092"}))
+    assert other.streaming.broker.upstream == "192.168.1.5:29092"

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+import socket
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Optional
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
@@ -61,6 +62,30 @@ def set_sysctl(name: str, key: str, value: str) -> None:
                 f.write(value)
         finally:
             _setns(home)
+    finally:
+        os.close(home)
+
+
+def listening_socket(netns: Optional[str], address: str, port: int) -> socket.socket:
+    """A TCP socket listening on address:port inside netns `name` (None: the caller's own); it
+    stays there whatever thread later accepts on it."""
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+    try:
+        if netns is not None:
+            enter_netns(netns)
+        try:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                sock.bind((address, port))
+                sock.listen(64)
+            except OSError:
+                sock.close()
+                raise
+            return sock
+        finally:
+            if netns is not None:
+                _setns(home)
     finally:
         os.close(home)
 

@@ -66,7 +66,7 @@ class ClusterSpec:
     prefixlen: int
     gateway: str = ""
     nodes: list[Node] = field(default_factory=list)
-    host_gateway: bool = False  # give the host the gateway address on the run's network (external broker)
+    relay_gateway: bool = False  # the gateway address on the run's switch, where the relay to an external broker listens
     topology: Optional[Topology] = None  # sites and WAN links; None: one LAN
 
     def node(self, name: str) -> Node:
@@ -134,7 +134,7 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
         if broker.kind == "kafka":
             add("broker", "kafka", -1, broker.profile, image=broker.image, site_ref=broker.site)
         else:
-            spec.host_gateway = True
+            spec.relay_gateway = True
         add("producer", "producer", -1, broker.producer_profile, site_ref=broker.site)
     for link in sc.links:
         a, b = spec.node(link.between[0]), spec.node(link.between[1])

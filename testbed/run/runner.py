@@ -180,6 +180,7 @@ class Run:
         self.stop_event = None
         self.procs: dict = {}
         self.timeline = None
+        self.relay = None  # an external broker's port, relayed from the run's gateway
         self.live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
 
     def execute(self) -> dict:
@@ -267,6 +268,8 @@ class Run:
             (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
             (self.run_dir / "logs").mkdir(exist_ok=True)
         self.t0 = time.time()  # records count from the moment nodes start
+        if self.stream.get("kind") == "external":
+            self.relay = _relay_external_broker(self.sc, self.runtime, self.say)
         if self.stream:
             _start_streams(self.sc, spec, self.stream, self.start_node, self.procs, self.say)
         for node in [spec.ps, spec.evaluator] + spec.workers:
@@ -297,6 +300,9 @@ class Run:
             self._guarded("the stop event", self.stop_event.set)
         if self.runtime is not None:
             self._guarded("stopping the nodes", lambda: self.runtime.stop_processes(grace=10.0))
+        if self.relay is not None:
+            self._guarded("the broker relay", self.relay.close)
+        if self.runtime is not None:
             if self.spec is not None:
                 self._guarded("the last counters", lambda: _sample(self.runtime, self.spec, self.run_dir, self.t0,
                                                                    self.last_counters))
@@ -399,6 +405,22 @@ def _stream_config(sc: Scenario, spec: ClusterSpec, run_dir: Path) -> dict:
             "rates": {w: s.rates[0] for w, s in zip(workers, schedules)},
             "schedules": {w: {"times": list(s.times), "rates": list(s.rates)} for w, s in zip(workers, schedules)},
             "ready_file": str(run_dir / ".broker-ready")}
+
+
+def _relay_external_broker(sc: Scenario, runtime, say):
+    """The external broker's one port, from the run's gateway to where this host reaches it."""
+    from testbed.data.streaming.broker import wait_for_port
+    from testbed.runtimes.relay import PortRelay
+    from testbed.scenario.schema import split_host_port
+
+    broker = sc.streaming.broker
+    (gateway, port), upstream = split_host_port(broker.bootstrap), split_host_port(broker.upstream)
+    if not wait_for_port(*upstream, 20.0):  # the relay would accept and close: say it here
+        raise RuntimeError(f"the streams did not come up: the external broker at {broker.upstream} (upstream of "
+                           f"{broker.bootstrap}) did not accept connections within 20 s")
+    relay = PortRelay(runtime.gateway_netns(), gateway, port, upstream)
+    say(f"relaying {gateway}:{port} on the run's network to the external broker at {broker.upstream} (that port only)")
+    return relay
 
 
 def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: dict, say) -> None:

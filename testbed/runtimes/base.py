@@ -101,6 +101,11 @@ class Runtime(LiveOps, ABC):
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
+    def gateway_netns(self) -> Optional[str]:
+        """The namespace the run's gateway address is in (where a relay to an external broker
+        listens): the fabric's switch, or None for this host's own (Docker's bridge)."""
+        return self.fabric.gateway_netns if self.fabric is not None else None
+
     def topology_meta(self) -> Optional[dict]:
         return self.fabric.topology_meta() if self.fabric is not None else None
 

@@ -24,7 +24,6 @@ from testbed.scenario.links import Direction, inherit
 BRIDGE = "br0"
 ROUTER_INDEX = 0xD00  # temporary veth names: nodes count from 0, site routers and WAN links from here
 WAN_INDEX = 0xE00
-GATEWAY_INDEX = 0xFFF  # the host's veth to the switch keeps its temporary name: `down` finds it by that
 
 
 def switch_netns(run_id: str, site: Optional[str] = None) -> str:
@@ -45,7 +44,7 @@ class Fabric:
         self.wan_plans: dict[tuple[str, str], DirectionPlan] = {}  # (from site, to site) -> plan
         self.wan_directions: dict[tuple[str, str], Any] = {}  # (from site, to site) -> its Direction now
         self.wan_ifnames: dict[tuple[str, str], str] = {}  # (from site, to site) -> egress ifname in `from`
-        self.host_gateway_ifname: Optional[str] = None
+        self.gateway_netns: Optional[str] = None  # where the run's gateway address is (external broker)
         self.plugged: set[str] = set()  # nodes whose switch-side veth is named after them
         self.node_switch: dict[str, str] = {}  # node -> the switch netns its veth is plugged into
 
@@ -71,8 +70,9 @@ class Fabric:
             s, br = self._make_switch(sw)
             for i, node in enumerate(spec.nodes):
                 plans[node.name] = self._plug(ipr, sw, s, br, i, node, node_netns[node.name], spec.prefixlen)
-            if spec.host_gateway:
-                self._create_host_gateway(ipr, s, br, spec)
+            if spec.relay_gateway:  # on the switch, not on the host: nodes reach one relayed port only
+                s.addr("add", index=br, address=spec.gateway, prefixlen=spec.prefixlen)
+                self.gateway_netns = sw
             return plans
         topo = spec.topology
         switches = {}
@@ -151,21 +151,6 @@ class Fabric:
             self.wan_plans[key], self.wan_directions[key] = new_plan, new_dir
             done.append(f"{src}->{dst}")
         return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
-
-    def _create_host_gateway(self, ipr, s, br: int, spec: ClusterSpec) -> None:
-        """Give this host the run's gateway address on the switch (as Docker's bridge has it), so
-        nodes reach a service on the host, e.g. an external Kafka. No route out is added: the
-        host does not forward for the nodes unless its owner makes it."""
-        a, b = temp_link_name(self.run_id, GATEWAY_INDEX, "x"), temp_link_name(self.run_id, GATEWAY_INDEX, "y")
-        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
-        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=switch_netns(self.run_id))
-        pidx = s.link_lookup(ifname=b)[0]
-        s.link("set", index=pidx, ifname="gw")
-        s.link("set", index=pidx, master=br, state="up")
-        idx = ipr.link_lookup(ifname=a)[0]
-        ipr.addr("add", index=idx, address=spec.gateway, prefixlen=spec.prefixlen)
-        ipr.link("set", index=idx, state="up")
-        self.host_gateway_ifname = a
 
     def _plug(self, ipr, sw: str, s, br: int, i: int, node: Node, netns: str, prefixlen: int,
               gateway: Optional[str] = None) -> tuple[DirectionPlan, DirectionPlan]:

@@ -2,7 +2,6 @@
 bring-up: validation (testbed.scenario) is pure and contacts no engine."""
 from __future__ import annotations
 
-import ipaddress
 import os
 
 from testbed.runtimes.docker import docker_client, nvidia_runtime_available
@@ -51,27 +50,8 @@ def _ranges(cpus: list[int]) -> str:
     return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else ",".join(map(str, cpus))
 
 
-def gateway_problems(sc: Scenario, host_addresses: set[str] | None = None) -> list[str]:
-    """An external broker gives this host the run's gateway address: a second such run on the
-    same subnet would put that address on the host twice."""
-    if sc.streaming is None or sc.streaming.broker.kind != "external":
-        return []
-    gateway = str(next(ipaddress.IPv4Network(sc.network.subnet).hosts()))
-    if gateway in (host_addresses if host_addresses is not None else _host_addresses()):
-        return [f"network.subnet: {gateway} (its gateway, which an external broker puts on this host) is already "
-                f"on this host, maybe another run's: give this run another subnet"]
-    return []
-
-
-def _host_addresses() -> set[str]:
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        return {a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(family=2)}
-
-
 def preflight(sc: Scenario) -> None:
     """Raise ScenarioError, naming each field, when this machine cannot run `sc`."""
-    lines = cpuset_problems(sc) + gateway_problems(sc) + engine_problems(sc)
+    lines = cpuset_problems(sc) + engine_problems(sc)
     if lines:
         raise ScenarioError(lines)

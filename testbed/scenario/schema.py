@@ -282,17 +282,29 @@ KAFKA_IMAGE = "apache/kafka:3.9.0"
 """Apache Kafka's official image (KRaft, single node) for `broker: {kind: kafka}`."""
 
 
+def split_host_port(value: str) -> Optional[tuple[str, int]]:
+    """(host, port) of "host:port", or None when it is not one."""
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "," in value:
+        return None
+    return host, int(port)
+
+
 class BrokerSpec(StrictModel):
     """Where the streams live.
 
     tansu: the embedded Kafka-API broker on a node of its own, producers beside it (ScaDLES' layout);
     kafka: Apache Kafka from its official image on the broker node (docker runtime), producers on a
-    `producer` node; external: a Kafka the user runs (`bootstrap: host:port`, reachable from the
-    run's subnet, e.g. on this host at the run's gateway address), producers on a `producer` node.
+    `producer` node; external: a Kafka the user runs on this host (`upstream`, 127.0.0.1 by
+    default), which the nodes reach at `bootstrap`, the run's gateway address, through a relay of
+    that one port; producers on a `producer` node.
     """
 
     kind: Literal["tansu", "kafka", "external"] = "tansu"
-    bootstrap: Optional[str] = Field(None, description="host:port of an external Kafka (kind: external)")
+    bootstrap: Optional[str] = Field(None, description="gateway:port where the nodes reach an external Kafka "
+                                                       "(kind: external; what the broker advertises)")
+    upstream: Optional[str] = Field(None, description="host:port where this host reaches the external Kafka "
+                                                      "(default 127.0.0.1 and bootstrap's port)")
     image: Optional[str] = Field(None, description=f"Kafka image (kind: kafka; default {KAFKA_IMAGE})")
     profile: Union[str, Profile, None] = None
     producer_profile: Union[str, Profile, None] = Field(
@@ -304,13 +316,17 @@ class BrokerSpec(StrictModel):
         if self.kind == "external":
             if not self.bootstrap:
                 raise ValueError("kind external needs bootstrap: host:port")
-            host, sep, port = self.bootstrap.rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536 or "," in self.bootstrap:
-                raise ValueError(f"bootstrap: {self.bootstrap!r} is not host:port (one broker)")
+            for name in ("bootstrap", "upstream"):
+                value = getattr(self, name)
+                if value is not None and split_host_port(value) is None:
+                    raise ValueError(f"{name}: {excerpt(value)} is not host:port (one broker)")
             if self.profile is not None:
                 raise ValueError("profile: an external broker is not a node of the run (use producer_profile)")
-        elif self.bootstrap is not None:
-            raise ValueError(f"bootstrap: only for kind external (kind {self.kind} runs its own broker)")
+            if self.upstream is None:
+                self.upstream = f"127.0.0.1:{split_host_port(self.bootstrap)[1]}"
+        elif self.bootstrap is not None or self.upstream is not None:
+            field_name = "bootstrap" if self.bootstrap is not None else "upstream"
+            raise ValueError(f"{field_name}: only for kind external (kind {self.kind} runs its own broker)")
         if self.image is not None and self.kind != "kafka":
             raise ValueError(f"image: only for kind kafka, not {self.kind}")
         if self.kind == "kafka" and self.image is None:
@@ -580,6 +596,19 @@ def _errors_to_lines(e: ValidationError) -> list[str]:
     return lines or [str(e)]
 
 
+def _external_broker_problems(sc: Scenario) -> list[str]:
+    """The nodes reach an external broker at the run's gateway address only (the relay's)."""
+    broker = sc.streaming.broker if sc.streaming is not None else None
+    if broker is None or broker.kind != "external":
+        return []
+    gateway = str(next(ipaddress.IPv4Network(sc.network.subnet).hosts()))
+    host, port = split_host_port(broker.bootstrap)
+    if host != gateway:
+        return [f"streaming.broker.bootstrap: the nodes reach an external broker at the run's gateway, "
+                f"{gateway}:{port} (relayed to upstream {excerpt(broker.upstream)}), not at {excerpt(host)}"]
+    return []
+
+
 def _cross_checks(sc: Scenario) -> list[str]:
     lines: list[str] = []
     known = ", ".join(sorted(sc.profiles)) or "none defined"
@@ -588,6 +617,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
         lines.append(f"streaming.rates: {len(sc.streaming.rates)} rates for {sc.n_workers} workers")
     if sc.sites and sc.streaming is not None and sc.streaming.broker.kind != "tansu":
         lines.append(f"streaming.broker.kind: {sc.streaming.broker.kind} with sites is not supported yet (use tansu)")
+    lines += _external_broker_problems(sc)
     for where, ref in refs:
         if isinstance(ref, str) and ref not in sc.profiles:
             lines.append(f"{where}: unknown profile '{ref}' (defined: {known})")

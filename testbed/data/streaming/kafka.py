@@ -13,8 +13,10 @@ CONTROLLER_PORT = 9093
 CLUSTER_ID = "ZWRnZWJlZC1rYWZrYS0wMQ"  # base64url of 16 bytes ("edgebed-kafka-01"), as KRaft wants
 
 
-def kafka_environment(advertised_host: str, port: int = KAFKA_PORT) -> dict[str, str]:
-    """Environment of the apache/kafka image for a single-node KRaft broker at advertised_host:port.
+def kafka_environment(advertised_host: str, port: int = KAFKA_PORT, listen_host: str = "0.0.0.0") -> dict[str, str]:
+    """Environment of the apache/kafka image for a single-node KRaft broker at advertised_host:port,
+    listening on listen_host (a broker node: all its addresses; compose's, beside an external-mode
+    run: this host's loopback, which the run's relay reaches).
 
     One partition and replication factor 1 everywhere (one broker; ScaDLES used one partition
     per topic); no group rebalance delay (edgebed's consumers use assign(), see FACTS.md).
@@ -22,7 +24,7 @@ def kafka_environment(advertised_host: str, port: int = KAFKA_PORT) -> dict[str,
     return {
         "KAFKA_NODE_ID": "1",
         "KAFKA_PROCESS_ROLES": "broker,controller",
-        "KAFKA_LISTENERS": f"PLAINTEXT://0.0.0.0:{port},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}",
+        "KAFKA_LISTENERS": f"PLAINTEXT://{listen_host}:{port},CONTROLLER://127.0.0.1:{CONTROLLER_PORT}",
         "KAFKA_ADVERTISED_LISTENERS": f"PLAINTEXT://{advertised_host}:{port}",
         "KAFKA_LISTENER_SECURITY_PROTOCOL_MAP": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
         "KAFKA_CONTROLLER_LISTENER_NAMES": "CONTROLLER",

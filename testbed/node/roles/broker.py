@@ -28,8 +28,7 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
         wait = 150.0 if cfg.stream["kind"] == "kafka" else 20.0
         if not wait_for_port(address, int(port), wait, stop_event):
             raise BrokerError(f"{cfg.stream['kind']} broker at {bootstrap} did not accept connections within "
-                              f"{wait:.0f} s" + (" (an external broker must be reachable from the run's subnet, "
-                                                  "e.g. on this host at the run's gateway address)"
+                              f"{wait:.0f} s" + (" (the relay at the run's gateway did not answer)"
                                                   if cfg.stream["kind"] == "external" else ""))
     producers = []
     try:
