@@ -66,28 +66,36 @@ def set_sysctl(name: str, key: str, value: str) -> None:
         os.close(home)
 
 
-def listening_socket(netns: Optional[str], address: str, port: int) -> socket.socket:
-    """A TCP socket listening on address:port inside netns `name` (None: the caller's own); it
-    stays there whatever thread later accepts on it."""
+@contextmanager
+def entered_netns(name: Optional[str]) -> Iterator[None]:
+    """The calling thread inside netns `name` (None: where it is) until the block ends: a socket
+    made inside stays in that namespace, whatever thread uses it later."""
+    if name is None:
+        yield
+        return
     home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        if netns is not None:
-            enter_netns(netns)
+        enter_netns(name)
         try:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            try:
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                sock.bind((address, port))
-                sock.listen(64)
-            except OSError:
-                sock.close()
-                raise
-            return sock
+            yield
         finally:
-            if netns is not None:
-                _setns(home)
+            _setns(home)
     finally:
         os.close(home)
+
+
+def listening_socket(netns: Optional[str], address: str, port: int) -> socket.socket:
+    """A TCP socket listening on address:port inside netns `netns` (None: the caller's own)."""
+    with entered_netns(netns):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((address, port))
+            sock.listen(64)
+        except OSError:
+            sock.close()
+            raise
+        return sock
 
 
 @contextmanager
