@@ -144,6 +144,11 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
     w1 = [float(row[0]) for row in rows[1:] if row[1] == "w1"]
     killed = pd.read_csv(run_dir / "events.csv").query("action == 'kill'").time.iloc[0]
     assert len([t for t in w1 if t < killed]) >= 5 and max(w1) < killed + 0.5
+    gaps = sorted(b - a for a, b in zip(w1, w1[1:]))
+    assert killed - max(w1) < 2 * gaps[len(gaps) // 2] + 0.5  # its rows reach the kill, not an earlier flush
+    # they came over the control network: the runner wrote them, whole
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["record_rows"]["received"] >= len(rows) - 1 and summary["record_rows"]["dropped"] == 0
 
 
 def test_bsp_stops_cleanly_when_told_to(tmp_path, clean_host):

@@ -17,14 +17,12 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from pathlib import Path
 
 import torch
 import zmq
 
-from testbed.node import transport
+from testbed.node import channel, transport
 from testbed.node.wire import Message
-from testbed.records import metrics
 
 
 def local_batch(injection, batch_size: int, n_workers: int) -> int:
@@ -56,7 +54,7 @@ class DataInjection:
         self.inbox.senders = transport.known_senders(cfg.peers, cfg.addresses)
         self.outbox = {p: transport.peer_outbox(zctx, info["address"], cfg.node, cfg.delay)
                        for p, info in cfg.peers.items()}
-        self.links = metrics.open_table(Path(cfg.run_dir), "peers.csv")
+        self.links = channel.open_table(cfg, "peers.csv")
         self.queue: deque = deque()  # (x, y) one sample each
         self.t0 = cfg.t0
         self.received_samples = 0

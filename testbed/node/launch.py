@@ -65,7 +65,12 @@ def _role_main(cfg_data: dict, stop) -> None:
     cfg_data = dict(cfg_data)
     cfg_data["delay"] = DelaySpec(**cfg_data["delay"])
     cfg = RoleConfig(**cfg_data)
-    resolve_target(cfg.target)(cfg=cfg, stop_event=stop)
+    try:
+        resolve_target(cfg.target)(cfg=cfg, stop_event=stop)
+    finally:
+        from testbed.node import channel
+
+        channel.flush()  # the role's last records leave before the process exits
 
 
 def _stress_main(load: float, stop) -> None:

@@ -1,9 +1,10 @@
 """The writer side of a run's records (the reader is records.py).
 
-Every node process appends whole lines to shared CSV files opened with O_APPEND and
-written with one write(2) per line: lines from different processes never interleave,
-and each line is on disk (page cache) as soon as it is written, so a crash of any
-process, the runner included, keeps every record up to the crash.
+Whoever writes a table (the runner, for the rows the nodes send it over the control network;
+a docker node, into its mounted run directory) appends whole lines to shared CSV files opened
+with O_APPEND, one write(2) per line: lines from different writers never interleave, and each
+line is on disk (page cache) as soon as it is written, so a crash of any process, the runner
+included, keeps every record up to the crash.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def _fmt(v: Any) -> str:
     return s
 
 
+def format_row(columns: list[str], row: dict[str, Any]) -> bytes:
+    """A record's CSV line, newline included."""
+    return (",".join(_fmt(row.get(c)) for c in columns) + "\n").encode()
+
+
 class CsvLog:
     def __init__(self, path: Path, columns: Iterable[str]):
         self.path = Path(path)
@@ -47,7 +53,10 @@ class CsvLog:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def write(self, **row: Any) -> None:
-        data = (",".join(_fmt(row.get(c)) for c in self.columns) + "\n").encode()
+        self.append(format_row(self.columns, row))
+
+    def append(self, data: bytes) -> None:
+        """One whole line, as format_row makes it (one write: lines never interleave)."""
         written = os.write(self._fd, data)
         if written != len(data):  # a full disk: say so (the rest cannot follow without interleaving)
             raise OSError(errno.ENOSPC, f"{self.path}: wrote {written} of a line's {len(data)} bytes")

@@ -181,6 +181,8 @@ class Run:
         self.procs: dict = {}
         self.timeline = None
         self.relay = None  # an external broker's port, relayed from the run's gateway
+        self.collector = None  # the nodes' records, over the control network
+        self.records_address = ""
         self.live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
 
     def execute(self) -> dict:
@@ -222,6 +224,12 @@ class Run:
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
         self.spec = place(build_cluster(sc, self.run_id))
         self.runtime.create(self.spec)
+        endpoint = self.runtime.records_endpoint()
+        if endpoint is not None:  # before any node starts: the nodes' rows come in here
+            from testbed.run.collector import RecordCollector
+
+            self.collector = RecordCollector(*endpoint, self.run_dir)
+            self.records_address = f"tcp://{endpoint[1]}:{endpoint[2]}"
         self.node_meta = self.runtime.node_meta()
         self.meta = self.describe()
         (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
@@ -277,6 +285,12 @@ class Run:
         self.timeline = _start_timeline(self.sc, self.runtime, spec, self.procs, self.run_dir, self.t0,
                                         self.start_node, self.live, self.say)
 
+    def _close_collector(self) -> None:
+        self.collector.drain()
+        self.collector.close()
+        if self.collector.dropped:
+            self.say(f"records: {self.collector.dropped} malformed row(s) from the nodes dropped")
+
     def start_node(self, node) -> None:
         """Start (or restart) one node's role."""
         sc, spec = self.sc, self.spec
@@ -287,7 +301,7 @@ class Run:
                                           control=delay_control_file(self.run_dir, node.name)),
                          workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
                          target=role_target(node.role, self.decentralized),
-                         addresses={n.name: n.address for n in spec.nodes})
+                         addresses={n.name: n.address for n in spec.nodes}, records=self.records_address)
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
 
     def tear_down(self) -> dict:
@@ -302,6 +316,8 @@ class Run:
             self._guarded("stopping the nodes", lambda: self.runtime.stop_processes(grace=10.0))
         if self.relay is not None:
             self._guarded("the broker relay", self.relay.close)
+        if self.collector is not None:  # the nodes' last rows, before the tables are read
+            self._guarded("the nodes' records", self._close_collector)
         if self.runtime is not None:
             if self.spec is not None:
                 self._guarded("the last counters", lambda: _sample(self.runtime, self.spec, self.run_dir, self.t0,
@@ -338,6 +354,8 @@ class Run:
             summary = {"status": "failed", "reason": f"{self.reason}; records unreadable: {type(e).__name__}: {e}",
                        "run_dir": str(self.run_dir)}
         summary["runtime"] = self.runtime_name
+        if self.collector is not None:  # the nodes' rows that came over the control network
+            summary["record_rows"] = {"received": self.collector.rows, "dropped": self.collector.dropped}
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)
         summary["startup_seconds"] = round(self.t0 - self.t_invoked + first, 3) if first is not None else None

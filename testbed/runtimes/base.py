@@ -101,6 +101,11 @@ class Runtime(LiveOps, ABC):
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
+    def records_endpoint(self) -> Optional[tuple[Optional[str], str, int]]:
+        """(namespace, address, port) where the runner takes the nodes' records off the control
+        network (testbed.run.collector); None where nodes still append to the run directory."""
+        return None
+
     def gateway_netns(self) -> Optional[str]:
         """The namespace the run's gateway address is in (where a relay to an external broker
         listens): the fabric's switch, or None for this host's own (Docker's bridge)."""

@@ -41,6 +41,9 @@ class RoleConfig:
     target: str = ""
     # Every node of the run -> its address: receivers hear a node only from its own address.
     addresses: dict = field(default_factory=dict)
+    # The runner's record collector on the control network ("tcp://ADDRESS:PORT"); "" when the
+    # run has none (docker, for now): records go into run_dir (testbed.node.channel).
+    records: str = ""
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -10,10 +9,9 @@ import torch
 import torch.nn.functional as F
 import zmq
 
-from testbed.node import transport
+from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, load_params, model_and_data, pick_device, setup_torch
 from testbed.node.wire import Message
-from testbed.records import metrics
 
 
 def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 500) -> tuple[float, float]:
@@ -52,7 +50,7 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     y = torch.from_numpy(np.array(ds.test_y[:n])).to(device)
     zctx = zmq.Context()
     ep = transport.node_endpoint(zctx, cfg.ps_address, "eval", cfg.delay, seed=sc.seed)
-    log = metrics.open_table(Path(cfg.run_dir), "eval.csv")
+    log = channel.open_table(cfg, "eval.csv")
     target = sc.stop.target_accuracy
     last: Optional[tuple[int, float, float]] = None  # (version, accuracy, loss) of the last evaluation
     try:

@@ -16,18 +16,16 @@ Protocol:
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Optional
 
 import torch
 import torch.nn.functional as F
 import zmq
 
-from testbed.node import transport
+from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, frame_limit, setup_torch, worker_setup
 from testbed.node.roles.replicas import replica_schedule, write_replica
 from testbed.node.wire import Message
-from testbed.records import metrics
 from testbed.strategies import make_strategy
 from testbed.strategies.peer import PeerContext, PeerInfo, apply_payload
 
@@ -56,8 +54,8 @@ class PeerWorker:
         self.inbox.senders = transport.known_senders(cfg.peers, cfg.addresses)
         self.outbox = {p: transport.peer_outbox(self.zctx, info["address"], cfg.node, cfg.delay)
                        for p, info in cfg.peers.items()}
-        self.log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
-        self.links = metrics.open_table(Path(cfg.run_dir), "peers.csv")
+        self.log = channel.open_table(cfg, "steps.csv")
+        self.links = channel.open_table(cfg, "peers.csv")
         self.replicas = replica_schedule(sc)
         self.latest = {p: 0 for p in self.peers}  # the last step heard from each peer
         self.gone: set[str] = set()

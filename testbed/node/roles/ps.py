@@ -4,17 +4,15 @@ with the model, feeds the evaluator, and keeps track of which workers are still 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 from typing import Optional
 
 import zmq
 
-from testbed.node import transport
+from testbed.node import channel, transport
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
                                        setup_torch)
 from testbed.node.wire import Message
-from testbed.records import metrics
 from testbed.strategies import ServerState, make_strategy
 
 # What handling a malformed message (missing meta keys, tensors of the wrong name or shape) raises
@@ -59,8 +57,8 @@ class ParameterServer(ServingRole):
         self.ep = transport.ps_endpoint(self.zctx, cfg.ps_address, cfg.delay, seed=sc.seed,
                                         max_frame=frame_limit(model))
         self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
-        self.log = metrics.open_table(Path(cfg.run_dir), "server.csv")
-        self.events = metrics.open_table(Path(cfg.run_dir), "events.csv")
+        self.log = channel.open_table(cfg, "server.csv")
+        self.events = channel.open_table(cfg, "events.csv")
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
         self.feed = EvalFeed(self.ep)
         self.members = Membership()

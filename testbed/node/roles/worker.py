@@ -15,10 +15,9 @@ import torch
 import torch.nn.functional as F
 import zmq
 
-from testbed.node import transport
+from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, load_params, setup_torch, worker_setup
 from testbed.node.wire import Message
-from testbed.records import metrics
 from testbed.scenario.schema import Scenario
 from testbed.strategies import WorkerContext, make_strategy
 
@@ -36,8 +35,8 @@ class Worker:
         self.lr = sc.workload.lr
         self.zctx = zmq.Context()
         self.ep = transport.node_endpoint(self.zctx, cfg.ps_address, cfg.node, cfg.delay, seed=sc.seed)
-        self.log = metrics.open_table(Path(cfg.run_dir), "steps.csv")
-        self.stream_log = metrics.open_table(Path(cfg.run_dir), "stream.csv") if self.feeder is not None else None
+        self.log = channel.open_table(cfg, "steps.csv")
+        self.stream_log = channel.open_table(cfg, "stream.csv") if self.feeder is not None else None
         self.inject, self.own_batch = None, sc.workload.batch_size
         if sc.workload.injection is not None:
             from testbed.node.injection import DataInjection, local_batch
@@ -199,7 +198,7 @@ def start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     sched = cfg.stream["schedules"][cfg.node]
     schedule = RateSchedule(sched["times"], sched["rates"])
     buf = StreamBuffer(st.buffer, schedule.rate_at(0.0), cap_samples=st.buffer_cap, sample_bytes_hint=sample_bytes)
-    table = metrics.open_table(Path(cfg.run_dir), "buffer.csv")
+    table = channel.open_table(cfg, "buffer.csv")
     policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
     feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
                           on_snapshot=lambda row: table.write(node=cfg.node, **row), schedule=schedule,

@@ -1,0 +1,67 @@
+"""The run's control network: how nodes reach the runner, apart from the links under study.
+
+Every node gets a second interface, `ctl0`, on a bridge in a namespace of the run's own
+(eb-<run>-ctl), where the runner's collector listens; the node's records travel there
+(testbed.node.channel). It is not shaped and not counted: the emulated links carry training
+traffic only, as a testbed's management network is kept apart from its experiment network.
+Link-local addresses (169.254.0.0/16) never overlap a scenario's subnets (validation refuses
+link-local ones), and each run's control network is its own, so two runs do not collide.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from testbed.kernel.netlink import create_netns, ns_iproute
+from testbed.runtimes.state import RunState, temp_link_name
+
+CONTROL_SUBNET = ipaddress.IPv4Network("169.254.0.0/16")
+RUNNER_ADDRESS = "169.254.0.1"  # the collector, on the control bridge
+RECORDS_PORT = 7000
+CONTROL_INDEX = 0x800  # temporary veth names: data links count from 0, WAN links from 0xD00
+BRIDGE = "ctl"
+
+
+def control_netns(run_id: str) -> str:
+    return f"eb-{run_id}-ctl"
+
+
+class ControlNetwork:
+    def __init__(self, state: RunState):
+        self.state, self.run_id = state, state.run_id
+        self.netns = control_netns(self.run_id)
+        self.addresses: dict[str, str] = {}  # node -> its ctl0 address
+
+    def build(self, ipr, node_netns: dict[str, str]) -> None:
+        """The control bridge, and every node's ctl0 plugged into it."""
+        self.state.netns.append(self.netns)  # recorded first: `down` finds it even if we crash next
+        self.state.save()
+        create_netns(self.netns)
+        hosts = CONTROL_SUBNET.hosts()
+        if str(next(hosts)) != RUNNER_ADDRESS:
+            raise AssertionError("the runner takes the control subnet's first address")
+        with ns_iproute(self.netns) as c:
+            c.link("add", ifname=BRIDGE, kind="bridge")
+            br = c.link_lookup(ifname=BRIDGE)[0]
+            c.addr("add", index=br, address=RUNNER_ADDRESS, prefixlen=CONTROL_SUBNET.prefixlen)
+            c.link("set", index=br, state="up")
+            for i, (node, netns) in enumerate(node_netns.items()):
+                self.addresses[node] = str(next(hosts))
+                self._plug(ipr, c, br, i, netns, self.addresses[node])
+
+    def _plug(self, ipr, c, br: int, i: int, netns: str, address: str) -> None:
+        a, b = temp_link_name(self.run_id, CONTROL_INDEX + i, "x"), temp_link_name(self.run_id, CONTROL_INDEX + i, "y")
+        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
+        ipr.link("set", index=ipr.link_lookup(ifname=a)[0], net_ns_fd=netns)
+        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=self.netns)
+        with ns_iproute(netns) as ns:
+            idx = ns.link_lookup(ifname=a)[0]
+            ns.link("set", index=idx, ifname="ctl0")
+            ns.addr("add", index=idx, address=address, prefixlen=CONTROL_SUBNET.prefixlen)
+            ns.link("set", index=idx, state="up")
+        pidx = c.link_lookup(ifname=b)[0]
+        c.link("set", index=pidx, ifname=f"n{i}")
+        c.link("set", index=pidx, master=br, state="up")
+
+    def records_address(self) -> str:
+        return f"tcp://{RUNNER_ADDRESS}:{RECORDS_PORT}"
