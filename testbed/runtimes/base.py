@@ -58,6 +58,7 @@ class Runtime(LiveOps, ABC):
         self.caps = caps or probe_kernel()
         self.handles: dict[str, NodeHandle] = {}
         self.fabric = None  # the sites' routers and WAN links (runtimes.fabric.Fabric), where the run has them
+        self.control = None  # the nodes' way to the runner (runtimes.control_net.ControlNetwork)
         self.image: Optional[str] = None  # the node image, for runtimes that run one
 
     @classmethod
@@ -104,7 +105,14 @@ class Runtime(LiveOps, ABC):
     def records_endpoint(self) -> Optional[tuple[Optional[str], str, int]]:
         """(namespace, address, port) where the runner takes the nodes' records off the control
         network (testbed.run.collector); None where nodes still append to the run directory."""
-        return None
+        return self.control.records_endpoint() if self.control is not None else None
+
+    def _build_control(self, ipr) -> None:
+        """Every node's ctl0 on the run's control network (after the nodes' namespaces exist)."""
+        from testbed.runtimes.control_net import ControlNetwork
+
+        self.control = ControlNetwork(self.state)
+        self.control.build(ipr, {name: h.netns for name, h in self.handles.items()})
 
     def gateway_netns(self) -> Optional[str]:
         """The namespace the run's gateway address is in (where a relay to an external broker

@@ -63,5 +63,5 @@ class ControlNetwork:
         c.link("set", index=pidx, ifname=f"n{i}")
         c.link("set", index=pidx, master=br, state="up")
 
-    def records_address(self) -> str:
-        return f"tcp://{RUNNER_ADDRESS}:{RECORDS_PORT}"
+    def records_endpoint(self) -> tuple[str, str, int]:
+        return self.netns, RUNNER_ADDRESS, RECORDS_PORT

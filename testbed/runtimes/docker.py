@@ -258,6 +258,7 @@ class DockerRuntime(Runtime):
             plans = self.fabric.build(self._host_ipr, spec, {n: h.netns for n, h in self.handles.items()})
             for name, (up, down) in plans.items():
                 self.handles[name].uplink, self.handles[name].downlink = up, down
+            self._build_control(self._host_ipr)
             return
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet, gateway=spec.gateway)])
         # internal: no route out of the machine and no NAT, like the netns runtime's bridge.
@@ -266,6 +267,7 @@ class DockerRuntime(Runtime):
             options={"com.docker.network.bridge.name": f"eb-{self.run_id}"})
         for node in spec.nodes:
             self.handles[node.name] = self._create_node(node, spec)
+        self._build_control(self._host_ipr)
 
     def _ensure_foreign_image(self, node: Node) -> None:
         """A node that runs another image (Kafka): present locally, or pulled from a registry."""

@@ -31,7 +31,6 @@ from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, Runtime
-from testbed.runtimes.control_net import RECORDS_PORT, RUNNER_ADDRESS, ControlNetwork
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.forkserver_guard import RUNNER_ENV
 from testbed.runtimes.state import RunState, cleanup_run
@@ -88,7 +87,6 @@ class NetnsRuntime(Runtime):
         self._stop_event = None
         self._ctx = mp.get_context("forkserver")
         self.fabric = Fabric(state, self.caps)
-        self.control = ControlNetwork(state)
 
     # -- bring-up --------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -108,12 +106,12 @@ class NetnsRuntime(Runtime):
                                                            node.profile.cpu_period))
         with IPRoute() as ipr:
             plans = self.fabric.build(ipr, spec, {n.name: netns_name(self.run_id, n.name) for n in spec.nodes})
-            self.control.build(ipr, {n.name: netns_name(self.run_id, n.name) for n in spec.nodes})
-        for node in spec.nodes:
-            cg, compute = computes[node.name]
-            up, down = plans[node.name]
-            self.handles[node.name] = NodeHandle(node, netns_name(self.run_id, node.name), node.name, up, down, cg,
-                                                 compute)
+            for node in spec.nodes:
+                cg, compute = computes[node.name]
+                up, down = plans[node.name]
+                self.handles[node.name] = NodeHandle(node, netns_name(self.run_id, node.name), node.name, up, down,
+                                                     cg, compute)
+            self._build_control(ipr)
 
     # -- processes ---------------------------------------------------------------------
     def set_preload(self, modules: list[str]) -> None:
@@ -166,9 +164,6 @@ class NetnsRuntime(Runtime):
         for k, one in enumerate(loads):
             self.start(node, STRESS_TARGET, {"load": one, "stop_event": self._stop_event}, label=f"stress-live{k}")
         return f"stress {load} cores in {len(loads)} process(es) (was {len(old)})"
-
-    def records_endpoint(self) -> tuple[str, str, int]:
-        return self.control.netns, RUNNER_ADDRESS, RECORDS_PORT
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
