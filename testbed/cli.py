@@ -179,7 +179,7 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
                                                                            "and the ones after it"),
               runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenarios' runtime")) -> None:
     """Run a paper's experiment (every series of it, at each seed), draw it, and give its verdict."""
-    from testbed.reproduce import SCALES, all_experiments, get_experiment, reproduce as run_reproduce
+    from testbed.reproduce import SCALES, all_experiments, figure_dir, get_experiment, reproduce as run_reproduce
     from testbed.scenario.schema import ScenarioError
 
     if name is None:
@@ -204,7 +204,7 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
             failed.append(n)
             continue
         typer.echo(f"{n}: {report['verdict']} at {scale} scale over {len(report['seeds'])} seed(s) "
-                   f"(see {out}/{n}.json)")
+                   f"(see {figure_dir(out, scale) / n}.json)")
     if failed:
         raise typer.Exit(1)
 

@@ -308,7 +308,12 @@ def reproduce(name: str, *, scale: str = "ci", seeds: int = DEFAULT_SEEDS, out_d
     exp = get_experiment(name)
     runs = run_series(exp, scale, Path(runs_dir), seeds=seeds_for(exp, scale, seeds), reuse=reuse, say=say,
                       runtime=runtime)
-    return analyze(exp, runs, Path(out_dir) / scale if scale != "ci" else Path(out_dir), scale, say=say)
+    return analyze(exp, runs, figure_dir(out_dir, scale), scale, say=say)
+
+
+def figure_dir(out_dir: Path, scale: str) -> Path:
+    """Where a scale's figures go: OUT for ci, OUT/SCALE for the others (they never overwrite ci's)."""
+    return Path(out_dir) if scale == "ci" else Path(out_dir) / scale
 
 
 def runs_of(name: str, root: Path, scale: str = "ci") -> dict[int, list[tuple[Series, Path]]]:
