@@ -4,6 +4,7 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -192,3 +193,30 @@ def test_loss_is_measured_where_a_mechanism_exists(clean_host):
         pytest.skip("this kernel has neither sch_netem nor a usable bpf classifier: loss cannot be made")
     res = loss_benchmark("20%", packets=4000, say=lambda s: None)
     assert res["measured"] == pytest.approx(0.20, abs=0.025), res
+
+
+def test_the_control_network_reaches_the_runner_and_no_other_node(cluster):
+    """ctl0: each node reaches the runner's address on the control bridge, never another node
+    (its bridge ports are isolated), and it does not go over the node's shaped link."""
+    rt, spec = cluster
+    ctl = rt.control
+    listen = ("import socket, sys, time; s = socket.socket(); s.bind((sys.argv[1], 7100)); s.listen(); "
+              "s.settimeout(20); s.accept(); time.sleep(0.2)")
+    connect = ("import socket, sys\ntry:\n    socket.create_connection((sys.argv[1], 7100), timeout=2); print('ok')\n"
+               "except OSError as e:\n    print(type(e).__name__)")
+    listeners = [subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-c", listen, addr])
+                 for ns, addr in ((ctl.netns, "169.254.0.1"), (rt.handles["w1"].netns, ctl.addresses["w1"]))]
+    try:
+        time.sleep(1.0)
+        reach = {addr: subprocess.run(["ip", "netns", "exec", rt.handles["w0"].netns, sys.executable, "-c", connect, addr],
+                                      capture_output=True, text=True).stdout.strip()
+                 for addr in ("169.254.0.1", ctl.addresses["w1"])}
+        assert reach == {"169.254.0.1": "ok", ctl.addresses["w1"]: "TimeoutError"}
+        for addr in ("169.254.0.1", ctl.addresses["w1"]):  # over ctl0, not the shaped eth0
+            route = subprocess.run(["ip", "-n", rt.handles["w0"].netns, "route", "get", addr],
+                                   capture_output=True, text=True).stdout
+            assert " dev ctl0 " in route, route
+    finally:
+        for p in listeners:
+            p.kill()
+            p.wait()

@@ -4,6 +4,7 @@ Every node gets a second interface, `ctl0`, on a bridge in a namespace of the ru
 (eb-<run>-ctl), where the runner's collector listens; the node's records travel there
 (testbed.node.channel). It is not shaped and not counted: the emulated links carry training
 traffic only, as a testbed's management network is kept apart from its experiment network.
+Its bridge ports are isolated: a node reaches the runner over it, never another node.
 Link-local addresses (169.254.0.0/16) never overlap a scenario's subnets (validation refuses
 link-local ones), and each run's control network is its own, so two runs do not collide.
 """
@@ -62,6 +63,7 @@ class ControlNetwork:
         pidx = c.link_lookup(ifname=b)[0]
         c.link("set", index=pidx, ifname=f"n{i}")
         c.link("set", index=pidx, master=br, state="up")
+        c.brport("set", index=pidx, isolated=1)  # a node reaches the runner only, never another node
 
     def records_endpoint(self) -> tuple[str, str, int]:
         return self.netns, RUNNER_ADDRESS, RECORDS_PORT
