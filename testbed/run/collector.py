@@ -86,8 +86,8 @@ class RecordCollector:
 
 
 def _one_row(line: bytes, columns: int) -> bool:
-    if not line.endswith(b"\n") or line.count(b"\n") != 1 and b'"' not in line:
-        return False
+    if not line.endswith(b"\n") or (line.count(b"\n") != 1 and b'"' not in line):
+        return False  # a newline inside a row only within a quoted field (csv decides below)
     try:
         rows = list(csv.reader([line.decode()]))
     except (UnicodeDecodeError, csv.Error):
