@@ -40,30 +40,15 @@ def ns_iproute(name: str):
     """An IPRoute socket inside netns `name` (caller closes it)."""
     from pyroute2 import IPRoute
 
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        enter_netns(name)
-        try:
-            return IPRoute()
-        finally:
-            _setns(home)
-    finally:
-        os.close(home)
+    with entered_netns(name):
+        return IPRoute()
 
 
 def set_sysctl(name: str, key: str, value: str) -> None:
     """Write /proc/sys/<key> (e.g. net/ipv4/ip_forward) of netns `name`: /proc/sys/net is the
     namespace of the thread that opens it, so enter, write, and come back."""
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        enter_netns(name)
-        try:
-            with open(f"/proc/sys/{key}", "w") as f:
-                f.write(value)
-        finally:
-            _setns(home)
-    finally:
-        os.close(home)
+    with entered_netns(name), open(f"/proc/sys/{key}", "w") as f:
+        f.write(value)
 
 
 @contextmanager

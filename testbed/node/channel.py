@@ -5,7 +5,7 @@ Each node process has one PUSH socket to the runner's collector (RoleConfig.reco
 count as traffic); a row is one message, [table name, its CSV line]. ZeroMQ's I/O thread sends it
 at once, so a node killed with -9 loses at most its last milliseconds of rows, and `flush()`, run
 when a role ends, lets the last rows leave before the process exits. Without a records address
-(the docker runtime, for now) a node appends to the run directory's tables as before.
+(a role started outside a runner's run, as in some tests) it appends to the run directory's tables.
 """
 
 from __future__ import annotations
