@@ -171,10 +171,7 @@ def disable_offloads(name: "str | None", ifnames: list[str]) -> None:
     """
     from pyroute2.ethtool import Ethtool
 
-    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
-    try:
-        if name is not None:  # None: the caller's own namespace (the host's, for Docker's veth ends)
-            enter_netns(name)
+    with entered_netns(name):  # None: the caller's own namespace (the host's, for Docker's veth ends)
         et = Ethtool()
         try:
             for ifname in ifnames:
@@ -185,6 +182,3 @@ def disable_offloads(name: "str | None", ifnames: list[str]) -> None:
                 et.set_features(ifname, feats)
         finally:
             et.close()
-    finally:
-        _setns(home)
-        os.close(home)
