@@ -10,6 +10,8 @@ import pytest
 import yaml
 from conftest import REPO, edgebed_cmd, needs_root, our_netns
 
+from testbed.records.metrics import TABLES
+
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
 
@@ -127,17 +129,45 @@ def test_a_killed_worker_does_not_stop_training(tmp_path, clean_host, name):
         assert 6 < lost.time.iloc[0] <= 6 + 2 + 1.5  # its last message + the 2 s timeout
 
 
-def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clean_host):
-    """kill -9 mid-step: every row the worker wrote before is there and whole, none after."""
+def _mounts_while_running(cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
+    """Run `cmd` (an `edgebed up` with the docker runtime); every edgebed container seen meanwhile
+    -> the host folders mounted into it."""
+    from testbed.runtimes.docker import docker_client
+
+    client = docker_client(timeout=3)
+    seen: dict[str, list[str]] = {}
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 200
+    while proc.poll() is None and time.monotonic() < deadline:
+        for c in client.containers.list(filters={"label": "edgebed"}):
+            seen[c.name] = [m["Source"] for m in c.attrs.get("Mounts", [])]
+        time.sleep(0.5)
+    out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err), seen
+
+
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clean_host, runtime):
+    """kill -9 mid-step: every row the worker wrote before is there and whole, none after. With
+    docker, the run directory is mounted into no container: every row came over the network."""
     import csv
 
     from testbed.records.columns import STEP_COLUMNS
 
-    path = _scenario(tmp_path, {"name": "asgd"}, [{"at": "6s", "target": "w1", "action": "kill"}], seconds=12)
+    if runtime == "docker":
+        _docker_or_skip()
+    at = 6 if runtime == "netns" else 11  # a 0.3-CPU container's role takes about 6 s to its first step
+    path = _scenario(tmp_path, {"name": "asgd"}, [{"at": f"{at}s", "target": "w1", "action": "kill"}],
+                     seconds=at + 6, runtime=runtime)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
+    r, mounts = _mounts_while_running(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"])
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    if runtime == "docker":
+        assert len(mounts) >= 5, mounts  # ps, evaluator, 3 workers were seen running
+        for name, sources in mounts.items():
+            assert not [s for s in sources if str(run_dir).startswith(s) or s.startswith(str(run_dir))], (name, sources)
+        assert {e.name for e in run_dir.iterdir()} <= {"scenario.yaml", "meta.json", "summary.json", "ps.json",
+                                                       "logs", *TABLES}  # the runner's files only
     with open(run_dir / "steps.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == STEP_COLUMNS and all(len(row) == len(STEP_COLUMNS) for row in rows[1:])
@@ -149,6 +179,7 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
     # they came over the control network: the runner wrote them, whole
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["record_rows"]["received"] >= len(rows) - 1 and summary["record_rows"]["dropped"] == 0
+    assert summary["status"] == "completed" and summary["final_accuracy"] > 0.5  # eval rows and ps.json came too
 
 
 def test_bsp_stops_cleanly_when_told_to(tmp_path, clean_host):

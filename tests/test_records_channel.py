@@ -1,6 +1,9 @@
-"""Records over the control network: a node's rows reach the runner's collector, which is the
-only writer of the tables and drops what is not a row of one."""
+"""The control channel: a node's rows and messages reach the runner's hub, which is the only
+writer of the run directory and drops what is not a row or a message it knows; the hub's beats,
+requests, delays and replicas reach the nodes."""
+import json
 import socket
+import threading
 import time
 
 import zmq
@@ -9,7 +12,7 @@ from testbed.node import channel
 from testbed.node.roles.common import RoleConfig
 from testbed.records import metrics
 from testbed.records.columns import STEP_COLUMNS
-from testbed.run.collector import RecordCollector
+from testbed.runtimes.hub import ControlHub
 
 
 def _cfg(run_dir, records=""):
@@ -17,12 +20,21 @@ def _cfg(run_dir, records=""):
                       ps_address="127.0.0.1", threads=1, records=records)
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _hub(tmp_path) -> tuple[ControlHub, str, str]:
+    up, down = _free_port(), _free_port()
+    return ControlHub(None, "127.0.0.1", up, down, tmp_path), f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}"
+
+
 def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
     metrics.init_tables(tmp_path)
-    with socket.socket() as probe:  # a free port
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    collector = RecordCollector(None, "127.0.0.1", port, tmp_path)
+    collector, up, _ = _hub(tmp_path)
+    port = int(up.rsplit(":", 1)[1])
     try:
         steps = channel.open_table(_cfg(tmp_path, f"tcp://127.0.0.1:{port}"), "steps.csv")
         assert isinstance(steps, channel.RemoteTable)
@@ -35,9 +47,12 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
                        [b"steps.csv", metrics.format_row(STEP_COLUMNS, {"node": "w9"}) * 2],
                        [b"steps.csv", b"\xff" * 10 + b"\n"]):
             rogue.send_multipart(frames)
-        rogue.send_multipart([b"steps.csv", b"x" * (100 * 1024)])  # over the size limit: its sender is cut off
+        rogue.send_multipart([b"steps.csv", b"x" * (100 * 1024) + b"\n"])  # over a row's size limit
+        for frames in ([b"!report", b'{"name": "../../etc/passwd", "data": {}}'], [b"!nonsense", b"{}"],
+                       [b"!ack", b"not json"], [b"!state", b"[1, 2]"]):
+            rogue.send_multipart(frames)
         deadline = time.monotonic() + 5
-        while collector.rows + collector.dropped < 8 and time.monotonic() < deadline:
+        while collector.rows + collector.dropped < 13 and time.monotonic() < deadline:
             time.sleep(0.05)
         rogue.close(linger=0)
         ctx.term()
@@ -48,7 +63,8 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
     lines = (tmp_path / "steps.csv").read_text().splitlines()
     assert lines[0] == ",".join(STEP_COLUMNS)
     assert [line.split(",")[:3] for line in lines[1:]] == [["0", "w0", "0"], ["1", "w0", "1"], ["2", "w0", "2"]]
-    assert collector.rows == 3 and collector.dropped == 5
+    assert collector.rows == 3 and collector.dropped == 10
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(metrics.TABLES)  # no file but the tables
 
 
 def test_without_a_control_network_a_node_writes_the_table_itself(tmp_path):
@@ -58,3 +74,129 @@ def test_without_a_control_network_a_node_writes_the_table_itself(tmp_path):
     table.write(time=1.0, step=5, accuracy=0.5)
     table.close()
     assert (tmp_path / "eval.csv").read_text().splitlines()[1].startswith("1,5,")
+
+
+def _until(cond, limit=5.0) -> bool:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def test_reports_requests_and_readiness_reach_the_runner(tmp_path):
+    hub, up, down = _hub(tmp_path)
+    cfg = RoleConfig(node="ps", role="ps", rank=-1, run_dir="/nonexistent", t0=time.time(), scenario={},
+                     ps_address="127.0.0.1", threads=1, records=up, control=down)
+    try:
+        channel.report(cfg, "ps.json", {"stop_reason": "steps", "version": 7})
+        channel.send_json(up, "request", {"id": "r1", "node": "w0", "action": "pause", "fields": {}})
+        channel.send_json(up, "ready", {"node": "broker"})
+        assert _until(lambda: (tmp_path / "ps.json").exists() and "broker" in hub.ready)
+        assert _until(lambda: hub.take_requests() == [{"id": "r1", "node": "w0", "action": "pause", "fields": {}}])
+        assert hub.take_requests() == []  # taken once
+    finally:
+        channel.flush()
+        hub.close()
+    assert json.loads((tmp_path / "ps.json").read_text()) == {"stop_reason": "steps", "version": 7}
+
+
+def test_a_request_is_repeated_until_answered_and_beats_carry_the_stop(tmp_path):
+    """A supervisor that subscribes after the request was first sent still gets it; it answers."""
+    hub, up, down = _hub(tmp_path)
+    answers = []
+
+    def late_supervisor():
+        time.sleep(0.5)  # the first sends reach nobody
+        listener = channel.Listener(down, [channel.topic("node", "w1")])
+        try:
+            while not answers:
+                for _, payload in listener.poll(100):
+                    req = json.loads(payload)
+                    answers.append(req)
+                    channel.send_json(up, "ack", {"node": "w1", "seq": req["seq"], "detail": f"did {req['op']}"})
+        finally:
+            listener.close()
+
+    t = threading.Thread(target=late_supervisor)
+    t.start()
+    try:
+        assert hub.request("w1", {"op": "kill"}, timeout=10) == "did kill"
+        t.join(5)
+        assert answers[0]["op"] == "kill"
+        beats = channel.Listener(down, [channel.topic("beat"), channel.topic("delay", "w1")])
+        heart = channel.Heartbeat(timeout=20)
+        hub.set_delay("w1", {"up": 0.05, "up_jitter": 0.0, "down": 0.0, "down_jitter": 0.0})
+        hub.set_stop()
+        deadline = time.monotonic() + 5
+        seen = []
+        while not heart.stopped() and time.monotonic() < deadline:
+            for topic, payload in beats.poll(100):
+                seen.append(topic)
+                if topic == channel.topic("beat"):
+                    heart.take(payload)
+        beats.close()
+        assert heart.stopped() and hub.stopping
+    finally:
+        channel.flush()
+        hub.close()
+
+
+def test_a_silent_runner_stops_a_node_only_after_its_first_beat():
+    heart = channel.Heartbeat(timeout=0.2)
+    time.sleep(0.3)
+    assert not heart.stopped()  # no beat yet: the control network may still be being built
+    heart.take(b'{"stop": false}')
+    assert not heart.stopped()
+    time.sleep(0.3)
+    assert heart.stopped()
+
+
+def test_a_transport_takes_up_delays_published_for_its_node(tmp_path):
+    from testbed.node.transport import DelaySpec
+
+    hub, up, down = _hub(tmp_path)
+    spec = DelaySpec(up=0.01, control=down, node="w1")
+    other = DelaySpec(up=0.01, control=down, node="w10")  # a prefix of no other node's topic
+    try:
+        spec.refresh()
+        other.refresh()
+        time.sleep(0.3)  # both subscribed
+        hub.set_delay("w1", {"up": 0.25, "up_jitter": 0.01, "down": 0.5, "down_jitter": 0.0})
+
+        def took():
+            spec._next_check = other._next_check = 0.0
+            spec.refresh()
+            other.refresh()
+            return spec.up == 0.25
+
+        assert _until(took)
+        assert (spec.up_jitter, spec.down) == (0.01, 0.5)
+        assert other.up == 0.01
+    finally:
+        hub.close()
+
+
+def test_replicas_reach_the_coordinator_and_foreign_ones_are_refused(tmp_path):
+    import torch
+
+    from testbed.node.roles.replicas import ReplicaBoard, send_replica
+
+    hub, up, down = _hub(tmp_path)
+    board = ReplicaBoard(down, {"w0", "w1"}, {"weight": torch.Size([2, 3])})
+    cfg = RoleConfig(node="w0", role="worker", rank=0, run_dir="/nonexistent", t0=time.time(), scenario={},
+                     ps_address="127.0.0.1", threads=1, records=up, control=down)
+    try:
+        time.sleep(0.3)  # the board is subscribed
+        send_replica(cfg, {"weight": torch.ones(2, 3)}, step=4)
+        send_replica(cfg, {"weight": torch.ones(3, 3)}, step=5)  # not the model's shape
+        send_replica(RoleConfig(**{**cfg.__dict__, "node": "w7"}), {"weight": torch.ones(2, 3)}, step=6)
+        got = board.wait_for({"w0": 4}, timeout=5)
+        assert _until(lambda: board.refresh() is not None and board.refused == 2)
+        assert list(got) == ["w0"] and got["w0"]["step"] == 4
+        assert torch.equal(got["w0"]["params"]["weight"], torch.ones(2, 3))
+    finally:
+        board.close()
+        channel.flush()
+        hub.close()

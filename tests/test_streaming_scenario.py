@@ -105,7 +105,7 @@ def test_shipped_trace_scenario_schedules(tmp_path):
 
     sc = load_scenario(REPO / "scenarios" / "streaming-trace.yaml")
     spec = build_cluster(sc, "abcdef")
-    cfg = _stream_config(sc, spec, tmp_path)
+    cfg = _stream_config(sc, spec)
     assert cfg["schedules"] == {"w0": {"times": [0.0, 15.0, 30.0], "rates": [20.0, 80.0, 40.0]},
                                 "w1": {"times": [0.0], "rates": [50.0]}}
     assert cfg["rates"] == {"w0": 20.0, "w1": 50.0}

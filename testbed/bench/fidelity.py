@@ -83,7 +83,7 @@ class _Bench:
         return self.rt, self.spec
 
     def result(self, name: str) -> str:
-        return str(self.scratch / name)
+        return str(self.rt.exchange_dir() / name)  # where a measuring job in a node can write
 
     def __exit__(self, *exc) -> None:
         import shutil
@@ -98,7 +98,7 @@ def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, lab
               counter: Callable[[], int]) -> tuple[float, float]:
     """Saturate sender -> receiver with TCP (`flows` connections); (goodput, wire) bit/s over
     `seconds` after a second's warm-up."""
-    rate, = measure_flows(bench.rt, bench.scratch, [Flow(label, sender, receiver, counter, flows)],
+    rate, = measure_flows(bench.rt, bench.rt.exchange_dir(), [Flow(label, sender, receiver, counter, flows)],
                           window=seconds, warmup=1.0)
     return rate.goodput_bps, rate.wire_bps
 

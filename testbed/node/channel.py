@@ -1,17 +1,26 @@
-"""A node's records travel to the runner over the run's control network, not into the run directory.
+"""A node's side of the control channel: how it talks to the runner over the run's control
+network, never through the run directory.
 
-Each node process has one PUSH socket to the runner's collector (RoleConfig.records,
-"tcp://ADDRESS:PORT" on the control network, apart from the node's shaped link: records never
-count as traffic); a row is one message, [table name, its CSV line]. ZeroMQ's I/O thread sends it
-at once, so a node killed with -9 loses at most its last milliseconds of rows, and `flush()`, run
-when a role ends, lets the last rows leave before the process exits. Without a records address
-(a role started outside a runner's run, as in some tests) it appends to the run directory's tables.
+Up (node -> runner): each node process has one PUSH socket to the runner's hub (RoleConfig.records,
+"tcp://ADDRESS:PORT" on the control network, apart from the node's shaped link: nothing here
+counts as traffic). A record row is one message, [table name, its CSV line]; anything else is
+[b"!" + kind, payload] (KINDS: a supervisor's acks and role state, the PS's report, a peer's
+replica, a crash request, the broker's readiness). ZeroMQ's I/O thread sends at once, so a node
+killed with -9 loses at most its last milliseconds of rows, and `flush()`, run when a role ends,
+lets the last messages leave before the process exits.
+
+Down (runner -> nodes): the hub publishes on RoleConfig.control; a node subscribes to the topics
+meant for it (`Listener`): heartbeats and the stop, its supervisor's requests, its link delays,
+the replicas (the coordinator). Without a records address (a role started outside a runner's run,
+as in some tests) a table is appended to in the run directory itself.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +30,9 @@ from testbed.records import metrics
 
 LINGER_MS = 3000  # how long a role's exit waits for its last rows to leave
 QUEUE = 100_000  # rows held while the runner is slow to take them (then a write waits)
+# A container can start before its ctl0 exists: its first SYN goes out another way and is lost,
+# and TCP's retries would take two minutes; ZeroMQ gives up on an attempt after this and retries.
+CONNECT_TIMEOUT_MS = 1000
 
 _lock = threading.Lock()  # tables are written from the role's threads too (the stream buffer's)
 _open: dict[str, Any] = {}  # this process's socket: pid, context, socket
@@ -32,6 +44,7 @@ def _socket(address: str) -> zmq.Socket:
         sock = ctx.socket(zmq.PUSH)
         sock.setsockopt(zmq.LINGER, LINGER_MS)
         sock.setsockopt(zmq.SNDHWM, QUEUE)
+        sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
         sock.connect(address)
         _open.update(pid=os.getpid(), ctx=ctx, sock=sock)
     return _open["sock"]
@@ -60,6 +73,87 @@ def open_table(cfg, name: str):
     if cfg.records:
         return RemoteTable(cfg.records, name)
     return metrics.open_table(Path(cfg.run_dir), name)
+
+
+KINDS = ("ack", "state", "report", "replica", "request", "ready")  # the up messages that are not rows
+MESSAGE_PREFIX = b"!"  # never the start of a table's name
+
+
+def send(address: str, kind: str, payload: bytes) -> None:
+    """One message up to the runner (kind: one of KINDS)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown message kind {kind!r}")
+    with _lock:
+        _socket(address).send_multipart([MESSAGE_PREFIX + kind.encode(), payload])
+
+
+def send_json(address: str, kind: str, data: dict) -> None:
+    send(address, kind, json.dumps(data, default=str).encode())
+
+
+def report(cfg, name: str, data: dict) -> None:
+    """A role's report file (ps.json): the runner writes it into the run directory."""
+    if cfg.records:
+        send_json(cfg.records, "report", {"name": name, "data": data})
+    else:
+        (Path(cfg.run_dir) / name).write_text(json.dumps(data, default=str))
+
+
+def topic(kind: str, node: str = "") -> bytes:
+    """A down topic: "beat" (every node), "node:NAME" (its supervisor), "delay:NAME", "replica".
+    The trailing NUL: SUB matches prefixes, and "node:w1" must not match "node:w10"."""
+    return f"{kind}:{node}".encode() + b"\0"
+
+
+class Listener:
+    """A SUB socket on the runner's down channel, for the given topics (read without blocking)."""
+
+    def __init__(self, address: str, topics: list[bytes]):
+        self._ctx = zmq.Context()
+        self._sock = self._ctx.socket(zmq.SUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.RCVHWM, 0)
+        self._sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+        for t in topics:
+            self._sock.setsockopt(zmq.SUBSCRIBE, t)
+        self._sock.connect(address)
+
+    def poll(self, timeout_ms: int = 0) -> list[tuple[bytes, bytes]]:
+        """Every message waiting (after up to `timeout_ms` for the first): (topic, payload)."""
+        out = []
+        if not self._sock.poll(timeout_ms):
+            return out
+        while True:
+            try:
+                frames = self._sock.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return out
+            if len(frames) == 2:
+                out.append((frames[0], frames[1]))
+
+    def close(self) -> None:
+        self._sock.close(linger=0)
+        self._ctx.term()
+
+
+class Heartbeat:
+    """The runner's beats, seen from a node: `stopped()` once the runner said stop, or went
+    silent for `timeout` seconds after its first beat (a runner killed with -9)."""
+
+    def __init__(self, timeout: float):
+        self.timeout = timeout
+        self.last: float | None = None  # no beat yet (the control network may still be being built)
+        self.stop = False
+
+    def take(self, payload: bytes) -> None:
+        self.last = time.monotonic()
+        try:
+            self.stop = self.stop or bool(json.loads(payload).get("stop"))
+        except ValueError:
+            pass
+
+    def stopped(self) -> bool:
+        return self.stop or (self.last is not None and time.monotonic() - self.last > self.timeout)
 
 
 def flush() -> None:

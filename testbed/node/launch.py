@@ -1,10 +1,14 @@
-"""Entry point of a node container (docker runtime): `python -m testbed.node.launch CONFIG.json`.
+"""Entry point of a node container (docker runtime):
+`python -m testbed.node.launch --supervise NODE UP DOWN`.
 
-The config names the role, its RoleConfig, the run's stop file and the node's background
-stress. The node waits for its "go" file (CONFIG with suffix .go), which the runner writes
-after the config, once the container's link is shaped: no training byte crosses an
-unshaped link. It then supervises the role (RoleSupervisor): kill, restart and stress
-changes during the run act on its children and leave the container in place. `python -m testbed.node.launch --exec JSON` runs one function (benchmarks).
+The container's first process is the node's supervisor (RoleSupervisor). Everything it needs
+comes over the run's control channel (testbed.node.channel; UP and DOWN are the hub's URLs on
+the control network), never through a shared folder: the runner's first request ("go") carries
+the role's RoleConfig and the node's background stress, sent once the container's link is
+shaped (no training byte crosses an unshaped link); later requests kill, restart and change the
+stress of the role, acting on its children and leaving the container in place. The runner's
+heartbeats carry the stop. `python -m testbed.node.launch --exec JSON` runs one function
+(benchmarks, link checks).
 """
 
 from __future__ import annotations
@@ -15,45 +19,15 @@ import os
 import signal
 import sys
 import time
-from pathlib import Path
 
+from testbed.node import channel
 from testbed.plan.cluster import stress_loads
 
-
-class FileStop:
-    """A stop flag shared through the run directory (containers share no semaphores).
-
-    Also set when the runner's heartbeat file (touched every second) goes stale: a node
-    never outlives a runner that was killed with -9 by more than HEARTBEAT_TIMEOUT.
-    """
-
-    HEARTBEAT_TIMEOUT = 20.0
-
-    def __init__(self, path: str):
-        self.path = path
-        self.heartbeat = os.path.join(os.path.dirname(path), "heartbeat")
-        self._local = False
-        self._checked = 0.0
-
-    def set(self) -> None:
-        self._local = True
-        Path(self.path).touch()
-
-    def beat(self) -> None:
-        Path(self.heartbeat).touch()
-
-    def is_set(self) -> bool:
-        if self._local or os.path.exists(self.path):
-            return True
-        now = time.time()
-        if now - self._checked > 1.0:
-            self._checked = now
-            try:
-                if now - os.stat(self.heartbeat).st_mtime > self.HEARTBEAT_TIMEOUT:
-                    self._local = True
-            except FileNotFoundError:
-                pass
-        return self._local
+HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)
+# A container starts before its ctl0 is plugged in: without a first beat after this long, the
+# supervisor connects afresh rather than trust an attempt made meanwhile.
+FIRST_BEAT_WAIT = 2.0
+GO_DEADLINE = 600.0  # s a container waits for its first request
 
 
 def _role_main(cfg_data: dict, stop) -> None:
@@ -68,8 +42,6 @@ def _role_main(cfg_data: dict, stop) -> None:
     try:
         resolve_target(cfg.target)(cfg=cfg, stop_event=stop)
     finally:
-        from testbed.node import channel
-
         channel.flush()  # the role's last records leave before the process exits
 
 
@@ -85,34 +57,42 @@ class RoleSupervisor:
 
     A kill (a timeline event, `edgebed kill`) takes the children, as a crash would, and leaves
     the container -- its namespace and shaped link -- for a restart, which is what the netns
-    runtime does too. Requests arrive as files DIR/NODE.ctl-SEQ (json: op kill | start | stress),
-    answered by DIR/NODE.ack-SEQ; the role's state is in DIR/NODE.state (gen, running, exitcode)
-    for the runner's view of it (runtimes.docker.RoleProcess). The container ends when the role
-    ends on its own (finished, or crashed: the exit code is the role's), or at the stop file.
+    runtime does too. Requests (op go | start | kill | stress, numbered) come down the control
+    channel, repeated until answered: each is acted on once and answered (an "ack" up); the
+    role's state (gen, running, exitcode) goes up as a "state" message for the runner's view of
+    it (runtimes.docker.RoleProcess). The container ends when the role ends on its own (finished,
+    or crashed: the exit code is the role's), or at the run's stop.
     """
 
     POLL = 0.02  # s: a request is acted on well within the timeline's 100 ms
 
-    def __init__(self, conf_dir: Path, node: str, stop: FileStop):
-        self.dir, self.node, self.stop = Path(conf_dir), node, stop
+    def __init__(self, node: str, up: str, down: str):
+        self.node, self.up, self.down = node, up, down
+        self.listener = self._listener()
+        self.beat = channel.Heartbeat(HEARTBEAT_TIMEOUT)
         self._ctx = mp.get_context("fork")
+        self.stop = self._ctx.Event()  # shared with the role and stress processes
+        self.terminated = False  # `docker stop` (SIGTERM) reaches only this process
         self.role = None
         self.gen = 0
         self.stress: list = []
         self._reap: list = []  # killed, not yet joined
+        self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
 
-    def _write_state(self, running: bool, exitcode=None) -> None:
-        path = self.dir / f"{self.node}.state"
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps({"gen": self.gen, "running": running, "exitcode": exitcode}))
-        os.replace(tmp, path)
+    def _listener(self) -> channel.Listener:
+        self._listening_since = time.monotonic()
+        return channel.Listener(self.down, [channel.topic("beat"), channel.topic("node", self.node)])
 
-    def _start(self, spec: dict) -> None:
-        self.gen = int(spec.get("gen", self.gen + 1))
-        self.role = self._ctx.Process(target=_role_main, args=(spec["cfg"], self.stop), name=f"role-{self.node}")
+    def _send_state(self, running: bool, exitcode=None) -> None:
+        channel.send_json(self.up, "state", {"node": self.node, "gen": self.gen, "running": running,
+                                             "exitcode": exitcode})
+
+    def _start(self, req: dict) -> None:
+        self.gen = int(req.get("gen", self.gen + 1))
+        self.role = self._ctx.Process(target=_role_main, args=(req["cfg"], self.stop), name=f"role-{self.node}")
         self.role.start()
-        self._write_state(True)
-        self._set_stress(spec.get("stress", []))
+        self._send_state(True)
+        self._set_stress(req.get("stress", []))
 
     def _set_stress(self, loads: list[float]) -> int:
         old = self._kill(self.stress)
@@ -144,10 +124,12 @@ class RoleSupervisor:
             n = self._kill([self.role] + self.stress)
             self.stress = []
             if self.role is not None:
-                self._write_state(False, -9)
+                self._send_state(False, -9)
                 self.role = None
             return f"killed {n} process group(s)"
-        if op == "start":
+        if op in ("go", "start"):
+            if req.get("idle"):
+                return "idle"
             if self.role is not None and self.role.is_alive():
                 return "already running"
             self._start(req)
@@ -158,45 +140,63 @@ class RoleSupervisor:
             return f"stress {req['load']} cores in {len(loads)} process(es) (was {old})"
         return f"unknown request {op!r}"
 
-    def _requests(self):
-        for path in sorted(self.dir.glob(f"{self.node}.ctl-*")):
+    def _answer(self, req: dict) -> None:
+        seq = int(req.get("seq", -1))
+        if seq not in self._answers:
             try:
-                req = json.loads(path.read_text())
-            except ValueError:
-                continue  # being written (writers rename into place, so only a stray file)
-            path.unlink()
-            yield path.name.rsplit("-", 1)[1], req
+                self._answers[seq] = self._handle(req)
+            except Exception as e:  # answer, never die: the runner waits for the answer
+                self._answers[seq] = f"failed: {type(e).__name__}: {e}"
+        channel.send_json(self.up, "ack", {"node": self.node, "seq": seq, "detail": self._answers[seq]})
 
-    def run(self, spec: dict) -> int:
-        self._start({**spec, "gen": spec.get("gen", 1)})
-        forwarded = False
+    def _listen(self, timeout_ms: int) -> bool:
+        """Take what came down; True once a request has arrived (the first is the "go")."""
+        got = False
+        for t, payload in self.listener.poll(timeout_ms):
+            if t == channel.topic("beat"):
+                self.beat.take(payload)
+                continue
+            try:
+                req = json.loads(payload)
+            except ValueError:
+                continue
+            self._answer(req)
+            got = True
+        if self.terminated or self.beat.stopped():
+            self.stop.set()
+        return got
+
+    def wait_for_go(self) -> bool:
+        deadline = time.monotonic() + GO_DEADLINE
+        while not self.stop.is_set() and time.monotonic() < deadline:
+            if self._listen(100):
+                return True
+            if self.beat.last is None and time.monotonic() - self._listening_since > FIRST_BEAT_WAIT:
+                self.listener.close()  # see FIRST_BEAT_WAIT
+                self.listener = self._listener()
+        return False
+
+    def run(self) -> int:
         try:
+            if not self.wait_for_go():
+                return 1
             while True:
-                for seq, req in self._requests():
-                    try:
-                        detail = self._handle(req)
-                    except Exception as e:  # answer, never die: the runner waits for the answer
-                        detail = f"failed: {type(e).__name__}: {e}"
-                    ack = self.dir / f"{self.node}.ack-{seq}"
-                    ack.with_name(ack.name + ".tmp").write_text(detail)
-                    os.replace(ack.with_name(ack.name + ".tmp"), ack)
+                self._listen(int(self.POLL * 1000))
                 while self._reap:
                     self._reap.pop().join(timeout=5)
-                if self.stop._local and self.role is not None and not forwarded:
-                    os.kill(self.role.pid, signal.SIGTERM)  # `docker stop` reaches only this process
-                    forwarded = True
                 if self.role is not None and not self.role.is_alive():
                     self.role.join()
                     code = self.role.exitcode
-                    self._write_state(False, code)
+                    self._send_state(False, code)
                     return 0 if code == 0 else 1  # ended on its own: the container ends with it
                 if self.role is None and self.stop.is_set():
-                    return 0  # killed and not restarted before the run ended
-                time.sleep(self.POLL)
+                    return 0  # idle, or killed and not restarted, when the run ended
         finally:
             self._kill(self.stress)
             for p in self._reap:
                 p.join(timeout=5)
+            self.listener.close()
+            channel.flush()  # the last state and acks leave before the container ends
 
 
 def _run_exec(payload: str) -> int:
@@ -212,28 +212,12 @@ def _run_exec(payload: str) -> int:
 def main(argv: list[str]) -> int:
     if len(argv) > 2 and argv[1] == "--exec":
         return _run_exec(argv[2])
-    conf = Path(argv[1])
-    go_file = conf.with_suffix(".go")
-    stop_file = conf.parent / "stop"
-    term = {"flag": False}
-    signal.signal(signal.SIGTERM, lambda *_: term.update(flag=True))
-    # The runner writes the config, then the go file, once this container's link is shaped.
-    deadline = time.monotonic() + 600
-    while not go_file.exists():
-        if term["flag"] or stop_file.exists() or time.monotonic() > deadline:
-            return 1
-        time.sleep(0.02)
-    spec = json.loads(conf.read_text())
-    stop = FileStop(spec["stop_file"])
-    if term["flag"]:
-        stop._local = True
-    signal.signal(signal.SIGTERM, lambda *_: setattr(stop, "_local", True))
-    if spec.get("idle"):  # a node that only hosts --exec jobs (benchmarks)
-        while not stop.is_set():
-            time.sleep(0.1)
-        return 0
-
-    return RoleSupervisor(conf.parent, conf.stem, stop).run(spec)
+    if len(argv) != 5 or argv[1] != "--supervise":
+        print("usage: python -m testbed.node.launch --supervise NODE UP DOWN | --exec JSON", file=sys.stderr)
+        return 2
+    sup = RoleSupervisor(*argv[2:5])
+    signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "terminated", True))
+    return sup.run()
 
 
 if __name__ == "__main__":

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import heapq
 import json
-import os
 import random
 import time
 import zlib
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Any, Optional
 
 import zmq
 
@@ -35,30 +34,36 @@ class DelaySpec:
     # WAN path from each sender's site to this node's site: sender node name -> [delay, jitter]
     # (a DEALER's only sender, the PS, is "ps")
     paths: dict = field(default_factory=dict)
-    # a JSON file {up, up_jitter, down, down_jitter} the runner rewrites when the timeline
-    # changes this node's latency (runtimes/live.py); "" = none
+    # the runner's down channel ("tcp://ADDRESS:PORT", testbed.node.channel), where it publishes
+    # this node's new delays {up, up_jitter, down, down_jitter} when the timeline changes its
+    # latency (runtimes/live.py); "" = none. `node`: whose delays these are.
     control: str = ""
-    _mtime: int = field(default=0, repr=False)
+    node: str = ""
+    _listener: Any = field(default=None, repr=False, compare=False)
     _next_check: float = field(default=0.0, repr=False)
 
     def refresh(self) -> None:
-        """Take up a latency change from the control file (checked at most every 0.1 s)."""
+        """Take up a latency change from the runner (checked at most every 0.1 s)."""
         if not self.control:
             return
         now = time.monotonic()
         if now < self._next_check:
             return
         self._next_check = now + 0.1
-        try:
-            st = os.stat(self.control).st_mtime_ns
-            if st == self._mtime:
-                return
-            data = json.loads(open(self.control).read())
-        except (OSError, ValueError):
+        if self._listener is None:
+            from testbed.node.channel import Listener, topic
+
+            self._listener = Listener(self.control, [topic("delay", self.node)])
+        got = self._listener.poll()
+        if not got:
             return
-        self._mtime = st
-        self.up, self.up_jitter = float(data["up"]), float(data["up_jitter"])
-        self.down, self.down_jitter = float(data["down"]), float(data["down_jitter"])
+        try:
+            data = json.loads(got[-1][1])
+            up, up_jitter = float(data["up"]), float(data["up_jitter"])
+            down, down_jitter = float(data["down"]), float(data["down_jitter"])
+        except (ValueError, KeyError, TypeError):
+            return
+        self.up, self.up_jitter, self.down, self.down_jitter = up, up_jitter, down, down_jitter
 
     @property
     def active(self) -> bool:

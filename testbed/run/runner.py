@@ -21,7 +21,6 @@ from testbed.plan.cluster import ClusterSpec, build_cluster, peer_table
 from testbed.plan.placement import place
 from testbed.records import metrics
 from testbed.runtimes import runtime_class, select_runtime
-from testbed.runtimes.live import delay_control_file
 from testbed.runtimes.preflight import preflight
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
@@ -123,6 +122,7 @@ def _host() -> dict:
 
 def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport: bool = False,
                control: str = "") -> DelaySpec:
+    """`control`: the down channel's URL, where the runner publishes this node's delay changes."""
     up, down = plans[node.name]["uplink"], plans[node.name]["downlink"]
     paths: dict[str, list[float]] = {}
     if spec is not None and wan_by_transport:
@@ -141,7 +141,7 @@ def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport
             add(peer.peer, peer.direction.latency or 0.0, peer.direction.jitter or 0.0)
     return DelaySpec(up=up["transport_delay_s"], up_jitter=up["transport_jitter_s"],
                      down=down["transport_delay_s"], down_jitter=down["transport_jitter_s"], paths=paths,
-                     control=control)
+                     control=control, node=node.name if control else "")
 
 
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
@@ -181,8 +181,8 @@ class Run:
         self.procs: dict = {}
         self.timeline = None
         self.relay = None  # an external broker's port, relayed from the run's gateway
-        self.collector = None  # the nodes' records, over the control network
-        self.records_address = ""
+        self.hub = None  # the runner's end of the control channel: the nodes' records come in there
+        self.records_address = self.control_address = ""
         self.live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
 
     def execute(self) -> dict:
@@ -224,12 +224,8 @@ class Run:
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
         self.spec = place(build_cluster(sc, self.run_id))
         self.runtime.create(self.spec)
-        endpoint = self.runtime.records_endpoint()
-        if endpoint is not None:  # before any node starts: the nodes' rows come in here
-            from testbed.run.collector import RecordCollector
-
-            self.collector = RecordCollector(*endpoint, self.run_dir)
-            self.records_address = f"tcp://{endpoint[1]}:{endpoint[2]}"
+        self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
+        self.records_address, self.control_address = self.runtime.channel_urls()
         self.node_meta = self.runtime.node_meta()
         self.meta = self.describe()
         (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
@@ -270,7 +266,7 @@ class Run:
         then the timeline of events."""
         spec = self.spec
         self.stop_event = self.runtime.make_stop_event()
-        self.stream = _stream_config(self.sc, spec, self.run_dir)
+        self.stream = _stream_config(self.sc, spec)
         if self.stream:
             self.meta["streaming"] = {k: self.stream[k] for k in ("kind", "bootstrap", "rates", "schedules", "topics")}
             (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
@@ -279,17 +275,17 @@ class Run:
         if self.stream.get("kind") == "external":
             self.relay = _relay_external_broker(self.sc, self.runtime, self.say)
         if self.stream:
-            _start_streams(self.sc, spec, self.stream, self.start_node, self.procs, self.say)
+            _start_streams(self.sc, spec, self.stream, self.start_node, self.procs, self.hub.ready, self.say)
         for node in [spec.ps, spec.evaluator] + spec.workers:
             self.start_node(node)
         self.timeline = _start_timeline(self.sc, self.runtime, spec, self.procs, self.run_dir, self.t0,
                                         self.start_node, self.live, self.say)
 
-    def _close_collector(self) -> None:
-        self.collector.drain()
-        self.collector.close()
-        if self.collector.dropped:
-            self.say(f"records: {self.collector.dropped} malformed row(s) from the nodes dropped")
+    def _close_hub(self) -> None:
+        self.hub.drain()
+        self.hub.close()
+        if self.hub.dropped:
+            self.say(f"records: {self.hub.dropped} malformed message(s) from the nodes dropped")
 
     def start_node(self, node) -> None:
         """Start (or restart) one node's role."""
@@ -298,10 +294,11 @@ class Run:
                          scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
                          threads=sc.workload.threads or node.threads,
                          delay=_delay_for(node, self.node_meta, spec, not self.runtime.caps.netem,
-                                          control=delay_control_file(self.run_dir, node.name)),
+                                          control=self.control_address),
                          workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
                          target=role_target(node.role, self.decentralized),
-                         addresses={n.name: n.address for n in spec.nodes}, records=self.records_address)
+                         addresses={n.name: n.address for n in spec.nodes}, records=self.records_address,
+                         control=self.control_address)
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
 
     def tear_down(self) -> dict:
@@ -316,8 +313,8 @@ class Run:
             self._guarded("stopping the nodes", lambda: self.runtime.stop_processes(grace=10.0))
         if self.relay is not None:
             self._guarded("the broker relay", self.relay.close)
-        if self.collector is not None:  # the nodes' last rows, before the tables are read
-            self._guarded("the nodes' records", self._close_collector)
+        if self.hub is not None:  # the nodes' last rows, before the tables are read
+            self._guarded("the nodes' records", self._close_hub)
         if self.runtime is not None:
             if self.spec is not None:
                 self._guarded("the last counters", lambda: _sample(self.runtime, self.spec, self.run_dir, self.t0,
@@ -354,8 +351,8 @@ class Run:
             summary = {"status": "failed", "reason": f"{self.reason}; records unreadable: {type(e).__name__}: {e}",
                        "run_dir": str(self.run_dir)}
         summary["runtime"] = self.runtime_name
-        if self.collector is not None:  # the nodes' rows that came over the control network
-            summary["record_rows"] = {"received": self.collector.rows, "dropped": self.collector.dropped}
+        if self.hub is not None:  # the nodes' rows that came over the control network
+            summary["record_rows"] = {"received": self.hub.rows, "dropped": self.hub.dropped}
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)
         summary["startup_seconds"] = round(self.t0 - self.t_invoked + first, 3) if first is not None else None
@@ -382,7 +379,7 @@ def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, met
     tolerance = 0.10
     started = time.time()
     delays = {n.name: _delay_for(n, node_meta, spec, not runtime.caps.netem) for n in spec.nodes}
-    scratch = run_dir / ".link_check"
+    scratch = runtime.exchange_dir() / "link_check"
     try:  # (a container waits for its role's go file meanwhile; the measurements run as exec jobs)
         # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
         # (each exec'd measuring process under its container's quota), one at a time 91-100%.
@@ -400,7 +397,7 @@ def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, met
     (run_dir / "meta.json").write_text(json.dumps(meta, indent=1))
 
 
-def _stream_config(sc: Scenario, spec: ClusterSpec, run_dir: Path) -> dict:
+def _stream_config(sc: Scenario, spec: ClusterSpec) -> dict:
     """Per-device topics, rates and rate schedules of a streaming scenario (empty dict when not streaming).
 
     `rates` are the devices' nominal (initial) rates; `schedules` their rate over the run's
@@ -421,8 +418,7 @@ def _stream_config(sc: Scenario, spec: ClusterSpec, run_dir: Path) -> dict:
     return {"bootstrap": bootstrap, "kind": st.broker.kind,
             "topics": {w: f"edgebed-{spec.run_id}-{w}" for w in workers},
             "rates": {w: s.rates[0] for w, s in zip(workers, schedules)},
-            "schedules": {w: {"times": list(s.times), "rates": list(s.rates)} for w, s in zip(workers, schedules)},
-            "ready_file": str(run_dir / ".broker-ready")}
+            "schedules": {w: {"times": list(s.times), "rates": list(s.rates)} for w, s in zip(workers, schedules)}}
 
 
 def _relay_external_broker(sc: Scenario, runtime, say):
@@ -441,18 +437,18 @@ def _relay_external_broker(sc: Scenario, runtime, say):
     return relay
 
 
-def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: dict, say) -> None:
-    """The streams must exist before anyone trains: broker and producers come up first."""
+def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: dict, ready: set, say) -> None:
+    """The streams must exist before anyone trains: broker and producers come up first (the
+    stream source says it is ready over the control channel: `ready`, filled by the hub)."""
     broker, source = spec.broker, spec.stream_source
     if broker is not None:
         start(broker)
     if source is not broker:
         start(source)
-    ready = Path(stream["ready_file"])
     # Kafka (a JVM) takes a while to start; the producer node waits for its port.
     limit = 180 if stream["kind"] == "kafka" else 60
     deadline = time.time() + limit
-    while not ready.exists():
+    while source.name not in ready:
         dead = [n.name for n in (broker, source) if n is not None and not procs[n.name].is_alive()]
         if dead:
             raise RuntimeError(f"the streams did not come up: node(s) {', '.join(dead)} exited "
@@ -541,7 +537,7 @@ def _start_timeline(sc, runtime, spec, procs, run_dir, t0, start, live, say):
         say(f"[{applied_at:7.1f}s] event {change.action} {change.node}: {detail}")
 
     timeline = Timeline(expand_events(sc), apply, record, t0, step=lambda: live["step"],
-                        control_dir=run_dir / CONTROL_DIR)
+                        control_dir=run_dir / CONTROL_DIR, inbox=runtime.hub.take_requests if runtime.hub else None)
     timeline.start()
     return timeline
 

@@ -128,7 +128,7 @@ class Timeline:
                  record: Callable[[Change, float, str], None], t0: float,
                  step: Callable[[], int] = lambda: 0, clock: Callable[[], float] = time.time,
                  sleep: Optional[Callable[[float], None]] = None, poll: float = 0.05,
-                 control_dir: Optional[Path] = None):
+                 control_dir: Optional[Path] = None, inbox: Optional[Callable[[], list[dict]]] = None):
         self.timed = [c for c in changes if c.time is not None]
         heapq.heapify(self.timed)
         self.stepped = sorted((c for c in changes if c.time is None), key=lambda c: c.step or 0)
@@ -142,6 +142,7 @@ class Timeline:
         # `edgebed link/kill/...` drop requests here; they apply at once, by the same code path
         self.control_dir = Path(control_dir) if control_dir is not None else None
         self.refused: list[str] = []  # control requests that were not valid changes
+        self.inbox = inbox  # the nodes' own requests (a drawn crash), over the control channel
 
     def due(self, now: float, step: int) -> list[Change]:
         """Pop every change due at run time `now` or global step `step`."""
@@ -156,21 +157,27 @@ class Timeline:
         return len(self.timed) + len(self.stepped)
 
     def requests(self) -> list[Change]:
-        """Changes asked for from the command line (RUN/.control/*.json), oldest first."""
-        if self.control_dir is None or not self.control_dir.is_dir():
-            return []
+        """Changes asked for from the command line (RUN/.control/*.json), oldest first, then the
+        nodes' own (the inbox)."""
         out = []
-        for f in sorted(self.control_dir.glob("*.json")):
+        files = sorted(self.control_dir.glob("*.json")) if self.control_dir is not None and \
+            self.control_dir.is_dir() else []
+        for f in files:
             try:
                 text = f.read_text()
                 f.unlink()
             except OSError:
                 continue
-            try:
-                out.append(request_change(json.loads(text), f.stem))
-            except ValueError as e:  # whoever wrote it, a bad request is refused, and said so
-                self.refused.append(f"{f.name}: {str(e).splitlines()[0][:160]}")
+            self._take(out, text, f.stem, f.name)
+        for req in self.inbox() if self.inbox is not None else []:
+            self._take(out, json.dumps(req), str(req.get("id", "")), f"node request {str(req.get('id'))[:60]}")
         return out
+
+    def _take(self, out: list[Change], text: str, rid: str, where: str) -> None:
+        try:
+            out.append(request_change(json.loads(text), rid))
+        except ValueError as e:  # whoever wrote it, a bad request is refused, and said so
+            self.refused.append(f"{where}: {str(e).splitlines()[0][:160]}")
 
     def run_once(self) -> None:
         now = self.clock() - self.t0

@@ -5,6 +5,8 @@ clean-up (state.register_sweeper); nothing else needs to know it exists."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.live import LiveOps
-from testbed.runtimes.state import RunState
+from testbed.runtimes.state import RunState, exchange_prefix
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,8 @@ class Runtime(LiveOps, ABC):
         self.handles: dict[str, NodeHandle] = {}
         self.fabric = None  # the sites' routers and WAN links (runtimes.fabric.Fabric), where the run has them
         self.control = None  # the nodes' way to the runner (runtimes.control_net.ControlNetwork)
+        self.hub = None  # the runner's end of it (runtimes.hub.ControlHub)
+        self._exchange: Optional[Path] = None
         self.image: Optional[str] = None  # the node image, for runtimes that run one
 
     @classmethod
@@ -102,17 +106,33 @@ class Runtime(LiveOps, ABC):
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
-    def records_endpoint(self) -> Optional[tuple[Optional[str], str, int]]:
-        """(namespace, address, port) where the runner takes the nodes' records off the control
-        network (testbed.run.collector); None where nodes still append to the run directory."""
-        return self.control.records_endpoint() if self.control is not None else None
+    def channel_urls(self) -> tuple[str, str]:
+        """(up, down) of the control channel as a node sees them (testbed.node.channel)."""
+        return self.control.urls()
 
     def _build_control(self, ipr) -> None:
-        """Every node's ctl0 on the run's control network (after the nodes' namespaces exist)."""
+        """Every node's ctl0 on the run's control network (after the nodes' namespaces exist), and
+        the hub listening on it."""
         from testbed.runtimes.control_net import ControlNetwork
 
         self.control = ControlNetwork(self.state)
         self.control.build(ipr, {name: h.netns for name, h in self.handles.items()})
+        self.hub = self.control.open_hub(self.run_dir)
+
+    def _close_hub(self) -> None:
+        """The hub stops, and the exchange folder goes (at teardown)."""
+        if self.hub is not None:
+            self.hub.close()
+        if self._exchange is not None:
+            shutil.rmtree(self._exchange, ignore_errors=True)
+
+    def exchange_dir(self) -> Path:
+        """Where measurement jobs (`start`: link checks, benchmarks) leave their results for the
+        runner: a folder of the runner's host, outside the run directory (bound into containers).
+        Roles never use it: they talk to the runner over the control channel."""
+        if self._exchange is None:
+            self._exchange = Path(tempfile.mkdtemp(prefix=exchange_prefix(self.run_id)))
+        return self._exchange
 
     def gateway_netns(self) -> Optional[str]:
         """The namespace the run's gateway address is in (where a relay to an external broker

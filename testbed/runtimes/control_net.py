@@ -1,7 +1,8 @@
 """The run's control network: how nodes reach the runner, apart from the links under study.
 
 Every node gets a second interface, `ctl0`, on a bridge in a namespace of the run's own
-(eb-<run>-ctl), where the runner's collector listens; the node's records travel there
+(eb-<run>-ctl), where the runner's hub listens (runtimes.hub): the nodes' records, reports and
+acks go up to RECORDS_PORT, heartbeats, the stop and requests come down from CONTROL_PORT
 (testbed.node.channel). It is not shaped and not counted: the emulated links carry training
 traffic only, as a testbed's management network is kept apart from its experiment network.
 Its bridge ports are isolated: a node reaches the runner over it, never another node.
@@ -12,15 +13,24 @@ link-local ones), and each run's control network is its own, so two runs do not 
 from __future__ import annotations
 
 import ipaddress
+import secrets
 
 from testbed.kernel.netlink import create_netns, ns_iproute
 from testbed.runtimes.state import RunState, temp_link_name
 
 CONTROL_SUBNET = ipaddress.IPv4Network("169.254.0.0/16")
-RUNNER_ADDRESS = "169.254.0.1"  # the collector, on the control bridge
-RECORDS_PORT = 7000
+RUNNER_ADDRESS = "169.254.0.1"  # the hub, on the control bridge
+RECORDS_PORT = 7000  # up: nodes PUSH
+CONTROL_PORT = 7001  # down: the hub PUBlishes
 CONTROL_INDEX = 0x800  # temporary veth names: data links count from 0, WAN links from 0xD00
 BRIDGE = "ctl"
+
+
+def _local_mac() -> str:
+    """A random unicast, locally administered MAC address."""
+    b = bytearray(secrets.token_bytes(6))
+    b[0] = (b[0] & 0xFC) | 0x02
+    return ":".join(f"{x:02x}" for x in b)
 
 
 def control_netns(run_id: str) -> str:
@@ -42,7 +52,11 @@ class ControlNetwork:
         if str(next(hosts)) != RUNNER_ADDRESS:
             raise AssertionError("the runner takes the control subnet's first address")
         with ns_iproute(self.netns) as c:
-            c.link("add", ifname=BRIDGE, kind="bridge")
+            # A bridge's own MAC is its lowest port's unless set: it would change as ports are
+            # plugged in, and a container that resolved the runner's address before that sends
+            # to the old one, which the bridge drops, until its ARP entry ages (measured: 20-30 s
+            # without an answer, one run in three).
+            c.link("add", ifname=BRIDGE, kind="bridge", address=_local_mac())
             br = c.link_lookup(ifname=BRIDGE)[0]
             c.addr("add", index=br, address=RUNNER_ADDRESS, prefixlen=CONTROL_SUBNET.prefixlen)
             c.link("set", index=br, state="up")
@@ -65,5 +79,12 @@ class ControlNetwork:
         c.link("set", index=pidx, master=br, state="up")
         c.brport("set", index=pidx, isolated=1)  # a node reaches the runner only, never another node
 
-    def records_endpoint(self) -> tuple[str, str, int]:
-        return self.netns, RUNNER_ADDRESS, RECORDS_PORT
+    def open_hub(self, run_dir):
+        from testbed.runtimes.hub import ControlHub
+
+        return ControlHub(self.netns, RUNNER_ADDRESS, RECORDS_PORT, CONTROL_PORT, run_dir)
+
+    @staticmethod
+    def urls() -> tuple[str, str]:
+        """(up, down): where a node sends to the hub, and where it listens to it."""
+        return f"tcp://{RUNNER_ADDRESS}:{RECORDS_PORT}", f"tcp://{RUNNER_ADDRESS}:{CONTROL_PORT}"

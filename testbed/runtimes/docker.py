@@ -74,7 +74,7 @@ class ContainerProcess:
 
     def __init__(self, container, stop_on_join: bool = False):
         self.container = container
-        self.stop_on_join = stop_on_join  # a foreign image does not watch edgebed's stop file
+        self.stop_on_join = stop_on_join  # a foreign image does not listen to edgebed's heartbeats
         self._state: dict = {}
         self._checked = 0.0
 
@@ -115,21 +115,21 @@ class ContainerProcess:
 
 class RoleProcess(ContainerProcess):
     """The runner's view of the role in an edgebed node container, one generation of it (a restart
-    starts the next): alive while the container runs and its supervisor says the role runs."""
+    starts the next): alive while the container runs and its supervisor says the role runs (its
+    word on the role comes over the control channel: ControlHub.states)."""
 
-    def __init__(self, container, state_path: Path, gen: int):
+    def __init__(self, container, states: dict, node: str, gen: int):
         super().__init__(container)
-        self.state_path, self.gen = state_path, gen
+        self.states, self.node, self.gen = states, node, gen
 
     def _ended(self) -> Optional[int]:
         """The exit code once this generation of the role has ended (superseded by a restart: -9)."""
-        try:
-            st = json.loads(self.state_path.read_text())
-        except (OSError, ValueError):
+        st = self.states.get(self.node)
+        if st is None:
             return None
         if st.get("gen", 0) > self.gen:
             return -9
-        if st.get("gen") == self.gen and not st["running"]:
+        if st.get("gen") == self.gen and not st.get("running"):
             return st["exitcode"] if st.get("exitcode") is not None else -9
         return None
 
@@ -184,6 +184,19 @@ class ExecProcess:
         pass  # dies with its container
 
 
+class HubStop:
+    """The run's stop event on the docker runtime: set() tells every container through the hub."""
+
+    def __init__(self, hub):
+        self.hub = hub
+
+    def set(self) -> None:
+        self.hub.set_stop()
+
+    def is_set(self) -> bool:
+        return self.hub.stopping
+
+
 @dataclass
 class DockerHandle:
     node: Node
@@ -196,6 +209,9 @@ class DockerHandle:
     compute: dict
     processes: list = field(default_factory=list)
     generation: int = 0  # of its role: 1 when started, +1 per restart
+
+
+GO_TIMEOUT = 180.0  # s for a new container's supervisor to answer its first request (python starting)
 
 
 class DockerRuntime(Runtime):
@@ -211,9 +227,6 @@ class DockerRuntime(Runtime):
         self.image = image
         self.network = None
         self._host_ipr = None
-        self._stop_event = None
-        self._seq = 0  # of requests to the nodes' supervisors
-        self.conf_dir = self.run_dir / ".nodes"
 
     @classmethod
     def open(cls, state: RunState, say: Callable[[str], None]) -> "DockerRuntime":
@@ -226,15 +239,10 @@ class DockerRuntime(Runtime):
     def labels(self) -> dict:
         return {LABEL: "1", RUN_LABEL: self.run_id}
 
-    def make_stop_event(self):
-        from testbed.node.launch import FileStop
-
-        self._stop_event = FileStop(str(self.conf_dir / "stop"))
-        return self._stop_event
-
-    def heartbeat(self) -> None:
-        if self._stop_event is not None:
-            self._stop_event.beat()  # containers stop by themselves if this goes stale (runner killed)
+    def make_stop_event(self) -> "HubStop":
+        """The run's stop, told to every container by the hub's heartbeats (which, should the runner
+        be killed, stop: the containers then stop by themselves)."""
+        return HubStop(self.hub)
 
     # -- bring-up ----------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -246,7 +254,7 @@ class DockerRuntime(Runtime):
         for node in spec.nodes:  # before anything is made: a missing image leaves nothing half-started
             if node.image is not None:
                 self._ensure_foreign_image(node)
-        self.conf_dir.mkdir(parents=True, exist_ok=True)
+        self.exchange_dir()  # bound into each container: measurement jobs leave their results there
         self._host_ipr = IPRoute()
         if spec.topology is not None:
             # Sites: Docker's internal networks drop traffic for other subnets (its isolation
@@ -287,8 +295,10 @@ class DockerRuntime(Runtime):
 
     def _foreign_container(self, node: Node) -> tuple[str, Optional[list], dict]:
         """(image, command, environment) of a node: edgebed's node image, or a foreign one."""
-        if node.image is None:
-            return self.image, [str(self.conf_dir / f"{node.name}.json")], {}
+        if node.image is None:  # its supervisor, which gets everything else over the control channel
+            from testbed.runtimes.control_net import ControlNetwork
+
+            return self.image, ["--supervise", node.name, *ControlNetwork.urls()], {}
         if node.role == "kafka":
             from testbed.data.streaming.kafka import kafka_environment
 
@@ -300,8 +310,8 @@ class DockerRuntime(Runtime):
 
         prof = node.profile
         host_kw: dict[str, Any] = {"shm_size": "256m"}
-        if node.image is None:  # edgebed's own nodes read their config and write records here
-            host_kw["binds"] = {str(self.run_dir): {"bind": str(self.run_dir), "mode": "rw"}}
+        if node.image is None:  # not the run directory: only measurement jobs' results come back this way
+            host_kw["binds"] = {str(self._exchange): {"bind": str(self._exchange), "mode": "rw"}}
         compute: dict[str, Any] = {"engine": "docker"}
         if prof.cpus is not None and prof.cpu_period is not None:  # docker run --cpu-period/--cpu-quota
             host_kw["cpu_period"] = period_us_of(prof.cpu_period)
@@ -371,32 +381,17 @@ class DockerRuntime(Runtime):
         h.generation += 1
         request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation}
         if h.generation == 1:
-            self._go(node.name, {**request, "stop_file": stop_event.path})
+            self._request(node.name, {"op": "go", **request}, timeout=GO_TIMEOUT)
         else:  # a restart: the container's supervisor starts the role again
             self._request(node.name, {"op": "start", **request})
-        proc = RoleProcess(h.container, self.conf_dir / f"{node.name}.state", h.generation)
+        proc = RoleProcess(h.container, self.hub.states, node.name, h.generation)
         h.processes.append(proc)
         return proc
 
     def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
-        """Hand a request to the node's supervisor (testbed.node.launch.RoleSupervisor); its answer."""
-        self._seq += 1
-        seq = f"{self._seq:08d}"
-        path = self.conf_dir / f"{node}.ctl-{seq}"
-        tmp = self.conf_dir / f".{node}.ctl-{seq}.tmp"
-        tmp.write_text(json.dumps(req))
-        tmp.replace(path)  # whole, or not there
-        ack = self.conf_dir / f"{node}.ack-{seq}"
-        deadline = time.monotonic() + timeout
-        while not ack.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
-            time.sleep(0.005)
-        detail = ack.read_text()
-        ack.unlink()
-        if detail.startswith("failed:"):
-            raise RuntimeError(f"{node}: {detail}")
-        return detail
+        """Hand a request to the node's supervisor (testbed.node.launch.RoleSupervisor) over the
+        control channel; its answer."""
+        return self.hub.request(node, req, timeout)
 
     # -- changes during the run (live.py) ------------------------------------------------
     @contextmanager
@@ -428,14 +423,11 @@ class DockerRuntime(Runtime):
     def set_stress(self, node: str, load: float) -> str:
         return self._request(node, {"op": "stress", "load": load})
 
-    def _go(self, node: str, spec: dict) -> None:
-        (self.conf_dir / f"{node}.json").write_text(json.dumps(spec))
-        (self.conf_dir / f"{node}.go").touch()  # after the config: the container reads it on seeing this
-
     def start_idle(self, stop_event) -> None:
         """Let every container idle (hosting `start` jobs) until the stop event."""
-        for name in self.handles:
-            self._go(name, {"idle": True, "stop_file": stop_event.path})
+        for name, h in self.handles.items():
+            if h.node.image is None:
+                self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":
         """Run a module-level function inside a node's container (benchmarks)."""
@@ -491,6 +483,7 @@ class DockerRuntime(Runtime):
         from testbed.runtimes.state import cleanup_run
 
         self.save_logs()
+        self._close_hub()
         if self.fabric is not None:
             self.fabric.close()
         if self._host_ipr is not None:

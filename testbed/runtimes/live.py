@@ -7,11 +7,9 @@ latency the kernel cannot make goes to the node's transport through its delay co
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Optional
 
 from testbed.kernel.shaping import DirectionPlan, plan_direction, reshape
@@ -26,14 +24,9 @@ def wan_sites(target: str) -> tuple[str, str]:
     return a, b
 
 
-def delay_control_file(run_dir: str | Path, node: str) -> str:
-    """Where a node's transport reads link latency changes made during the run."""
-    return str(Path(run_dir) / ".links" / f"{node}.json")
-
-
 class LiveOps:
     """The live changes of runtimes.base.Runtime (its base class), which supplies self.handles
-    (node -> handle with node, uplink, downlink, cgroup, processes), self.caps, self.run_dir,
+    (node -> handle with node, uplink, downlink, cgroup, processes), self.caps, self.hub,
     self.fabric and `_link_iface(node, which)`."""
 
     def __init__(self) -> None:
@@ -73,18 +66,16 @@ class LiveOps:
             setattr(h, WHICH[which], new_plan)
             dirs[which] = new_dir
             done.append(which)
-        self._write_delay_control(node)
+        self._publish_delays(node)
         return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
 
-    def _write_delay_control(self, node: str) -> None:
+    def _publish_delays(self, node: str) -> None:
+        """The node's transport delays (the no-netem fallback) go to it over the control channel."""
         h = self.handles[node]
-        path = Path(delay_control_file(self.run_dir, node))
-        path.parent.mkdir(exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"up": h.uplink.transport_delay_s, "up_jitter": h.uplink.transport_jitter_s,
-                                   "down": h.downlink.transport_delay_s,
-                                   "down_jitter": h.downlink.transport_jitter_s}))
-        os.replace(tmp, path)  # the transport never reads half a file
+        if self.hub is not None:
+            self.hub.set_delay(node, {"up": h.uplink.transport_delay_s, "up_jitter": h.uplink.transport_jitter_s,
+                                      "down": h.downlink.transport_delay_s,
+                                      "down_jitter": h.downlink.transport_jitter_s})
 
     def set_cpus(self, node: str, cpus: Optional[float]) -> str:
         self.handles[node].cgroup.set_cpus(cpus)

@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+import os
+import sys
+import tempfile
 import time
 from pathlib import Path
 
+from testbed.node import channel
 from testbed.node.roles.common import RoleConfig
+
+
+def _tail(path: str, limit: int = 2000) -> str:
+    try:
+        return Path(path).read_bytes()[-limit:].decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def run_broker_node(cfg: RoleConfig, stop_event) -> None:
@@ -23,7 +34,15 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
     address, port = bootstrap.rsplit(":", 1)
     tansu = None
     if cfg.role == "broker":
-        tansu = start_tansu(address, int(port), log_path=str(Path(cfg.run_dir) / "logs" / "broker.log"))
+        log = tempfile.NamedTemporaryFile(prefix="edgebed-tansu-", suffix=".log", delete=False)  # the node's own disk
+        log.close()
+        try:
+            tansu = start_tansu(address, int(port), log_path=log.name)
+        except BrokerError as e:
+            raise BrokerError(f"{e}: {_tail(log.name)}") from None
+        finally:
+            if tansu is None:
+                os.unlink(log.name)
     else:
         wait = 150.0 if cfg.stream["kind"] == "kafka" else 20.0
         if not wait_for_port(address, int(port), wait, stop_event):
@@ -46,10 +65,11 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
                                   sc.seed * 1000 + rank, cfg.t0))
             p.start()
             producers.append(p)
-        Path(cfg.stream["ready_file"]).touch()
+        channel.send_json(cfg.records, "ready", {"node": cfg.node})  # the runner starts the trainers now
         while not stop_event.is_set():
             if tansu is not None and tansu.poll() is not None:
-                raise BrokerError(f"the broker (tansu) exited with code {tansu.returncode}")
+                raise BrokerError(f"the broker (tansu) exited with code {tansu.returncode}: "
+                                  + _tail(log.name))
             dead = [p.name for p in producers if not p.is_alive()]
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited")
@@ -60,8 +80,15 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
             if p.is_alive():
                 p.kill()
         if tansu is not None:
-            tansu.terminate()
-            try:
-                tansu.wait(timeout=5)
-            except Exception:
-                tansu.kill()
+            _stop_tansu(tansu, log.name)
+
+
+def _stop_tansu(tansu, log_path: str) -> None:
+    """End the broker; its log goes to the role's output (RUN/logs/<node>.log under docker), then away."""
+    tansu.terminate()
+    try:
+        tansu.wait(timeout=5)
+    except Exception:
+        tansu.kill()
+    print(f"--- the broker's log (last lines) ---\n{_tail(log_path)}", file=sys.stderr)
+    os.unlink(log_path)

@@ -3,18 +3,16 @@ feed, and the worker's batches."""
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
 import torch
 import zmq
 
-from testbed.node import transport
+from testbed.node import channel, transport
 from testbed.node.wire import Message
 from testbed.scenario.schema import Scenario
 
@@ -41,9 +39,11 @@ class RoleConfig:
     target: str = ""
     # Every node of the run -> its address: receivers hear a node only from its own address.
     addresses: dict = field(default_factory=dict)
-    # The runner's record collector on the control network ("tcp://ADDRESS:PORT"); "" when the
-    # run has none (docker, for now): records go into run_dir (testbed.node.channel).
+    # The runner's hub on the control network (testbed.node.channel): where records and reports
+    # go up ("tcp://ADDRESS:PORT"; "" outside a run: tables are appended to in run_dir) and
+    # where the runner's beats, delays and replicas come down.
     records: str = ""
+    control: str = ""
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)
@@ -176,7 +176,7 @@ class ServingRole:
             self.snapshot(final=True)
             self.feed.finish(self.stop_event)
         finally:
-            (Path(self.cfg.run_dir) / "ps.json").write_text(json.dumps(self.report(), default=str))
+            channel.report(self.cfg, "ps.json", self.report())
             time.sleep(0.2)  # let the last stop messages leave
             self.ep.close()
             self.zctx.term()

@@ -17,7 +17,7 @@ import zmq
 from testbed.node import transport
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import EvalFeed, RoleConfig, ServingRole, model_and_data, params_of, setup_torch
-from testbed.node.roles.replicas import read_replicas
+from testbed.node.roles.replicas import ReplicaBoard
 from testbed.node.wire import Message
 
 
@@ -33,6 +33,7 @@ class Coordinator(ServingRole):
         self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
         self.feed = EvalFeed(self.ep)
         self.workers = set(cfg.workers)
+        self.board = ReplicaBoard(cfg.control, self.workers, {n: t.shape for n, t in self.initial.items()})
         self.joined: set[str] = set()
         self.left: set[str] = set()
         self.steps = {w: 0 for w in self.workers}
@@ -127,7 +128,10 @@ class Coordinator(ServingRole):
         """Queue the average of the replicas (the model the workers agree on) for evaluation. A timed
         feed (`again`) of unchanged replicas is a repeat without tensors and with the last feed's
         version: the evaluator writes its last result again at this time (see ps.ParameterServer)."""
-        reps = read_replicas(self.cfg.run_dir)
+        if final:  # the last replicas travel apart from the workers' goodbyes: wait for them (5 s at most)
+            reps = self.board.wait_for({w: self.steps[w] for w in self.left}, timeout=5.0)
+        else:
+            reps = self.board.refresh()
         key = {w: int(r["step"]) for w, r in reps.items()}
         if again and key == self.fed[0] and self.fed[1]:
             self.feed.add({}, {**self.fed[1], "time": self.cfg.now(), "repeat": True})

@@ -24,7 +24,7 @@ import zmq
 
 from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, frame_limit, setup_torch, worker_setup
-from testbed.node.roles.replicas import replica_schedule, write_replica
+from testbed.node.roles.replicas import replica_schedule, send_replica
 from testbed.node.wire import Message
 from testbed.strategies import make_strategy
 from testbed.strategies.peer import PeerContext, PeerInfo, apply_payload
@@ -74,7 +74,7 @@ class PeerWorker:
                 return
             while not self.stop_event.is_set() and not self.stopped and (max_steps is None or self.ctx.step < max_steps):
                 self.step()
-            write_replica(self.cfg.run_dir, self.cfg.node, self.params, self.ctx.step)  # for the final evaluation
+            send_replica(self.cfg, self.params, self.ctx.step)  # for the final evaluation
         finally:
             self.close()
 
@@ -114,7 +114,7 @@ class PeerWorker:
                        bytes_sent=sent, bytes_received=self.received - before, compute_seconds=t_computed - t_start,
                        comm_seconds=t_done - t_computed, model_version=step, compressed=int(compressed))
         if self.replicas.due(step, cfg.now()):  # before the progress message: the coordinator may read it
-            write_replica(cfg.run_dir, cfg.node, self.params, step)
+            send_replica(cfg, self.params, step)
         if step % self.sc.workload.eval_interval == 0:
             self.ctl.send(Message("progress", meta={"step": step, "loss": self.loss_avg,
                                                     "dropped": dict(self.inbox.dropped)}))

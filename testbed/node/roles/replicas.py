@@ -1,37 +1,70 @@
-"""How decentralized workers hand their replicas to the coordinator for evaluation: through the
-run directory (RUN/.replicas, out of band like a testbed's monitoring plane), so that evaluation
-puts no bytes on the emulated links."""
+"""How decentralized workers hand their replicas to the coordinator for evaluation: up to the
+runner's hub over the control network, which forwards them to the coordinator (out of band like
+a testbed's monitoring plane), so that evaluation puts no bytes on the emulated links."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
+import io
+import time
 
 import torch
 
+from testbed.node import channel
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.scenario.schema import Scenario
 
-REPLICAS = ".replicas"
 REPLICA_REFRESH = 4  # with eval_seconds: replica writes per evaluation period
 
 
-def write_replica(run_dir: str, node: str, params: dict, step: int) -> None:
-    d = Path(run_dir) / REPLICAS
-    d.mkdir(exist_ok=True)
-    tmp = d / f".{node}.tmp"
-    torch.save({"step": step, "params": {k: v.detach().cpu() for k, v in params.items()}}, tmp)
-    os.replace(tmp, d / f"{node}.pt")  # readers never see half a file
+def send_replica(cfg, params: dict, step: int) -> None:
+    buf = io.BytesIO()
+    torch.save({"node": cfg.node, "step": step, "params": {k: v.detach().cpu() for k, v in params.items()}}, buf)
+    channel.send(cfg.records, "replica", buf.getvalue())
 
 
-def read_replicas(run_dir: str) -> dict[str, dict]:
-    out = {}
-    for f in sorted((Path(run_dir) / REPLICAS).glob("*.pt")):
+class ReplicaBoard:
+    """The coordinator's latest replica of each worker, as the hub forwards them. A replica is
+    kept only if it is a known worker's, with the model's tensors: a node's bytes never end the run."""
+
+    def __init__(self, control: str, workers: set[str], shapes: dict[str, torch.Size]):
+        self.workers, self.shapes = workers, shapes
+        self.latest: dict[str, dict] = {}
+        self.refused = 0
+        # (no control channel: a coordinator made outside a run, as in tests, hears no replica)
+        self._listener = channel.Listener(control, [channel.topic("replica")]) if control else None
+
+    def refresh(self, timeout_ms: int = 0) -> dict[str, dict]:
+        for _, payload in self._listener.poll(timeout_ms) if self._listener is not None else []:
+            rep = self._load(payload)
+            if rep is None:
+                self.refused += 1
+            else:
+                self.latest[rep["node"]] = rep
+        return self.latest
+
+    def _load(self, payload: bytes):
         try:
-            out[f.stem] = torch.load(f, weights_only=True)
-        except Exception:  # being replaced right now: the next snapshot will have it
-            continue
-    return out
+            rep = torch.load(io.BytesIO(payload), weights_only=True)
+            params = rep["params"]
+            ok = (rep["node"] in self.workers and isinstance(rep["step"], int)
+                  and all(params[n].shape == s for n, s in self.shapes.items()))
+        except Exception:
+            return None
+        return rep if ok else None
+
+    def wait_for(self, steps: dict[str, int], timeout: float) -> dict[str, dict]:
+        """Until each worker's replica is at least at its step in `steps` (or `timeout` seconds):
+        the final replicas travel apart from the workers' goodbyes."""
+        deadline = time.monotonic() + (timeout if self._listener is not None else 0.0)
+        while time.monotonic() < deadline:
+            have = self.refresh(50)
+            if all(w in have and have[w]["step"] >= s for w, s in steps.items()):
+                break
+        return self.latest
+
+    def close(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
 
 
 def replica_schedule(sc: Scenario) -> EvalSchedule:

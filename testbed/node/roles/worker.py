@@ -3,11 +3,8 @@ votes or steps locally as the strategy says; steps.csv gets a row per step."""
 
 from __future__ import annotations
 
-import json
-import os
 import random
 import time
-from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -176,15 +173,10 @@ def _flag(v: Optional[bool]) -> Optional[int]:
 def request_crash(cfg: RoleConfig, sc: Scenario, step: int) -> None:
     """A fail-stop crash drawn after a push (faults.crash_per_push): the runner freezes (or kills) this
     node through the same request path as `edgebed pause`, and records it in events.csv."""
-    from testbed.records.columns import CONTROL_DIR
-
-    control = Path(cfg.run_dir) / CONTROL_DIR
-    control.mkdir(exist_ok=True)
     rid = f"{time.time():.6f}-crash-{cfg.node}"
-    tmp = control / f".{rid}.tmp"
-    tmp.write_text(json.dumps({"id": rid, "node": cfg.node, "action": sc.faults.crash_action, "fields": {},
-                               "source": f"crash after push at step {step} (p={sc.faults.crash_per_push:g})"}))
-    os.replace(tmp, control / f"{rid}.json")
+    channel.send_json(cfg.records, "request", {
+        "id": rid, "node": cfg.node, "action": sc.faults.crash_action, "fields": {},
+        "source": f"crash after push at step {step} (p={sc.faults.crash_per_push:g})"})
     time.sleep(5.0)  # frozen or killed meanwhile; should the runner be gone, go on
 
 

@@ -1,0 +1,237 @@
+"""The runner's side of the control channel (testbed.node.channel is the nodes' side).
+
+It listens on the run's control network (runtimes.control_net) and is the one writer of the
+run directory for everything the nodes send:
+- record rows, [table name, one CSV line], each appended to its table as it arrives: a node's
+  rows up to its crash are kept, and a crash of the runner leaves every line written so far
+  readable. Rows are checked first (a known table, one line of that table's column count, a
+  bounded size); anything else is counted and dropped: a node's bytes never end the run or
+  corrupt a table;
+- messages, [b"!" + kind, payload]: a supervisor's acks and its role's state, a role's report
+  (ps.json), a replica (forwarded to the coordinator), a crash request (for the timeline), the
+  broker's readiness.
+Down, it publishes every BEAT seconds a heartbeat that carries the stop, each node's link delays
+(taken up by its transport; repeated, so a node that subscribes late still gets them), and
+requests to a node's supervisor, repeated until acknowledged.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Optional
+
+import zmq
+
+from testbed.kernel.netlink import entered_netns
+from testbed.node.channel import MESSAGE_PREFIX, topic
+from testbed.records import metrics
+
+MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
+MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
+REPORTS = ("ps.json",)  # the files a role may have written
+BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
+RESEND = 0.2  # s between repeats of an unanswered request
+
+
+class ControlHub:
+    def __init__(self, netns: Optional[str], address: str, records_port: int, control_port: int, run_dir: Path):
+        self.run_dir = Path(run_dir)
+        self.rows = 0
+        self.dropped = 0
+        self._tables: dict[bytes, metrics.CsvLog] = {}
+        self._last = time.monotonic()
+        self._stop = threading.Event()
+        self._cond = threading.Condition()
+        self._acks: dict[tuple[str, int], str] = {}
+        self.states: dict[str, dict] = {}  # node -> its supervisor's last word on its role
+        self.ready: set[str] = set()  # nodes that said their service is up (the broker)
+        self._requests: list[dict] = []  # crash requests from the nodes, for the timeline
+        self._delays: dict[str, bytes] = {}
+        self._stopping = False
+        self._seq = 0
+        self._pub_lock = threading.Lock()
+        self._ctx = zmq.Context()
+        self._pull = self._ctx.socket(zmq.PULL)
+        self._pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
+        self._pull.setsockopt(zmq.LINGER, 0)
+        self._pub = self._ctx.socket(zmq.PUB)
+        self._pub.setsockopt(zmq.LINGER, 0)
+        self._pub.setsockopt(zmq.SNDHWM, 0)  # a slow node delays its own messages, never loses a request
+        with entered_netns(netns):  # the listening sockets are made inside the control network
+            self._pull.bind(f"tcp://{address}:{records_port}")
+            self._pub.bind(f"tcp://{address}:{control_port}")
+        self._thread = threading.Thread(target=self._loop, name="edgebed-hub", daemon=True)
+        self._thread.start()
+
+    # -- up: rows and messages ---------------------------------------------------------------
+    def _loop(self) -> None:
+        next_beat = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() >= next_beat:
+                self._beat()
+                next_beat = time.monotonic() + BEAT
+            if not self._pull.poll(50):
+                continue
+            while True:
+                try:
+                    frames = self._pull.recv_multipart(flags=zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self._take(frames)
+                self._last = time.monotonic()
+
+    def _take(self, frames: list[bytes]) -> None:
+        if len(frames) == 2 and frames[0].startswith(MESSAGE_PREFIX):
+            ok = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace"), frames[1])
+        else:
+            ok = self._row(frames)
+        if not ok:
+            self.dropped += 1
+
+    def _row(self, frames: list[bytes]) -> bool:
+        table = self._table(frames[0]) if len(frames) == 2 and len(frames[1]) <= MAX_ROW else None
+        if table is None or not _one_row(frames[1], len(table.columns)):
+            return False
+        table.append(frames[1])
+        self.rows += 1
+        return True
+
+    def _table(self, name: bytes) -> Optional[metrics.CsvLog]:
+        if name not in self._tables:
+            text = name.decode("ascii", "replace")
+            if text not in metrics.TABLES:
+                return None
+            self._tables[name] = metrics.open_table(self.run_dir, text)
+        return self._tables[name]
+
+    def _message(self, kind: str, payload: bytes) -> bool:
+        if kind == "replica":  # bytes for the coordinator, as they came
+            self._publish(topic("replica"), payload)
+            return True
+        try:
+            data = json.loads(payload)
+        except (UnicodeDecodeError, ValueError):
+            return False
+        if not isinstance(data, dict):
+            return False
+        handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,
+                   "request": self._on_request, "ready": self._on_ready}.get(kind)
+        return handler is not None and handler(data)
+
+    def _on_ack(self, data: dict) -> bool:
+        with self._cond:
+            self._acks[(str(data.get("node")), int(data.get("seq", -1)))] = str(data.get("detail", ""))
+            self._cond.notify_all()
+        return True
+
+    def _on_state(self, data: dict) -> bool:
+        with self._cond:
+            self.states[str(data.get("node"))] = data
+            self._cond.notify_all()
+        return True
+
+    def _on_report(self, data: dict) -> bool:
+        if data.get("name") not in REPORTS:
+            return False
+        path = self.run_dir / data["name"]
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text(json.dumps(data.get("data"), default=str))
+        os.replace(tmp, path)  # a reader never sees half of it
+        return True
+
+    def _on_request(self, data: dict) -> bool:
+        with self._cond:
+            self._requests.append(data)
+        return True
+
+    def _on_ready(self, data: dict) -> bool:
+        with self._cond:
+            self.ready.add(str(data.get("node")))
+        return True
+
+    def take_requests(self) -> list[dict]:
+        """The nodes' crash requests since the last call, oldest first."""
+        with self._cond:
+            out, self._requests = self._requests, []
+        return out
+
+    def drain(self, quiet: float = 0.5, limit: float = 10.0) -> None:
+        """Wait until nothing has arrived for `quiet` seconds (at most `limit`): the nodes' last rows
+        are in before the runner reads the tables."""
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline and time.monotonic() - self._last < quiet:
+            time.sleep(0.05)
+
+    # -- down: beats, delays, requests -----------------------------------------------------
+    def _publish(self, t: bytes, payload: bytes) -> None:
+        with self._pub_lock:
+            self._pub.send_multipart([t, payload])
+
+    def _beat(self) -> None:
+        self._publish(topic("beat"), json.dumps({"stop": self._stopping}).encode())
+        for node, payload in list(self._delays.items()):
+            self._publish(topic("delay", node), payload)
+
+    def set_stop(self) -> None:
+        """Tell every node to stop (now, and in every beat after)."""
+        self._stopping = True
+        self._beat()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def set_delay(self, node: str, delays: dict) -> None:
+        """A node's transport delays from now on (runtimes.live, where the kernel has no netem)."""
+        self._delays[node] = json.dumps(delays).encode()
+        self._publish(topic("delay", node), self._delays[node])
+
+    def request(self, node: str, req: dict, timeout: float = 10.0) -> str:
+        """Hand a request to a node's supervisor (testbed.node.launch.RoleSupervisor); its answer.
+        Repeated until answered: a supervisor that subscribes late still gets it, and answers a
+        repeat it has already acted on without acting again."""
+        with self._cond:
+            self._seq += 1
+            seq = self._seq
+        payload = json.dumps({**req, "seq": seq}).encode()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while (node, seq) not in self._acks:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
+                self._cond.release()
+                try:
+                    self._publish(topic("node", node), payload)
+                finally:
+                    self._cond.acquire()
+                self._cond.wait(RESEND)
+            detail = self._acks.pop((node, seq))
+        if detail.startswith("failed:"):
+            raise RuntimeError(f"{node}: {detail}")
+        return detail
+
+    def close(self) -> None:
+        if self._stop.is_set():
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._pull.close(linger=0)
+        self._pub.close(linger=0)
+        self._ctx.term()
+        for t in self._tables.values():
+            t.close()
+
+
+def _one_row(line: bytes, columns: int) -> bool:
+    if not line.endswith(b"\n") or (line.count(b"\n") != 1 and b'"' not in line):
+        return False  # a newline inside a row only within a quoted field (csv decides below)
+    try:
+        rows = list(csv.reader([line.decode()]))
+    except (UnicodeDecodeError, csv.Error):
+        return False
+    return len(rows) == 1 and len(rows[0]) == columns
