@@ -49,11 +49,14 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
             rogue.send_multipart(frames)
         rogue.send_multipart([b"steps.csv", b"x" * (100 * 1024) + b"\n"])  # over a row's size limit
         for frames in ([b"!report", b'{"name": "../../etc/passwd", "data": {}}'], [b"!nonsense", b"{}"],
-                       [b"!ack", b"not json"], [b"!state", b"[1, 2]"]):
+                       [b"!ack", b"not json"], [b"!state", b"[1, 2]"], [b"!ack", b'{"node": "w0", "seq": "x"}'],
+                       [b"!state", b'{"node": "w0", "gen": "1", "running": true, "exitcode": null}']):
             rogue.send_multipart(frames)
         deadline = time.monotonic() + 5
-        while collector.rows + collector.dropped < 13 and time.monotonic() < deadline:
+        while collector.rows + collector.dropped < 15 and time.monotonic() < deadline:
             time.sleep(0.05)
+        steps.write(time=9.0, node="w0", step=9, loss=0.5)  # the hub still takes rows after all that
+        assert _until(lambda: collector.rows == 4)
         rogue.close(linger=0)
         ctx.term()
         channel.flush()
@@ -62,8 +65,9 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
         collector.close()
     lines = (tmp_path / "steps.csv").read_text().splitlines()
     assert lines[0] == ",".join(STEP_COLUMNS)
-    assert [line.split(",")[:3] for line in lines[1:]] == [["0", "w0", "0"], ["1", "w0", "1"], ["2", "w0", "2"]]
-    assert collector.rows == 3 and collector.dropped == 10
+    assert [line.split(",")[:3] for line in lines[1:]] == [["0", "w0", "0"], ["1", "w0", "1"], ["2", "w0", "2"],
+                                                          ["9", "w0", "9"]]
+    assert collector.rows == 4 and collector.dropped == 12 and collector.states == {}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(metrics.TABLES)  # no file but the tables
 
 

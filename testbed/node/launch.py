@@ -160,7 +160,8 @@ class RoleSupervisor:
                 req = json.loads(payload)
             except ValueError:
                 continue
-            self._answer(req)
+            if isinstance(req, dict):
+                self._answer(req)
             got = True
         if self.terminated or self.beat.stopped():
             self.stop.set()

@@ -380,7 +380,7 @@ def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, met
     started = time.time()
     delays = {n.name: _delay_for(n, node_meta, spec, not runtime.caps.netem) for n in spec.nodes}
     scratch = runtime.exchange_dir() / "link_check"
-    try:  # (a container waits for its role's go file meanwhile; the measurements run as exec jobs)
+    try:  # (a container waits for its role's first request meanwhile; the measurements run as exec jobs)
         # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
         # (each exec'd measuring process under its container's quota), one at a time 91-100%.
         rows = verify.verify_links(runtime, spec, delays, scratch, tolerance=tolerance, say=say,

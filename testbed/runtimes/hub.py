@@ -86,10 +86,13 @@ class ControlHub:
                 self._last = time.monotonic()
 
     def _take(self, frames: list[bytes]) -> None:
-        if len(frames) == 2 and frames[0].startswith(MESSAGE_PREFIX):
-            ok = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace"), frames[1])
-        else:
-            ok = self._row(frames)
+        try:
+            if len(frames) == 2 and frames[0].startswith(MESSAGE_PREFIX):
+                ok = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace"), frames[1])
+            else:
+                ok = self._row(frames)
+        except (ValueError, TypeError, OSError):  # a field of the wrong type, a full disk: never the hub's end
+            ok = False
         if not ok:
             self.dropped += 1
 
@@ -130,6 +133,10 @@ class ControlHub:
         return True
 
     def _on_state(self, data: dict) -> bool:
+        code = data.get("exitcode")
+        if type(data.get("gen")) is not int or type(data.get("running")) is not bool or \
+                not (code is None or type(code) is int):
+            return False  # the runner's view of a role is built on these (runtimes.docker.RoleProcess)
         with self._cond:
             self.states[str(data.get("node"))] = data
             self._cond.notify_all()
