@@ -129,17 +129,14 @@ def test_a_killed_worker_does_not_stop_training(tmp_path, clean_host, name):
         assert 6 < lost.time.iloc[0] <= 6 + 2 + 1.5  # its last message + the 2 s timeout
 
 
-def _mounts_while_running(cmd: list[str]) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
-    """Run `cmd` (an `edgebed up` with the docker runtime); every edgebed container seen meanwhile
+def _mounts_while_running(cmd: list[str], client) -> tuple[subprocess.CompletedProcess, dict[str, list[str]]]:
+    """Run `cmd` (an `edgebed up`); every edgebed container seen meanwhile (with a Docker `client`)
     -> the host folders mounted into it."""
-    from testbed.runtimes.docker import docker_client
-
-    client = docker_client(timeout=3)
     seen: dict[str, list[str]] = {}
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 200
     while proc.poll() is None and time.monotonic() < deadline:
-        for c in client.containers.list(filters={"label": "edgebed"}):
+        for c in client.containers.list(filters={"label": "edgebed"}) if client is not None else []:
             seen[c.name] = [m["Source"] for m in c.attrs.get("Mounts", [])]
         time.sleep(0.5)
     out, err = proc.communicate(timeout=max(1, deadline - time.monotonic()))
@@ -160,7 +157,10 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
     path = _scenario(tmp_path, {"name": "asgd"}, [{"at": f"{at}s", "target": "w1", "action": "kill"}],
                      seconds=at + 6, runtime=runtime)
     run_dir = tmp_path / "run"
-    r, mounts = _mounts_while_running(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"])
+    from testbed.runtimes.docker import docker_client
+
+    client = docker_client(timeout=3) if runtime == "docker" else None
+    r, mounts = _mounts_while_running(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], client)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     if runtime == "docker":
         assert len(mounts) >= 5, mounts  # ps, evaluator, 3 workers were seen running
