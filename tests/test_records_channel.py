@@ -204,3 +204,28 @@ def test_replicas_reach_the_coordinator_and_foreign_ones_are_refused(tmp_path):
         board.close()
         channel.flush()
         hub.close()
+
+
+def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(tmp_path):
+    """A container's first process, run here as a plain process: it answers requests over the
+    channel, and ends on its own once the runner's beats stop (a runner killed with -9)."""
+    import subprocess
+    import sys
+
+    from testbed.node.launch import HEARTBEAT_TIMEOUT
+
+    hub, up, down = _hub(tmp_path)
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.node.launch", "--supervise", "w0", up, down])
+    try:
+        assert hub.request("w0", {"op": "go", "idle": True}, timeout=30) == "idle"
+        assert hub.request("w0", {"op": "stress", "load": 0.1}, timeout=10).startswith("stress 0.1 cores in 1 ")
+        assert hub.request("w0", {"op": "kill"}, timeout=10).startswith("killed")
+        assert hub.request("w0", {"op": "reboot"}, timeout=10) == "unknown request 'reboot'"
+        hub.close()  # no more beats
+        silent = time.monotonic()
+        assert proc.wait(timeout=HEARTBEAT_TIMEOUT + 15) == 0
+        assert HEARTBEAT_TIMEOUT - 1 < time.monotonic() - silent < HEARTBEAT_TIMEOUT + 5
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        hub.close()

@@ -138,15 +138,19 @@ class Listener:
 
 class Heartbeat:
     """The runner's beats, seen from a node: `stopped()` once the runner said stop, or went
-    silent for `timeout` seconds after its first beat (a runner killed with -9)."""
+    silent for `timeout` seconds after the first word heard from it (a runner killed with -9).
+    Any message from the runner counts as a word (`alive`), beats carry the stop (`take`)."""
 
     def __init__(self, timeout: float):
         self.timeout = timeout
         self.last: float | None = None  # no beat yet (the control network may still be being built)
         self.stop = False
 
-    def take(self, payload: bytes) -> None:
+    def alive(self) -> None:
         self.last = time.monotonic()
+
+    def take(self, payload: bytes) -> None:
+        self.alive()
         try:
             self.stop = self.stop or bool(json.loads(payload).get("stop"))
         except ValueError:

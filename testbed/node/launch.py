@@ -24,9 +24,6 @@ from testbed.node import channel
 from testbed.plan.cluster import stress_loads
 
 HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)
-# A container starts before its ctl0 is plugged in: without a first beat after this long, the
-# supervisor connects afresh rather than trust an attempt made meanwhile.
-FIRST_BEAT_WAIT = 2.0
 GO_DEADLINE = 600.0  # s a container waits for its first request
 
 
@@ -52,6 +49,14 @@ def _stress_main(load: float, stop) -> None:
     run_stress(load, stop)
 
 
+def _kill_pid(pid: int) -> int:
+    try:
+        os.kill(pid, signal.SIGKILL)
+        return 1
+    except ProcessLookupError:
+        return 0
+
+
 class RoleSupervisor:
     """The container's first process: runs the node's role and its background stress as children.
 
@@ -67,8 +72,8 @@ class RoleSupervisor:
     POLL = 0.02  # s: a request is acted on well within the timeline's 100 ms
 
     def __init__(self, node: str, up: str, down: str):
-        self.node, self.up, self.down = node, up, down
-        self.listener = self._listener()
+        self.node, self.up = node, up
+        self.listener = channel.Listener(down, [channel.topic("beat"), channel.topic("node", node)])
         self.beat = channel.Heartbeat(HEARTBEAT_TIMEOUT)
         self._ctx = mp.get_context("fork")
         self.stop = self._ctx.Event()  # shared with the role and stress processes
@@ -78,10 +83,6 @@ class RoleSupervisor:
         self.stress: list = []
         self._reap: list = []  # killed, not yet joined
         self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
-
-    def _listener(self) -> channel.Listener:
-        self._listening_since = time.monotonic()
-        return channel.Listener(self.down, [channel.topic("beat"), channel.topic("node", self.node)])
 
     def _send_state(self, running: bool, exitcode=None) -> None:
         channel.send_json(self.up, "state", {"node": self.node, "gen": self.gen, "running": running,
@@ -113,8 +114,8 @@ class RoleSupervisor:
             try:
                 os.killpg(p.pid, signal.SIGKILL)  # the process and all it started
                 n += 1
-            except ProcessLookupError:
-                pass
+            except ProcessLookupError:  # just forked, not yet its own group's leader: the process itself
+                n += _kill_pid(p.pid)
             self._reap.append(p)
         return n
 
@@ -156,6 +157,7 @@ class RoleSupervisor:
             if t == channel.topic("beat"):
                 self.beat.take(payload)
                 continue
+            self.beat.alive()  # a request is a word from the runner too, should it die before a beat
             try:
                 req = json.loads(payload)
             except ValueError:
@@ -172,9 +174,6 @@ class RoleSupervisor:
         while not self.stop.is_set() and time.monotonic() < deadline:
             if self._listen(100):
                 return True
-            if self.beat.last is None and time.monotonic() - self._listening_since > FIRST_BEAT_WAIT:
-                self.listener.close()  # see FIRST_BEAT_WAIT
-                self.listener = self._listener()
         return False
 
     def run(self) -> int:

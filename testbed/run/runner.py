@@ -556,7 +556,6 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
     while True:
         now = time.time()
         if now >= next_sample:
-            runtime.heartbeat()
             _sample(runtime, spec, run_dir, t0, last_counters)
             next_sample += 1.0
         for row in steps_tail.rows():

@@ -94,10 +94,6 @@ class Runtime(LiveOps, ABC):
     def start_idle(self, stop_event) -> None:
         """Make nodes ready to host `start` jobs without a role (a container needs a first process)."""
 
-    def heartbeat(self) -> None:
-        """Called every second while the run goes on: nodes that outlive a dead runner stop on
-        their own when these beats stop (where their death is not tied to the runner's)."""
-
     # -- observation -----------------------------------------------------------------------
     @abstractmethod
     def counters(self) -> dict[str, dict[str, int]]:
@@ -119,8 +115,9 @@ class Runtime(LiveOps, ABC):
         self.control.build(ipr, {name: h.netns for name, h in self.handles.items()})
         self.hub = self.control.open_hub(self.run_dir)
 
-    def _close_hub(self) -> None:
-        """The hub stops, and the exchange folder goes (at teardown)."""
+    def _close_control(self) -> None:
+        """At teardown: the hub stops (the runner closed it already, after its last rows), and
+        the exchange folder goes."""
         if self.hub is not None:
             self.hub.close()
         if self._exchange is not None:

@@ -483,7 +483,7 @@ class DockerRuntime(Runtime):
         from testbed.runtimes.state import cleanup_run
 
         self.save_logs()
-        self._close_hub()
+        self._close_control()
         if self.fabric is not None:
             self.fabric.close()
         if self._host_ipr is not None:

@@ -183,6 +183,6 @@ class NetnsRuntime(Runtime):
             p.join(timeout=2)
 
     def teardown(self) -> list[str]:
-        self._close_hub()
+        self._close_control()
         self.fabric.close()
         return cleanup_run(self.run_id, self.state, stop_runner=False)
