@@ -13,6 +13,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
                   help="edgebed: emulate an edge cluster on this machine and train on it.")
 bench_app = typer.Typer(no_args_is_help=True, help="Fidelity benchmarks (JSON results under benchmarks/results/).")
 app.add_typer(bench_app, name="bench")
+lab_app = typer.Typer(no_args_is_help=True, help="A swarm of N emulated hosts on this machine (for runtime swarm).")
+app.add_typer(lab_app, name="lab")
 
 
 def _fail(msg: str, code: int = 2) -> None:
@@ -58,7 +60,7 @@ def validate(scenario: Path = typer.Argument(..., help="scenario YAML file"),
 def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        out: Optional[Path] = typer.Option(None, "--out", "-o", help="run directory (default runs/<name>-<time>)"),
        quiet: bool = typer.Option(False, "--quiet", "-q", help="no live progress"),
-       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns, docker)"),
+       runtime: Optional[str] = typer.Option(None, "--runtime", help="override the scenario's runtime (auto, netns, docker, swarm)"),
        algorithm: Optional[str] = typer.Option(None, "--algorithm", help="run another algorithm (its params: --param)"),
        param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable"),
        verify_links: bool = typer.Option(False, "--verify-links", help="measure each worker's link (rate, RTT) "
@@ -207,6 +209,46 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
                    f"(see {figure_dir(out, scale) / n}.json)")
     if failed:
         raise typer.Exit(1)
+
+
+@lab_app.command("up")
+def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerds, each in its own namespace)")) -> None:
+    """Bring up a Docker Swarm of N hosts on this machine, joined by an underlay network."""
+    import os
+
+    from testbed.runtimes import lab
+
+    if os.geteuid() != 0:
+        _fail("error: edgebed lab needs root (it starts dockerds in network namespaces)")
+    try:
+        lab.lab_up(hosts, say=typer.echo)
+    except (RuntimeError, ValueError) as e:
+        _fail(f"error: {e}")
+
+
+@lab_app.command("down")
+def lab_down() -> None:
+    """Remove the lab: its engines, their containers and data, its namespaces."""
+    from testbed.runtimes import lab
+
+    problems = lab.lab_down(say=typer.echo)
+    for p in problems:
+        typer.echo(f"problem: {p}", err=True)
+    if problems:
+        raise typer.Exit(1)
+
+
+@app.command()
+def hosts() -> None:
+    """The hosts of the Docker Swarm that runtime swarm would use: CPUs, memory, GPUs, labels."""
+    from testbed.runtimes.hosts import describe_hosts, swarm_client, swarm_hosts
+
+    try:
+        client = swarm_client()
+    except RuntimeError as e:
+        _fail(f"error: {e}")
+    for line in describe_hosts(swarm_hosts(client)):
+        typer.echo(line)
 
 
 @app.command()

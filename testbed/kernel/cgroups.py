@@ -119,6 +119,16 @@ class CgroupUsage:
 
 
 @dataclass
+
+class OwnCgroup(CgroupUsage):
+    """The cgroup of the calling process as a container sees it: its own, mounted at the root."""
+
+    def _file(self, ctrl: str, name: str) -> Optional[Path]:
+        if is_v2():
+            return ROOT / name
+        mount = _v1_mount(ctrl)
+        return mount / name if mount else None
+
 class NodeCgroup(CgroupUsage):
     run_id: str
     node: str

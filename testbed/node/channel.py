@@ -75,7 +75,7 @@ def open_table(cfg, name: str):
     return metrics.open_table(Path(cfg.run_dir), name)
 
 
-KINDS = ("ack", "state", "report", "replica", "request", "ready")  # the up messages that are not rows
+KINDS = ("ack", "state", "report", "replica", "request", "ready", "stats")  # the up messages that are not rows
 MESSAGE_PREFIX = b"!"  # never the start of a table's name
 
 

@@ -23,6 +23,7 @@ import time
 from testbed.node import channel
 from testbed.plan.cluster import stress_loads
 
+STATS_EVERY = 0.5  # s between a self-shaping node's counters (traffic.csv samples them)
 HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)
 GO_DEADLINE = 600.0  # s a container waits for its first request
 
@@ -83,12 +84,16 @@ class RoleSupervisor:
         self.stress: list = []
         self._reap: list = []  # killed, not yet joined
         self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
+        self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
+        self._next_stats = 0.0
 
     def _send_state(self, running: bool, exitcode=None) -> None:
         channel.send_json(self.up, "state", {"node": self.node, "gen": self.gen, "running": running,
                                              "exitcode": exitcode})
 
     def _start(self, req: dict) -> None:
+        if req.get("cpuset"):  # a runtime without a cpuset of its own (swarm): the role inherits this
+            os.sched_setaffinity(0, _cpus(req["cpuset"]))
         self.gen = int(req.get("gen", self.gen + 1))
         self.role = self._ctx.Process(target=_role_main, args=(req["cfg"], self.stop), name=f"role-{self.node}")
         self.role.start()
@@ -119,6 +124,31 @@ class RoleSupervisor:
             self._reap.append(p)
         return n
 
+    def _signal(self, procs: list, sig: int) -> int:
+        n = 0
+        for p in procs:
+            if p is not None and p.pid is not None:
+                try:
+                    os.killpg(p.pid, sig)
+                    n += 1
+                except ProcessLookupError:
+                    pass
+        return n
+
+    def _send_stats(self) -> None:
+        """A self-shaping node's link counters and usage, for the runner's traffic and resources."""
+        if self.link is None or time.monotonic() < self._next_stats:
+            return
+        self._next_stats = time.monotonic() + STATS_EVERY
+        from testbed.kernel.cgroups import OwnCgroup
+
+        cg = OwnCgroup()
+        thr = cg.throttled() or {}
+        throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
+        channel.send_json(self.up, "stats", {"node": self.node, **(self.link.counters() or {}),
+                                             "cpu_seconds": cg.cpu_seconds(), "memory_bytes": cg.memory_bytes(),
+                                             "throttled_seconds": throttled, "time": time.time()})
+
     def _handle(self, req: dict) -> str:
         op = req.get("op")
         if op == "kill":
@@ -135,6 +165,16 @@ class RoleSupervisor:
                 return "already running"
             self._start(req)
             return "started"
+        if op in ("shape", "reshape"):
+            from testbed.node.own_link import OwnLink
+
+            if op == "shape":
+                self.link = OwnLink()
+                return self.link.shape(req["address"], req["uplink"], req["downlink"])
+            return self.link.reshape(req["which"], req["old"], req["new"])
+        if op in ("pause", "resume"):
+            sig = signal.SIGSTOP if op == "pause" else signal.SIGCONT
+            return f"{op}d {self._signal([self.role] + self.stress, sig)} process group(s)"
         if op == "stress":
             loads = stress_loads(float(req["load"]))
             old = self._set_stress(loads)
@@ -182,6 +222,7 @@ class RoleSupervisor:
                 return 1
             while True:
                 self._listen(int(self.POLL * 1000))
+                self._send_stats()
                 while self._reap:
                     self._reap.pop().join(timeout=5)
                 if self.role is not None and not self.role.is_alive():
@@ -197,6 +238,15 @@ class RoleSupervisor:
                 p.join(timeout=5)
             self.listener.close()
             channel.flush()  # the last state and acks leave before the container ends
+
+
+def _cpus(cpuset: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5}"""
+    out: set[int] = set()
+    for part in cpuset.split(","):
+        a, _, b = part.partition("-")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
 
 
 def _run_exec(payload: str) -> int:

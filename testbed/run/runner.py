@@ -222,7 +222,7 @@ class Run:
             from testbed.data.preload import request
 
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
-        self.spec = place(build_cluster(sc, self.run_id))
+        self.spec = place(build_cluster(sc, self.run_id), self.runtime.placer(sc))
         self.runtime.create(self.spec)
         self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
         self.records_address, self.control_address = self.runtime.channel_urls()

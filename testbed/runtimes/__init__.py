@@ -1,4 +1,5 @@
-"""Runtimes make a ClusterSpec real: the LXC-style one (network namespaces + cgroups) here."""
+"""Runtimes make a ClusterSpec real: network namespaces + cgroups (netns), containers on this
+machine (docker), services across the hosts of a Docker Swarm (swarm)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ class RuntimeUnavailable(RuntimeError):
 
 
 # Every runtime, by the name scenarios use: `module:class`, imported when asked for.
-RUNTIMES = {"netns": "testbed.runtimes.netns:NetnsRuntime", "docker": "testbed.runtimes.docker:DockerRuntime"}
+RUNTIMES = {"netns": "testbed.runtimes.netns:NetnsRuntime", "docker": "testbed.runtimes.docker:DockerRuntime",
+            "swarm": "testbed.runtimes.swarm:SwarmRuntime"}
 
 
 def runtime_class(name: str):
@@ -32,6 +34,14 @@ def select_runtime(name: str, say=lambda line: None) -> str:
     auto: docker when an engine answers and the node image exists or can be built now, else the
     netns runtime (and `say` tells why).
     """
+    if name == "swarm":  # nothing made on this machine but the channel's sockets
+        from testbed.runtimes.hosts import swarm_client
+
+        try:
+            swarm_client()
+        except RuntimeError as e:
+            raise RuntimeUnavailable(str(e)) from None
+        return "swarm"
     if os.geteuid() != 0:
         raise RuntimeUnavailable(
             f"the {'netns' if name != 'docker' else 'docker'} runtime needs root (it creates network namespaces, "

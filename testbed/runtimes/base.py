@@ -70,6 +70,12 @@ class Runtime(LiveOps, ABC):
         """The runtime for one run, with whatever it needs from this machine (an engine, an image)."""
         return cls(state)
 
+    def placer(self, sc):
+        """Which host each node runs on (plan.placement): this machine, unless the runtime has more."""
+        from testbed.plan.placement import SingleHost
+
+        return SingleHost()
+
     # -- bring-up --------------------------------------------------------------------------
     @abstractmethod
     def create(self, spec: ClusterSpec) -> None:

@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import zmq
 
@@ -50,6 +50,7 @@ class ControlHub:
         self._acks: dict[tuple[str, int], str] = {}
         self.states: dict[str, dict] = {}  # node -> its supervisor's last word on its role
         self.ready: set[str] = set()  # nodes that said their service is up (the broker)
+        self.stats: dict[str, dict] = {}  # node -> its own link counters and usage (nodes that shape their own link)
         self._requests: list[dict] = []  # crash requests from the nodes, for the timeline
         self._delays: dict[str, bytes] = {}
         self._stopping = False
@@ -123,7 +124,7 @@ class ControlHub:
         if not isinstance(data, dict):
             return False
         handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,
-                   "request": self._on_request, "ready": self._on_ready}.get(kind)
+                   "request": self._on_request, "ready": self._on_ready, "stats": self._on_stats}.get(kind)
         return handler is not None and handler(data)
 
     def _on_ack(self, data: dict) -> bool:
@@ -159,6 +160,14 @@ class ControlHub:
     def _on_ready(self, data: dict) -> bool:
         with self._cond:
             self.ready.add(str(data.get("node")))
+        return True
+
+    def _on_stats(self, data: dict) -> bool:
+        values = [v for k, v in data.items() if k != "node"]
+        if not all(v is None or type(v) in (int, float) for v in values):
+            return False  # counters go into traffic.csv and resources.csv as numbers
+        with self._cond:
+            self.stats[str(data.get("node"))] = data
         return True
 
     def take_requests(self) -> list[dict]:
@@ -198,10 +207,12 @@ class ControlHub:
         self._delays[node] = json.dumps(delays).encode()
         self._publish(topic("delay", node), self._delays[node])
 
-    def request(self, node: str, req: dict, timeout: float = 10.0) -> str:
+    def request(self, node: str, req: dict, timeout: float = 10.0,
+                gone: Callable[[], Optional[str]] = lambda: None) -> str:
         """Hand a request to a node's supervisor (testbed.node.launch.RoleSupervisor); its answer.
         Repeated until answered: a supervisor that subscribes late still gets it, and answers a
-        repeat it has already acted on without acting again."""
+        repeat it has already acted on without acting again. `gone` says why no answer can come
+        (the node's container ended), or None."""
         with self._cond:
             self._seq += 1
             seq = self._seq
@@ -211,6 +222,9 @@ class ControlHub:
             while (node, seq) not in self._acks:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
+                why = gone()
+                if why:
+                    raise RuntimeError(f"{node}: no answer to a {req['op']} request: {why}")
                 self._cond.release()
                 try:
                     self._publish(topic("node", node), payload)

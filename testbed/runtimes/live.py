@@ -61,13 +61,17 @@ class LiveOps:
             new_dir = inherit(Direction(**fields), dirs[which])  # the change over what is
             peers = getattr(h.node.link, f"{WHICH[which]}_peers")
             new_plan = plan_direction(new_dir, self.caps, peers)
-            with self._link_iface(node, which) as (ipr, ifindex):
-                reshape(ipr, ifindex, old_plan, new_plan)
+            self._reshape(node, which, old_plan, new_plan)
             setattr(h, WHICH[which], new_plan)
             dirs[which] = new_dir
             done.append(which)
         self._publish_delays(node)
         return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+    def _reshape(self, node: str, which: str, old: DirectionPlan, new: DirectionPlan) -> None:
+        """Install `new` in place of `old` on one direction of a node's link."""
+        with self._link_iface(node, which) as (ipr, ifindex):
+            reshape(ipr, ifindex, old, new)
 
     def _publish_delays(self, node: str) -> None:
         """The node's transport delays (the no-netem fallback) go to it over the control channel."""

@@ -470,7 +470,9 @@ class Event(Direction):
 class Scenario(StrictModel):
     name: str = "scenario"
     seed: int = Field(0, ge=0, le=2**31 - 1, description="data order, partition, stream rates, crash draws")
-    runtime: Literal["auto", "netns", "docker"] = "auto"
+    runtime: Literal["auto", "netns", "docker", "swarm"] = "auto"
+    placement: dict[str, str] = Field(default_factory=dict, description="runtime swarm: a node, worker group, "
+                                      "'workers' or site -> the host it runs on, by hostname or 'label:KEY=VALUE'")
     network: Network = Field(default_factory=Network)
     workload: Workload = Field(default_factory=Workload)
     stop: Stop = Field(default_factory=Stop)
@@ -663,6 +665,11 @@ def _cross_checks(sc: Scenario) -> list[str]:
         if cls.decentralized and sc.streaming is not None:
             lines.append(f"algorithm.name: {cls.name} is decentralized (no PS) and does not train from streams; "
                          "streaming needs a PS algorithm")
+    for key, value in sc.placement.items():
+        if not resolve_target(sc, key) and key not in sc.sites:
+            lines.append(f"placement.{key}: names no node, worker group or site")
+        if not value or (value.startswith("label:") and "=" not in value):
+            lines.append(f"placement.{key}: '{value}' is neither a host name nor label:KEY=VALUE")
     if sc.runtime == "netns":  # whether an engine answers is the runtime's preflight (testbed.runtimes.preflight)
         lines += [f"{w}: GPUs need the docker runtime (runtime: docker or auto)" for w in gpu_fields(sc)]
         if uses_kafka_image(sc):

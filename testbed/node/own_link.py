@@ -1,0 +1,82 @@
+"""A node shaping its own access link from inside (runtime swarm, where the runner is on another
+host and cannot reach the node's namespace): the same plans as the other runtimes
+(kernel.shaping), the uplink on the egress of the node's interface on the run's network, the
+downlink on the egress of an IFB device that the interface's ingress is redirected to (the
+usual way to shape what arrives). Needs CAP_NET_ADMIN in the container.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from testbed.kernel.netlink import disable_offloads
+from testbed.kernel.shaping import DirectionPlan, PeerPlan, apply_direction, reshape
+
+IFB = "ifb0"
+ETH_P_ALL = 0x0003
+INGRESS = 0xFFFF0000
+
+
+def plan_from_dict(d: dict) -> DirectionPlan:
+    """The inverse of dataclasses.asdict for a DirectionPlan (how plans travel in requests)."""
+    return DirectionPlan(**{**d, "peers": [PeerPlan(**p) for p in d.get("peers", [])]})
+
+
+def iface_with(ipr, address: str) -> int:
+    """The index of the interface that holds `address` (the node's address on the run's network)."""
+    for a in ipr.get_addr(family=2):
+        if a.get_attr("IFA_ADDRESS") == address:
+            return a["index"]
+    raise RuntimeError(f"no interface holds {address}")
+
+
+def _ifb(ipr, ifindex: int) -> int:
+    """IFB0, with every packet arriving at `ifindex` redirected to its egress."""
+    if not ipr.link_lookup(ifname=IFB):
+        ipr.link("add", ifname=IFB, kind="ifb")
+    ifb = ipr.link_lookup(ifname=IFB)[0]
+    ipr.link("set", index=ifb, state="up")
+    ipr.tc("add", "ingress", index=ifindex, handle=INGRESS)
+    ipr.tc("add-filter", "u32", index=ifindex, parent=INGRESS, prio=1, protocol=ETH_P_ALL, target=0x10,
+           keys=["0x0/0x0+0"], action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb})
+    return ifb
+
+
+class OwnLink:
+    def __init__(self):
+        self.ifindex: Optional[int] = None
+        self.ifb: Optional[int] = None
+
+    def shape(self, address: str, uplink: dict, downlink: dict) -> str:
+        from pyroute2 import IPRoute
+
+        up, down = plan_from_dict(uplink), plan_from_dict(downlink)
+        with IPRoute() as ipr:
+            self.ifindex = iface_with(ipr, address)
+            ifname = ipr.get_links(self.ifindex)[0].get_attr("IFLA_IFNAME")
+            apply_direction(ipr, self.ifindex, up)
+            self.ifb = _ifb(ipr, self.ifindex)
+            apply_direction(ipr, self.ifb, down)
+        disable_offloads(None, [ifname])  # MTU-sized packets: see kernel.netlink.disable_offloads
+        return f"{ifname} shaped: up {up.rate_bps} bit/s, down {down.rate_bps} bit/s (on {IFB})"
+
+    def reshape(self, which: str, old: dict, new: dict) -> str:
+        from pyroute2 import IPRoute
+
+        if self.ifindex is None:
+            raise RuntimeError("the link is not shaped yet")
+        with IPRoute() as ipr:
+            reshape(ipr, self.ifindex if which == "up" else self.ifb, plan_from_dict(old), plan_from_dict(new))
+        return f"{which} reshaped"
+
+    def counters(self) -> Optional[dict]:
+        """What the link carried: up is what left the interface, down what the IFB delivered."""
+        from pyroute2 import IPRoute
+
+        if self.ifindex is None:
+            return None
+        with IPRoute() as ipr:
+            up = ipr.get_links(self.ifindex)[0].get_attr("IFLA_STATS64")
+            down = ipr.get_links(self.ifb)[0].get_attr("IFLA_STATS64")
+        return {"up_bytes": up["tx_bytes"], "up_packets": up["tx_packets"],
+                "down_bytes": down["tx_bytes"], "down_packets": down["tx_packets"]}

@@ -1,0 +1,176 @@
+"""The hosts of a Docker Swarm as edgebed sees them (`edgebed hosts`), which engine manages it,
+and where each node of a run goes (a plan.placement Placer).
+
+Placement: the scenario's `placement:` section pins nodes (by name, worker group, `workers`,
+or site) to a host by hostname or by node label (`label:KEY=VALUE`); every other node goes to
+the host with the most CPUs left (its CPUs less the quotas placed there), memory and GPUs
+permitting. A scenario that does not fit is an error naming the node, the host and the resource.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Optional
+
+ENGINE_LABEL = "edgebed.engine"  # a swarm node's label: its engine's address (image loads, live CPU changes)
+
+
+@dataclass
+class SwarmHost:
+    id: str
+    hostname: str
+    address: str  # the swarm's address of the host
+    cpus: float
+    memory: int
+    gpus: int
+    labels: dict = field(default_factory=dict)
+    state: str = "ready"
+    availability: str = "active"
+    manager: bool = False
+
+    def engine_client(self, timeout: int = 60):
+        """This host's own engine (node label edgebed.engine), or None."""
+        url = self.labels.get(ENGINE_LABEL)
+        if not url:
+            return None
+        import docker
+
+        return docker.DockerClient(base_url=url, timeout=timeout)
+
+    def usable(self) -> bool:
+        return self.state == "ready" and self.availability == "active"
+
+
+def swarm_client(required: bool = True):
+    """The engine of a swarm manager: DOCKER_HOST's, else this machine's if it manages a swarm,
+    else the lab's (runtimes.lab). None (or an error, when required) if none answers."""
+    import docker
+
+    from testbed.runtimes import lab
+
+    candidates = []
+    if os.environ.get("DOCKER_HOST"):
+        candidates.append(("DOCKER_HOST", lambda: docker.from_env(timeout=30)))
+    else:
+        candidates.append(("this machine's engine", lambda: docker.from_env(timeout=30)))
+        if lab.manager_url():
+            candidates.append(("the lab", lambda: docker.DockerClient(base_url=lab.manager_url(), timeout=30)))
+    seen = []
+    for where, make in candidates:
+        try:
+            client = make()
+            swarm = client.info().get("Swarm") or {}
+        except Exception:
+            seen.append(f"{where}: no engine answers")
+            continue
+        if swarm.get("LocalNodeState") == "active" and swarm.get("ControlAvailable"):
+            return client
+        seen.append(f"{where}: not a swarm manager")
+    if required:
+        raise RuntimeError("runtime swarm: no swarm manager answers (" + "; ".join(seen) + "); `docker swarm init`, "
+                           "or `edgebed lab up --hosts 2` for a swarm of emulated hosts on this machine")
+    return None
+
+
+def swarm_hosts(client) -> list[SwarmHost]:
+    hosts = []
+    for n in client.nodes.list():
+        a = n.attrs
+        desc, res = a.get("Description", {}), a.get("Description", {}).get("Resources", {})
+        gpus = sum(int(g.get("DiscreteResourceSpec", {}).get("Value", 0)) for g in res.get("GenericResources") or []
+                   if g.get("DiscreteResourceSpec", {}).get("Kind", "").lower() == "gpu")
+        gpus += sum(1 for g in res.get("GenericResources") or []
+                    if g.get("NamedResourceSpec", {}).get("Kind", "").lower() == "gpu")
+        hosts.append(SwarmHost(id=n.id, hostname=desc.get("Hostname", n.id), address=a["Status"].get("Addr", ""),
+                               cpus=res.get("NanoCPUs", 0) / 1e9, memory=res.get("MemoryBytes", 0), gpus=gpus,
+                               labels=a["Spec"].get("Labels") or {}, state=a["Status"]["State"],
+                               availability=a["Spec"].get("Availability", "active"),
+                               manager="ManagerStatus" in a))
+    return sorted(hosts, key=lambda h: h.hostname)
+
+
+def describe_hosts(hosts: list[SwarmHost]) -> list[str]:
+    """`edgebed hosts`: one line per host."""
+    lines = []
+    for h in hosts:
+        labels = ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()) if k != ENGINE_LABEL)
+        lines.append(f"{h.hostname:16s} {h.address:15s} {h.cpus:5.1f} CPUs {h.memory / 2**30:6.1f} GiB "
+                     f"{h.gpus} GPUs  {'manager' if h.manager else 'worker '} {h.state}/{h.availability}"
+                     f"  engine {'yes' if ENGINE_LABEL in h.labels else 'no '}  {labels}")
+    return lines
+
+
+class SwarmPlacer:
+    def __init__(self, hosts: list[SwarmHost], sc):
+        self.hosts = [h for h in hosts if h.usable()]
+        self.sc = sc
+        if not self.hosts:
+            raise RuntimeError("runtime swarm: the swarm has no ready, active host")
+
+    def _matching(self, key: str, value: str) -> list[SwarmHost]:
+        if value.startswith("label:"):
+            k, _, v = value[len("label:"):].partition("=")
+            found = [h for h in self.hosts if h.labels.get(k) == v]
+        else:
+            found = [h for h in self.hosts if h.hostname == value]
+        if not found:
+            names = ", ".join(h.hostname for h in self.hosts)
+            raise RuntimeError(f"placement.{key}: no ready host is {value} (hosts: {names})")
+        return found
+
+    def _pins(self, spec) -> dict[str, tuple[str, list[SwarmHost]]]:
+        """node -> (the placement key that pins it, the hosts it may go to); a node's own key wins
+        over its group's, a group's over its site's."""
+        from testbed.scenario.schema import resolve_target
+
+        pins: dict[str, tuple[str, list[SwarmHost]]] = {}
+        ranked = []
+        for key, value in self.sc.placement.items():
+            nodes = resolve_target(self.sc, key)
+            rank = 0 if nodes == [key] else 1
+            if not nodes:  # a site
+                nodes, rank = [n.name for n in spec.nodes if n.site == key], 2
+            ranked.append((rank, key, nodes, value))
+        for rank, key, nodes, value in sorted(ranked, reverse=True):  # the weakest first, overwritten
+            for n in nodes:
+                pins[n] = (key, self._matching(key, value))
+        return pins
+
+    def place(self, spec) -> dict[str, str]:
+        left = {h.hostname: [h.cpus, h.memory, h.gpus] for h in self.hosts}
+        pins = self._pins(spec)
+        out = {}
+        for node in sorted(spec.nodes, key=lambda n: n.name not in pins):  # pinned nodes first
+            key, allowed = pins.get(node.name, ("", self.hosts))
+            need = _needs(node)
+            fits = [h for h in allowed if _fits(left[h.hostname], need)]
+            if not fits:
+                raise RuntimeError(_no_fit(node, key, allowed, left, need))
+            best = max(fits, key=lambda h: left[h.hostname][0])
+            out[node.name] = best.hostname
+            left[best.hostname] = [a - b for a, b in zip(left[best.hostname], need)]
+        return out
+
+
+def _needs(node) -> list[float]:
+    p = node.profile
+    gpus = len(p.gpus) if isinstance(p.gpus, list) else int(p.gpus or 0)
+    return [p.cpus or 0.0, p.memory or 0, gpus]
+
+
+def _fits(left: list[float], need: list[float]) -> bool:
+    return all(n <= l + 1e-9 for n, l in zip(need, left))
+
+
+def _no_fit(node, key: str, allowed: list[SwarmHost], left: dict, need: list[float]) -> str:
+    what = ("CPUs", "memory bytes", "GPUs")
+    host = max(allowed, key=lambda h: left[h.hostname][0])
+    short = next(i for i, (n, l) in enumerate(zip(need, left[host.hostname])) if n > l + 1e-9)
+    where = f"placement.{key}" if key else "placement"
+    return (f"{where}: {node.name} needs {need[short]:g} {what[short]}, and no host has that left "
+            f"({host.hostname} has {left[host.hostname][short]:g} of {[host.cpus, host.memory, host.gpus][short]:g})")
+
+
+def host_of(hosts: list[SwarmHost], hostname: str) -> Optional[SwarmHost]:
+    return next((h for h in hosts if h.hostname == hostname), None)

@@ -1,0 +1,412 @@
+"""The swarm runtime: a run's nodes as Docker Swarm services spread over the hosts of a swarm.
+
+The runner talks to one manager's engine (DOCKER_HOST, else this machine's engine when it
+manages a swarm, else the lab's: runtimes.lab). Each node is a one-task service pinned to its
+host (plan.placement, with runtimes.hosts' spread), on an attachable overlay network of the
+run (VXLAN between hosts; dnsrr endpoints, since not every kernel has IPVS). The runner is on
+no host's namespace, so each node shapes its own link from inside (node.own_link: HTB on its
+interface's egress, IFB for what arrives), by the same plans as the other runtimes, and
+reports its counters and usage over the control channel. That channel (runtimes.hub) listens
+on the runner's address that the hosts reach; nodes reach it through their hosts' NAT.
+Services get their addresses from the swarm, so the plan's addresses are replaced by the
+tasks' before any link is shaped or role configured.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from testbed.kernel.cgroups import CgroupUsage
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.runtimes.base import Features, Runtime
+from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop
+from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
+from testbed.runtimes.state import RunState, Sweeper, register_sweeper
+
+TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
+
+
+class HubCgroup(CgroupUsage):
+    """A remote node's usage, as its supervisor last reported it over the channel."""
+
+    def __init__(self, stats: dict, node: str):
+        self.stats, self.node = stats, node
+
+    def _get(self, key: str):
+        return (self.stats.get(self.node) or {}).get(key)
+
+    def cpu_seconds(self) -> Optional[float]:
+        return self._get("cpu_seconds")
+
+    def memory_bytes(self) -> Optional[int]:
+        return self._get("memory_bytes")
+
+    def throttled(self) -> Optional[dict]:
+        t = self._get("throttled_seconds")
+        return None if t is None else {"throttled_time": int(t * 1e9)}
+
+
+class TaskRoleProcess:
+    """The runner's view of one generation of a node's role: its supervisor's word (hub.states),
+    and the task's state should the whole container die."""
+
+    def __init__(self, runtime: "SwarmRuntime", node: str, gen: int):
+        self.rt, self.node, self.gen = runtime, node, gen
+
+    def _ended(self) -> Optional[int]:
+        st = self.rt.hub.states.get(self.node)
+        if st is not None and st.get("gen", 0) > self.gen:
+            return -9
+        if st is not None and st.get("gen") == self.gen and not st.get("running"):
+            return st["exitcode"] if st.get("exitcode") is not None else -9
+        return None if self.rt.task_running(self.node) else -1
+
+    def is_alive(self) -> bool:
+        return self._ended() is None
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        return self._ended()
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while time.monotonic() < deadline and self.is_alive():
+            time.sleep(0.1)
+
+    def kill(self) -> None:
+        pass  # its service goes at teardown
+
+
+@dataclass
+class SwarmHandle:
+    node: Node
+    host: SwarmHost
+    service: Any
+    uplink: DirectionPlan = field(default_factory=DirectionPlan)
+    downlink: DirectionPlan = field(default_factory=DirectionPlan)
+    cgroup: Any = None
+    compute: dict = field(default_factory=dict)
+    processes: list = field(default_factory=list)
+    generation: int = 0
+    netns: str = ""  # none on the runner's host
+    container: str = ""  # the task's container id, on its host
+
+
+def runner_address(hosts: list[SwarmHost]) -> str:
+    """This machine's address on the way to the swarm's hosts (the source of a route to one)."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        for h in hosts:
+            try:
+                route = ipr.route("get", dst=h.address)[0]
+            except Exception:
+                continue
+            src = route.get_attr("RTA_PREFSRC")
+            if src:
+                return src
+    raise RuntimeError("runtime swarm: no route from this machine to any host of the swarm")
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as s:
+        s.bind((address, 0))
+        return s.getsockname()[1]
+
+
+class SwarmRuntime(Runtime):
+    name = "swarm"
+    features = Features()
+
+    def __init__(self, state: RunState, client, image: str, caps: Optional[KernelCaps] = None):
+        super().__init__(state, caps)
+        self.client, self.image = client, image
+        self.hosts = swarm_hosts(client)
+        self.network = None
+        self._urls = ("", "")
+        self._tasks: dict[str, tuple[float, bool]] = {}  # node -> (checked at, running)
+        self.say: Callable[[str], None] = lambda line: None
+
+    @classmethod
+    def open(cls, state: RunState, say: Callable[[str], None]) -> "SwarmRuntime":
+        from testbed.runtimes.images import ensure_swarm_image
+
+        client = swarm_client()
+        rt = cls(state, client, ensure_swarm_image(client, say=say))
+        rt.say = say
+        return rt
+
+    def placer(self, sc):
+        return SwarmPlacer(self.hosts, sc)
+
+    @property
+    def labels(self) -> dict:
+        return {LABEL: "1", RUN_LABEL: self.run_id}
+
+    def make_stop_event(self) -> HubStop:
+        return HubStop(self.hub)
+
+    def channel_urls(self) -> tuple[str, str]:
+        return self._urls
+
+    # -- bring-up ----------------------------------------------------------------------
+    def create(self, spec: ClusterSpec) -> None:
+        import docker
+
+        if spec.topology is not None:
+            raise RuntimeError("runtime swarm: sites (topology) are not supported yet; use runtime docker or netns")
+        foreign = [n.name for n in spec.nodes if n.image is not None]
+        if foreign:
+            raise RuntimeError(f"runtime swarm: {', '.join(foreign)} run a foreign image (kafka), not supported yet; "
+                               "use broker kind tansu")
+        self._open_hub()
+        from testbed.runtimes.images import distribute_image
+
+        distribute_image(self.client, self.image, list({n.host: self._host(n) for n in spec.nodes}.values()), self.say)
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet)])
+        self.network = self.client.networks.create(f"eb-{self.run_id}", driver="overlay", attachable=True,
+                                                   ipam=ipam, labels=self.labels)
+        for node in spec.nodes:
+            self.handles[node.name] = self._create_service(node)
+        self._wait_tasks(spec)
+        self._shape(spec)
+
+    def _host(self, node: Node) -> SwarmHost:
+        return next(h for h in self.hosts if h.hostname == node.host)
+
+    def _open_hub(self) -> None:
+        from testbed.runtimes.hub import ControlHub
+
+        address = runner_address(self.hosts)
+        rport, cport = _free_port(address), _free_port(address)
+        self.hub = ControlHub(None, address, rport, cport, self.run_dir)
+        self._urls = (f"tcp://{address}:{rport}", f"tcp://{address}:{cport}")
+
+    def _create_service(self, node: Node) -> SwarmHandle:
+        import docker
+
+        prof, host = node.profile, self._host(node)
+        compute: dict[str, Any] = {"engine": "swarm"}
+        res: dict[str, Any] = {}
+        if prof.cpus is not None:
+            res["cpu_limit"] = int(prof.cpus * 1e9)  # the engine's 100 ms period (services have no other)
+            compute["cpu_quota"] = prof.cpus
+        if prof.memory is not None:
+            res["mem_limit"] = prof.memory
+            compute["memory_bytes"] = prof.memory
+        if prof.cpuset is not None:
+            compute["cpuset"] = prof.cpuset  # the supervisor's affinity, inherited by the role
+        if prof.gpus not in (None, 0, []):
+            res["generic_resources"] = {"gpu": len(prof.gpus) if isinstance(prof.gpus, list) else int(prof.gpus)}
+            compute["gpus"] = prof.gpus
+        service = self.client.services.create(
+            self.image, name=f"eb-{self.run_id}-{node.name}", command=None,
+            args=["--supervise", node.name, *self._urls], hostname=node.name,
+            networks=[docker.types.NetworkAttachmentConfig(self.network.id, aliases=[node.name])],
+            endpoint_spec=docker.types.EndpointSpec(mode="dnsrr"),
+            restart_policy=docker.types.RestartPolicy(condition="none"),
+            constraints=[f"node.id=={host.id}"], cap_add=["NET_ADMIN"],
+            resources=docker.types.Resources(**res) if res else None,
+            labels=self.labels, container_labels=self.labels)
+        return SwarmHandle(node, host, service, cgroup=HubCgroup(self.hub.stats, node.name), compute=compute)
+
+    def _wait_tasks(self, spec: ClusterSpec) -> None:
+        """Every task running, its address on the run's network taken into the plan; a task the
+        swarm rejects (no image on its host, no GPU) is an error naming its host."""
+        deadline = time.monotonic() + TASK_TIMEOUT
+        pending = set(self.handles)
+        while pending:
+            for name in sorted(pending):
+                h = self.handles[name]
+                task = _latest_task(h.service)
+                if task is None:
+                    continue
+                st = task["Status"]
+                if st["State"] in ("rejected", "failed", "shutdown", "complete", "orphaned"):
+                    raise RuntimeError(f"runtime swarm: {name} on host {h.host.hostname}: task {st['State']}: "
+                                       f"{st.get('Err') or st.get('Message')}")
+                if st["State"] == "running":
+                    self._take_address(spec, h.node, task)
+                    h.container = (st.get("ContainerStatus") or {}).get("ContainerID", "")
+                    pending.discard(name)
+            if pending and time.monotonic() > deadline:
+                raise RuntimeError(f"runtime swarm: {', '.join(sorted(pending))} not running after "
+                                   f"{TASK_TIMEOUT:.0f} s")
+            time.sleep(0.3)
+
+    def _take_address(self, spec: ClusterSpec, node: Node, task: dict) -> None:
+        for att in task.get("NetworksAttachments", []):
+            if att["Network"]["ID"] == self.network.id:
+                new = att["Addresses"][0].split("/")[0]
+                for n in spec.nodes:  # the peers that shape traffic to or from it
+                    for p in n.link.uplink_peers + n.link.downlink_peers:
+                        if p.peer == node.name:
+                            p.address = new
+                node.address = new
+                return
+        raise RuntimeError(f"runtime swarm: {node.name}'s task has no address on {self.network.name}")
+
+    def _shape(self, spec: ClusterSpec) -> None:
+        """Each node shapes its own link (the first request it gets: it may still be starting)."""
+        for node in spec.nodes:
+            h = self.handles[node.name]
+            h.uplink = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
+            h.downlink = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
+            self._request(node.name, {"op": "shape", "address": node.address, "uplink": asdict(h.uplink),
+                                         "downlink": asdict(h.downlink)}, timeout=GO_TIMEOUT)
+            self._publish_delays(node.name)
+
+    # -- processes ---------------------------------------------------------------------
+    def start_node(self, node: Node, cfg, stop_event) -> TaskRoleProcess:
+        h = self.handles[node.name]
+        stress = []
+        if node.profile.stress is not None:
+            stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
+        h.generation += 1
+        request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation, "cpuset": node.profile.cpuset}
+        self._request(node.name, {"op": "go" if h.generation == 1 else "start", **request}, timeout=GO_TIMEOUT)
+        proc = TaskRoleProcess(self, node.name, h.generation)
+        h.processes.append(proc)
+        return proc
+
+    def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
+        """A request to the node's supervisor; an error as soon as its task has ended."""
+        def gone() -> Optional[str]:
+            return None if self.task_running(node) else f"its task has ended (see RUN/logs/{node}.log)"
+
+        return self.hub.request(node, req, timeout, gone)
+
+    def task_running(self, node: str) -> bool:
+        at, running = self._tasks.get(node, (0.0, True))
+        if time.monotonic() - at > 2.0:  # the manager is asked at most every 2 s per node
+            task = _latest_task(self.handles[node].service)
+            running = task is not None and task["Status"]["State"] == "running"
+            self._tasks[node] = (time.monotonic(), running)
+        return running
+
+    def start(self, node: str, target, kwargs: dict, label: str = ""):
+        raise RuntimeError("runtime swarm: measurement jobs (--verify-links, edgebed bench) are not supported yet")
+
+    # -- changes during the run ----------------------------------------------------------
+    def _reshape(self, node: str, which: str, old: DirectionPlan, new: DirectionPlan) -> None:
+        self._request(node, {"op": "reshape", "which": which, "old": asdict(old), "new": asdict(new)})
+
+    def freeze(self, node: str, frozen: bool) -> str:
+        return self._request(node, {"op": "pause" if frozen else "resume"})
+
+    def kill_node(self, node: str) -> str:
+        return self._request(node, {"op": "kill"})
+
+    def set_stress(self, node: str, load: float) -> str:
+        return self._request(node, {"op": "stress", "load": load})
+
+    def set_cpus(self, node: str, cpus: Optional[float]) -> str:
+        """The container's quota, changed by its host's engine in place (a service update would
+        restart the task)."""
+        h = self.handles[node]
+        engine = h.host.engine_client()
+        if engine is None:
+            raise RuntimeError(f"runtime swarm: changing {node}'s CPUs needs host {h.host.hostname}'s engine "
+                               "(node label edgebed.engine)")
+        engine.containers.get(h.container).update(cpu_quota=int((cpus or 0) * 100_000) or -1, cpu_period=100_000)
+        return f"cpu quota {cpus} cores"
+
+    def partition(self, node: str, peers: list[str], cut: bool) -> str:
+        raise RuntimeError("runtime swarm: partition/heal are not supported yet")
+
+    # -- observation -------------------------------------------------------------------
+    def counters(self) -> dict[str, dict[str, int]]:
+        keys = ("up_bytes", "up_packets", "down_bytes", "down_packets")
+        return {n: {k: s[k] for k in keys} for n, s in self.hub.stats.items()
+                if n in self.handles and all(type(s.get(k)) is int for k in keys)} if self.hub else {}
+
+    def node_meta(self) -> dict:
+        return {name: {"netns": "", "host": h.host.hostname, "service": h.service.name, "container": h.container,
+                       "image": self.image, "compute": h.compute, "uplink": h.uplink.to_meta(),
+                       "downlink": h.downlink.to_meta()} for name, h in self.handles.items()}
+
+    # -- teardown ------------------------------------------------------------------------
+    def stop_processes(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        for h in self.handles.values():
+            for p in h.processes:
+                p.join(timeout=max(0.1, deadline - time.monotonic()))
+
+    def save_logs(self) -> None:
+        logs = self.run_dir / "logs"
+        logs.mkdir(exist_ok=True)
+        for name, h in self.handles.items():
+            try:
+                (logs / f"{name}.log").write_bytes(b"".join(h.service.logs(stdout=True, stderr=True)))
+            except Exception:
+                pass
+
+    def teardown(self) -> list[str]:
+        from testbed.runtimes.state import cleanup_run
+
+        self.save_logs()
+        problems = remove_swarm_resources(self.run_id, self.client)
+        self._close_control()
+        return problems + cleanup_run(self.run_id, self.state, stop_runner=False)
+
+
+def _latest_task(service) -> Optional[dict]:
+    try:
+        tasks = service.tasks()
+    except Exception:
+        return None
+    return max(tasks, key=lambda t: t["CreatedAt"]) if tasks else None
+
+
+def remove_swarm_resources(run_id: Optional[str] = None, client=None) -> list[str]:
+    """Remove edgebed's services (their tasks on every host go with them) and networks, one run's
+    or all. Returns problems."""
+    import docker
+
+    client = client or swarm_client(required=False)
+    if client is None:
+        return []
+    flt = {"label": f"{RUN_LABEL}={run_id}"} if run_id else {"label": LABEL}
+    problems = []
+    for s in client.services.list(filters=flt):
+        try:
+            s.remove()
+        except Exception as e:
+            problems.append(f"service {s.name}: {e}")
+    deadline = time.monotonic() + 30
+    for n in client.networks.list(filters=flt):
+        while True:  # a network goes once its last task's endpoint is gone
+            try:
+                n.remove()
+                break
+            except docker.errors.NotFound:
+                break
+            except Exception as e:
+                if time.monotonic() > deadline:
+                    problems.append(f"network {n.name}: {e}")
+                    break
+                time.sleep(0.5)
+    return problems
+
+
+def swarm_runs() -> set[str]:
+    client = swarm_client(required=False)
+    if client is None:
+        return set()
+    runs = set()
+    try:
+        for s in client.services.list(filters={"label": LABEL}):
+            runs.add((s.attrs["Spec"].get("Labels") or {}).get(RUN_LABEL, ""))
+        for n in client.networks.list(filters={"label": LABEL}):
+            if n.attrs.get("Driver") == "overlay":
+                runs.add((n.attrs.get("Labels") or {}).get(RUN_LABEL, ""))
+    except Exception:
+        return set()
+    return runs - {""}
+
+
+register_sweeper(Sweeper("swarm", swarm_runs, remove_swarm_resources))
