@@ -150,6 +150,10 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     return Run(sc, scenario_path, run_dir, say, progress_every).execute()
 
 
+# What a runtime may add to a node's meta.json entry: its container or service, its clock's offset.
+NODE_META_EXTRAS = ("container", "service", "clock_offset_s", "clock_rtt_s")
+
+
 class Run:
     """One run from the runner's side: make the cluster, start its nodes, watch them until the
     scenario's stop, tear everything down (on success, error and Ctrl-C alike), summarize."""
@@ -247,7 +251,8 @@ class Run:
             "nodes": {n.name: {"role": n.role, "rank": n.rank, "address": n.address, "profile_name": n.profile_name,
                                "profile": n.profile.model_dump(mode="json", exclude_none=True),
                                "netns": node_meta[n.name]["netns"], "compute": node_meta[n.name]["compute"],
-                               "threads": sc.workload.threads or n.threads, "host": n.host}
+                               "threads": sc.workload.threads or n.threads, "host": n.host,
+                               **{k: v for k, v in node_meta[n.name].items() if k in NODE_META_EXTRAS}}
                       for n in spec.nodes},
             "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
         }

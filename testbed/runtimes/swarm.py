@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from testbed.kernel.cgroups import CgroupUsage
@@ -94,6 +94,7 @@ class SwarmHandle:
     generation: int = 0
     netns: str = ""  # none on the runner's host
     container: str = ""  # the task's container id, on its host
+    clock: tuple[float, float] = (0.0, 0.0)  # its clock's offset against the runner's, and the RTT it was measured with
 
 
 def runner_address(hosts: list[SwarmHost]) -> str:
@@ -110,6 +111,20 @@ def runner_address(hosts: list[SwarmHost]) -> str:
             if src:
                 return src
     raise RuntimeError("runtime swarm: no route from this machine to any host of the swarm")
+
+
+def measure_offset(ask_time: Callable[[], str], samples: int = 5) -> tuple[float, float]:
+    """(offset, rtt) of a node's clock against this machine's, NTP's way: the node's time minus
+    the midpoint of the request's send and answer, from the sample with the shortest round trip
+    (its error is at most half that RTT)."""
+    best = (0.0, float("inf"))
+    for _ in range(samples):
+        t_send = time.time()
+        t_node = float(ask_time())
+        t_back = time.time()
+        if t_back - t_send < best[1]:
+            best = (t_node - (t_send + t_back) / 2, t_back - t_send)
+    return best
 
 
 def _free_port(address: str) -> int:
@@ -259,6 +274,7 @@ class SwarmRuntime(Runtime):
             self._request(node.name, {"op": "shape", "address": node.address, "uplink": asdict(h.uplink),
                                          "downlink": asdict(h.downlink)}, timeout=GO_TIMEOUT)
             self._publish_delays(node.name)
+            h.clock = measure_offset(lambda: self._request(node.name, {"op": "clock"}))
 
     # -- processes ---------------------------------------------------------------------
     def start_node(self, node: Node, cfg, stop_event) -> TaskRoleProcess:
@@ -267,6 +283,7 @@ class SwarmRuntime(Runtime):
         if node.profile.stress is not None:
             stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
         h.generation += 1
+        cfg = replace(cfg, t0=cfg.t0 + h.clock[0])  # its records' times on the runner's time axis
         request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation, "cpuset": node.profile.cpuset}
         self._request(node.name, {"op": "go" if h.generation == 1 else "start", **request}, timeout=GO_TIMEOUT)
         proc = TaskRoleProcess(self, node.name, h.generation)
@@ -326,6 +343,7 @@ class SwarmRuntime(Runtime):
 
     def node_meta(self) -> dict:
         return {name: {"netns": "", "host": h.host.hostname, "service": h.service.name, "container": h.container,
+                       "clock_offset_s": h.clock[0], "clock_rtt_s": h.clock[1],
                        "image": self.image, "compute": h.compute, "uplink": h.uplink.to_meta(),
                        "downlink": h.downlink.to_meta()} for name, h in self.handles.items()}
 

@@ -1,0 +1,170 @@
+"""Runtime swarm on a lab of two emulated hosts (`edgebed lab up --hosts 2`: two dockerds in
+namespaces of their own, one swarm): the smoke scenario split over both hosts, a worker on the
+second host killed and restarted by the timeline, clocks, and nothing left on either engine.
+Placement and clock-offset logic are tested without any engine."""
+
+import json
+import shutil
+import subprocess
+
+import pandas as pd
+import pytest
+import yaml
+
+from conftest import REPO, edgebed_cmd, is_root
+
+from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
+from testbed.runtimes.swarm import measure_offset
+
+
+# -- placement, without an engine ------------------------------------------------------------
+def _host(name, cpus=2.0, memory=8 << 30, gpus=0, **labels):
+    return SwarmHost(id=name, hostname=name, address="", cpus=cpus, memory=memory, gpus=gpus, labels=labels)
+
+
+def _spec(sc):
+    from testbed.plan.cluster import build_cluster
+
+    return build_cluster(sc, "abc123")
+
+
+def _sc(placement=None, workers=4, cpus=0.3):
+    from testbed.plan import parse_scenario as scenario_from_dict
+
+    return scenario_from_dict({"profiles": {"edge": {"cpus": cpus}}, "ps": {"profile": {"cpus": 0.5}},
+                               "workers": [{"count": workers, "profile": "edge"}], "placement": placement or {}})
+
+
+def test_the_spread_puts_nodes_where_most_cpus_are_left():
+    sc = _sc()
+    out = SwarmPlacer([_host("a"), _host("b")], sc).place(_spec(sc))
+    assert sorted(set(out.values())) == ["a", "b"]
+    used = {h: sum(0.5 if n == "ps" else 0.3 for n, x in out.items() if x == h and n != "eval") for h in "ab"}
+    assert abs(used["a"] - used["b"]) <= 0.5  # within one node's share
+
+
+def test_placement_by_name_group_and_label_and_the_most_specific_wins():
+    sc = _sc({"workers": "label:zone=edge", "w0": "a", "ps": "a"})
+    hosts = [_host("a"), _host("b", zone="edge"), _host("c", zone="edge")]
+    out = SwarmPlacer(hosts, sc).place(_spec(sc))
+    assert out["ps"] == "a" and out["w0"] == "a"
+    assert {out[w] for w in ("w1", "w2", "w3")} <= {"b", "c"} and len({out["w1"], out["w2"]}) == 2
+
+
+def test_a_scenario_that_does_not_fit_names_the_node_the_host_and_the_resource():
+    sc = _sc({"workers": "a"}, workers=4, cpus=0.6)
+    with pytest.raises(RuntimeError, match=r"placement\.workers: w3 needs 0\.6 CPUs.*a has 0\.2 of 2"):
+        SwarmPlacer([_host("a"), _host("b")], sc).place(_spec(sc))
+    with pytest.raises(RuntimeError, match=r"placement\.ps: no ready host is nowhere \(hosts: a, b\)"):
+        SwarmPlacer([_host("a"), _host("b")], _sc({"ps": "nowhere"})).place(_spec(_sc({"ps": "nowhere"})))
+
+
+def test_placement_keys_and_values_are_validated():
+    from testbed.plan import parse_scenario as scenario_from_dict
+    from testbed.scenario.schema import ScenarioError
+
+    with pytest.raises(ScenarioError) as e:
+        scenario_from_dict({"workers": [{"count": 2}], "placement": {"w9": "a", "ps": "label:zone"}})
+    assert "placement.w9: names no node, worker group or site" in str(e.value)
+    assert "placement.ps: 'label:zone' is neither a host name nor label:KEY=VALUE" in str(e.value)
+
+
+def test_a_clock_offset_is_measured_within_half_the_round_trip():
+    offset, rtt = measure_offset(lambda: repr(__import__("time").time() + 5.0))
+    assert abs(offset - 5.0) <= rtt / 2 + 1e-3
+
+
+# -- on a lab of two hosts ---------------------------------------------------------------------
+def _lab_or_skip():
+    if not is_root():
+        pytest.skip("needs root: the lab starts dockerds in network namespaces")
+    for tool in ("dockerd", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the lab needs {tool} (apt install docker.io)")
+
+
+@pytest.fixture(scope="module")
+def lab():
+    from testbed.runtimes import lab as lab_mod
+
+    _lab_or_skip()
+    made = not lab_mod.lab_hosts()
+    if made:
+        lab_mod.lab_up(2)
+    yield lab_mod.lab_hosts()
+    if made:
+        assert lab_mod.lab_down() == []
+
+
+def _engine(url):
+    import docker
+
+    return docker.DockerClient(base_url=url, timeout=30)
+
+
+def _ours_on(host) -> dict:
+    c = _engine(host.socket)
+    out = {"containers": [x.name for x in c.containers.list(all=True, filters={"label": "edgebed"})],
+           "networks": [n.name for n in c.networks.list(filters={"label": "edgebed"})]}
+    if host.name.endswith("h1"):
+        out["services"] = [s.name for s in c.services.list(filters={"label": "edgebed"})]
+    return out
+
+
+def test_smoke_across_two_hosts_with_a_worker_killed_and_restarted_on_the_second(tmp_path, lab, clean_host):
+    sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
+    sc["runtime"] = "swarm"
+    sc["stop"]["target_accuracy"] = 0.90
+    sc["placement"] = {"ps": "eb-lab-h1", "w1": "eb-lab-h2", "w2": "eb-lab-h2", "w0": "eb-lab-h1"}
+    sc["events"] = [{"at": "12s", "target": "w1", "action": "kill"}, {"at": "20s", "target": "w1", "action": "restart"}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"] == "target_accuracy" and summary["best_accuracy"] >= 0.90  # reached it
+    meta = json.loads((run_dir / "meta.json").read_text())
+    hosts = {n: m["host"] for n, m in meta["nodes"].items()}
+    assert hosts["ps"] == "eb-lab-h1" and hosts["w1"] == hosts["w2"] == "eb-lab-h2" and hosts["w0"] == "eb-lab-h1"
+    assert all(abs(m["clock_offset_s"]) < 0.05 and m["clock_rtt_s"] < 0.5 for m in meta["nodes"].values())
+    # the timeline acted on a node of the second host, and the records show it
+    events = pd.read_csv(run_dir / "events.csv")
+    assert {"kill", "restart"} <= set(events[events.target == "w1"].action)
+    steps = pd.read_csv(run_dir / "steps.csv")
+    killed = events.query("action == 'kill'").time.iloc[0]
+    restarted = events.query("action == 'restart'").time.iloc[0]
+    w1 = steps[steps.node == "w1"].time
+    assert (w1 < killed).sum() >= 3 and not ((w1 > killed + 1) & (w1 < restarted)).any() and (w1 > restarted).sum() >= 3
+    # one time axis: each of w2's pushes (second host) arrives at the PS (first host) after w2's
+    # previous step ended and before its step with that update ended
+    server = pd.read_csv(run_dir / "server.csv")
+    arrivals = server[server.worker == "w2"].time.to_numpy()
+    done = steps[steps.node == "w2"].time.to_numpy()
+    n = min(len(arrivals), len(done))
+    assert n >= 20
+    assert (arrivals[:n] <= done[:n] + 0.002).all() and (arrivals[1:n] >= done[:n - 1] - 0.002).all()
+    # the link was shaped inside the node and counted: w1's uplink carried its pushes
+    traffic = pd.read_csv(run_dir / "traffic.csv")
+    assert traffic[(traffic.node == "w2") & (traffic.direction == "up")].bytes.max() > 10e6
+    for h in lab:
+        assert _ours_on(h) == ({"containers": [], "networks": [], "services": []} if h.name.endswith("h1")
+                               else {"containers": [], "networks": []}), h.name
+
+
+def test_hosts_lists_the_lab(lab):
+    r = subprocess.run(edgebed_cmd() + ["hosts"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["eb-lab-h1", "eb-lab-h2"]
+    assert "manager" in lines[0] and "worker" in lines[1] and all("engine yes" in ln for ln in lines)
+
+
+def test_a_missing_swarm_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nothing.sock")
+    r = subprocess.run(edgebed_cmd() + ["up", str(REPO / "scenarios" / "smoke.yaml"), "--runtime", "swarm",
+                                        "-o", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "no swarm manager answers (DOCKER_HOST: no engine answers)" in r.stderr
+    assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
