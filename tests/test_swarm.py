@@ -168,3 +168,22 @@ def test_a_missing_swarm_is_one_clear_line(tmp_path, monkeypatch):
     assert r.returncode != 0
     assert "no swarm manager answers (DOCKER_HOST: no engine answers)" in r.stderr
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
+
+
+def test_verify_links_measures_every_cross_host_path_within_3_percent(tmp_path, lab, clean_host):
+    sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
+    sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
+    sc["stop"] = {"steps": 20}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--verify-links", "-o", str(run_dir), "-q"],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert {m["host"] for n, m in meta["nodes"].items() if n.startswith("w")} == {"eb-lab-h2"}
+    rows = pd.read_csv(run_dir / "link_check.csv")
+    rates = rows[rows.direction.isin(["up", "down"])]
+    assert len(rates) == 8 and ((rates.ratio - 1).abs() <= 0.03).all(), rates[["node", "direction", "ratio"]]
+    rtts = rows[rows.direction == "rtt"]
+    assert len(rtts) == 4 and rtts.ok.all()

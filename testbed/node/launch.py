@@ -43,6 +43,18 @@ def _role_main(cfg_data: dict, stop) -> None:
         channel.flush()  # the role's last records leave before the process exits
 
 
+def _job_main(target: str, kwargs: dict) -> None:
+    """A measuring job (runtime.start on a node whose runner is elsewhere): one function."""
+    import importlib
+
+    os.setpgid(0, 0)
+    module, func = target.split(":")
+    try:
+        getattr(importlib.import_module(module), func)(**kwargs)
+    finally:
+        channel.flush()
+
+
 def _stress_main(load: float, stop) -> None:
     from testbed.node.roles.stress import run_stress
 
@@ -84,6 +96,7 @@ class RoleSupervisor:
         self.stress: list = []
         self._reap: list = []  # killed, not yet joined
         self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
+        self.jobs: dict[str, object] = {}  # measuring jobs running: slot to report the end in -> process
         self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
         self._next_stats = 0.0
 
@@ -135,6 +148,16 @@ class RoleSupervisor:
                     pass
         return n
 
+    def _reap_jobs(self) -> None:
+        """Tell the runner (through each job's `done` slot) which measuring jobs ended, and how."""
+        from testbed.node import mailbox
+
+        for done, job in list(self.jobs.items()):
+            if not job.is_alive():
+                job.join()
+                mailbox.write_text(done, str(job.exitcode))
+                del self.jobs[done]
+
     def _send_stats(self) -> None:
         """A self-shaping node's link counters and usage, for the runner's traffic and resources."""
         if self.link is None or time.monotonic() < self._next_stats:
@@ -165,6 +188,13 @@ class RoleSupervisor:
                 return "already running"
             self._start(req)
             return "started"
+        if op == "exec":
+            job = self._ctx.Process(target=_job_main, args=(req["target"], req["kwargs"]), daemon=True)
+            job.start()
+            self.jobs[req["done"]] = job
+            return "started"
+        if op == "counters":
+            return json.dumps(self.link.counters())
         if op == "clock":
             return repr(time.time())  # the runner compares it with its own (runtimes.swarm.measure_offset)
         if op in ("shape", "reshape"):
@@ -225,6 +255,7 @@ class RoleSupervisor:
             while True:
                 self._listen(int(self.POLL * 1000))
                 self._send_stats()
+                self._reap_jobs()
                 while self._reap:
                     self._reap.pop().join(timeout=5)
                 if self.role is not None and not self.role.is_alive():
@@ -235,7 +266,7 @@ class RoleSupervisor:
                 if self.role is None and self.stop.is_set():
                     return 0  # idle, or killed and not restarted, when the run ended
         finally:
-            self._kill(self.stress)
+            self._kill(self.stress + list(self.jobs.values()))
             for p in self._reap:
                 p.join(timeout=5)
             self.listener.close()

@@ -13,6 +13,7 @@ from testbed.kernel.netlink import disable_offloads
 from testbed.kernel.shaping import DirectionPlan, PeerPlan, apply_direction, reshape
 
 IFB = "ifb0"
+IFB_QUEUE = 1000  # packets, a veth's default
 ETH_P_ALL = 0x0003
 INGRESS = 0xFFFF0000
 
@@ -35,7 +36,8 @@ def _ifb(ipr, ifindex: int) -> int:
     if not ipr.link_lookup(ifname=IFB):
         ipr.link("add", ifname=IFB, kind="ifb")
     ifb = ipr.link_lookup(ifname=IFB)[0]
-    ipr.link("set", index=ifb, state="up")
+    # an IFB's queue is 32 packets: TCP's bursts overflow it and the link reads 4-8% low (measured)
+    ipr.link("set", index=ifb, txqlen=IFB_QUEUE, state="up")
     ipr.tc("add", "ingress", index=ifindex, handle=INGRESS)
     ipr.tc("add-filter", "u32", index=ifindex, parent=INGRESS, prio=1, protocol=ETH_P_ALL, target=0x10,
            keys=["0x0/0x0+0"], action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb})
@@ -77,6 +79,18 @@ class OwnLink:
             return None
         with IPRoute() as ipr:
             up = ipr.get_links(self.ifindex)[0].get_attr("IFLA_STATS64")
-            down = ipr.get_links(self.ifb)[0].get_attr("IFLA_STATS64")
+            down = _root_qdisc_bytes(ipr, self.ifb)
         return {"up_bytes": up["tx_bytes"], "up_packets": up["tx_packets"],
-                "down_bytes": down["tx_bytes"], "down_packets": down["tx_packets"]}
+                "down_bytes": down["bytes"], "down_packets": down["packets"]}
+
+
+def _root_qdisc_bytes(ipr, ifindex: int) -> dict:
+    """What the root qdisc of `ifindex` sent, counted as the wire would: an IFB receives what
+    GRO merged before the node (the host's VXLAN), and its interface counter counts a merged
+    packet's headers once (4.2% low at 1450-byte packets, measured); a qdisc counts every segment."""
+    for q in ipr.get_qdiscs(index=ifindex):
+        if q["parent"] == 0xFFFFFFFF:
+            basic = q.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+            return {"bytes": basic["bytes"], "packets": basic["packets"]}
+    st = ipr.get_links(ifindex)[0].get_attr("IFLA_STATS64")
+    return {"bytes": st["tx_bytes"], "packets": st["tx_packets"]}

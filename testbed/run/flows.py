@@ -1,7 +1,9 @@
 """Measuring flows between nodes: saturating TCP, and the training transport's round trip.
 
 Shared by the per-run link check (testbed.run.verify) and the benchmarks (testbed.bench):
-each function here runs inside a node (`runtime.start(node, fn, kwargs)`), or drives such runs."""
+each function here runs inside a node (`runtime.start(node, fn, kwargs)`), or drives such runs.
+A job's results and flags go to the runner through mailbox slots (node.mailbox), which the
+runner names as it would files (`scratch / "w1.json"`: runtimes.mailbox)."""
 
 from __future__ import annotations
 
@@ -9,8 +11,9 @@ import json
 import socket
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
+
+from testbed.node import mailbox
 
 BENCH_PORT = 5201
 
@@ -25,7 +28,7 @@ def tcp_sink(port: int, seconds: float, flows: int, result_path: str, connected_
     srv.listen(flows)
     conns = [srv.accept()[0] for _ in range(flows)]
     if connected_path:  # every flow is up: a caller's measuring window may start its warm-up
-        Path(connected_path).touch()
+        mailbox.touch(connected_path)
     for c in conns:
         c.setblocking(False)
     import selectors
@@ -54,7 +57,7 @@ def tcp_sink(port: int, seconds: float, flows: int, result_path: str, connected_
                 if now - t_first <= seconds:
                     total += len(data)
     elapsed = min(seconds, time.monotonic() - (t_first or start))
-    Path(result_path).write_text(json.dumps({"bytes": total, "seconds": elapsed}))
+    mailbox.write_text(result_path, json.dumps({"bytes": total, "seconds": elapsed}))
 
 
 def tcp_source(addr: str, port: int, seconds: float, flows: int, ready_path: str = "", linger: float = 1.5) -> None:
@@ -62,7 +65,7 @@ def tcp_source(addr: str, port: int, seconds: float, flows: int, ready_path: str
 
     buf = b"\0" * (1 << 16)
     if ready_path:
-        Path(ready_path).touch()
+        mailbox.touch(ready_path)
 
     def one() -> None:
         for _ in range(600):  # the sink may still be starting (a container's python import)
@@ -103,7 +106,7 @@ class FlowRate:
     wire_bps: float  # the counter's bytes (headers included) over the same window
 
 
-def measure_flows(rt, scratch: Path, flows: list[Flow], *, window: float, warmup: float,
+def measure_flows(rt, scratch, flows: list[Flow], *, window: float, warmup: float,
                   linger: float = 0.3) -> list[FlowRate]:
     """Run every flow at once (a port each) and measure each over `window` seconds, `warmup`
     after all of them connected. The one measuring helper of the link check and the benchmarks:
@@ -182,6 +185,6 @@ def ping_client(ps_address: str, delay: dict, count: int, size: int, result_path
         while not ep.recv(0.5):
             pass
         rtts.append(time.monotonic() - t)
-    Path(result_path).write_text(json.dumps({"rtts": rtts}))
+    mailbox.write_text(result_path, json.dumps({"rtts": rtts}))
     ep.close()
     ctx.term()

@@ -377,21 +377,16 @@ def _topology_meta(spec: ClusterSpec) -> dict:
 
 def _check_links(runtime, spec: ClusterSpec, node_meta: dict, run_dir: Path, meta: dict, say) -> None:
     """--verify-links: measure the paths before training starts (testbed/run/verify.py)."""
-    import shutil
-
     from testbed.run import verify
 
     tolerance = 0.10
     started = time.time()
     delays = {n.name: _delay_for(n, node_meta, spec, not runtime.caps.netem) for n in spec.nodes}
-    scratch = runtime.exchange_dir() / "link_check"
-    try:  # (a container waits for its role's first request meanwhile; the measurements run as exec jobs)
-        # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
-        # (each exec'd measuring process under its container's quota), one at a time 91-100%.
-        rows = verify.verify_links(runtime, spec, delays, scratch, tolerance=tolerance, say=say,
-                                   together=runtime.features.concurrent_flows)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    # (a container waits for its role's first request meanwhile; the measurements run as exec jobs)
+    # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
+    # (each exec'd measuring process under its container's quota), one at a time 91-100%.
+    rows = verify.verify_links(runtime, spec, delays, runtime.mailbox("link_check"), tolerance=tolerance, say=say,
+                               together=runtime.features.concurrent_flows)
     verify.write(rows, run_dir)
     meta["link_check"] = verify.summary(rows, tolerance, time.time() - started)
     warnings = verify.warnings_for(rows, tolerance)

@@ -61,7 +61,7 @@ def _batches(spec: ClusterSpec, flows: list[tuple], ps_side_rate: Optional[float
     return [[f] for f in flows]
 
 
-def verify_links(rt, spec: ClusterSpec, delays: dict, scratch: Path, *, window: float = 1.0, warmup: float = 0.7,
+def verify_links(rt, spec: ClusterSpec, delays: dict, scratch, *, window: float = 1.0, warmup: float = 0.7,
                  pings: int = 10, tolerance: float = 0.10, together: bool = True,
                  say: Callable[[str], None] = print) -> list[dict]:
     """Measure every worker's path to the PS (see the module doc). `delays[node]` is the node's
@@ -70,7 +70,7 @@ def verify_links(rt, spec: ClusterSpec, delays: dict, scratch: Path, *, window: 
     ps = spec.ps
     rows: list[dict] = []
     for direction in ("up", "down"):
-        flows = planned_flows(spec, direction, lambda n, k: rt.counters()[n][k])
+        flows = planned_flows(spec, direction, rt.link_counter)
         ps_side = (ps.link.downlink if direction == "up" else ps.link.uplink).rate
         for batch in _batches(spec, flows, None if ps_side is None else float(ps_side), together):
             rates = measure_flows(rt, scratch, [f[0] for f in batch], window=window, warmup=warmup)

@@ -5,8 +5,6 @@ clean-up (state.register_sweeper); nothing else needs to know it exists."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +14,7 @@ from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.live import LiveOps
-from testbed.runtimes.state import RunState, exchange_prefix
+from testbed.runtimes.state import RunState
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,6 @@ class Runtime(LiveOps, ABC):
         self.fabric = None  # the sites' routers and WAN links (runtimes.fabric.Fabric), where the run has them
         self.control = None  # the nodes' way to the runner (runtimes.control_net.ControlNetwork)
         self.hub = None  # the runner's end of it (runtimes.hub.ControlHub)
-        self._exchange: Optional[Path] = None
         self.image: Optional[str] = None  # the node image, for runtimes that run one
 
     @classmethod
@@ -105,6 +102,10 @@ class Runtime(LiveOps, ABC):
     def counters(self) -> dict[str, dict[str, int]]:
         """Per node: up_bytes, up_packets, down_bytes, down_packets of its access link."""
 
+    def link_counter(self, node: str, key: str) -> int:
+        """One counter of a node's access link, read now (measurements time their reads)."""
+        return self.counters()[node][key]
+
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
@@ -122,20 +123,16 @@ class Runtime(LiveOps, ABC):
         self.hub = self.control.open_hub(self.run_dir)
 
     def _close_control(self) -> None:
-        """At teardown: the hub stops (the runner closed it already, after its last rows), and
-        the exchange folder goes."""
+        """At teardown: the hub stops (the runner closed it already, after its last rows)."""
         if self.hub is not None:
             self.hub.close()
-        if self._exchange is not None:
-            shutil.rmtree(self._exchange, ignore_errors=True)
 
-    def exchange_dir(self) -> Path:
-        """Where measurement jobs (`start`: link checks, benchmarks) leave their results for the
-        runner: a folder of the runner's host, outside the run directory (bound into containers).
-        Roles never use it: they talk to the runner over the control channel."""
-        if self._exchange is None:
-            self._exchange = Path(tempfile.mkdtemp(prefix=exchange_prefix(self.run_id)))
-        return self._exchange
+    def mailbox(self, name: str = ""):
+        """Where measurement jobs (`start`: link checks, benchmarks) put their results and flags:
+        slots on the control channel that the runner reads like files (runtimes.mailbox)."""
+        from testbed.runtimes.mailbox import Mailbox
+
+        return Mailbox(self.hub, *self.channel_urls(), name)
 
     def gateway_netns(self) -> Optional[str]:
         """The namespace the run's gateway address is in (where a relay to an external broker

@@ -254,7 +254,6 @@ class DockerRuntime(Runtime):
         for node in spec.nodes:  # before anything is made: a missing image leaves nothing half-started
             if node.image is not None:
                 self._ensure_foreign_image(node)
-        self.exchange_dir()  # bound into each container: measurement jobs leave their results there
         self._host_ipr = IPRoute()
         if spec.topology is not None:
             # Sites: Docker's internal networks drop traffic for other subnets (its isolation
@@ -310,8 +309,6 @@ class DockerRuntime(Runtime):
 
         prof = node.profile
         host_kw: dict[str, Any] = {"shm_size": "256m"}
-        if node.image is None:  # not the run directory: only measurement jobs' results come back this way
-            host_kw["binds"] = {str(self._exchange): {"bind": str(self._exchange), "mode": "rw"}}
         compute: dict[str, Any] = {"engine": "docker"}
         if prof.cpus is not None and prof.cpu_period is not None:  # docker run --cpu-period/--cpu-quota
             host_kw["cpu_period"] = period_us_of(prof.cpu_period)

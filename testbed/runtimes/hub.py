@@ -34,6 +34,7 @@ from testbed.records import metrics
 MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
 REPORTS = ("ps.json",)  # the files a role may have written
+MAX_SLOTS = 10_000  # mailbox slots a run's measuring jobs may fill
 BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
 RESEND = 0.2  # s between repeats of an unanswered request
 
@@ -50,6 +51,7 @@ class ControlHub:
         self._acks: dict[tuple[str, int], str] = {}
         self.states: dict[str, dict] = {}  # node -> its supervisor's last word on its role
         self.ready: set[str] = set()  # nodes that said their service is up (the broker)
+        self.puts: dict[str, str] = {}  # mailbox slot -> what a measuring job put there (node.mailbox)
         self.stats: dict[str, dict] = {}  # node -> its own link counters and usage (nodes that shape their own link)
         self._requests: list[dict] = []  # crash requests from the nodes, for the timeline
         self._delays: dict[str, bytes] = {}
@@ -124,7 +126,8 @@ class ControlHub:
         if not isinstance(data, dict):
             return False
         handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,
-                   "request": self._on_request, "ready": self._on_ready, "stats": self._on_stats}.get(kind)
+                   "request": self._on_request, "ready": self._on_ready, "stats": self._on_stats,
+                   "put": self._on_put}.get(kind)
         return handler is not None and handler(data)
 
     def _on_ack(self, data: dict) -> bool:
@@ -162,6 +165,16 @@ class ControlHub:
             self.ready.add(str(data.get("node")))
         return True
 
+    def _on_put(self, data: dict) -> bool:
+        key, text = data.get("key"), data.get("data")
+        if type(key) is not str or type(text) is not str or len(self.puts) >= MAX_SLOTS:
+            return False
+        with self._cond:
+            self.puts[key] = text
+            self._cond.notify_all()
+        self._publish(topic("put", key), b"")  # a job waiting for this flag (it is repeated with each beat)
+        return True
+
     def _on_stats(self, data: dict) -> bool:
         values = [v for k, v in data.items() if k != "node"]
         if not all(v is None or type(v) in (int, float) for v in values):
@@ -192,6 +205,8 @@ class ControlHub:
         self._publish(topic("beat"), json.dumps({"stop": self._stopping}).encode())
         for node, payload in list(self._delays.items()):
             self._publish(topic("delay", node), payload)
+        for key in list(self.puts):  # a job that subscribed after the slot was filled
+            self._publish(topic("put", key), b"")
 
     def set_stop(self) -> None:
         """Tell every node to stop (now, and in every beat after)."""

@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import signal
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -174,11 +172,6 @@ def why_left_alone(run_id: str, st: Optional[RunState]) -> Optional[str]:
     return None
 
 
-def exchange_prefix(run_id: str) -> str:
-    """The name of a run's exchange folder starts so (runtimes.base.Runtime.exchange_dir)."""
-    return f"edgebed-{run_id}-exchange-"
-
-
 def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool = True) -> list[str]:
     """Remove everything of one run. Returns problems left (empty = clean)."""
     from pyroute2 import IPRoute
@@ -232,8 +225,6 @@ def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool
                         problems.append(f"link {ifname}: {e}")
     # cgroups again, in case a process was started between steps 1 and 2.
     problems += cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
-    for folder in Path(tempfile.gettempdir()).glob(exchange_prefix(run_id) + "*"):  # measurement results
-        shutil.rmtree(folder, ignore_errors=True)
     if not problems:
         try:
             (STATE_DIR / f"{run_id}.json").unlink()

@@ -14,6 +14,7 @@ tasks' before any link is shaped or role configured.
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -79,6 +80,31 @@ class TaskRoleProcess:
 
     def kill(self) -> None:
         pass  # its service goes at teardown
+
+
+class SwarmJob:
+    """A measuring job in a node, seen as a process: it has ended when its supervisor said so
+    (its `done` slot) or its task did."""
+
+    def __init__(self, runtime: "SwarmRuntime", node: str, done):
+        self.rt, self.node, self.done = runtime, node, done
+
+    def is_alive(self) -> bool:
+        return not self.done.exists() and self.rt.task_running(self.node)
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        if self.done.exists():
+            return int(self.done.read_text())
+        return None if self.rt.task_running(self.node) else -1
+
+    def join(self, timeout: Optional[float] = None) -> None:
+        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+        while time.monotonic() < deadline and self.is_alive():
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        pass  # dies with its container
 
 
 @dataclass
@@ -305,8 +331,18 @@ class SwarmRuntime(Runtime):
             self._tasks[node] = (time.monotonic(), running)
         return running
 
-    def start(self, node: str, target, kwargs: dict, label: str = ""):
-        raise RuntimeError("runtime swarm: measurement jobs (--verify-links, edgebed bench) are not supported yet")
+    def start_idle(self, stop_event) -> None:
+        for name in self.handles:
+            self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
+
+    def start(self, node: str, target, kwargs: dict, label: str = "") -> "SwarmJob":
+        """Run a module-level function in a node (link checks, benchmarks): its supervisor forks it."""
+        name = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
+        done = self.mailbox("job") / "exit"
+        self._request(node, {"op": "exec", "target": name, "kwargs": kwargs, "done": str(done)})
+        job = SwarmJob(self, node, done)
+        self.handles[node].processes.append(job)
+        return job
 
     # -- changes during the run ----------------------------------------------------------
     def _reshape(self, node: str, which: str, old: DirectionPlan, new: DirectionPlan) -> None:
@@ -340,6 +376,10 @@ class SwarmRuntime(Runtime):
         keys = ("up_bytes", "up_packets", "down_bytes", "down_packets")
         return {n: {k: s[k] for k in keys} for n, s in self.hub.stats.items()
                 if n in self.handles and all(type(s.get(k)) is int for k in keys)} if self.hub else {}
+
+    def link_counter(self, node: str, key: str) -> int:
+        """Read now by the node itself (its periodic report may be STATS_EVERY old)."""
+        return json.loads(self._request(node, {"op": "counters"}))[key]
 
     def node_meta(self) -> dict:
         return {name: {"netns": "", "host": h.host.hostname, "service": h.service.name, "container": h.container,

@@ -17,7 +17,7 @@ import socket
 import subprocess
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 KAFKA_PORT = 9092
 PR_SET_PDEATHSIG = 1
@@ -80,11 +80,11 @@ def start_tansu(address: str, port: int = KAFKA_PORT, log_path: Optional[str] = 
 
 
 def run_broker(address: str, stop_event, port: int = KAFKA_PORT, log_path: Optional[str] = None,
-               ready_path: Optional[str] = None) -> None:
+               on_ready: Optional[Callable[[], None]] = None) -> None:
     """The broker role: run tansu until the stop event, then stop it."""
     proc = start_tansu(address, port, log_path)
-    if ready_path:
-        Path(ready_path).touch()
+    if on_ready is not None:
+        on_ready()
     try:
         while not stop_event.is_set():
             if proc.poll() is not None:
