@@ -347,7 +347,7 @@ def kernel() -> None:
 def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
                seconds: float = typer.Option(0.0, help="seconds per direction (default 8, 20 below 2 Mbit/s)"),
                flows: int = typer.Option(1, help="parallel TCP flows"),
-               runtime: str = typer.Option("netns", help="netns | docker"),
+               runtime: str = typer.Option("netns", help="netns | docker | swarm"),
                out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
     """Achieved vs configured throughput of a shaped access link, both directions."""
     from testbed.bench.fidelity import link_benchmark
@@ -390,12 +390,13 @@ def bench_delay(latency: str = typer.Option("20ms", help="one-way latency of w0'
 
 @bench_app.command("startup")
 def bench_startup(workers: int = typer.Option(4, help="number of workers"),
-                  runtime: str = typer.Option("netns", help="netns | docker"),
+                  runtime: str = typer.Option("netns", help="netns | docker | swarm"),
+                  cpus: float = typer.Option(0.5, help="each worker's CPU quota, 0 for none (a swarm's hosts must hold all quotas)"),
                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Seconds from `up` to the first training step (and teardown) for N workers."""
     from testbed.bench.fidelity import startup_benchmark
 
-    res = startup_benchmark(workers, runtime=runtime, out_dir=out, say=typer.echo)
+    res = startup_benchmark(workers, runtime=runtime, out_dir=out, say=typer.echo, cpus=cpus)
     if not res["ok"]:
         raise typer.Exit(1)
 

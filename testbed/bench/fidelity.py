@@ -17,6 +17,7 @@ from typing import Callable
 from testbed.node import mailbox
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
+from testbed.plan.placement import place
 from testbed.run.flows import BENCH_PORT, Flow, measure_flows, ping_client, ping_server
 from testbed.runtimes import runtime_class
 from testbed.runtimes.docker import docker_client
@@ -65,11 +66,14 @@ class _Bench:
         self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.scratch), scenario="bench",
                               runtime=runtime)
         self.state.save()
-        self.spec = build_cluster(sc, self.run_id)
         self.runtime = runtime
         if runtime == "docker" and docker_client(timeout=3) is None:
             raise RuntimeError("--runtime docker: no Docker engine answers")
         self.rt = runtime_class(runtime).open(self.state, lambda s: None)
+        if runtime == "swarm" and not sc.placement:  # the measured paths cross hosts: ps on one, workers on another
+            hosts = sorted(h.hostname for h in self.rt.hosts if h.usable())
+            sc = sc.model_copy(update={"placement": {"ps": hosts[0], "workers": hosts[-1]}})
+        self.spec = place(build_cluster(sc, self.run_id), self.rt.placer(sc))
         self.rt.set_preload([])
         self.stop = None
         self.box = None
@@ -165,7 +169,9 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
     ok = all(abs(1 - r["goodput_ratio"]) <= tolerance for r in results) and not problems
     out = {"benchmark": "link", "runtime": runtime, "configured_bps": configured, "flows": flows, "seconds": seconds,
            "results": results, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
-           "date": time.strftime("%Y-%m-%d %H:%M:%S"), "shaper": "htb (egress of each veth end)",
+           "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+           "shaper": "htb inside the node (uplink) and on its IFB (downlink), ps and w0 on two hosts"
+                     if runtime == "swarm" else "htb (egress of each veth end)",
            "note": "goodput = TCP payload bytes received per second after a 1 s warm-up; wire = bytes "
                    "counted by the veth (IP packets + Ethernet header) over the steady-state window. "
                    "TCP/IP + Ethernet headers are ~4.4% of a 1514-byte frame, so goodput "
@@ -377,7 +383,7 @@ def _mem_available() -> int:
 
 
 def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | None = None,
-                      say: Callable[[str], None] = print) -> dict:
+                      say: Callable[[str], None] = print, cpus: float = 0.5) -> dict:
     """Seconds from `edgebed up` to the first training step, to every worker's first step, and to
     tear down, for N workers; and what the cluster costs in memory: the host's MemAvailable drop at
     its lowest during the run and each worker's peak (its cgroup's memory, resources.csv). ASGD
@@ -391,7 +397,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
     sc = parse_scenario({"name": f"startup-{workers}", "runtime": runtime,
                          "workload": {"model": "adacomp_cnn", "dataset": "mnist5k", "eval_interval": 100000},
                          "stop": {"seconds": 10 + 0.3 * workers}, "algorithm": {"name": "asgd"},
-                         "profiles": {"edge": {"cpus": 0.5, "bandwidth": "100mbit"}},
+                         "profiles": {"edge": {"bandwidth": "100mbit", **({"cpus": cpus} if cpus else {})}},
                          "workers": [{"count": workers, "profile": "edge"}]})
     before = _mem_available()
     lowest = [before]
@@ -426,7 +432,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
         f"teardown {summary['teardown_seconds']} s, whole command {total:.1f} s; {stepped}/{workers} workers "
         f"trained; host memory in use at most {host_used / 2**30:.2f} GiB"
         + (f", a worker's peak {per_worker / 2**20:.0f} MiB" if per_worker else ""))
-    out = {"benchmark": "startup", "runtime": runtime, "workers": workers,
+    out = {"benchmark": "startup", "runtime": runtime, "workers": workers, "worker_cpus": cpus,
            "model": "adacomp_cnn", "training_window_seconds": 10 + 0.3 * workers,
            "startup_seconds": summary["startup_seconds"], "all_workers_stepping_seconds": all_stepping,
            "teardown_seconds": summary["teardown_seconds"],
@@ -436,7 +442,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
            "note": "host memory = drop of MemAvailable at its lowest during the run (page cache included); "
                    "worker peak = the mean over workers of their cgroup's peak memory sample (netns: the "
                    "dataset's pages are the forkserver's, shared, and not in it)"}
-    return _save(out, out_dir, f"startup-{runtime}-{workers}.json", say)
+    return _save(out, out_dir, f"startup-{runtime}-{workers}" + ("" if cpus == 0.5 else f"-{cpus:g}cpu") + ".json", say)
 
 
 def _stream_producer(bootstrap: str, topic: str, rate: float, seconds: float, sample_bytes: int,
