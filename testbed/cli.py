@@ -212,7 +212,9 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
 
 
 @lab_app.command("up")
-def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerds, each in its own namespace)")) -> None:
+def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerds, each in its own namespace)"),
+           gpus: int = typer.Option(0, "--gpus", help="GPUs each host advertises to the swarm (for placement "
+                                                     "only: no device is behind them)")) -> None:
     """Bring up a Docker Swarm of N hosts on this machine, joined by an underlay network."""
     import os
 
@@ -221,7 +223,7 @@ def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerd
     if os.geteuid() != 0:
         _fail("error: edgebed lab needs root (it starts dockerds in network namespaces)")
     try:
-        lab.lab_up(hosts, say=typer.echo)
+        lab.lab_up(hosts, say=typer.echo, gpus=gpus)
     except (RuntimeError, ValueError) as e:
         _fail(f"error: {e}")
 
@@ -239,15 +241,37 @@ def lab_down() -> None:
 
 
 @app.command()
-def hosts() -> None:
+def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the format `edgebed place --hosts` reads")) -> None:
     """The hosts of the Docker Swarm that runtime swarm would use: CPUs, memory, GPUs, labels."""
-    from testbed.runtimes.hosts import describe_hosts, swarm_client, swarm_hosts
+    from testbed.runtimes.hosts import describe_hosts, hosts_to_yaml, swarm_client, swarm_hosts
 
     try:
         client = swarm_client()
     except RuntimeError as e:
         _fail(f"error: {e}")
-    for line in describe_hosts(swarm_hosts(client)):
+    found = swarm_hosts(client)
+    for line in (hosts_to_yaml(found).splitlines() if as_yaml else describe_hosts(found)):
+        typer.echo(line)
+
+
+@app.command()
+def place(scenario: Path = typer.Argument(..., help="scenario YAML file"),
+          hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="plan for these hosts (YAML, as "
+                                                    "`edgebed hosts --yaml` writes) instead of the swarm's"),
+          trace_dirs: list[Path] = _TRACE_DIRS) -> None:
+    """Where runtime swarm would put each node: on the swarm's hosts, or on a cluster described in
+    a file (plan a paper-scale run before you have the machines). Starts nothing."""
+    from testbed.plan.cluster import build_cluster
+    from testbed.plan.placement import place as place_nodes
+    from testbed.runtimes.hosts import SwarmPlacer, describe_placement, hosts_from_yaml, swarm_client, swarm_hosts
+
+    sc = _load(scenario, trace_dirs)
+    try:
+        found = hosts_from_yaml(hosts_file.read_text()) if hosts_file else swarm_hosts(swarm_client())
+        spec = place_nodes(build_cluster(sc, "place"), SwarmPlacer(found, sc))
+    except (OSError, RuntimeError, ValueError) as e:
+        _fail(f"error: {e}")
+    for line in describe_placement(spec, found):
         typer.echo(line)
 
 

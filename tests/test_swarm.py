@@ -187,3 +187,25 @@ def test_verify_links_measures_every_cross_host_path_within_3_percent(tmp_path, 
     assert len(rates) == 8 and ((rates.ratio - 1).abs() <= 0.03).all(), rates[["node", "direction", "ratio"]]
     rtts = rows[rows.direction == "rtt"]
     assert len(rtts) == 4 and rtts.ok.all()
+
+
+def test_place_plans_the_paper_scale_scenario_on_a_described_gpu_cluster(tmp_path):
+    scenario = REPO / "scenarios" / "scadles" / "streams.swarm-paper.yaml"
+    r = subprocess.run(edgebed_cmd() + ["place", str(scenario), "--hosts",
+                                        str(REPO / "scenarios" / "scadles" / "hosts.paper.yaml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    rows = {ln.split()[0]: ln for ln in r.stdout.splitlines()}
+    assert sorted(rows) == ["gpu-1", "gpu-2", "gpu-3", "gpu-4"]
+    assert {"ps", "eval", "broker"} <= set(rows["gpu-1"].split("GPUs")[1].replace(",", " ").split()[1:])
+    assert all("GPUs 4/8" in ln for ln in rows.values())  # 16 devices, one GPU each, spread evenly
+    small = tmp_path / "hosts.yaml"
+    small.write_text("- {hostname: a, cpus: 64, memory: 256g, gpus: 2, labels: {gpu: k80, role: server}}\n"
+                     "- {hostname: b, cpus: 64, memory: 256g, gpus: 2, labels: {gpu: k80}}\n")
+    r = subprocess.run(edgebed_cmd() + ["place", str(scenario), "--hosts", str(small)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    import re
+
+    assert re.fullmatch(r"error: placement\.workers: w4 needs 1 GPUs, and no host has that left \([ab] has 0 of 2\)",
+                        r.stderr.strip().splitlines()[-1]), r.stderr

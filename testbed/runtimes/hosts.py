@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Optional
 
+GPU_KINDS = ("gpu", "nvidia-gpu")  # a host's generic resources that are GPUs (dockerd --node-generic-resource)
 ENGINE_LABEL = "edgebed.engine"  # a swarm node's label: its engine's address (image loads, live CPU changes)
 
 
@@ -28,6 +28,7 @@ class SwarmHost:
     state: str = "ready"
     availability: str = "active"
     manager: bool = False
+    gpu_kind: str = "gpu"  # the name its engine gives its GPUs (generic resources)
 
     def engine_client(self, timeout: int = 60):
         """This host's own engine (node label edgebed.engine), or None."""
@@ -79,15 +80,64 @@ def swarm_hosts(client) -> list[SwarmHost]:
         a = n.attrs
         desc, res = a.get("Description", {}), a.get("Description", {}).get("Resources", {})
         gpus = sum(int(g.get("DiscreteResourceSpec", {}).get("Value", 0)) for g in res.get("GenericResources") or []
-                   if g.get("DiscreteResourceSpec", {}).get("Kind", "").lower() == "gpu")
+                   if g.get("DiscreteResourceSpec", {}).get("Kind", "").lower() in GPU_KINDS)
         gpus += sum(1 for g in res.get("GenericResources") or []
-                    if g.get("NamedResourceSpec", {}).get("Kind", "").lower() == "gpu")
-        hosts.append(SwarmHost(id=n.id, hostname=desc.get("Hostname", n.id), address=a["Status"].get("Addr", ""),
+                    if g.get("NamedResourceSpec", {}).get("Kind", "").lower() in GPU_KINDS)
+        kinds = [g.get(t, {}).get("Kind", "") for g in res.get("GenericResources") or []
+                 for t in ("DiscreteResourceSpec", "NamedResourceSpec")]
+        kind = next((k for k in kinds if k.lower() in GPU_KINDS), "gpu")
+        hosts.append(SwarmHost(gpu_kind=kind, id=n.id, hostname=desc.get("Hostname", n.id), address=a["Status"].get("Addr", ""),
                                cpus=res.get("NanoCPUs", 0) / 1e9, memory=res.get("MemoryBytes", 0), gpus=gpus,
                                labels=a["Spec"].get("Labels") or {}, state=a["Status"]["State"],
                                availability=a["Spec"].get("Availability", "active"),
                                manager="ManagerStatus" in a))
     return sorted(hosts, key=lambda h: h.hostname)
+
+
+def hosts_to_yaml(hosts: list[SwarmHost]) -> str:
+    """The hosts as `edgebed place --hosts` reads them (a cluster to plan for, edited by hand)."""
+    import yaml
+
+    return yaml.safe_dump([{"hostname": h.hostname, "cpus": h.cpus, "memory": h.memory, "gpus": h.gpus,
+                            "labels": {k: v for k, v in h.labels.items() if k != ENGINE_LABEL}} for h in hosts],
+                          sort_keys=False)
+
+
+def hosts_from_yaml(text: str) -> list[SwarmHost]:
+    """Hosts described in YAML: a list of {hostname, cpus, memory (bytes or 64g), gpus, labels}."""
+    import yaml
+
+    from testbed.scenario.units import parse_size
+
+    data = yaml.safe_load(text)
+    if not isinstance(data, list) or not data:
+        raise ValueError("--hosts: a YAML list of hosts ({hostname, cpus, memory, gpus, labels})")
+    hosts = []
+    for i, h in enumerate(data):
+        if not isinstance(h, dict) or not h.get("hostname"):
+            raise ValueError(f"--hosts: host {i}: needs a hostname")
+        try:
+            hosts.append(SwarmHost(id=str(h["hostname"]), hostname=str(h["hostname"]), address="",
+                                   cpus=float(h.get("cpus", 0)), memory=parse_size(h.get("memory", 0)),
+                                   gpus=int(h.get("gpus", 0)), labels={str(k): str(v) for k, v in
+                                                                       (h.get("labels") or {}).items()}))
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"--hosts: host {h['hostname']}: {e}") from None
+    return hosts
+
+
+def describe_placement(spec, hosts: list[SwarmHost]) -> list[str]:
+    """`edgebed place`: each host's nodes and what they take of it."""
+    lines = []
+    for h in hosts:
+        nodes = [n for n in spec.nodes if n.host == h.hostname]
+        cpus = sum(_needs(n)[0] for n in nodes)
+        mem = sum(_needs(n)[1] for n in nodes)
+        gpus = sum(_needs(n)[2] for n in nodes)
+        lines.append(f"{h.hostname:16s} {len(nodes):4d} nodes  CPUs {cpus:g}/{h.cpus:g}  memory "
+                     f"{mem / 2**30:.1f}/{h.memory / 2**30:.1f} GiB  GPUs {gpus}/{h.gpus}  "
+                     + ", ".join(n.name for n in nodes))
+    return lines
 
 
 def describe_hosts(hosts: list[SwarmHost]) -> list[str]:
@@ -172,5 +222,3 @@ def _no_fit(node, key: str, allowed: list[SwarmHost], left: dict, need: list[flo
             f"({host.hostname} has {left[host.hostname][short]:g} of {[host.cpus, host.memory, host.gpus][short]:g})")
 
 
-def host_of(hosts: list[SwarmHost], hostname: str) -> Optional[SwarmHost]:
-    return next((h for h in hosts if h.hostname == hostname), None)

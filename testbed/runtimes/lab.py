@@ -120,11 +120,13 @@ def _plug(ipr, name: str, netns: Optional[str], address: str) -> None:
 
 
 # -- the engines -----------------------------------------------------------------------------
-def _start_engine(h: LabHost, i: int) -> None:
+def _start_engine(h: LabHost, i: int, gpus: int = 0) -> None:
     h.dir.mkdir(parents=True, exist_ok=True)
     args = ["dockerd", "--data-root", str(DATA_DIR / h.name), "--exec-root", str(h.dir / "exec"),
             "--pidfile", str(h.dir / "docker.pid"), "-H", h.socket, "--cgroup-parent", h.name,
             "--bip", f"10.202.{i}.1/24", "--default-address-pool", f"base={ADDRESS_POOL},size=24"]
+    if gpus:  # advertised to the swarm only (placement, edgebed place): no device is behind them
+        args += ["--node-generic-resource", f"gpu={gpus}"]
     script = f"hostname {h.name} && exec {' '.join(args)}"
     with open(h.dir / "dockerd.log", "ab") as log:
         proc = subprocess.Popen(["nsenter", f"--net=/run/netns/{h.netns}", "--", "unshare", "--uts", "--",
@@ -180,8 +182,9 @@ def _form_swarm(hosts: list[LabHost]) -> None:
         n.update(spec)
 
 
-def lab_up(n: int, say: Callable[[str], None] = lambda s: None) -> list[LabHost]:
-    """Bring up a lab of `n` hosts; on any error, nothing of it is left."""
+def lab_up(n: int, say: Callable[[str], None] = lambda s: None, gpus: int = 0) -> list[LabHost]:
+    """Bring up a lab of `n` hosts (each advertising `gpus` GPUs to the swarm's scheduler, for
+    placement; no device is behind them); on any error, nothing of it is left."""
     if not 1 <= n <= MAX_HOSTS:
         raise ValueError(f"--hosts: 1 to {MAX_HOSTS}, not {n}")
     if lab_hosts():
@@ -193,7 +196,7 @@ def lab_up(n: int, say: Callable[[str], None] = lambda s: None) -> list[LabHost]
         hosts = _underlay(n)
         _save(hosts)  # recorded before anything runs: `lab down` finds it all should we fail next
         for i, h in enumerate(hosts, 1):
-            _start_engine(h, i)
+            _start_engine(h, i, gpus)
         _save(hosts)
         _form_swarm(hosts)
         say(f"lab: {n} host(s) up; manager {hosts[0].socket} (DOCKER_HOST for docker's own CLI)")

@@ -13,6 +13,9 @@ def engine_problems(sc: Scenario) -> list[str]:
     """One line per field whose need the Docker engine cannot meet (none for the netns runtime,
     whose refusals are validation's)."""
     gpus, kafka = gpu_fields(sc), uses_kafka_image(sc)
+    if sc.runtime == "swarm":  # the hosts' GPUs are placement's to check (runtimes.hosts)
+        return [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
+            if kafka else []
     if sc.runtime == "netns" or not (gpus or kafka):
         return []
     client = docker_client(timeout=3)

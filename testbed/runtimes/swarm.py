@@ -242,7 +242,8 @@ class SwarmRuntime(Runtime):
         if prof.cpuset is not None:
             compute["cpuset"] = prof.cpuset  # the supervisor's affinity, inherited by the role
         if prof.gpus not in (None, 0, []):
-            res["generic_resources"] = {"gpu": len(prof.gpus) if isinstance(prof.gpus, list) else int(prof.gpus)}
+            res["generic_resources"] = {host.gpu_kind: len(prof.gpus) if isinstance(prof.gpus, list)
+                                        else int(prof.gpus)}
             compute["gpus"] = prof.gpus
         service = self.client.services.create(
             self.image, name=f"eb-{self.run_id}-{node.name}", command=None,
