@@ -383,7 +383,7 @@ def _mem_available() -> int:
 
 
 def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | None = None,
-                      say: Callable[[str], None] = print, cpus: float = 0.5) -> dict:
+                      say: Callable[[str], None] = print, cpus: float = 0.5, window: float = 0.0) -> dict:
     """Seconds from `edgebed up` to the first training step, to every worker's first step, and to
     tear down, for N workers; and what the cluster costs in memory: the host's MemAvailable drop at
     its lowest during the run and each worker's peak (its cgroup's memory, resources.csv). ASGD
@@ -396,7 +396,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
 
     sc = parse_scenario({"name": f"startup-{workers}", "runtime": runtime,
                          "workload": {"model": "adacomp_cnn", "dataset": "mnist5k", "eval_interval": 100000},
-                         "stop": {"seconds": 10 + 0.3 * workers}, "algorithm": {"name": "asgd"},
+                         "stop": {"seconds": window or 10 + 0.3 * workers}, "algorithm": {"name": "asgd"},
                          "profiles": {"edge": {"bandwidth": "100mbit", **({"cpus": cpus} if cpus else {})}},
                          "workers": [{"count": workers, "profile": "edge"}]})
     before = _mem_available()
@@ -433,7 +433,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
         f"trained; host memory in use at most {host_used / 2**30:.2f} GiB"
         + (f", a worker's peak {per_worker / 2**20:.0f} MiB" if per_worker else ""))
     out = {"benchmark": "startup", "runtime": runtime, "workers": workers, "worker_cpus": cpus,
-           "model": "adacomp_cnn", "training_window_seconds": 10 + 0.3 * workers,
+           "model": "adacomp_cnn", "training_window_seconds": window or 10 + 0.3 * workers,
            "startup_seconds": summary["startup_seconds"], "all_workers_stepping_seconds": all_stepping,
            "teardown_seconds": summary["teardown_seconds"],
            "total_seconds": total, "workers_trained": stepped, "host_memory_used_bytes": host_used,
