@@ -209,3 +209,36 @@ def test_place_plans_the_paper_scale_scenario_on_a_described_gpu_cluster(tmp_pat
 
     assert re.fullmatch(r"error: placement\.workers: w4 needs 1 GPUs, and no host has that left \([ab] has 0 of 2\)",
                         r.stderr.strip().splitlines()[-1]), r.stderr
+
+
+def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
+    """dynamics-smoke with every worker on the second host: a link change (the node reshapes its
+    own link), a kill and restart, a CPU change through the host's engine (the task is not
+    restarted), and a pause and resume."""
+    from test_dynamics_run import _rates
+
+    sc = yaml.safe_load((REPO / "scenarios" / "dynamics-smoke.yaml").read_text())
+    sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
+    sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"}, {"at": "34s", "target": "w2", "action": "resume"}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    events = pd.read_csv(run_dir / "events.csv")
+    applied = events[events.scheduled_time.notna()]
+    assert len(applied) == 7 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
+    assert ((applied.time - applied.scheduled_time).abs() < 0.2).all()
+    traffic = pd.read_csv(run_dir / "traffic.csv")
+    for direction in ("up", "down"):
+        rates = _rates(traffic, "w0", direction)
+        slow = rates[(rates.time > 13) & (rates.time < 25)]
+        assert 2e6 * 0.9 <= slow.bps.max() <= 2e6 * 1.10, slow.bps.describe()
+        assert rates[(rates.time < 10) | (rates.time > 29)].bps.max() > 5 * 2e6
+    steps = pd.read_csv(run_dir / "steps.csv")
+    w1, w2 = steps[steps.node == "w1"], steps[steps.node == "w2"]
+    assert not ((w1.time > 12.5) & (w1.time < 22)).any() and (w1.time > 23).sum() >= 3
+    before, after = w2[w2.time < 14].compute_seconds.median(), w2[(w2.time > 17) & (w2.time < 30)].compute_seconds.median()
+    assert after > 1.25 * before, (before, after)
+    assert not ((w2.time > 30.5) & (w2.time < 34)).any() and (w2.time > 34.5).sum() >= 1
