@@ -242,3 +242,34 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     before, after = w2[w2.time < 14].compute_seconds.median(), w2[(w2.time > 17) & (w2.time < 30)].compute_seconds.median()
     assert after > 1.25 * before, (before, after)
     assert not ((w2.time > 30.5) & (w2.time < 34)).any() and (w2.time > 34.5).sum() >= 1
+
+
+def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_path, lab, clean_host):
+    import os
+    import signal
+    import time
+
+    sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
+    sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "workers": "eb-lab-h2"})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    runner = subprocess.Popen(edgebed_cmd() + ["up", str(path), "-o", str(tmp_path / "run"), "-q"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    manager = _engine(lab[0].socket)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and not (tmp_path / "run" / "steps.csv").exists() or \
+            len(pd.read_csv(tmp_path / "run" / "steps.csv")) < 5:
+        assert runner.poll() is None, "the run ended before it trained"
+        time.sleep(1)
+    assert len(manager.services.list(filters={"label": "edgebed"})) == 6
+    os.kill(runner.pid, signal.SIGKILL)
+    runner.wait()
+    r = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "removed" in r.stdout, r.stdout + r.stderr
+    for h in lab:
+        left = _ours_on(h)
+        deadline = time.monotonic() + 30  # a removed service's containers go within seconds
+        while any(left.values()) and time.monotonic() < deadline:
+            time.sleep(1)
+            left = _ours_on(h)
+        assert not any(left.values()), (h.name, left)
