@@ -256,10 +256,14 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     runner = subprocess.Popen(edgebed_cmd() + ["up", str(path), "-o", str(tmp_path / "run"), "-q"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     manager = _engine(lab[0].socket)
+    steps = tmp_path / "run" / "steps.csv"
+
+    def trained() -> bool:
+        return steps.exists() and len(pd.read_csv(steps)) >= 5
+
     deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and not (tmp_path / "run" / "steps.csv").exists() or \
-            len(pd.read_csv(tmp_path / "run" / "steps.csv")) < 5:
-        assert runner.poll() is None, "the run ended before it trained"
+    while not trained():
+        assert runner.poll() is None and time.monotonic() < deadline, "the run did not train"
         time.sleep(1)
     assert len(manager.services.list(filters={"label": "edgebed"})) == 6
     os.kill(runner.pid, signal.SIGKILL)
