@@ -13,6 +13,7 @@ import yaml
 
 from conftest import REPO, edgebed_cmd, is_root
 
+from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
 from testbed.runtimes.swarm import measure_offset
 
@@ -29,7 +30,6 @@ def _spec(sc):
 
 
 def _sc(placement=None, workers=4, cpus=0.3):
-    from testbed.plan import parse_scenario as scenario_from_dict
 
     return scenario_from_dict({"profiles": {"edge": {"cpus": cpus}}, "ps": {"profile": {"cpus": 0.5}},
                                "workers": [{"count": workers, "profile": "edge"}], "placement": placement or {}})
@@ -60,7 +60,6 @@ def test_a_scenario_that_does_not_fit_names_the_node_the_host_and_the_resource()
 
 
 def test_placement_keys_and_values_are_validated():
-    from testbed.plan import parse_scenario as scenario_from_dict
     from testbed.scenario.schema import ScenarioError
 
     with pytest.raises(ScenarioError) as e:
@@ -277,3 +276,14 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
             time.sleep(1)
             left = _ours_on(h)
         assert not any(left.values()), (h.name, left)
+
+
+def test_what_swarm_cannot_make_is_refused_before_anything_starts():
+    from testbed.runtimes.preflight import swarm_problems
+
+    sc = _sc()
+    assert swarm_problems(sc) == []
+    sc = scenario_from_dict({"runtime": "swarm", "profiles": {"edge": {"cpus": 0.5, "cpu_period": "20ms"}},
+                             "workers": [{"count": 2, "profile": "edge"}]})
+    assert swarm_problems(sc) == ["profiles.edge.cpu_period: runtime swarm has the engine's 100 ms period only "
+                                  "(services take no other)"]

@@ -14,8 +14,7 @@ def engine_problems(sc: Scenario) -> list[str]:
     whose refusals are validation's)."""
     gpus, kafka = gpu_fields(sc), uses_kafka_image(sc)
     if sc.runtime == "swarm":  # the hosts' GPUs are placement's to check (runtimes.hosts)
-        return [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
-            if kafka else []
+        return swarm_problems(sc)
     if sc.runtime == "netns" or not (gpus or kafka):
         return []
     client = docker_client(timeout=3)
@@ -26,6 +25,17 @@ def engine_problems(sc: Scenario) -> list[str]:
     if gpus and not nvidia_runtime_available(client):
         return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
     return []
+
+
+def swarm_problems(sc: Scenario) -> list[str]:
+    """What runtime swarm cannot make (a service has no CPU period but the engine's 100 ms)."""
+    lines = [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
+        if uses_kafka_image(sc) else []
+    periods = [(f"profiles.{n}", p) for n, p in sc.profiles.items()]
+    periods += [(w, ref) for w, ref in profile_refs(sc) if isinstance(ref, Profile)]
+    lines += [f"{where}.cpu_period: runtime swarm has the engine's 100 ms period only (services take no other)"
+              for where, p in periods if p.cpu_period is not None]
+    return lines
 
 
 def cpuset_problems(sc: Scenario, available: set[int] | None = None) -> list[str]:
