@@ -287,3 +287,6 @@ def test_what_swarm_cannot_make_is_refused_before_anything_starts():
                              "workers": [{"count": 2, "profile": "edge"}]})
     assert swarm_problems(sc) == ["profiles.edge.cpu_period: runtime swarm has the engine's 100 ms period only "
                                   "(services take no other)"]
+    sites = yaml.safe_load((REPO / "scenarios" / "topologies" / "edge-star.yaml").read_text())
+    assert "sites: runtime swarm does not make sites and WAN links yet (runtime netns or docker do)" in \
+        swarm_problems(scenario_from_dict(sites))
