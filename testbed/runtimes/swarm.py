@@ -366,7 +366,11 @@ class SwarmRuntime(Runtime):
         if engine is None:
             raise RuntimeError(f"runtime swarm: changing {node}'s CPUs needs host {h.host.hostname}'s engine "
                                "(node label edgebed.engine)")
-        engine.containers.get(h.container).update(cpu_quota=int((cpus or 0) * 100_000) or -1, cpu_period=100_000)
+        # the engine's own update (`docker update --cpus`): a service was made with NanoCpus, which
+        # excludes a period/quota pair, and docker-py's update() has no NanoCpus
+        api = engine.api
+        api._raise_for_status(api._post_json(api._url("/containers/{0}/update", h.container),
+                                             data={"NanoCpus": int((cpus or 0) * 1e9)}))
         return f"cpu quota {cpus} cores"
 
     def partition(self, node: str, peers: list[str], cut: bool) -> str:
@@ -404,11 +408,29 @@ class SwarmRuntime(Runtime):
             except Exception:
                 pass
 
+    def _wait_containers_gone(self, timeout: float = 30.0) -> list[str]:
+        """A removed service's containers go a moment later, host by host: wait for them where
+        the host's engine is known (elsewhere the swarm removes them on its own)."""
+        problems = []
+        deadline = time.monotonic() + timeout
+        for host in {h.host.hostname: h.host for h in self.handles.values()}.values():
+            engine = host.engine_client(timeout=10)
+            if engine is None:
+                continue
+            flt = {"label": f"{RUN_LABEL}={self.run_id}"}
+            while engine.containers.list(all=True, filters=flt):
+                if time.monotonic() > deadline:
+                    problems.append(f"host {host.hostname}: containers of the run still there after {timeout:.0f} s")
+                    break
+                time.sleep(0.3)
+        return problems
+
     def teardown(self) -> list[str]:
         from testbed.runtimes.state import cleanup_run
 
         self.save_logs()
         problems = remove_swarm_resources(self.run_id, self.client)
+        problems += self._wait_containers_gone()
         self._close_control()
         return problems + cleanup_run(self.run_id, self.state, stop_runner=False)
 
