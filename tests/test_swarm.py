@@ -110,18 +110,24 @@ def _ours_on(host) -> dict:
     return out
 
 
+def _run(tmp_path, sc: dict, *extra: str):
+    """`edgebed up` of scenario dict `sc` (plus options); the run directory, after checking it ran."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(sc))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), *extra, "-o", str(run_dir), "-q"], capture_output=True,
+                       text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    return run_dir
+
+
 def test_smoke_across_two_hosts_with_a_worker_killed_and_restarted_on_the_second(tmp_path, lab, clean_host):
     sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
     sc["runtime"] = "swarm"
     sc["stop"]["target_accuracy"] = 0.90
     sc["placement"] = {"ps": "eb-lab-h1", "w1": "eb-lab-h2", "w2": "eb-lab-h2", "w0": "eb-lab-h1"}
     sc["events"] = [{"at": "12s", "target": "w1", "action": "kill"}, {"at": "20s", "target": "w1", "action": "restart"}]
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(sc))
-    run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    run_dir = _run(tmp_path, sc)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"] == "target_accuracy" and summary["best_accuracy"] >= 0.90  # reached it
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -173,12 +179,7 @@ def test_verify_links_measures_every_cross_host_path_within_3_percent(tmp_path, 
     sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
     sc["stop"] = {"steps": 20}
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(sc))
-    run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--verify-links", "-o", str(run_dir), "-q"],
-                       capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    run_dir = _run(tmp_path, sc, "--verify-links")
     meta = json.loads((run_dir / "meta.json").read_text())
     assert {m["host"] for n, m in meta["nodes"].items() if n.startswith("w")} == {"eb-lab-h2"}
     rows = pd.read_csv(run_dir / "link_check.csv")
@@ -219,12 +220,7 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     sc = yaml.safe_load((REPO / "scenarios" / "dynamics-smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
     sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"}, {"at": "34s", "target": "w2", "action": "resume"}]
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(sc))
-    run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], capture_output=True,
-                       text=True, timeout=900)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    run_dir = _run(tmp_path, sc)
     events = pd.read_csv(run_dir / "events.csv")
     applied = events[events.scheduled_time.notna()]
     assert len(applied) == 7 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
