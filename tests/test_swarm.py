@@ -286,3 +286,39 @@ def test_what_swarm_cannot_make_is_refused_before_anything_starts():
     sites = yaml.safe_load((REPO / "scenarios" / "topologies" / "edge-star.yaml").read_text())
     assert "sites: runtime swarm does not make sites and WAN links yet (runtime netns or docker do)" in \
         swarm_problems(scenario_from_dict(sites))
+
+
+def test_ask_all_collects_every_answer_and_gives_up_on_a_silent_node(tmp_path):
+    import json as _json
+    import threading
+    import time
+
+    from testbed.node import channel
+    from testbed.runtimes.hub import ControlHub
+    from testbed.runtimes.swarm import _free_port
+
+    rport, cport = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+    hub = ControlHub(None, "127.0.0.1", rport, cport, tmp_path)
+    up, down = f"tcp://127.0.0.1:{rport}", f"tcp://127.0.0.1:{cport}"
+    done = threading.Event()
+
+    def node(name: str) -> None:  # answers its requests, as a supervisor does
+        listener = channel.Listener(down, [channel.topic("node", name)])
+        while not done.is_set():
+            for _, payload in listener.poll(50):
+                req = _json.loads(payload)
+                channel.send_json(up, "ack", {"node": name, "seq": req["seq"], "detail": f"{name}:{req['op']}"})
+        listener.close()
+
+    threads = [threading.Thread(target=node, args=(n,), daemon=True) for n in ("a", "c")]
+    for t in threads:
+        t.start()
+    try:
+        t0 = time.monotonic()
+        answers = hub.ask_all(["a", "b", "c"], {"op": "counters"}, timeout=2.0)
+        took = time.monotonic() - t0
+    finally:
+        done.set()
+        hub.close()
+    assert answers == {"a": "a:counters", "b": None, "c": "c:counters"}
+    assert 2.0 <= took < 3.0  # waited out the silent node, no longer

@@ -251,6 +251,34 @@ class ControlHub:
             raise RuntimeError(f"{node}: {detail}")
         return detail
 
+    def ask_all(self, nodes: list[str], req: dict, timeout: float = 1.0) -> dict[str, Optional[str]]:
+        """The same request to many nodes at once (each numbered, repeated until answered); each
+        node's answer, None where none came within `timeout` (a node that is gone is no error)."""
+        with self._cond:
+            seqs = {}
+            for node in nodes:
+                self._seq += 1
+                seqs[node] = self._seq
+        deadline = time.monotonic() + timeout
+        next_send = 0.0
+        with self._cond:
+            while True:
+                waiting = [n for n in nodes if (n, seqs[n]) not in self._acks]
+                now = time.monotonic()
+                if not waiting or now > deadline:
+                    break
+                if now >= next_send:
+                    self._cond.release()
+                    try:
+                        for n in waiting:
+                            self._publish(topic("node", n), json.dumps({**req, "seq": seqs[n]}).encode())
+                    finally:
+                        self._cond.acquire()
+                    next_send = now + RESEND
+                self._cond.wait(max(0.0, min(next_send, deadline) - time.monotonic()))
+            answers = {n: self._acks.pop((n, seqs[n]), None) for n in nodes}
+        return answers
+
     def close(self) -> None:
         if self._stop.is_set():
             return

@@ -378,9 +378,22 @@ class SwarmRuntime(Runtime):
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
+        """Every node's link counters, read by the nodes now, all at once (a periodic report would
+        be up to STATS_EVERY old, and a rate from two of them off by as much); a node that does not
+        answer within a second gives its last report."""
         keys = ("up_bytes", "up_packets", "down_bytes", "down_packets")
-        return {n: {k: s[k] for k in keys} for n, s in self.hub.stats.items()
-                if n in self.handles and all(type(s.get(k)) is int for k in keys)} if self.hub else {}
+        if self.hub is None:
+            return {}
+        out = {n: {k: s[k] for k in keys} for n, s in self.hub.stats.items()
+               if n in self.handles and all(type(s.get(k)) is int for k in keys)}
+        for node, answer in self.hub.ask_all(list(self.handles), {"op": "counters"}).items():
+            try:
+                fresh = json.loads(answer) if answer else None
+            except ValueError:
+                fresh = None
+            if isinstance(fresh, dict) and all(type(fresh.get(k)) is int for k in keys):
+                out[node] = {k: fresh[k] for k in keys}
+        return out
 
     def link_counter(self, node: str, key: str) -> int:
         """Read now by the node itself (its periodic report may be STATS_EVERY old)."""
