@@ -22,6 +22,7 @@ import time
 
 from testbed.node import channel
 from testbed.plan.cluster import stress_loads
+from testbed.scenario.units import parse_cpuset
 
 STATS_EVERY = 0.5  # s between a self-shaping node's counters (traffic.csv samples them)
 HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)
@@ -106,7 +107,7 @@ class RoleSupervisor:
 
     def _start(self, req: dict) -> None:
         if req.get("cpuset"):  # a runtime without a cpuset of its own (swarm): the role inherits this
-            os.sched_setaffinity(0, _cpus(req["cpuset"]))
+            os.sched_setaffinity(0, parse_cpuset(req["cpuset"]))
         self.gen = int(req.get("gen", self.gen + 1))
         self.role = self._ctx.Process(target=_role_main, args=(req["cfg"], self.stop), name=f"role-{self.node}")
         self.role.start()
@@ -271,15 +272,6 @@ class RoleSupervisor:
                 p.join(timeout=5)
             self.listener.close()
             channel.flush()  # the last state and acks leave before the container ends
-
-
-def _cpus(cpuset: str) -> set[int]:
-    """'0-2,5' -> {0, 1, 2, 5}"""
-    out: set[int] = set()
-    for part in cpuset.split(","):
-        a, _, b = part.partition("-")
-        out |= set(range(int(a), int(b or a) + 1))
-    return out
 
 
 def _run_exec(payload: str) -> int:

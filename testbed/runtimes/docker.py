@@ -113,6 +113,19 @@ class ContainerProcess:
         self._checked = 0.0
 
 
+def role_ended(states: dict, node: str, gen: int) -> Optional[int]:
+    """The exit code once generation `gen` of a node's role has ended by its supervisor's word
+    (ControlHub.states; superseded by a restart: -9), else None."""
+    st = states.get(node)
+    if st is None:
+        return None
+    if st.get("gen", 0) > gen:
+        return -9
+    if st.get("gen") == gen and not st.get("running"):
+        return st["exitcode"] if st.get("exitcode") is not None else -9
+    return None
+
+
 class RoleProcess(ContainerProcess):
     """The runner's view of the role in an edgebed node container, one generation of it (a restart
     starts the next): alive while the container runs and its supervisor says the role runs (its
@@ -123,15 +136,7 @@ class RoleProcess(ContainerProcess):
         self.states, self.node, self.gen = states, node, gen
 
     def _ended(self) -> Optional[int]:
-        """The exit code once this generation of the role has ended (superseded by a restart: -9)."""
-        st = self.states.get(self.node)
-        if st is None:
-            return None
-        if st.get("gen", 0) > self.gen:
-            return -9
-        if st.get("gen") == self.gen and not st.get("running"):
-            return st["exitcode"] if st.get("exitcode") is not None else -9
-        return None
+        return role_ended(self.states, self.node, self.gen)
 
     def is_alive(self) -> bool:
         # not yet started (an older state file) counts as alive while the container is

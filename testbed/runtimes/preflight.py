@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from testbed.runtimes.docker import docker_client, nvidia_runtime_available
+from testbed.scenario.units import parse_cpuset
 from testbed.scenario.schema import (KAFKA_NEEDS, Profile, Scenario, ScenarioError, gpu_fields, profile_refs,
                                      uses_kafka_image)
 
@@ -47,18 +48,10 @@ def cpuset_problems(sc: Scenario, available: set[int] | None = None) -> list[str
     pinned += [(f"{w}.cpuset", ref.cpuset) for w, ref in profile_refs(sc) if isinstance(ref, Profile) and ref.cpuset]
     lines = []
     for where, cpuset in pinned:
-        missing = sorted(_cpus(cpuset) - have)
+        missing = sorted(parse_cpuset(cpuset) - have)
         if missing:
             lines.append(f"{where}: CPU {missing[0]} is not on this machine (it has {_ranges(sorted(have))})")
     return lines
-
-
-def _cpus(cpuset: str) -> set[int]:
-    out: set[int] = set()
-    for part in cpuset.split(","):
-        a, _, b = part.partition("-")
-        out |= set(range(int(a), int(b or a) + 1)) if int(b or a) - int(a) < 4096 else {int(a), int(b)}
-    return out
 
 
 def _ranges(cpus: list[int]) -> str:

@@ -24,7 +24,7 @@ from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
-from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop
+from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
 from testbed.runtimes.state import RunState, Sweeper, register_sweeper
 
@@ -59,11 +59,9 @@ class TaskRoleProcess:
         self.rt, self.node, self.gen = runtime, node, gen
 
     def _ended(self) -> Optional[int]:
-        st = self.rt.hub.states.get(self.node)
-        if st is not None and st.get("gen", 0) > self.gen:
-            return -9
-        if st is not None and st.get("gen") == self.gen and not st.get("running"):
-            return st["exitcode"] if st.get("exitcode") is not None else -9
+        code = role_ended(self.rt.hub.states, self.node, self.gen)
+        if code is not None:
+            return code
         return None if self.rt.task_running(self.node) else -1
 
     def is_alive(self) -> bool:

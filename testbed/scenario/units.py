@@ -132,6 +132,15 @@ def parse_fraction(value: object) -> float:
     return frac
 
 
+def parse_cpuset(cpuset: str) -> set[int]:
+    """'0-2,5' -> {0, 1, 2, 5} (a huge range: its two ends only, enough to name a missing CPU)."""
+    out: set[int] = set()
+    for part in cpuset.split(","):
+        a, _, b = part.partition("-")
+        out |= set(range(int(a), int(b or a) + 1)) if int(b or a) - int(a) < 4096 else {int(a), int(b)}
+    return out
+
+
 def format_rate(bps: float) -> str:
     """The tc-style spelling of a rate, for messages and meta.json."""
     for unit, scale in (("gbit", 1e9), ("mbit", 1e6), ("kbit", 1e3)):
