@@ -222,6 +222,10 @@ def lab_down(say: Callable[[str], None] = lambda s: None) -> list[str]:
     _remove_netns(UNDERLAY_NETNS)
     _remove_runner_port()
     shutil.rmtree(STATE_DIR, ignore_errors=True)
+    try:
+        DATA_DIR.rmdir()  # once empty: nothing of the lab is left on the machine
+    except OSError:
+        pass
     if hosts:
         say(f"lab: {len(hosts)} host(s) removed")
     return problems
