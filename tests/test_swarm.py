@@ -215,16 +215,19 @@ def test_place_plans_the_paper_scale_scenario_on_a_described_gpu_cluster(tmp_pat
 def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     """dynamics-smoke with every worker on the second host: a link change (the node reshapes its
     own link), a kill and restart, a CPU change through the host's engine (the task is not
-    restarted), and a pause and resume."""
+    restarted), a pause and resume, and a partition and heal (the node's own tc filters)."""
     from test_dynamics_run import _rates
 
     sc = yaml.safe_load((REPO / "scenarios" / "dynamics-smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
-    sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"}, {"at": "34s", "target": "w2", "action": "resume"}]
+    sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"}, {"at": "34s", "target": "w2", "action": "resume"},
+                     {"at": "34s", "target": "w1", "action": "partition", "peers": ["ps"]},
+                     {"at": "38s", "target": "w1", "action": "heal"}]
+    sc["stop"]["seconds"] = 50
     run_dir = _run(tmp_path, sc)
     events = pd.read_csv(run_dir / "events.csv")
     applied = events[events.scheduled_time.notna()]
-    assert len(applied) == 7 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
+    assert len(applied) == 9 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
     assert ((applied.time - applied.scheduled_time).abs() < 0.2).all()
     traffic = pd.read_csv(run_dir / "traffic.csv")
     for direction in ("up", "down"):
@@ -234,7 +237,10 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
         assert rates[(rates.time < 10) | (rates.time > 29)].bps.max() > 5 * 2e6
     steps = pd.read_csv(run_dir / "steps.csv")
     w1, w2 = steps[steps.node == "w1"], steps[steps.node == "w2"]
-    assert not ((w1.time > 12.5) & (w1.time < 22)).any() and (w1.time > 23).sum() >= 3
+    assert not ((w1.time > 12.5) & (w1.time < 22)).any() and ((w1.time > 23) & (w1.time < 34)).sum() >= 3
+    assert ((w1.time > 34.6) & (w1.time < 38)).sum() <= 1 and (w1.time > 38).sum() >= 3  # cut, then healed
+    assert list(applied.detail[applied.detail.str.contains("cut off|healed")].str.split("-> ").str[-1]) == \
+        ["cut off from ps", "healed with ps"]
     before, after = w2[w2.time < 14].compute_seconds.median(), w2[(w2.time > 17) & (w2.time < 30)].compute_seconds.median()
     assert after > 1.25 * before, (before, after)
     assert not ((w2.time > 30.5) & (w2.time < 34)).any() and (w2.time > 34.5).sum() >= 1

@@ -205,6 +205,8 @@ class RoleSupervisor:
                 self.link = OwnLink()
                 return self.link.shape(req["address"], req["uplink"], req["downlink"])
             return self.link.reshape(req["which"], req["old"], req["new"])
+        if op == "cut":
+            return self.link.cut(req["addresses"], bool(req["cut"]))
         if op in ("pause", "resume"):
             sig = signal.SIGSTOP if op == "pause" else signal.SIGCONT
             return f"{op}d {self._signal([self.role] + self.stress, sig)} process group(s)"

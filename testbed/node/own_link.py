@@ -7,6 +7,7 @@ usual way to shape what arrives). Needs CAP_NET_ADMIN in the container.
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Optional
 
 from testbed.kernel.netlink import disable_offloads
@@ -14,8 +15,10 @@ from testbed.kernel.shaping import DirectionPlan, PeerPlan, apply_direction, res
 
 IFB = "ifb0"
 IFB_QUEUE = 1000  # packets, a veth's default
-ETH_P_ALL = 0x0003
-INGRESS = 0xFFFF0000
+BLACKHOLE = "ifb-drop"  # an IFB kept down: a redirect to it is a drop (kernels without the gact action)
+ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800
+CLSACT_INGRESS, CLSACT_EGRESS = 0xFFFFFFF2, 0xFFFFFFF3  # the clsact qdisc's two hooks
+REDIRECT_PRIO = 1000  # the IFB redirect runs after the partition's drops (prio 1..999)
 
 
 def plan_from_dict(d: dict) -> DirectionPlan:
@@ -38,16 +41,31 @@ def _ifb(ipr, ifindex: int) -> int:
     ifb = ipr.link_lookup(ifname=IFB)[0]
     # an IFB's queue is 32 packets: TCP's bursts overflow it and the link reads 4-8% low (measured)
     ipr.link("set", index=ifb, txqlen=IFB_QUEUE, state="up")
-    ipr.tc("add", "ingress", index=ifindex, handle=INGRESS)
-    ipr.tc("add-filter", "u32", index=ifindex, parent=INGRESS, prio=1, protocol=ETH_P_ALL, target=0x10,
+    ipr.tc("add", "clsact", index=ifindex)  # ingress, and egress filters ahead of the root qdisc (cuts)
+    ipr.tc("add-filter", "u32", index=ifindex, parent=CLSACT_INGRESS, prio=REDIRECT_PRIO, protocol=ETH_P_ALL,
+           target=0x10,
            keys=["0x0/0x0+0"], action={"kind": "mirred", "direction": "egress", "action": "redirect", "ifindex": ifb})
     return ifb
+
+
+def _ip_key(address: str, offset: int) -> str:
+    """A u32 key matching an IPv4 address at `offset` of the IP header (12: source, 16: destination)."""
+    return f"0x{int(ipaddress.IPv4Address(address)):08x}/0xffffffff+{offset}"
+
+
+def _blackhole(ipr) -> dict:
+    if not ipr.link_lookup(ifname=BLACKHOLE):
+        ipr.link("add", ifname=BLACKHOLE, kind="ifb")
+    return {"kind": "mirred", "direction": "egress", "action": "redirect",
+            "ifindex": ipr.link_lookup(ifname=BLACKHOLE)[0]}
 
 
 class OwnLink:
     def __init__(self):
         self.ifindex: Optional[int] = None
         self.ifb: Optional[int] = None
+        self.cuts: dict[str, int] = {}  # peer address -> prio of the filters dropping its traffic
+        self._drop: Optional[dict] = None  # the drop action this kernel has
 
     def shape(self, address: str, uplink: dict, downlink: dict) -> str:
         from pyroute2 import IPRoute
@@ -70,6 +88,42 @@ class OwnLink:
         with IPRoute() as ipr:
             reshape(ipr, self.ifindex if which == "up" else self.ifb, plan_from_dict(old), plan_from_dict(new))
         return f"{which} reshaped"
+
+    def cut(self, addresses: list[str], cut: bool) -> str:
+        """Drop everything to and from `addresses` (cut), or stop dropping it (heal): u32 filters
+        on the interface's clsact hooks, ahead of shaping; the rest of the traffic is untouched."""
+        from pyroute2 import IPRoute
+
+        if self.ifindex is None:
+            raise RuntimeError("the link is not shaped yet")
+        with IPRoute() as ipr:
+            for address in addresses:
+                if cut and address not in self.cuts:
+                    self.cuts[address] = min(set(range(1, REDIRECT_PRIO)) - set(self.cuts.values()))
+                    self._add_drops(ipr, address)
+                elif not cut and address in self.cuts:
+                    for kw in self._drop_filters(address):
+                        ipr.tc("del-filter", "u32", **kw)
+                    del self.cuts[address]
+        return f"{'cut' if cut else 'healed'} {', '.join(addresses)}"
+
+    def _drop_filters(self, address: str) -> list[dict]:
+        """The two filters of a cut: what goes to `address`, what comes from it."""
+        return [dict(index=self.ifindex, parent=parent, prio=self.cuts[address], protocol=ETH_P_IP, target=0x10,
+                     keys=[_ip_key(address, offset)]) for parent, offset in ((CLSACT_EGRESS, 16), (CLSACT_INGRESS, 12))]
+
+    def _add_drops(self, ipr, address: str) -> None:
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        for kw in self._drop_filters(address):
+            if self._drop is None:
+                try:
+                    ipr.tc("add-filter", "u32", action={"kind": "gact", "action": "drop"}, **kw)
+                    self._drop = {"kind": "gact", "action": "drop"}
+                    continue
+                except NetlinkError:  # no act_gact in this kernel
+                    self._drop = _blackhole(ipr)
+            ipr.tc("add-filter", "u32", action=self._drop, **kw)
 
     def counters(self) -> Optional[dict]:
         """What the link carried: up is what left the interface, down what the IFB delivered."""

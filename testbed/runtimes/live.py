@@ -105,25 +105,26 @@ class LiveOps:
 
     def partition(self, node: str, peers: list[str], cut: bool) -> str:
         """Drop all traffic between `node` and `peers` (cut) or let it through again (heal; no
-        peers: every cut of the node). netfilter rules in the node's own namespace: the host's
-        tables never see them, and the rest of the node's traffic is untouched."""
+        peers: every cut of the node), in the node's own namespace (`_cut_traffic`): the rest of
+        its traffic is untouched."""
+        cuts = self._cuts.setdefault(node, set())
+        targets = set(peers) if peers or cut else set(cuts)
+        changed = [p for p in sorted(targets) if cut != (p in cuts)]  # not already cut / healed
+        if changed:
+            self._cut_traffic(node, [self.handles[p].node.address for p in changed], cut)
+        for peer in changed:
+            (cuts.add if cut else cuts.discard)(peer)
+        return ("cut off from " if cut else "healed with ") + (", ".join(changed) or "nobody (nothing to change)")
+
+    def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
+        """netfilter rules in the node's namespace: the host's tables never see them."""
         import shutil
         import subprocess
 
         if shutil.which("iptables") is None:
             raise RuntimeError("partition/heal need iptables (apt install iptables)")
-        cuts = self._cuts.setdefault(node, set())
-        targets = set(peers) if peers or cut else set(cuts)
         netns = self.handles[node].netns
-        done = []
-        for peer in sorted(targets):
-            if cut == (peer in cuts):
-                continue  # already cut / not cut
-            addr = self.handles[peer].node.address
-            op = "-A" if cut else "-D"
+        for addr in addresses:
             for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
-                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", op, chain, flag, addr, "-j", "DROP"],
-                               check=True, capture_output=True, text=True)
-            (cuts.add if cut else cuts.discard)(peer)
-            done.append(peer)
-        return ("cut off from " if cut else "healed with ") + (", ".join(done) or "nobody (nothing to change)")
+                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", "-A" if cut else "-D", chain, flag,
+                                addr, "-j", "DROP"], check=True, capture_output=True, text=True)

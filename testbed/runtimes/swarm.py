@@ -371,8 +371,9 @@ class SwarmRuntime(Runtime):
                                              data={"NanoCpus": int((cpus or 0) * 1e9)}))
         return f"cpu quota {cpus} cores"
 
-    def partition(self, node: str, peers: list[str], cut: bool) -> str:
-        raise RuntimeError("runtime swarm: partition/heal are not supported yet")
+    def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
+        """The node drops its traffic with them itself (node.own_link: tc filters, no iptables)."""
+        self._request(node, {"op": "cut", "addresses": addresses, "cut": cut})
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:

@@ -1,0 +1,67 @@
+"""A node shaping its own link (testbed.node.own_link, runtime swarm's nodes): partition and heal
+by the node's own tc filters, in two namespaces of the test's (no Docker needed)."""
+
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from conftest import REPO, needs_root
+
+NODE = textwrap.dedent("""
+    import socket, sys
+    from testbed.node.own_link import OwnLink
+
+    def reach(addr):
+        s = socket.socket()
+        s.settimeout(0.5)
+        try:
+            s.connect((addr, 9))
+            return "open"
+        except ConnectionRefusedError:
+            return "refused"  # an answer came back: the path is open
+        except OSError:
+            return "silent"
+        finally:
+            s.close()
+
+    link = OwnLink()
+    link.shape("10.77.0.1", {"rate_bps": 10_000_000}, {"rate_bps": 10_000_000})
+    print(reach("10.77.0.2"), reach("10.77.0.3"))
+    link.cut(["10.77.0.2"], True)
+    link.cut(["10.77.0.2"], True)  # twice: still one cut
+    print(reach("10.77.0.2"), reach("10.77.0.3"))
+    link.cut(["10.77.0.2"], False)
+    print(reach("10.77.0.2"), reach("10.77.0.3"))
+""")
+
+
+@pytest.fixture
+def two_namespaces():
+    tag = uuid.uuid4().hex[:6]
+    a, b = f"ebtest-{tag}-a", f"ebtest-{tag}-b"  # not eb-: no run of edgebed
+    cmds = [f"ip netns add {a}", f"ip netns add {b}",
+            f"ip link add v{tag} netns {a} type veth peer name p{tag} netns {b}",
+            f"ip -n {a} addr add 10.77.0.1/24 dev v{tag}", f"ip -n {a} link set v{tag} up",
+            f"ip -n {b} addr add 10.77.0.2/24 dev p{tag}", f"ip -n {b} addr add 10.77.0.3/24 dev p{tag}",
+            f"ip -n {b} link set p{tag} up"]
+    try:
+        for c in cmds:
+            subprocess.run(c.split(), check=True, capture_output=True)
+        yield a
+    finally:
+        for ns in (a, b):
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@needs_root
+def test_a_cut_drops_one_peer_both_ways_and_a_heal_lets_it_through_again(two_namespaces):
+    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", NODE], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, cut, healed = [line.split() for line in r.stdout.split("\n") if line]
+    assert before == ["refused", "refused"]  # nothing listens on port 9: the peer answers with a reset
+    assert cut == ["silent", "refused"]  # the cut peer is gone, its other address is not
+    assert healed == ["refused", "refused"]
