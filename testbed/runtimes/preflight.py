@@ -29,15 +29,11 @@ def engine_problems(sc: Scenario) -> list[str]:
 
 
 def swarm_problems(sc: Scenario) -> list[str]:
-    """What runtime swarm cannot make (a service has no CPU period but the engine's 100 ms)."""
+    """What runtime swarm cannot make."""
     lines = [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
         if uses_kafka_image(sc) else []
     if sc.sites:
         lines.append("sites: runtime swarm does not make sites and WAN links yet (runtime netns or docker do)")
-    periods = [(f"profiles.{n}", p) for n, p in sc.profiles.items()]
-    periods += [(w, ref) for w, ref in profile_refs(sc) if isinstance(ref, Profile)]
-    lines += [f"{where}.cpu_period: runtime swarm has the engine's 100 ms period only (services take no other)"
-              for where, p in periods if p.cpu_period is not None]
     return lines
 
 

@@ -20,7 +20,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from testbed.kernel.cgroups import CgroupUsage
+from testbed.kernel.cgroups import CgroupUsage, period_us_of, quota_us
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
@@ -231,8 +231,10 @@ class SwarmRuntime(Runtime):
         prof, host = node.profile, self._host(node)
         compute: dict[str, Any] = {"engine": "swarm"}
         res: dict[str, Any] = {}
-        if prof.cpus is not None:
-            res["cpu_limit"] = int(prof.cpus * 1e9)  # the engine's 100 ms period (services have no other)
+        if prof.cpus is not None and prof.cpu_period is not None:  # a service has no period: set once it runs
+            compute.update(cpu_quota=prof.cpus, cpu_period_s=period_us_of(prof.cpu_period) / 1e6)
+        elif prof.cpus is not None:
+            res["cpu_limit"] = int(prof.cpus * 1e9)  # the engine's 100 ms period
             compute["cpu_quota"] = prof.cpus
         if prof.memory is not None:
             res["mem_limit"] = prof.memory
@@ -272,6 +274,8 @@ class SwarmRuntime(Runtime):
                 if st["State"] == "running":
                     self._take_address(spec, h.node, task)
                     h.container = (st.get("ContainerStatus") or {}).get("ContainerID", "")
+                    if "cpu_period_s" in h.compute:
+                        self._set_quota(name, h.compute["cpu_quota"])
                     pending.discard(name)
             if pending and time.monotonic() > deadline:
                 raise RuntimeError(f"runtime swarm: {', '.join(sorted(pending))} not running after "
@@ -359,17 +363,24 @@ class SwarmRuntime(Runtime):
     def set_cpus(self, node: str, cpus: Optional[float]) -> str:
         """The container's quota, changed by its host's engine in place (a service update would
         restart the task)."""
+        self._set_quota(node, cpus)
+        return f"cpu quota {cpus} cores"
+
+    def _set_quota(self, node: str, cpus: Optional[float]) -> None:
+        """`docker update` on the node's host: NanoCpus (the engine's period), or a period/quota
+        pair where the profile has its own period (the two exclude each other)."""
         h = self.handles[node]
         engine = h.host.engine_client()
         if engine is None:
-            raise RuntimeError(f"runtime swarm: changing {node}'s CPUs needs host {h.host.hostname}'s engine "
-                               "(node label edgebed.engine)")
-        # the engine's own update (`docker update --cpus`): a service was made with NanoCpus, which
-        # excludes a period/quota pair, and docker-py's update() has no NanoCpus
-        api = engine.api
-        api._raise_for_status(api._post_json(api._url("/containers/{0}/update", h.container),
-                                             data={"NanoCpus": int((cpus or 0) * 1e9)}))
-        return f"cpu quota {cpus} cores"
+            raise RuntimeError(f"runtime swarm: the CPUs of {node} are set by host {h.host.hostname}'s engine, and "
+                               "it has no node label edgebed.engine")
+        period = h.compute.get("cpu_period_s")
+        if period is None:
+            data = {"NanoCpus": int((cpus or 0) * 1e9)}
+        else:
+            data = {"CpuPeriod": round(period * 1e6), "CpuQuota": quota_us(cpus, round(period * 1e6)) if cpus else -1}
+        api = engine.api  # docker-py's update() has no NanoCpus: the engine's own endpoint
+        api._raise_for_status(api._post_json(api._url("/containers/{0}/update", h.container), data=data))
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
         """The node drops its traffic with them itself (node.own_link: tc filters, no iptables)."""
