@@ -29,7 +29,9 @@ DATA_DIR = Path("/var/lib/edgebed-lab")
 UNDERLAY = "10.201.0"  # hosts at .1, .2, ...; this machine (the runner) at .254
 RUNNER_ADDRESS = f"{UNDERLAY}.254"
 UNDERLAY_NETNS = "eb-lab-u"
-ADDRESS_POOL = "10.203.0.0/16"  # the swarm's own networks (ingress, docker_gwbridge), clear of scenarios'
+ADDRESS_POOL = "10.203.0.0/16"  # the swarm's networks (ingress, overlays without a subnet), clear of scenarios'
+LOCAL_POOL = "10.204.0.0/16"  # each engine's own (docker_gwbridge): apart from the swarm's, or an overlay the
+# swarm picks can collide with a host's bridge (its task is rejected: "Pool overlaps")
 ENGINE_LABEL = "edgebed.engine"
 LAB_LABEL = "edgebed.lab"
 MAX_HOSTS = 8
@@ -124,7 +126,7 @@ def _start_engine(h: LabHost, i: int, gpus: int = 0) -> None:
     h.dir.mkdir(parents=True, exist_ok=True)
     args = ["dockerd", "--data-root", str(DATA_DIR / h.name), "--exec-root", str(h.dir / "exec"),
             "--pidfile", str(h.dir / "docker.pid"), "-H", h.socket, "--cgroup-parent", h.name,
-            "--bip", f"10.202.{i}.1/24", "--default-address-pool", f"base={ADDRESS_POOL},size=24"]
+            "--bip", f"10.202.{i}.1/24", "--default-address-pool", f"base={LOCAL_POOL},size=24"]
     if gpus:  # advertised to the swarm only (placement, edgebed place): no device is behind them
         args += ["--node-generic-resource", f"gpu={gpus}"]
     script = f"hostname {h.name} && exec {' '.join(args)}"
