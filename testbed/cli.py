@@ -268,10 +268,12 @@ def place(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     sc = _load(scenario, trace_dirs)
     try:
         found = hosts_from_yaml(hosts_file.read_text()) if hosts_file else swarm_hosts(swarm_client())
-        spec = place_nodes(build_cluster(sc, "place"), SwarmPlacer(found, sc))
+        placer = SwarmPlacer(found, sc)
+        spec = place_nodes(build_cluster(sc, "place"), placer)
+        routers = placer.router_hosts(spec)
     except (OSError, RuntimeError, ValueError) as e:
         _fail(f"error: {e}")
-    for line in describe_placement(spec, found):
+    for line in describe_placement(spec, found, routers):
         typer.echo(line)
 
 

@@ -99,6 +99,7 @@ class RoleSupervisor:
         self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
         self.jobs: dict[str, object] = {}  # measuring jobs running: slot to report the end in -> process
         self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
+        self.router = None  # node.own_router.OwnRouter, when the node is a site's router (runtime swarm)
         self._next_stats = 0.0
 
     def _send_state(self, running: bool, exitcode=None) -> None:
@@ -203,10 +204,12 @@ class RoleSupervisor:
 
             if op == "shape":
                 self.link = OwnLink()
-                return self.link.shape(req["address"], req["uplink"], req["downlink"])
+                return self.link.shape(req["address"], req["uplink"], req["downlink"], req.get("routes"))
             return self.link.reshape(req["which"], req["old"], req["new"])
         if op == "cut":
             return self.link.cut(req["addresses"], bool(req["cut"]))
+        if op in ("route", "reshape_wan", "wan_counters"):  # a site's router (node.own_router)
+            return self._route(op, req)
         if op in ("pause", "resume"):
             sig = signal.SIGSTOP if op == "pause" else signal.SIGCONT
             return f"{op}d {self._signal([self.role] + self.stress, sig)} process group(s)"
@@ -215,6 +218,16 @@ class RoleSupervisor:
             old = self._set_stress(loads)
             return f"stress {req['load']} cores in {len(loads)} process(es) (was {old})"
         return f"unknown request {op!r}"
+
+    def _route(self, op: str, req: dict) -> str:
+        from testbed.node.own_router import OwnRouter
+
+        if op == "route":
+            self.router = OwnRouter()
+            return self.router.route(req["lan"], req["wan"], req["routes"])
+        if op == "reshape_wan":
+            return self.router.reshape(req["peer"], req["old"], req["new"])
+        return json.dumps(self.router.counters())
 
     def _answer(self, req: dict) -> None:
         seq = int(req.get("seq", -1))

@@ -7,7 +7,9 @@ usual way to shape what arrives). Needs CAP_NET_ADMIN in the container.
 
 from __future__ import annotations
 
+import errno
 import ipaddress
+from contextlib import contextmanager
 from typing import Optional
 
 from testbed.kernel.netlink import disable_offloads
@@ -48,6 +50,20 @@ def _ifb(ipr, ifindex: int) -> int:
     return ifb
 
 
+@contextmanager
+def _bpf_permission():
+    """The loss fallback's eBPF filter needs more than NET_ADMIN: say so instead of EPERM."""
+    from testbed.kernel.bpf import BpfError
+
+    try:
+        yield
+    except BpfError as e:
+        if e.errno == errno.EPERM:
+            raise RuntimeError("loss without netem is an eBPF filter, which needs CAP_SYS_ADMIN in the node: runtime "
+                               "swarm grants it to nodes whose links have loss from the start") from None
+        raise
+
+
 def _ip_key(address: str, offset: int) -> str:
     """A u32 key matching an IPv4 address at `offset` of the IP header (12: source, 16: destination)."""
     return f"0x{int(ipaddress.IPv4Address(address)):08x}/0xffffffff+{offset}"
@@ -67,7 +83,9 @@ class OwnLink:
         self.cuts: dict[str, int] = {}  # peer address -> prio of the filters dropping its traffic
         self._drop: Optional[dict] = None  # the drop action this kernel has
 
-    def shape(self, address: str, uplink: dict, downlink: dict) -> str:
+    def shape(self, address: str, uplink: dict, downlink: dict, routes: Optional[dict] = None) -> str:
+        """Shape the interface holding `address`; `routes` (other sites' subnets -> the site's
+        router) where the run has sites."""
         from pyroute2 import IPRoute
 
         up, down = plan_from_dict(uplink), plan_from_dict(downlink)
@@ -77,6 +95,8 @@ class OwnLink:
             apply_direction(ipr, self.ifindex, up)
             self.ifb = _ifb(ipr, self.ifindex)
             apply_direction(ipr, self.ifb, down)
+            for subnet, via in (routes or {}).items():
+                ipr.route("add", dst=subnet, gateway=via)
         disable_offloads(None, [ifname])  # MTU-sized packets: see kernel.netlink.disable_offloads
         return f"{ifname} shaped: up {up.rate_bps} bit/s, down {down.rate_bps} bit/s (on {IFB})"
 
@@ -85,7 +105,7 @@ class OwnLink:
 
         if self.ifindex is None:
             raise RuntimeError("the link is not shaped yet")
-        with IPRoute() as ipr:
+        with IPRoute() as ipr, _bpf_permission():
             reshape(ipr, self.ifindex if which == "up" else self.ifb, plan_from_dict(old), plan_from_dict(new))
         return f"{which} reshaped"
 
@@ -133,12 +153,12 @@ class OwnLink:
             return None
         with IPRoute() as ipr:
             up = ipr.get_links(self.ifindex)[0].get_attr("IFLA_STATS64")
-            down = _root_qdisc_bytes(ipr, self.ifb)
+            down = root_qdisc_bytes(ipr, self.ifb)
         return {"up_bytes": up["tx_bytes"], "up_packets": up["tx_packets"],
                 "down_bytes": down["bytes"], "down_packets": down["packets"]}
 
 
-def _root_qdisc_bytes(ipr, ifindex: int) -> dict:
+def root_qdisc_bytes(ipr, ifindex: int) -> dict:
     """What the root qdisc of `ifindex` sent, counted as the wire would: an IFB receives what
     GRO merged before the node (the host's VXLAN), and its interface counter counts a merged
     packet's headers once (4.2% low at 1450-byte packets, measured); a qdisc counts every segment."""

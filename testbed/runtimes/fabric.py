@@ -34,17 +34,49 @@ def router_netns(run_id: str, site: str) -> str:
     return f"eb-{run_id}-rt-{site}"
 
 
-class Fabric:
-    def __init__(self, state: RunState, caps: KernelCaps):
-        self.state = state
-        self.run_id = state.run_id
+class WanLinks:
+    """The WAN links between sites as plans, each direction shaped on its sending router's egress;
+    where the routers are is the subclass's (`_reshape_wan`)."""
+
+    def __init__(self, caps: KernelCaps):
         self.caps = caps
-        self._switches: dict[str, Any] = {}  # switch netns name -> its IPRoute
-        self._routers: dict[str, Any] = {}  # site -> its router's IPRoute
         self.wan_plans: dict[tuple[str, str], DirectionPlan] = {}  # (from site, to site) -> plan
         self.wan_directions: dict[tuple[str, str], Any] = {}  # (from site, to site) -> its Direction now
-        self.wan_ifnames: dict[tuple[str, str], str] = {}  # (from site, to site) -> egress ifname in `from`
         self.gateway_netns: Optional[str] = None  # where the run's gateway address is (external broker)
+
+    def set_wan(self, a: str, b: str, direction: str, fields: dict) -> str:
+        """Change the WAN link between sites a and b during the run: `up` is a -> b, `down` b -> a.
+        Each direction is shaped on its sending router's egress, changed in place (shaping.reshape)."""
+        if (a, b) not in self.wan_plans:
+            raise ValueError(f"no WAN link between sites {a} and {b}")
+        if not self.caps.netem and (fields.get("latency") or fields.get("jitter")):
+            raise ValueError("latency on a WAN link during a run needs netem (this kernel has none; set the "
+                             "WAN latency in the scenario: the transport makes it from the start)")
+        done = []
+        for src, dst in (((a, b), (b, a)) if direction == "both" else ((a, b),) if direction == "up" else ((b, a),)):
+            key = (src, dst)
+            new_dir = inherit(Direction(**fields), self.wan_directions[key])  # an event over what is
+            new_plan = plan_direction(new_dir, self.caps)
+            self._reshape_wan(src, dst, self.wan_plans[key], new_plan)
+            self.wan_plans[key], self.wan_directions[key] = new_plan, new_dir
+            done.append(f"{src}->{dst}")
+        return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+    def _reshape_wan(self, src: str, dst: str, old: DirectionPlan, new: DirectionPlan) -> None:  # pragma: no cover
+        raise NotImplementedError
+
+    def wan_meta(self) -> dict:
+        return {f"{a}->{b}": plan.to_meta() for (a, b), plan in self.wan_plans.items()}
+
+
+class Fabric(WanLinks):
+    def __init__(self, state: RunState, caps: KernelCaps):
+        super().__init__(caps)
+        self.state = state
+        self.run_id = state.run_id
+        self._switches: dict[str, Any] = {}  # switch netns name -> its IPRoute
+        self._routers: dict[str, Any] = {}  # site -> its router's IPRoute
+        self.wan_ifnames: dict[tuple[str, str], str] = {}  # (from site, to site) -> egress ifname in `from`
         self.plugged: set[str] = set()  # nodes whose switch-side veth is named after them
         self.node_switch: dict[str, str] = {}  # node -> the switch netns its veth is plugged into
 
@@ -133,24 +165,9 @@ class Fabric:
                 plan, edge.direction_from(site), ifname
             disable_offloads(ns, [ifname])
 
-    def set_wan(self, a: str, b: str, direction: str, fields: dict) -> str:
-        """Change the WAN link between sites a and b during the run: `up` is a -> b, `down` b -> a.
-        Each direction is shaped on its sending router's egress, changed in place (shaping.reshape)."""
-        if (a, b) not in self.wan_plans:
-            raise ValueError(f"no WAN link between sites {a} and {b}")
-        if not self.caps.netem and (fields.get("latency") or fields.get("jitter")):
-            raise ValueError("latency on a WAN link during a run needs netem (this kernel has none; set the "
-                             "WAN latency in the scenario: the transport makes it from the start)")
-        done = []
-        for src, dst in (((a, b), (b, a)) if direction == "both" else ((a, b),) if direction == "up" else ((b, a),)):
-            key = (src, dst)
-            new_dir = inherit(Direction(**fields), self.wan_directions[key])  # an event over what is
-            new_plan = plan_direction(new_dir, self.caps)
-            with ns_iproute(router_netns(self.run_id, src)) as r:  # its own socket: the monitor uses the router's
-                reshape(r, r.link_lookup(ifname=self.wan_ifnames[key])[0], self.wan_plans[key], new_plan)
-            self.wan_plans[key], self.wan_directions[key] = new_plan, new_dir
-            done.append(f"{src}->{dst}")
-        return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+    def _reshape_wan(self, src: str, dst: str, old: DirectionPlan, new: DirectionPlan) -> None:
+        with ns_iproute(router_netns(self.run_id, src)) as r:  # its own socket: the monitor uses the router's
+            reshape(r, r.link_lookup(ifname=self.wan_ifnames[(src, dst)])[0], old, new)
 
     def _plug(self, ipr, sw: str, s, br: int, i: int, node: Node, netns: str, prefixlen: int,
               gateway: Optional[str] = None) -> tuple[DirectionPlan, DirectionPlan]:
@@ -220,8 +237,7 @@ class Fabric:
     def topology_meta(self) -> Optional[dict]:
         if not self.wan_plans:
             return None
-        return {"wan": {f"{a}->{b}": plan.to_meta() for (a, b), plan in self.wan_plans.items()},
-                "routers": {site: router_netns(self.run_id, site) for site in self._routers}}
+        return {"wan": self.wan_meta(), "routers": {site: router_netns(self.run_id, site) for site in self._routers}}
 
     def close(self) -> None:
         for ipr in list(self._switches.values()) + list(self._routers.values()):

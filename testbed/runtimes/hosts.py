@@ -10,6 +10,8 @@ permitting. A scenario that does not fit is an error naming the node, the host a
 from __future__ import annotations
 
 import os
+from collections import Counter
+from typing import Optional
 from dataclasses import dataclass, field
 
 GPU_KINDS = ("gpu", "nvidia-gpu")  # a host's generic resources that are GPUs (dockerd --node-generic-resource)
@@ -126,17 +128,18 @@ def hosts_from_yaml(text: str) -> list[SwarmHost]:
     return hosts
 
 
-def describe_placement(spec, hosts: list[SwarmHost]) -> list[str]:
-    """`edgebed place`: each host's nodes and what they take of it."""
+def describe_placement(spec, hosts: list[SwarmHost], routers: Optional[dict] = None) -> list[str]:
+    """`edgebed place`: each host's nodes (and sites' routers) and what they take of it."""
     lines = []
     for h in hosts:
         nodes = [n for n in spec.nodes if n.host == h.hostname]
+        mine = [f"router of {site}" for site, host in (routers or {}).items() if host == h.hostname]
         cpus = sum(_needs(n)[0] for n in nodes)
         mem = sum(_needs(n)[1] for n in nodes)
         gpus = sum(_needs(n)[2] for n in nodes)
         lines.append(f"{h.hostname:16s} {len(nodes):4d} nodes  CPUs {cpus:g}/{h.cpus:g}  memory "
                      f"{mem / 2**30:.1f}/{h.memory / 2**30:.1f} GiB  GPUs {gpus}/{h.gpus}  "
-                     + ", ".join(n.name for n in nodes))
+                     + ", ".join([n.name for n in nodes] + mine))
     return lines
 
 
@@ -186,6 +189,17 @@ class SwarmPlacer:
             for n in nodes:
                 pins[n] = (key, self._matching(key, value))
         return pins
+
+    def router_hosts(self, spec) -> dict[str, str]:
+        """Each site's router's host (runtime swarm): where `placement:` puts the site, else where
+        most of its placed nodes are, else the first host."""
+        out = {}
+        for site in (spec.topology.sites if spec.topology is not None else []):
+            value = self.sc.placement.get(site.name)
+            counts = Counter(n.host for n in spec.nodes if n.site == site.name)
+            out[site.name] = (self._matching(site.name, value)[0].hostname if value is not None
+                              else counts.most_common(1)[0][0] if counts else self.hosts[0].hostname)
+        return out
 
     def place(self, spec) -> dict[str, str]:
         left = {h.hostname: [h.cpus, h.memory, h.gpus] for h in self.hosts}

@@ -32,8 +32,6 @@ def swarm_problems(sc: Scenario) -> list[str]:
     """What runtime swarm cannot make."""
     lines = [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
         if uses_kafka_image(sc) else []
-    if sc.sites:
-        lines.append("sites: runtime swarm does not make sites and WAN links yet (runtime netns or docker do)")
     return lines
 
 

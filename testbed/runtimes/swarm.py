@@ -168,6 +168,8 @@ class SwarmRuntime(Runtime):
         self.network = None
         self._urls = ("", "")
         self._tasks: dict[str, tuple[float, bool]] = {}  # node -> (checked at, running)
+        self._services: dict[str, Any] = {}  # node or router -> its service
+        self._placer: Optional[SwarmPlacer] = None
         self.say: Callable[[str], None] = lambda line: None
 
     @classmethod
@@ -180,7 +182,13 @@ class SwarmRuntime(Runtime):
         return rt
 
     def placer(self, sc):
-        return SwarmPlacer(self.hosts, sc)
+        self._placer = SwarmPlacer(self.hosts, sc)
+        return self._placer
+
+    def placer_for_sites(self) -> SwarmPlacer:  # the placement's, for the sites' routers
+        if self._placer is None:
+            raise RuntimeError("runtime swarm: no placement was made (Runtime.placer) before bring-up")
+        return self._placer
 
     @property
     def labels(self) -> dict:
@@ -194,28 +202,43 @@ class SwarmRuntime(Runtime):
 
     # -- bring-up ----------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
-        import docker
+        from testbed.runtimes.images import distribute_image
+        from testbed.runtimes.swarm_sites import SwarmSites
 
-        if spec.topology is not None:
-            raise RuntimeError("runtime swarm: sites (topology) are not supported yet; use runtime docker or netns")
         foreign = [n.name for n in spec.nodes if n.image is not None]
         if foreign:
             raise RuntimeError(f"runtime swarm: {', '.join(foreign)} run a foreign image (kafka), not supported yet; "
                                "use broker kind tansu")
         self._open_hub()
-        from testbed.runtimes.images import distribute_image
-
-        distribute_image(self.client, self.image, list({n.host: self._host(n) for n in spec.nodes}.values()), self.say)
-        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet)])
-        self.network = self.client.networks.create(f"eb-{self.run_id}", driver="overlay", attachable=True,
-                                                   ipam=ipam, labels=self.labels)
+        used = {n.host for n in spec.nodes}
+        if spec.topology is not None:
+            self.fabric = SwarmSites(self, spec)
+            used |= set(self.fabric.hosts.values())
+        distribute_image(self.client, self.image, [h for h in self.hosts if h.hostname in used], self.say)
+        if self.fabric is not None:
+            self.fabric.make_lans()
+        else:
+            self.network = self.overlay(f"eb-{self.run_id}", spec.subnet)
         for node in spec.nodes:
             self.handles[node.name] = self._create_service(node)
-        self._wait_tasks(spec)
+        if self.fabric is not None:
+            self.fabric.make_routers()
+        for name, task in self.wait_running({n: h.service for n, h in self.handles.items()}).items():
+            h = self.handles[name]
+            self._take_address(spec, h.node, self.address_on(task, self._lan(h.node)))
+            h.container = (task["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
+            if "cpu_period_s" in h.compute:
+                self._set_quota(name, h.compute["cpu_quota"])
+        if self.fabric is not None:
+            self.fabric.route()
         self._shape(spec)
 
     def _host(self, node: Node) -> SwarmHost:
         return next(h for h in self.hosts if h.hostname == node.host)
+
+    def _lan(self, node: Node):
+        """The overlay network a node is on: its site's, or the run's one LAN."""
+        return self.network if self.fabric is None else self.fabric.lans[node.site]
 
     def _open_hub(self) -> None:
         from testbed.runtimes.hub import ControlHub
@@ -225,9 +248,36 @@ class SwarmRuntime(Runtime):
         self.hub = ControlHub(None, address, rport, cport, self.run_dir)
         self._urls = (f"tcp://{address}:{rport}", f"tcp://{address}:{cport}")
 
-    def _create_service(self, node: Node) -> SwarmHandle:
+    def overlay(self, name: str, subnet: Optional[str]):
+        """An attachable overlay network of the run (`subnet` None: the swarm's choice)."""
         import docker
 
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]) if subnet else None
+        return self.client.networks.create(name, driver="overlay", attachable=True, ipam=ipam, labels=self.labels)
+
+    def service(self, name: str, host: SwarmHost, networks: list, resources: Optional[dict] = None,
+                sysctls: Optional[dict] = None, directions: tuple = ()):
+        """A one-task service running a node's supervisor on `host`, on `networks` [(network, alias)],
+        shaping `directions` (scenario.links.Direction) itself."""
+        import docker
+
+        caps = ["NET_ADMIN"]
+        if self.caps.bpf_loss and not self.caps.netem and any(d.loss for d in directions):
+            # the loss fallback's eBPF filter: CAP_BPF where engines know it (Docker 20.10 does not)
+            caps.append("SYS_ADMIN")
+        service = self.client.services.create(
+            self.image, name=f"eb-{self.run_id}-{name}", command=None,
+            args=["--supervise", name, *self._urls], hostname=name,
+            networks=[docker.types.NetworkAttachmentConfig(net.id, aliases=[alias]) for net, alias in networks],
+            endpoint_spec=docker.types.EndpointSpec(mode="dnsrr"),
+            restart_policy=docker.types.RestartPolicy(condition="none"),
+            constraints=[f"node.id=={host.id}"], cap_add=caps,
+            resources=docker.types.Resources(**resources) if resources else None, sysctls=sysctls,
+            labels=self.labels, container_labels=self.labels)
+        self._services[name] = service
+        return service
+
+    def _create_service(self, node: Node) -> SwarmHandle:
         prof, host = node.profile, self._host(node)
         compute: dict[str, Any] = {"engine": "swarm"}
         res: dict[str, Any] = {}
@@ -245,54 +295,51 @@ class SwarmRuntime(Runtime):
             res["generic_resources"] = {host.gpu_kind: len(prof.gpus) if isinstance(prof.gpus, list)
                                         else int(prof.gpus)}
             compute["gpus"] = prof.gpus
-        service = self.client.services.create(
-            self.image, name=f"eb-{self.run_id}-{node.name}", command=None,
-            args=["--supervise", node.name, *self._urls], hostname=node.name,
-            networks=[docker.types.NetworkAttachmentConfig(self.network.id, aliases=[node.name])],
-            endpoint_spec=docker.types.EndpointSpec(mode="dnsrr"),
-            restart_policy=docker.types.RestartPolicy(condition="none"),
-            constraints=[f"node.id=={host.id}"], cap_add=["NET_ADMIN"],
-            resources=docker.types.Resources(**res) if res else None,
-            labels=self.labels, container_labels=self.labels)
+        link = node.link
+        directions = (link.uplink, link.downlink, *(p.direction for p in link.uplink_peers + link.downlink_peers))
+        service = self.service(node.name, host, [(self._lan(node), node.name)], res, directions=directions)
         return SwarmHandle(node, host, service, cgroup=HubCgroup(self.hub.stats, node.name), compute=compute)
 
-    def _wait_tasks(self, spec: ClusterSpec) -> None:
-        """Every task running, its address on the run's network taken into the plan; a task the
-        swarm rejects (no image on its host, no GPU) is an error naming its host."""
+    def wait_running(self, services: dict[str, Any]) -> dict[str, dict]:
+        """Every service's task running (name -> its task); a task the swarm rejects (no image on
+        its host, no GPU) is an error naming its host."""
         deadline = time.monotonic() + TASK_TIMEOUT
-        pending = set(self.handles)
-        while pending:
-            for name in sorted(pending):
-                h = self.handles[name]
-                task = _latest_task(h.service)
+        running: dict[str, dict] = {}
+        while len(running) < len(services):
+            for name in sorted(set(services) - set(running)):
+                task = _latest_task(services[name])
                 if task is None:
                     continue
                 st = task["Status"]
                 if st["State"] in ("rejected", "failed", "shutdown", "complete", "orphaned"):
-                    raise RuntimeError(f"runtime swarm: {name} on host {h.host.hostname}: task {st['State']}: "
+                    raise RuntimeError(f"runtime swarm: {name} on host {self._hostname(task)}: task {st['State']}: "
                                        f"{st.get('Err') or st.get('Message')}")
                 if st["State"] == "running":
-                    self._take_address(spec, h.node, task)
-                    h.container = (st.get("ContainerStatus") or {}).get("ContainerID", "")
-                    if "cpu_period_s" in h.compute:
-                        self._set_quota(name, h.compute["cpu_quota"])
-                    pending.discard(name)
-            if pending and time.monotonic() > deadline:
-                raise RuntimeError(f"runtime swarm: {', '.join(sorted(pending))} not running after "
-                                   f"{TASK_TIMEOUT:.0f} s")
+                    running[name] = task
+            if len(running) < len(services) and time.monotonic() > deadline:
+                raise RuntimeError(f"runtime swarm: {', '.join(sorted(set(services) - set(running)))} not running "
+                                   f"after {TASK_TIMEOUT:.0f} s")
             time.sleep(0.3)
+        return running
 
-    def _take_address(self, spec: ClusterSpec, node: Node, task: dict) -> None:
+    def _hostname(self, task: dict) -> str:
+        return next((h.hostname for h in self.hosts if h.id == task.get("NodeID")), task.get("NodeID", "?"))
+
+    @staticmethod
+    def address_on(task: dict, network) -> str:
         for att in task.get("NetworksAttachments", []):
-            if att["Network"]["ID"] == self.network.id:
-                new = att["Addresses"][0].split("/")[0]
-                for n in spec.nodes:  # the peers that shape traffic to or from it
-                    for p in n.link.uplink_peers + n.link.downlink_peers:
-                        if p.peer == node.name:
-                            p.address = new
-                node.address = new
-                return
-        raise RuntimeError(f"runtime swarm: {node.name}'s task has no address on {self.network.name}")
+            if att["Network"]["ID"] == network.id:
+                return att["Addresses"][0].split("/")[0]
+        raise RuntimeError(f"runtime swarm: a task of {task.get('ServiceID')} has no address on {network.name}")
+
+    @staticmethod
+    def _take_address(spec: ClusterSpec, node: Node, new: str) -> None:
+        """The task's address into the plan: the node's, and the peers' that shape traffic to or from it."""
+        for n in spec.nodes:
+            for p in n.link.uplink_peers + n.link.downlink_peers:
+                if p.peer == node.name:
+                    p.address = new
+        node.address = new
 
     def _shape(self, spec: ClusterSpec) -> None:
         """Each node shapes its own link (the first request it gets: it may still be starting)."""
@@ -300,10 +347,15 @@ class SwarmRuntime(Runtime):
             h = self.handles[node.name]
             h.uplink = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
             h.downlink = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
+            routes = self.fabric.node_routes(node.site) if self.fabric is not None else {}
             self._request(node.name, {"op": "shape", "address": node.address, "uplink": asdict(h.uplink),
-                                         "downlink": asdict(h.downlink)}, timeout=GO_TIMEOUT)
+                                         "downlink": asdict(h.downlink), "routes": routes}, timeout=GO_TIMEOUT)
             self._publish_delays(node.name)
             h.clock = measure_offset(lambda: self._request(node.name, {"op": "clock"}))
+
+    def ask(self, name: str, req: dict) -> str:
+        """A request to a node or router that may be starting (python importing: GO_TIMEOUT)."""
+        return self._request(name, req, timeout=GO_TIMEOUT)
 
     # -- processes ---------------------------------------------------------------------
     def start_node(self, node: Node, cfg, stop_event) -> TaskRoleProcess:
@@ -329,7 +381,7 @@ class SwarmRuntime(Runtime):
     def task_running(self, node: str) -> bool:
         at, running = self._tasks.get(node, (0.0, True))
         if time.monotonic() - at > 2.0:  # the manager is asked at most every 2 s per node
-            task = _latest_task(self.handles[node].service)
+            task = _latest_task(self._services[node])
             running = task is not None and task["Status"]["State"] == "running"
             self._tasks[node] = (time.monotonic(), running)
         return running
