@@ -30,6 +30,13 @@ def _load(path: Path, trace_dirs: list[Path]):
 
 _TRACE_DIRS = typer.Option([], "--trace-dir", help="also read link and rate traces from this folder "
                                                    "(default: the scenario file's folder only), repeatable")
+_DOCKER_HOST = typer.Option(None, "--docker-host", help="the Docker engine (runtime swarm: a manager's), as "
+                                                       "DOCKER_HOST: unix://, tcp://, ssh://user@host")
+
+
+def _use_docker_host(url: Optional[str]) -> None:
+    if url:
+        os.environ["DOCKER_HOST"] = url  # for this process and the nodes' tools alike
 
 
 def _checked(make):
@@ -65,7 +72,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable"),
        verify_links: bool = typer.Option(False, "--verify-links", help="measure each worker's link (rate, RTT) "
                                                                       "after bring-up: RUN/link_check.csv"),
-       trace_dir: list[Path] = _TRACE_DIRS) -> None:
+       trace_dir: list[Path] = _TRACE_DIRS, docker_host: Optional[str] = _DOCKER_HOST) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
@@ -73,6 +80,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     from testbed.run.runner import EXIT_STOPPED, default_run_dir, run
     from testbed.runtimes import RuntimeUnavailable
 
+    _use_docker_host(docker_host)
     sc = _load(scenario, trace_dir)
     data = sc.model_dump(mode="json", exclude_none=True)
     if runtime is not None:
@@ -241,8 +249,10 @@ def lab_down() -> None:
 
 
 @app.command()
-def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the format `edgebed place --hosts` reads")) -> None:
+def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the format `edgebed place --hosts` reads"),
+          docker_host: Optional[str] = _DOCKER_HOST) -> None:
     """The hosts of the Docker Swarm that runtime swarm would use: CPUs, memory, GPUs, labels."""
+    _use_docker_host(docker_host)
     from testbed.runtimes.hosts import describe_hosts, hosts_to_yaml, swarm_client, swarm_hosts
 
     try:
@@ -258,9 +268,10 @@ def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the forma
 def place(scenario: Path = typer.Argument(..., help="scenario YAML file"),
           hosts_file: Optional[Path] = typer.Option(None, "--hosts", help="plan for these hosts (YAML, as "
                                                     "`edgebed hosts --yaml` writes) instead of the swarm's"),
-          trace_dirs: list[Path] = _TRACE_DIRS) -> None:
+          trace_dirs: list[Path] = _TRACE_DIRS, docker_host: Optional[str] = _DOCKER_HOST) -> None:
     """Where runtime swarm would put each node: on the swarm's hosts, or on a cluster described in
     a file (plan a paper-scale run before you have the machines). Starts nothing."""
+    _use_docker_host(docker_host)
     from testbed.plan.cluster import build_cluster
     from testbed.plan.placement import place as place_nodes
     from testbed.runtimes.hosts import SwarmPlacer, describe_placement, hosts_from_yaml, swarm_client, swarm_hosts
@@ -293,9 +304,10 @@ def status() -> None:
 
 @app.command()
 def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: every run whose runner is gone)"),
-         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going")) -> None:
+         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going"),
+         docker_host: Optional[str] = _DOCKER_HOST) -> None:
     """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash)."""
-    import os
+    _use_docker_host(docker_host)
 
     from testbed.runtimes import load_backends
     from testbed.runtimes.state import cleanup_run, known_runs, why_left_alone

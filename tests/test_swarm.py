@@ -6,6 +6,7 @@ Placement and clock-offset logic are tested without any engine."""
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -123,13 +124,13 @@ def _ours_on(host) -> dict:
     return out
 
 
-def _run(tmp_path, sc: dict, *extra: str):
+def _run(tmp_path, sc: dict, *extra: str, env=None):
     """`edgebed up` of scenario dict `sc` (plus options); the run directory, after checking it ran."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc))
     run_dir = tmp_path / "run"
     r = subprocess.run(edgebed_cmd() + ["up", str(path), *extra, "-o", str(run_dir), "-q"], capture_output=True,
-                       text=True, timeout=900)
+                       text=True, timeout=900, env=env)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     return run_dir
 
@@ -178,6 +179,52 @@ def test_hosts_lists_the_lab(lab):
     lines = r.stdout.splitlines()
     assert [ln.split()[0] for ln in lines] == ["eb-lab-h1", "eb-lab-h2"]
     assert "manager" in lines[0] and "worker" in lines[1] and all("engine yes" in ln for ln in lines)
+
+
+def test_a_manager_reached_over_ssh(tmp_path, lab, clean_host):
+    """DOCKER_HOST=ssh://... (the manager's engine through the system's ssh, as on a real cluster):
+    `edgebed hosts` lists the swarm and a run goes through it. An sshd of the test's own listens in
+    the first lab host's namespace; the client's keys and known hosts stay in tmp_path (an `ssh`
+    wrapper first on PATH hands them to it)."""
+    import os
+    import time
+
+    sshd = shutil.which("sshd") or "/usr/sbin/sshd"
+    if not Path(sshd).exists() or shutil.which("ssh") is None:
+        pytest.skip("needs openssh-server and openssh-client (apt install openssh-server)")
+    h1 = lab[0]
+    for key in ("host_key", "client_key"):
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / key)], check=True)
+    (tmp_path / "authorized_keys").write_text(f'environment="DOCKER_HOST={h1.socket}" '
+                                              + (tmp_path / "client_key.pub").read_text())
+    (tmp_path / "sshd_config").write_text(
+        f"ListenAddress {h1.address}:2222\nHostKey {tmp_path}/host_key\nAuthorizedKeysFile {tmp_path}/authorized_keys\n"
+        f"PermitRootLogin prohibit-password\nPermitUserEnvironment yes\nStrictModes no\nUsePAM no\n"
+        f"PidFile {tmp_path}/sshd.pid\n")
+    (tmp_path / "ssh_config").write_text(f"Host *\n  IdentityFile {tmp_path}/client_key\n  UserKnownHostsFile "
+                                         f"{tmp_path}/known_hosts\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {tmp_path}/ssh_config \"$@\"\n")
+    (bin_dir / "ssh").chmod(0o755)
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    server = subprocess.Popen(["nsenter", f"--net=/run/netns/{h1.netns}", "--", sshd, "-D", "-e", "-f",
+                               str(tmp_path / "sshd_config")], stderr=open(tmp_path / "sshd.log", "w"))
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    try:
+        time.sleep(1)
+        url = f"ssh://root@{h1.address}:2222"
+        r = subprocess.run(edgebed_cmd() + ["hosts", "--docker-host", url], capture_output=True, text=True,
+                           env=env, timeout=120)
+        assert r.returncode == 0 and "eb-lab-h1" in r.stdout and "eb-lab-h2" in r.stdout, \
+            r.stdout + r.stderr + (tmp_path / "sshd.log").read_text()
+        sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
+        sc.update(runtime="swarm", stop={"seconds": 8})
+        run_dir = _run(tmp_path, sc, "--docker-host", url, env=env)
+        assert json.loads((run_dir / "summary.json").read_text())["steps"] > 0
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
 
 
 def test_a_missing_swarm_is_one_clear_line(tmp_path, monkeypatch):

@@ -35,14 +35,21 @@ class SwarmHost:
     def engine_client(self, timeout: int = 60):
         """This host's own engine (node label edgebed.engine), or None."""
         url = self.labels.get(ENGINE_LABEL)
-        if not url:
-            return None
-        import docker
-
-        return docker.DockerClient(base_url=url, timeout=timeout)
+        return engine_at(url, timeout) if url else None
 
     def usable(self) -> bool:
         return self.state == "ready" and self.availability == "active"
+
+
+def engine_at(url: Optional[str] = None, timeout: int = 30):
+    """A Docker engine's client: at `url`, else DOCKER_HOST's (else this machine's). ssh:// goes
+    through the system's `ssh` (its config, keys and agent; no paramiko)."""
+    import docker
+
+    url = url or os.environ.get("DOCKER_HOST")
+    if url is None:
+        return docker.from_env(timeout=timeout)
+    return docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=url.startswith("ssh://"))
 
 
 def swarm_client(required: bool = True):
@@ -54,9 +61,9 @@ def swarm_client(required: bool = True):
 
     candidates = []
     if os.environ.get("DOCKER_HOST"):
-        candidates.append(("DOCKER_HOST", lambda: docker.from_env(timeout=30)))
+        candidates.append((f"DOCKER_HOST {os.environ['DOCKER_HOST']}", engine_at))
     else:
-        candidates.append(("this machine's engine", lambda: docker.from_env(timeout=30)))
+        candidates.append(("this machine's engine", engine_at))
         if lab.manager_url():
             candidates.append(("the lab", lambda: docker.DockerClient(base_url=lab.manager_url(), timeout=30)))
     seen = []
