@@ -73,6 +73,28 @@ def test_a_scenario_that_does_not_fit_names_the_node_the_host_and_the_resource()
         SwarmPlacer([_host("a"), _host("b")], _sc({"ps": "nowhere"})).place(_spec(_sc({"ps": "nowhere"})))
 
 
+def test_gpus_on_a_host_without_the_nvidia_runtime_are_refused_naming_the_host(monkeypatch):
+    from testbed.plan.placement import place
+    from testbed.runtimes.swarm import gpu_runtime_problems
+
+    class Engine:
+        def __init__(self, runtimes):
+            self.runtimes = runtimes
+
+        def info(self):
+            return {"Runtimes": self.runtimes}
+
+    engines = {"a": Engine({"runc": {}, "nvidia": {}}), "b": Engine({"runc": {}})}
+    monkeypatch.setattr(SwarmHost, "engine_client", lambda self, timeout=60: engines.get(self.hostname))
+    sc = scenario_from_dict({"profiles": {"gpu": {"cpus": 0.5, "gpus": 1}}, "placement": {"w0": "a", "w1": "b"},
+                             "workers": [{"count": 2, "profile": "gpu"}]})
+    hosts = [_host("a", gpus=1), _host("b", gpus=1)]
+    spec = place(_spec(sc), SwarmPlacer(hosts, sc))
+    assert gpu_runtime_problems(spec, {h.hostname: h for h in hosts}) == [
+        "runtime swarm: w1 need GPUs, and host b's engine has no NVIDIA container runtime "
+        "(nvidia-container-toolkit, as the default runtime)"]
+
+
 def test_placement_keys_and_values_are_validated():
     from testbed.scenario.schema import ScenarioError
 

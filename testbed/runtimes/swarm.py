@@ -209,6 +209,9 @@ class SwarmRuntime(Runtime):
         if foreign:
             raise RuntimeError(f"runtime swarm: {', '.join(foreign)} run a foreign image (kafka), not supported yet; "
                                "use broker kind tansu")
+        problems = gpu_runtime_problems(spec, {h.hostname: h for h in self.hosts})
+        if problems:
+            raise RuntimeError("; ".join(problems))
         self._open_hub()
         used = {n.host for n in spec.nodes}
         if spec.topology is not None:
@@ -508,6 +511,27 @@ class SwarmRuntime(Runtime):
         problems += self._wait_containers_gone()
         self._close_control()
         return problems + cleanup_run(self.run_id, self.state, stop_runner=False)
+
+
+def gpu_runtime_problems(spec: ClusterSpec, hosts: dict[str, SwarmHost]) -> list[str]:
+    """A node with GPUs on a host whose engine (where known: its edgebed.engine label) has no
+    NVIDIA container runtime would start without them: one line per such host."""
+    from testbed.runtimes.docker import nvidia_runtime_available
+
+    needing: dict[str, list[str]] = {}
+    for n in spec.nodes:
+        if n.profile.gpus not in (None, 0, []):
+            needing.setdefault(n.host, []).append(n.name)
+    problems = []
+    for hostname, nodes in sorted(needing.items()):
+        try:
+            engine = hosts[hostname].engine_client(timeout=10)
+        except Exception:
+            engine = None
+        if engine is not None and not nvidia_runtime_available(engine):
+            problems.append(f"runtime swarm: {', '.join(nodes)} need GPUs, and host {hostname}'s engine has no NVIDIA "
+                            "container runtime (nvidia-container-toolkit, as the default runtime)")
+    return problems
 
 
 def _latest_task(service) -> Optional[dict]:
