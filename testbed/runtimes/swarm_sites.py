@@ -15,14 +15,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Optional
 
 from testbed.kernel.shaping import DirectionPlan, plan_direction
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.fabric import WanLinks
-
-if TYPE_CHECKING:
-    from testbed.runtimes.swarm import SwarmRuntime
 
 ROUTER_PREFIX = "rt-"  # a router's name on the control channel: rt-<site>
 
@@ -32,7 +29,7 @@ def router_name(site: str) -> str:
 
 
 class SwarmSites(WanLinks):
-    def __init__(self, rt: "SwarmRuntime", spec: ClusterSpec):
+    def __init__(self, rt: Any, spec: ClusterSpec):  # rt: runtimes.swarm.SwarmRuntime (it imports this module)
         super().__init__(rt.caps)
         self.rt, self.spec, self.topo = rt, spec, spec.topology
         self.lans: dict[str, object] = {}  # site -> its overlay network
