@@ -254,7 +254,7 @@ def test_a_missing_swarm_is_one_clear_line(tmp_path, monkeypatch):
     r = subprocess.run(edgebed_cmd() + ["up", str(REPO / "scenarios" / "smoke.yaml"), "--runtime", "swarm",
                                         "-o", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
-    assert "no swarm manager answers (DOCKER_HOST: no engine answers)" in r.stderr
+    assert f"no swarm manager answers (DOCKER_HOST unix://{tmp_path}/nothing.sock: no engine answers)" in r.stderr
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
 
 

@@ -193,9 +193,11 @@ def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool
                 os.kill(st.runner_pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    # 0. what the backends made, e.g. the docker runtime's containers (their processes die with them).
-    for sweeper in SWEEPERS.values():
-        problems += sweeper.remove(run_id)
+    # 0. what the backends made, e.g. the docker runtime's containers (their processes die with them);
+    # a run whose runtime is known asks only its own (a netns run's teardown never waits on an engine)
+    for name, sweeper in SWEEPERS.items():
+        if st is None or st.runtime in ("", "auto", name):
+            problems += sweeper.remove(run_id)
     # 1. processes: everything in the run's cgroups and namespaces.
     problems += cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
     names = sorted(set(netns_of_run(run_id)) | set(st.netns if st else []))
