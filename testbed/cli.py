@@ -339,32 +339,37 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
 
 @app.command()
 def algorithms() -> None:
-    """List training algorithms and their parameters."""
-    from testbed.strategies import STRATEGIES
+    """List training algorithms (plugins' too) and their parameters."""
+    from testbed import plugins
+    from testbed.strategies import StrategyError, get_strategy_class
 
-    for name, cls in sorted(STRATEGIES.items()):
-        typer.echo(f"{name:10s} {cls.summary}")
+    for name, ep in sorted(plugins.registered("algorithm").items()):
+        try:
+            cls = get_strategy_class(name)
+        except StrategyError as e:
+            typer.echo(f"{name:10s} {e}")
+            continue
+        origin = "" if ep.value.startswith("testbed.") else f"  [{ep.value}]"
+        typer.echo(f"{name:10s} {cls.summary}{origin}")
         for field, info in cls.Params.model_fields.items():
             typer.echo(f"    {field} = {info.default!r}  {info.description or ''}")
 
 
 @app.command()
 def models() -> None:
-    """List models."""
-    from testbed.data.models import MODEL_NAMES
+    """List models (plugins' too)."""
+    from testbed.data.models import model_names
 
-    for name, desc in MODEL_NAMES.items():
+    for name, desc in model_names().items():
         typer.echo(f"{name:14s} {desc}")
 
 
 @app.command()
 def datasets() -> None:
-    """List datasets."""
-    from testbed.data.datasets import DATASET_NAMES
+    """List datasets (plugins' too)."""
+    from testbed.data.datasets import dataset_names
 
-    items = DATASET_NAMES.items() if isinstance(DATASET_NAMES, dict) else DATASET_NAMES
-    for item in items:
-        name, desc = item if isinstance(item, tuple) else (item, "")
+    for name, desc in dataset_names().items():
         typer.echo(f"{name:18s} {desc}")
 
 
@@ -589,12 +594,13 @@ def bench_wire(algorithm: str = typer.Option("all", help="a strategy (edgebed al
                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Each strategy's wire bytes (its workers' link counters) against the payload its records count."""
     from testbed.bench.suite import wire_benchmark
-    from testbed.strategies import STRATEGIES
+    from testbed.strategies import strategies
 
-    names = sorted(STRATEGIES) if algorithm == "all" else [algorithm]
-    unknown = [n for n in names if n not in STRATEGIES]
+    known = strategies()
+    names = sorted(known) if algorithm == "all" else [algorithm]
+    unknown = [n for n in names if n not in known]
     if unknown:
-        _fail(f"error: --algorithm: '{unknown[0]}' is not one of {', '.join(sorted(STRATEGIES))}, all")
+        _fail(f"error: --algorithm: '{unknown[0]}' is not one of {', '.join(sorted(known))}, all")
     if workers < 1 or seconds <= 0:
         _fail("error: --workers must be at least 1, --seconds positive")
     from testbed.scenario import units

@@ -24,9 +24,9 @@ def test_quick_suite_is_small_and_the_full_one_covers_the_goals():
     assert full["startup 32 workers docker"] == {"workers": 32, "runtime": "docker"}
     assert full["flower side by side, 16 clients"] == {"clients": 16}
     # the wire bytes of every strategy against its payload
-    from testbed.strategies import STRATEGIES
+    from testbed.strategies import strategies
 
-    assert {f"wire {name}" for name in STRATEGIES} <= set(full)
+    assert {f"wire {name}" for name in strategies()} <= set(full)
 
 
 @needs_root

@@ -55,7 +55,8 @@ def _check_common(d: Dataset) -> None:
 
 
 def test_unknown_spec_lists_known_names() -> None:
-    with pytest.raises(DatasetError, match=r"^unknown dataset 'x'; known: mnist5k, digits"):
+    with pytest.raises(DatasetError, match=r"^unknown dataset 'x' \(known: cifar10, digits, fashion_mnist, idx, mnist, "
+                                           r"mnist5k, synthetic_cifar"):
         load_dataset("x")
 
 

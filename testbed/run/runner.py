@@ -21,7 +21,7 @@ from testbed.plan.cluster import ClusterSpec, build_cluster, peer_table
 from testbed.plan.placement import place
 from testbed.records import metrics
 from testbed.runtimes import runtime_class, select_runtime
-from testbed.runtimes.preflight import preflight
+from testbed.runtimes.preflight import preflight, user_code
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class
@@ -163,7 +163,11 @@ class Run:
         self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
         self.t_invoked = time.time()
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
-        self.runtime_name = select_runtime(sc.runtime, say)
+        if sc.runtime == "auto" and user_code(sc):
+            say(f"runtime auto: netns, because {user_code(sc)[0][1]} is a plugin (docker's image does not take it yet)")
+            self.runtime_name = select_runtime("netns", say)
+        else:
+            self.runtime_name = select_runtime(sc.runtime, say)
         self.run_dir = Path(run_dir).resolve()
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise FileExistsError(f"--out: {self.run_dir} exists and is not empty")

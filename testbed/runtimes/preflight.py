@@ -52,8 +52,51 @@ def _ranges(cpus: list[int]) -> str:
     return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else ",".join(map(str, cpus))
 
 
+def user_code(sc: Scenario) -> list[tuple[str, str]]:
+    """(field, name) of each plugin the scenario names: not one of edgebed's own."""
+    from testbed import plugins
+
+    out = []
+    for field, kind, ref in (("algorithm.name", "algorithm", sc.algorithm.name),
+                             ("workload.model", "model", sc.workload.model),
+                             ("workload.dataset", "dataset", sc.workload.dataset)):
+        ep = plugins.registered(kind).get(ref.split(":")[0] if kind == "dataset" else ref)
+        if ep is None or not ep.value.startswith("testbed."):
+            out.append((field, ref))
+    return out
+
+
+def plugin_problems(sc: Scenario) -> list[str]:
+    """A plugin's model or dataset, tried before anything starts: the dataset loads, and the model
+    takes two of its samples and gives (2, classes) logits. (edgebed's own are tested; a plugin's
+    strategy is checked by validation: its class and Params.)"""
+    from testbed.data.datasets import DatasetError, load_dataset
+    from testbed.data.models import ModelError, check_model
+
+    wl = sc.workload
+    theirs = [field for field, _ in user_code(sc)]
+    if sc.runtime in ("docker", "swarm"):
+        return [f"{field}: '{ref}' is a plugin, and runtime {sc.runtime}'s nodes run edgebed's image, which does not "
+                "take your package yet: use runtime netns (or auto)" for field, ref in user_code(sc)]
+    if "workload.model" not in theirs and "workload.dataset" not in theirs:
+        return []
+    try:
+        ds = load_dataset(wl.dataset, seed=sc.seed, test_size=wl.test_size)
+    except DatasetError as e:
+        return [f"workload.dataset: {e}"]
+    except Exception as e:  # a plugin's own failure
+        return [f"workload.dataset: '{wl.dataset}' failed: {type(e).__name__}: {e}"]
+    try:
+        check_model(wl.model, tuple(ds.input_shape), ds.num_classes)
+    except ModelError as e:
+        return [f"workload.model: {e}"]
+    except Exception as e:
+        return [f"workload.model: '{wl.model}' failed: {type(e).__name__}: {e}"]
+    return []
+
+
 def preflight(sc: Scenario) -> None:
     """Raise ScenarioError, naming each field, when this machine cannot run `sc`."""
-    lines = cpuset_problems(sc) + engine_problems(sc)
+    lines = plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
     if lines:
         raise ScenarioError(lines)

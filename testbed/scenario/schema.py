@@ -222,10 +222,12 @@ class Workload(StrictModel):
     @field_validator("model")
     @classmethod
     def _model(cls, v: str) -> str:
-        from testbed.data.models import MODEL_NAMES
+        from testbed.data.models import ModelError, model_factory
 
-        if v not in MODEL_NAMES:
-            raise ValueError(f"unknown model '{v}' (known: {', '.join(sorted(MODEL_NAMES))})")
+        try:
+            model_factory(v)
+        except ModelError as e:
+            raise ValueError(str(e)) from None
         return v
 
     @field_validator("dataset")

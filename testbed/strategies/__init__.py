@@ -1,30 +1,31 @@
-"""Training algorithms as pluggable strategies, one file each (see base.py)."""
+"""Training algorithms as pluggable strategies, one file each (see base.py).
+
+Every algorithm, edgebed's own included, is found through testbed.plugins: a name registered in
+the entry point group `edgebed.strategies` (pyproject.toml), or a plugin's import path.
+"""
 
 from __future__ import annotations
 
-from testbed.strategies.adacomp import AdaComp
-from testbed.strategies.adsp import ADSP
-from testbed.strategies.ako import Ako
-from testbed.strategies.asgd import ASGD
 from testbed.strategies.base import ServerState, Strategy, StrategyError, WorkerContext
-from testbed.strategies.bsp import BSP
-from testbed.strategies.comp_asgd import CompASGD
-from testbed.strategies.dlion import DLion
-from testbed.strategies.gaia import Gaia
-from testbed.strategies.local_sgd import LocalSGD
-from testbed.strategies.scadles import ScaDLES
-from testbed.strategies.selsync import SelSync
-from testbed.strategies.ssp import SSP
-
-STRATEGIES: dict[str, type[Strategy]] = {cls.name: cls for cls in (BSP, ASGD, SSP, LocalSGD, CompASGD, AdaComp, ScaDLES, SelSync, ADSP,
-                                                          DLion, Gaia, Ako)}
 
 
 def get_strategy_class(name: str) -> type[Strategy]:
+    from testbed import plugins
+
     try:
-        return STRATEGIES[name]
-    except KeyError:
-        raise StrategyError(f"unknown algorithm '{name}' (known: {', '.join(sorted(STRATEGIES))})") from None
+        cls = plugins.load("algorithm", name)
+    except plugins.PluginError as e:
+        raise StrategyError(str(e)) from None
+    if not (isinstance(cls, type) and issubclass(cls, Strategy)):
+        raise StrategyError(f"'{name}' is not a strategy (a subclass of testbed.strategies.Strategy)")
+    return cls
+
+
+def strategies() -> dict[str, type[Strategy]]:
+    """Every registered algorithm by name (plugins' included)."""
+    from testbed import plugins
+
+    return {name: get_strategy_class(name) for name in sorted(plugins.registered("algorithm"))}
 
 
 def make_strategy(name: str, params: dict | None = None, seed: int = 0) -> Strategy:
@@ -33,4 +34,5 @@ def make_strategy(name: str, params: dict | None = None, seed: int = 0) -> Strat
     return strategy
 
 
-__all__ = ["STRATEGIES", "Strategy", "StrategyError", "ServerState", "WorkerContext", "get_strategy_class", "make_strategy"]
+__all__ = ["Strategy", "StrategyError", "ServerState", "WorkerContext", "get_strategy_class", "make_strategy",
+           "strategies"]

@@ -1,0 +1,1 @@
+"""An example edgebed plugin package (see ../pyproject.toml for how it registers)."""
