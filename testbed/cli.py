@@ -76,8 +76,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
+    from testbed.run import api
     from testbed.plan import parse_scenario
-    from testbed.run.runner import EXIT_STOPPED, default_run_dir, run
+    from testbed.run.runner import EXIT_STOPPED, default_run_dir
     from testbed.runtimes import RuntimeUnavailable
 
     _use_docker_host(docker_host)
@@ -99,7 +100,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
-        summary = run(sc, str(scenario), run_dir, say=say)
+        summary = api.run(sc, run_dir, say=say, scenario_path=str(scenario)).summary
     except RuntimeUnavailable as e:
         _fail(f"error: {e}")
     except FileExistsError as e:
