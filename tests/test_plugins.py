@@ -155,3 +155,36 @@ def test_a_plugin_on_the_docker_or_swarm_runtime_is_refused_naming_the_field(mon
     assert plugin_problems(sc) == ["algorithm.name: 'edgebed_example.signsgd:SignSGD' is a plugin, and runtime "
                                    "docker's nodes run edgebed's image, which does not take your package yet: use "
                                    "runtime netns (or auto)"]
+
+
+def test_packages_must_be_packages_and_docker_needs_them_for_a_plugin(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(EXAMPLE))
+    data = {**_scenario(algorithm={"name": "edgebed_example.signsgd:SignSGD"}), "runtime": "docker"}
+    assert plugin_problems(parse_scenario({**data, "packages": [str(tmp_path)]})) == [
+        f"packages.0: {tmp_path} is neither a folder with a pyproject.toml or setup.py nor a wheel"]
+    assert plugin_problems(parse_scenario({**data, "packages": [str(EXAMPLE)]})) == []
+    assert plugin_problems(parse_scenario({**data, "runtime": "swarm", "packages": [str(EXAMPLE)]}))[0].startswith(
+        "algorithm.name: 'edgebed_example.signsgd:SignSGD' is a plugin, and runtime swarm's nodes")
+
+
+@needs_root
+def test_the_example_plugin_trains_on_the_docker_runtime_from_its_package(installed, tmp_path, clean_host):
+    """`packages: [examples/plugin]`: installed into a layer over the node image, used by every
+    container (the runner, too, needs it: the same package installed here)."""
+    import yaml
+    from test_docker_runtime import _client
+
+    _client()  # skips without an engine
+
+    data = yaml.safe_load((EXAMPLE / "scenario.yaml").read_text())
+    data.update(runtime="docker", packages=[str(EXAMPLE)], stop={"seconds": 15})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], capture_output=True, text=True,
+                       env=installed, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert meta["runtime"] == "docker" and meta["nodes"]["w0"]["image"].startswith("edgebed/node:u-")
+    steps = pd.read_csv(run_dir / "steps.csv")
+    assert len(steps) > 0 and (steps.payload_bytes == 116).all()

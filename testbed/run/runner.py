@@ -150,8 +150,8 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     return Run(sc, scenario_path, run_dir, say, progress_every).execute()
 
 
-# What a runtime may add to a node's meta.json entry: its container or service, its clock's offset.
-NODE_META_EXTRAS = ("container", "service", "clock_offset_s", "clock_rtt_s")
+# What a runtime may add to a node's meta.json entry: its container or service and image, its clock's offset.
+NODE_META_EXTRAS = ("container", "service", "image", "clock_offset_s", "clock_rtt_s")
 
 
 class Run:
@@ -163,7 +163,7 @@ class Run:
         self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
         self.t_invoked = time.time()
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
-        if sc.runtime == "auto" and user_code(sc):
+        if sc.runtime == "auto" and user_code(sc) and not sc.packages:
             say(f"runtime auto: netns, because {user_code(sc)[0][1]} is a plugin (docker's image does not take it yet)")
             self.runtime_name = select_runtime("netns", say)
         else:
@@ -225,6 +225,7 @@ class Run:
         say(f"runtime: {self.runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and
                                               self.runtime_name == "docker" else ""))
         self.runtime = runtime_class(self.runtime_name).open(self.state, say)
+        self.runtime.use_packages(sc.packages)
         self.runtime.set_preload(PRELOAD)
         if self.runtime.features.shared_data:  # the forkserver loads the data once for every node (data/preload.py)
             from testbed.data.preload import request

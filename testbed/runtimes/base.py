@@ -67,6 +67,10 @@ class Runtime(LiveOps, ABC):
         """The runtime for one run, with whatever it needs from this machine (an engine, an image)."""
         return cls(state)
 
+    def use_packages(self, packages: list[str]) -> None:
+        """A user's packages (plugins) for the nodes: the docker runtime installs them into its
+        image; on netns they are edgebed's own environment's (installed, or on PYTHONPATH)."""
+
     def placer(self, sc):
         """Which host each node runs on (plan.placement): this machine, unless the runtime has more."""
         from testbed.plan.placement import SingleHost

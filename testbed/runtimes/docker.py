@@ -232,13 +232,21 @@ class DockerRuntime(Runtime):
         self.image = image
         self.network = None
         self._host_ipr = None
+        self.say: Callable[[str], None] = lambda line: None
 
     @classmethod
     def open(cls, state: RunState, say: Callable[[str], None]) -> "DockerRuntime":
         from testbed.runtimes.images import ensure_node_image
 
         client = docker_client()
-        return cls(state, client, ensure_node_image(client, say=say))
+        rt = cls(state, client, ensure_node_image(client, say=say))
+        rt.say = say
+        return rt
+
+    def use_packages(self, packages: list[str]) -> None:
+        from testbed.runtimes.images import with_packages
+
+        self.image = with_packages(self.client, self.image, packages, say=self.say)
 
     @property
     def labels(self) -> dict:

@@ -190,6 +190,43 @@ def ensure_node_image(client, *, say: Callable[[str], None] = print, source: Opt
     return build_node_image(client, source=source or os.environ.get("EDGEBED_IMAGE_SOURCE", "auto"), say=say)
 
 
+USER_LAYER = """FROM {base}
+COPY wheels /wheels
+RUN /opt/edgebed/bin/pip install --no-cache-dir --no-index --no-deps /wheels/*.whl && rm -rf /wheels
+"""
+
+
+def with_packages(client, base: str, packages: list[str], say: Callable[[str], None] = print) -> str:
+    """The node image `base` with a user's packages (plugins) installed: built once per content,
+    network off; their own dependencies must be in the image already (edgebed's)."""
+    if not packages:
+        return base
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=CACHE, prefix="user-") as tmp:
+        wheels = Path(tmp) / "wheels"
+        wheels.mkdir()
+        for pkg in packages:
+            if pkg.endswith(".whl"):
+                shutil.copy2(pkg, wheels)
+            else:  # a copy: pip builds in the folder it is given
+                src = Path(tmp) / "src" / Path(pkg).resolve().name
+                shutil.copytree(pkg, src, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+                _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "--wheel-dir", str(wheels), str(src))
+        h = hashlib.sha256(base.encode())
+        for f in sorted(wheels.iterdir()):
+            h.update(f.name.encode() + hashlib.sha256(f.read_bytes()).digest())
+        tag = f"{NODE_REPO}:u-{h.hexdigest()[:12]}"
+        if not _image_exists(client, tag):
+            say(f"building {tag}: the node image with {', '.join(sorted(f.name for f in wheels.iterdir()))}")
+            (Path(tmp) / "Dockerfile").write_text(USER_LAYER.format(base=base))
+            try:
+                client.images.build(path=tmp, tag=tag, network_mode="none", rm=True, forcerm=True, pull=False,
+                                    labels={**LABELS, "edgebed.source": source_hash()})
+            except Exception as e:
+                raise ImageError(f"docker build of the user's packages failed: {e}") from None
+    return tag
+
+
 def swarm_tag() -> str:
     """The node image's tag on a swarm's hosts: this code's own, so no host runs a stale one."""
     return f"{NODE_REPO}:s-{source_hash()}"

@@ -3,6 +3,7 @@ bring-up: validation (testbed.scenario) is pure and contacts no engine."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from testbed.runtimes.docker import docker_client, nvidia_runtime_available
 from testbed.scenario.units import parse_cpuset
@@ -66,6 +67,11 @@ def user_code(sc: Scenario) -> list[tuple[str, str]]:
     return out
 
 
+def _is_package(path: Path) -> bool:
+    return (path.is_dir() and any((path / f).is_file() for f in ("pyproject.toml", "setup.py"))) or \
+        (path.is_file() and path.suffix == ".whl")
+
+
 def plugin_problems(sc: Scenario) -> list[str]:
     """A plugin's model or dataset, tried before anything starts: the dataset loads, and the model
     takes two of its samples and gives (2, classes) logits. (edgebed's own are tested; a plugin's
@@ -75,9 +81,16 @@ def plugin_problems(sc: Scenario) -> list[str]:
 
     wl = sc.workload
     theirs = [field for field, _ in user_code(sc)]
-    if sc.runtime in ("docker", "swarm"):
-        return [f"{field}: '{ref}' is a plugin, and runtime {sc.runtime}'s nodes run edgebed's image, which does not "
-                "take your package yet: use runtime netns (or auto)" for field, ref in user_code(sc)]
+    missing = [f"packages.{i}: {p} is neither a folder with a pyproject.toml or setup.py nor a wheel"
+               for i, p in enumerate(sc.packages) if not _is_package(Path(p))]
+    if missing:
+        return missing
+    if sc.runtime == "swarm":
+        return [f"{field}: '{ref}' is a plugin, and runtime swarm's nodes run edgebed's image, which does not take "
+                "a user's package yet: use runtime docker (with packages:) or netns" for field, ref in user_code(sc)]
+    if sc.runtime == "docker" and not sc.packages:
+        return [f"{field}: '{ref}' is a plugin, and runtime docker's nodes run edgebed's image: name the package "
+                "that holds it in `packages:` (it is installed into the image)" for field, ref in user_code(sc)]
     if "workload.model" not in theirs and "workload.dataset" not in theirs:
         return []
     try:

@@ -475,6 +475,8 @@ class Scenario(StrictModel):
     runtime: Literal["auto", "netns", "docker", "swarm"] = "auto"
     placement: dict[str, str] = Field(default_factory=dict, description="runtime swarm: a node, worker group, "
                                       "'workers' or site -> the host it runs on, by hostname or 'label:KEY=VALUE'")
+    packages: list[str] = Field(default_factory=list, description="runtime docker: Python packages (folders with "
+                                "a pyproject.toml, or wheels) installed into the nodes' image: the plugins' code")
     network: Network = Field(default_factory=Network)
     workload: Workload = Field(default_factory=Workload)
     stop: Stop = Field(default_factory=Stop)
