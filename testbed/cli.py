@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 from pathlib import Path
@@ -72,7 +73,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        param: list[str] = typer.Option([], "--param", help="algorithm parameter NAME=VALUE (YAML value), repeatable"),
        verify_links: bool = typer.Option(False, "--verify-links", help="measure each worker's link (rate, RTT) "
                                                                       "after bring-up: RUN/link_check.csv"),
-       trace_dir: list[Path] = _TRACE_DIRS, docker_host: Optional[str] = _DOCKER_HOST) -> None:
+       trace_dir: list[Path] = _TRACE_DIRS, docker_host: Optional[str] = _DOCKER_HOST,
+       tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="write the records as TensorBoard "
+                                                   "scalars to this folder while the run goes")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     import yaml
 
@@ -82,6 +85,8 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     from testbed.runtimes import RuntimeUnavailable
 
     _use_docker_host(docker_host)
+    if tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
+        _fail("error: --tensorboard: needs the tensorboard package (pip install tensorboard)")
     sc = _load(scenario, trace_dir)
     data = sc.model_dump(mode="json", exclude_none=True)
     if runtime is not None:
@@ -100,7 +105,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
-        summary = api.run(sc, run_dir, say=say, scenario_path=str(scenario)).summary
+        summary = api.run(sc, run_dir, say=say, scenario_path=str(scenario), tensorboard=tensorboard).summary
     except RuntimeUnavailable as e:
         _fail(f"error: {e}")
     except FileExistsError as e:
@@ -354,6 +359,21 @@ def algorithms() -> None:
         typer.echo(f"{name:10s} {cls.summary}{origin}")
         for field, info in cls.Params.model_fields.items():
             typer.echo(f"    {field} = {info.default!r}  {info.description or ''}")
+
+
+@app.command("tensorboard")
+def tensorboard_cmd(run_dir: Path = typer.Argument(..., help="a run's folder"),
+                    out: Optional[Path] = typer.Option(None, "--out", help="default RUN/tensorboard")) -> None:
+    """A finished run's records as TensorBoard scalars (`tensorboard --logdir OUT`)."""
+    from testbed.records.tensorboard import write_run
+
+    if not (run_dir / "meta.json").is_file():
+        _fail(f"error: {run_dir}: not an edgebed run directory (no meta.json)")
+    try:
+        n = write_run(run_dir, out or run_dir / "tensorboard")
+    except RuntimeError as e:
+        _fail(f"error: {e}")
+    typer.echo(f"{n} rows -> {out or run_dir / 'tensorboard'}")
 
 
 @app.command()

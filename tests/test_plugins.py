@@ -145,8 +145,8 @@ def test_the_example_plugin_trains_on_the_netns_runtime(installed, tmp_path, cle
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["best_accuracy"] > 0.6  # 4 classes: chance is 0.25
-    steps = pd.read_csv(run_dir / "steps.csv")
-    assert (steps.payload_bytes == 116).all()  # 116 parameters of tiny_cnn (1 channel, 4 classes), a byte each
+    pushes = pd.read_csv(run_dir / "server.csv")
+    assert len(pushes) > 0 and (pushes.payload_bytes == 116).all()  # tiny_cnn's 116 parameters, a sign byte each
 
 
 def test_a_plugin_on_the_docker_or_swarm_runtime_is_refused_naming_the_field(monkeypatch):
@@ -186,5 +186,5 @@ def test_the_example_plugin_trains_on_the_docker_runtime_from_its_package(instal
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["runtime"] == "docker" and meta["nodes"]["w0"]["image"].startswith("edgebed/node:u-")
-    steps = pd.read_csv(run_dir / "steps.csv")
-    assert len(steps) > 0 and (steps.payload_bytes == 116).all()
+    pushes = pd.read_csv(run_dir / "server.csv")
+    assert len(pushes) > 0 and (pushes.payload_bytes == 116).all()

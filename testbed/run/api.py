@@ -92,13 +92,16 @@ class RunResult:
 
 
 def run(sc: Scenario, out: Union[str, Path, None] = None, *, say: Callable[[str], None] = lambda s: None,
-        scenario_path: str = "<api>", progress_every: float = 2.0) -> RunResult:
+        scenario_path: str = "<api>", progress_every: float = 2.0,
+        tensorboard: Union[str, Path, None] = None) -> RunResult:
     """Run `sc` end to end (bring-up, training, teardown) into `out` (default runs/<name>-<time>);
-    its summary and records. A failed run raises, after its teardown (its records stay in `out`)."""
+    its summary and records. A failed run raises, after its teardown (its records stay in `out`).
+    `tensorboard`: a folder for TensorBoard scalars written while the run goes."""
     from testbed.run.runner import default_run_dir, run as run_scenario
 
     run_dir = Path(out) if out is not None else default_run_dir(sc)
-    summary = run_scenario(sc, scenario_path, run_dir, say=say, progress_every=progress_every)
+    summary = run_scenario(sc, scenario_path, run_dir, say=say, progress_every=progress_every,
+                           tensorboard=Path(tensorboard) if tensorboard is not None else None)
     return RunResult(Path(summary.get("run_dir", run_dir)), summary)
 
 

@@ -145,9 +145,12 @@ def _delay_for(node, plans, spec: Optional[ClusterSpec] = None, wan_by_transport
 
 
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
-        progress_every: float = 2.0) -> dict:
-    """Run one scenario end to end; returns the summary (also written to RUN/summary.json)."""
-    return Run(sc, scenario_path, run_dir, say, progress_every).execute()
+        progress_every: float = 2.0, tensorboard: Optional[Path] = None) -> dict:
+    """Run one scenario end to end; returns the summary (also written to RUN/summary.json).
+    `tensorboard`: a folder that gets the records as TensorBoard scalars while the run goes."""
+    r = Run(sc, scenario_path, run_dir, say, progress_every)
+    r.tensorboard = tensorboard
+    return r.execute()
 
 
 # What a runtime may add to a node's meta.json entry: its container or service and image, its clock's offset.
@@ -189,6 +192,8 @@ class Run:
         self.procs: dict = {}
         self.timeline = None
         self.relay = None  # an external broker's port, relayed from the run's gateway
+        self.tensorboard: Optional[Path] = None  # where the records go as TensorBoard scalars, if anywhere
+        self._tensorboard = None  # records.tensorboard.BackgroundFollower
         self.hub = None  # the runner's end of the control channel: the nodes' records come in there
         self.records_address = self.control_address = ""
         self.live = {"step": 0, "killed": set()}  # shared with the timeline: the global step, nodes killed on purpose
@@ -198,6 +203,10 @@ class Run:
         _RUNNER_PID = os.getpid()
         old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
         try:
+            if self.tensorboard is not None:
+                from testbed.records.tensorboard import BackgroundFollower
+
+                self._tensorboard = BackgroundFollower(self.run_dir, Path(self.tensorboard))
             self.bring_up()
             self.start_nodes()
             self.status, self.reason = _monitor(self.sc, self.runtime, self.spec, self.procs, self.run_dir, self.t0,
@@ -336,6 +345,8 @@ class Run:
             self.say("teardown problems (run `edgebed down`): " + "; ".join(problems))
         summary = self._summary(t_teardown)
         self._guarded("summary.json", lambda: (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1)))
+        if self._tensorboard is not None:  # the last rows
+            self._guarded("the TensorBoard scalars", self._tensorboard.stop)
         return summary
 
     def _stop_timeline(self) -> None:
