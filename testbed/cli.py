@@ -466,6 +466,22 @@ def bench_startup(workers: int = typer.Option(4, help="number of workers"),
         raise typer.Exit(1)
 
 
+@bench_app.command("ddp")
+def bench_ddp(rates: str = typer.Option("10mbit,50mbit,100mbit", help="link rates, comma-separated"),
+              workers: int = typer.Option(2, help="DDP ranks, one a worker node"),
+              steps: int = typer.Option(20, help="training steps a run (the first 3 are warm-up)"),
+              out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """An unmodified DDP program (torchrun, gloo): its all-reduce time against the ring bound."""
+    from testbed.bench.ddp import ddp_benchmark
+
+    if workers < 2:
+        _fail("error: --workers: an all-reduce needs at least 2")
+    res = ddp_benchmark([r.strip() for r in rates.split(",") if r.strip()], workers=workers, steps=steps,
+                        out_dir=out, say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("stream")
 def bench_stream(topics: int = typer.Option(4, help="topics = devices, one producer process each"),
                  rate: float = typer.Option(100.0, help="samples/s per topic"),

@@ -21,6 +21,8 @@ BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "b
 # peers.csv, decentralized strategies: one row per step and link; `entries` = gradient entries the
 # link carried, `threshold` = the smallest |entry| it carried (DLion's contribution threshold)
 PEER_COLUMNS: list[str] = ["time", "node", "peer", "step", "kind", "bytes", "entries", "threshold"]
+# report.csv, a command workload's own metrics (edgebed.report): one row per metric and call
+REPORT_COLUMNS: list[str] = ["time", "node", "step", "key", "value"]
 
 # The run directory's folder of requests to the runner (`edgebed link/kill/...`, a worker's drawn
 # crash): the CLI and nodes write one JSON file per request, the runner's timeline reads them.

@@ -14,8 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
-from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, RESOURCE_COLUMNS,
-                                     SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
+from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, REPORT_COLUMNS,
+                                     RESOURCE_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,
@@ -27,6 +27,7 @@ TABLES: dict[str, list[str]] = {
     "stream.csv": STREAM_STEP_COLUMNS,  # per streaming step: how long the batch took to arrive
     "buffer.csv": BUFFER_COLUMNS,  # ~1 s per device: its stream buffer's counters
     "peers.csv": PEER_COLUMNS,  # decentralized strategies: what each worker sent on each link
+    "report.csv": REPORT_COLUMNS,  # command workloads: what their programs reported (edgebed.report)
 }
 
 

@@ -306,6 +306,13 @@ class Run:
         if self.hub.dropped:
             self.say(f"records: {self.hub.dropped} malformed message(s) from the nodes dropped")
 
+    def _log_path(self, node) -> str:
+        """A command workload's output file, where the nodes run on this host (netns)."""
+        if self.sc.workload.command is None or not self.runtime.features.same_host:
+            return ""
+        (self.run_dir / "logs").mkdir(exist_ok=True)
+        return str(self.run_dir / "logs" / f"{node.name}.log")
+
     def start_node(self, node) -> None:
         """Start (or restart) one node's role."""
         sc, spec = self.sc, self.spec
@@ -315,9 +322,9 @@ class Run:
                          delay=_delay_for(node, self.node_meta, spec, not self.runtime.caps.netem,
                                           control=self.control_address),
                          workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
-                         target=role_target(node.role, self.decentralized),
+                         target=role_target(node.role, self.decentralized, sc.workload.command is not None),
                          addresses={n.name: n.address for n in spec.nodes}, records=self.records_address,
-                         control=self.control_address)
+                         control=self.control_address, log_path=self._log_path(node))
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
 
     def tear_down(self) -> dict:
@@ -605,6 +612,8 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
             stop_event.set()
             ps.join(timeout=30)
             return "failed", f"node(s) {', '.join(_exit_reason(n, procs[n].exitcode) for n in dead)} exited with an error"
+        if sc.workload.command is not None and _commands_done(procs, spec, killed):
+            stop_event.set()  # the ps role ends the run (stop_reason "commands")
         if now > hard_deadline:
             stop_event.set()
             return "stopped", "runner deadline passed"
@@ -618,7 +627,13 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
     except (OSError, ValueError):
         ps_info = {}
     why = ps_info.get("stop_reason")
-    return ("completed" if why in ("steps", "seconds", "target_accuracy") else "stopped"), why or "unknown"
+    return ("completed" if why in ("steps", "seconds", "target_accuracy", "commands") else "stopped"), why or "unknown"
+
+
+def _commands_done(procs: dict, spec, killed: set) -> bool:
+    """A command workload's workers' programs have all ended well (a killed one does not count)."""
+    workers = [n.name for n in spec.workers if n.name in procs and n.name not in killed]
+    return bool(workers) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in workers)
 
 
 def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters: dict, spec) -> dict:

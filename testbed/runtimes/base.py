@@ -25,6 +25,8 @@ class Features:
     # Link-check flows may run together and still read their rates (containers' exec'd
     # measuring processes, each under its container's quota, read low when run at once).
     concurrent_flows: bool = False
+    # Nodes run on the runner's host and may write files it reads (a command's output: netns).
+    same_host: bool = False
 
 
 @dataclass(frozen=True)

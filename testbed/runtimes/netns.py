@@ -80,7 +80,7 @@ class NodeHandle:
 
 class NetnsRuntime(Runtime):
     name = "netns"
-    features = Features(shared_data=True, concurrent_flows=True)
+    features = Features(shared_data=True, concurrent_flows=True, same_host=True)
 
     def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
         super().__init__(state, caps)

@@ -202,6 +202,27 @@ class Injection(StrictModel):
         return v
 
 
+# What a command workload's template may name (node.roles.command fills them in, and sets the
+# environment variables torchrun and torch.distributed read: MASTER_ADDR, MASTER_PORT, RANK, ...).
+COMMAND_PLACEHOLDERS = ("rank", "world_size", "node", "address", "master_addr", "master_port", "ps_addr",
+                        "python")  # python: the node's interpreter, the one with torch and edgebed
+
+
+def command_problem(template: str) -> Optional[str]:
+    """Why a command template cannot be filled in (an unknown {placeholder}, bad braces), or None."""
+    import shlex
+
+    try:
+        filled = template.format(**{k: "x" for k in COMMAND_PLACEHOLDERS})
+        if not shlex.split(filled):
+            return "an empty command"
+    except KeyError as e:
+        return f"unknown placeholder {{{e.args[0]}}} (known: {', '.join(COMMAND_PLACEHOLDERS)})"
+    except (ValueError, IndexError) as e:
+        return f"cannot be filled in: {e}"
+    return None
+
+
 class Workload(StrictModel):
     model: str = "adacomp_cnn"
     dataset: str = "mnist5k"
@@ -215,9 +236,21 @@ class Workload(StrictModel):
     eval_samples: Optional[int] = Field(None, ge=1, description="cap on test samples per evaluation")
     test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
     threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
+    command: Optional[dict[Literal["ps", "worker"], str]] = Field(
+        None, description="an unmodified program per role instead of edgebed's trainer (a command workload): "
+        "placeholders {rank} {world_size} {node} {address} {master_addr} {master_port} {ps_addr} {python}")
     injection: Optional[Injection] = None
     train_fraction: Optional[float] = Field(None, gt=0, le=1, description="train on this share of the training set "
                                             "(a seeded subset, before partitioning; AdaComp's Table II)")
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: Optional[dict]) -> Optional[dict]:
+        for role, template in (v or {}).items():
+            problem = command_problem(template)
+            if problem:
+                raise ValueError(f"{role}: {problem}")
+        return v
 
     @field_validator("model")
     @classmethod

@@ -34,11 +34,16 @@ DECENTRALIZED_ROLES = {**PS_ROLES, "ps": f"{_HERE}.coordinator:run_coordinator",
 FOREIGN_ROLES = ("kafka",)
 
 
-def role_target(role: str, decentralized: bool) -> str:
-    """The `module:function` that runs `role` for a PS-based or a decentralized algorithm ("" for
-    a foreign image's role)."""
+COMMAND_ROLE = f"{_HERE}.command:run_command"  # a command workload's every node (roles/command.py)
+
+
+def role_target(role: str, decentralized: bool, command: bool = False) -> str:
+    """The `module:function` that runs `role` for a PS-based or a decentralized algorithm, or a
+    command workload ("" for a foreign image's role)."""
     if role in FOREIGN_ROLES:
         return ""
+    if command and role in ("ps", "worker", "evaluator"):
+        return COMMAND_ROLE
     return (DECENTRALIZED_ROLES if decentralized else PS_ROLES)[role]
 
 

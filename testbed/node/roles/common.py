@@ -44,6 +44,9 @@ class RoleConfig:
     # where the runner's beats, delays and replicas come down.
     records: str = ""
     control: str = ""
+    # Where a command workload's program writes its output: a file of the runner's (netns: the same
+    # host), or "" for the node's own output (a container's log, saved at teardown).
+    log_path: str = ""
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)

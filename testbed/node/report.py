@@ -1,0 +1,44 @@
+"""`edgebed.report(step=..., accuracy=..., loss=..., **anything)`: a command workload's program
+hands its metrics to the run's records, over the node's channel to the runner (the EDGEBED_*
+variables its role set say where). Every metric goes to report.csv; `accuracy` (with `loss`)
+also to eval.csv and a `loss` to steps.csv, so `edgebed plot` draws the program like a built-in.
+Outside an edgebed run it does nothing (and says so by returning False)."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from testbed.node import channel
+from testbed.records import metrics
+
+_tables: dict[str, Any] = {}
+
+
+def _table(name: str):
+    if name not in _tables:
+        address = os.environ.get("EDGEBED_RECORDS", "")
+        if address:
+            _tables[name] = channel.RemoteTable(address, name)
+            if len(_tables) == 1:
+                atexit.register(channel.flush)  # the last rows leave before the program does
+        else:
+            _tables[name] = metrics.open_table(Path(os.environ["EDGEBED_RUN_DIR"]), name)
+    return _tables[name]
+
+
+def report(step: Optional[int] = None, **values: float) -> bool:
+    node = os.environ.get("EDGEBED_NODE")
+    if not node or not (os.environ.get("EDGEBED_RECORDS") or os.environ.get("EDGEBED_RUN_DIR")):
+        return False
+    t = time.time() - float(os.environ.get("EDGEBED_T0", "0") or 0)
+    for key, value in values.items():
+        _table("report.csv").write(time=t, node=node, step=step, key=key, value=value)
+    if "accuracy" in values:
+        _table("eval.csv").write(time=t, step=step, accuracy=values["accuracy"], loss=values.get("loss"))
+    if "loss" in values:
+        _table("steps.csv").write(time=t, node=node, step=step, loss=values["loss"])
+    return True

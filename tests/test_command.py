@@ -1,0 +1,90 @@
+"""Command workloads (node/roles/command.py): unmodified programs on the emulated nodes, their
+addresses handed over as placeholders and torch.distributed's environment, their reports in the
+records; a DDP program (torchrun, gloo) whose all-reduce follows the shaped links."""
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from conftest import REPO, edgebed_cmd, needs_root
+from testbed.node.roles.command import environment, placeholders
+from testbed.node.roles.common import RoleConfig
+from testbed.plan import parse_scenario
+from testbed.scenario.schema import ScenarioError
+
+
+def _lines(command: dict) -> list[str]:
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"workload": {"command": command}})
+    return e.value.lines
+
+
+def test_a_bad_command_is_one_line_naming_the_field():
+    assert _lines({"worker": "train --rank {rnk}"}) == [
+        "workload.command: worker: unknown placeholder {rnk} (known: rank, world_size, node, address, "
+        "master_addr, master_port, ps_addr, python)"]
+    assert _lines({"worker": "   "}) == ["workload.command: worker: an empty command"]
+    assert _lines({"eval": "x"}) == ["workload.command.eval: 'eval' is not one of the allowed values ('ps' or 'worker')"]
+
+
+def test_a_node_gets_its_addresses_as_placeholders_and_environment():
+    cfg = RoleConfig(node="w1", role="worker", rank=1, run_dir="/r", t0=5.0, scenario={}, ps_address="10.0.0.2",
+                     threads=2, workers=["w0", "w1", "w2"], records="tcp://10.1.0.1:5000",
+                     addresses={"ps": "10.0.0.2", "w0": "10.0.0.3", "w1": "10.0.0.4", "w2": "10.0.0.5"})
+    v = placeholders(cfg)
+    assert (v["rank"], v["world_size"], v["master_addr"], v["address"], v["python"]) == \
+        (1, 3, "10.0.0.3", "10.0.0.4", sys.executable)
+    env = environment(cfg)
+    assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"], env["EDGEBED_NODE"],
+            env["EDGEBED_RECORDS"], env["OMP_NUM_THREADS"]) == ("1", "3", "10.0.0.3", "29500", "w1",
+                                                                "tcp://10.1.0.1:5000", "2")
+
+
+def _up(tmp_path, data: dict):
+    import yaml
+
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data))
+    run_dir = tmp_path / "run"
+    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], cwd=REPO, capture_output=True,
+                       text=True, timeout=400)
+    return r, run_dir
+
+
+@needs_root
+def test_a_failing_command_fails_the_run_naming_the_node(tmp_path, clean_host):
+    r, run_dir = _up(tmp_path, {"runtime": "netns", "stop": {"seconds": 60}, "workers": [{"count": 2}],
+                                "workload": {"command": {"worker": "{python} -c \"import sys; sys.exit(3 if '{node}' "
+                                                                   "== 'w1' else 0)\""}}})
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert r.returncode != 0 and summary["status"] == "failed" and "w1" in summary["reason"], summary
+
+
+@needs_root
+def test_ddp_with_torchrun_follows_the_shaped_links(tmp_path, clean_host):
+    """2 workers on 20 Mbit/s links: each step's all-reduce within 15% of the ring bound (the
+    program times it with a DDP communication hook and reports it), the run ends when both
+    programs have, and their output is in logs/."""
+    import yaml
+
+    from testbed.bench.ddp import WARMUP_STEPS, ring_bound_seconds
+
+    data = yaml.safe_load((REPO / "scenarios" / "byo" / "ddp.yaml").read_text())
+    r, run_dir = _up(tmp_path, data)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["reason"] == "commands"
+    rep = pd.read_csv(run_dir / "report.csv")
+    ar = rep[(rep.key == "allreduce_seconds") & (rep.step > WARMUP_STEPS)]
+    assert set(ar.node) == {"w0", "w1"} and len(ar) == 2 * (20 - WARMUP_STEPS)
+    bound = ring_bound_seconds(rep[rep.key == "model_bytes"].value.iloc[0], 2, 20e6)
+    assert ar.value.median() / bound == pytest.approx(1.0, abs=0.15), (ar.value.describe(), bound)
+    steps = pd.read_csv(run_dir / "steps.csv")  # the reported loss, as a built-in's steps
+    assert len(steps[steps.node == "w0"]) == 20
+    assert "rank 0 step 20" in (run_dir / "logs" / "w0.log").read_text()
+    traffic = pd.read_csv(run_dir / "traffic.csv")
+    up = traffic[(traffic.node == "w1") & (traffic.direction == "up")].bytes.max()
+    assert up > 20 * rep[rep.key == "model_bytes"].value.iloc[0]  # every step's gradients crossed w1's link
