@@ -145,16 +145,16 @@ def test_the_example_plugin_trains_on_the_netns_runtime(installed, tmp_path, cle
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["best_accuracy"] > 0.6  # 4 classes: chance is 0.25
-    pushes = pd.read_csv(run_dir / "server.csv")
-    assert len(pushes) > 0 and (pushes.payload_bytes == 116).all()  # tiny_cnn's 116 parameters, a sign byte each
+    rounds = pd.read_csv(run_dir / "server.csv").payload_bytes.dropna()  # a BSP round's pushes, all 4 workers'
+    assert len(rounds) > 10 and rounds.max() <= 4 * 116  # tiny_cnn's 116 parameters, a sign byte each (float32: 4x)
 
 
 def test_a_plugin_on_the_docker_or_swarm_runtime_is_refused_naming_the_field(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     sc = parse_scenario({**_scenario(algorithm={"name": "edgebed_example.signsgd:SignSGD"}), "runtime": "docker"})
     assert plugin_problems(sc) == ["algorithm.name: 'edgebed_example.signsgd:SignSGD' is a plugin, and runtime "
-                                   "docker's nodes run edgebed's image, which does not take your package yet: use "
-                                   "runtime netns (or auto)"]
+                                   "docker's nodes run edgebed's image: name the package that holds it in "
+                                   "`packages:` (it is installed into the image)"]
 
 
 def test_packages_must_be_packages_and_docker_needs_them_for_a_plugin(monkeypatch, tmp_path):
@@ -186,5 +186,5 @@ def test_the_example_plugin_trains_on_the_docker_runtime_from_its_package(instal
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["runtime"] == "docker" and meta["nodes"]["w0"]["image"].startswith("edgebed/node:u-")
-    pushes = pd.read_csv(run_dir / "server.csv")
-    assert len(pushes) > 0 and (pushes.payload_bytes == 116).all()
+    rounds = pd.read_csv(run_dir / "server.csv").payload_bytes.dropna()
+    assert len(rounds) > 5 and rounds.max() <= 4 * 116

@@ -93,15 +93,59 @@ class RunResult:
 
 def run(sc: Scenario, out: Union[str, Path, None] = None, *, say: Callable[[str], None] = lambda s: None,
         scenario_path: str = "<api>", progress_every: float = 2.0,
-        tensorboard: Union[str, Path, None] = None) -> RunResult:
+        tensorboard: Union[str, Path, None] = None, isolated: Optional[bool] = None) -> RunResult:
     """Run `sc` end to end (bring-up, training, teardown) into `out` (default runs/<name>-<time>);
     its summary and records. A failed run raises, after its teardown (its records stay in `out`).
-    `tensorboard`: a folder for TensorBoard scalars written while the run goes."""
+    `tensorboard`: a folder for TensorBoard scalars written while the run goes. `isolated`: in a
+    process of its own (`edgebed up`); by default only where an event loop runs in this thread
+    (a notebook's kernel), whose loop pyroute2's calls and the runner's signal handlers cannot share."""
     from testbed.run.runner import default_run_dir, run as run_scenario
 
     run_dir = Path(out) if out is not None else default_run_dir(sc)
+    if isolated or (isolated is None and _event_loop_running()):
+        return _run_isolated(sc, run_dir, say, tensorboard)
     summary = run_scenario(sc, scenario_path, run_dir, say=say, progress_every=progress_every,
                            tensorboard=Path(tensorboard) if tensorboard is not None else None)
+    return RunResult(Path(summary.get("run_dir", run_dir)), summary)
+
+
+def _event_loop_running() -> bool:
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+        return True
+    except RuntimeError:
+        return False
+
+
+def _run_isolated(sc: Scenario, run_dir: Path, say: Callable[[str], None],
+                  tensorboard: Union[str, Path, None]) -> RunResult:
+    """`edgebed up` of `sc` in a child process; its output lines go to `say`."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from testbed.run.runner import EXIT_STOPPED
+    from testbed.scenario.schema import scenario_to_yaml
+
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{sc.name}-", delete=False) as f:
+        f.write(scenario_to_yaml(sc))
+    cmd = [sys.executable, "-m", "testbed.cli", "up", f.name, "--out", str(run_dir)]
+    cmd += ["--tensorboard", str(tensorboard)] if tensorboard is not None else []
+    try:
+        with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as p:
+            lines = []
+            for line in p.stdout:
+                lines.append(line.rstrip())
+                say(line.rstrip())
+    finally:
+        Path(f.name).unlink(missing_ok=True)
+    summary_file = run_dir / "summary.json"
+    if p.returncode not in (0, EXIT_STOPPED) or not summary_file.exists():
+        raise RuntimeError(f"edgebed up failed ({p.returncode}): " + "\n".join(lines[-20:]))
+    summary = json.loads(summary_file.read_text())
     return RunResult(Path(summary.get("run_dir", run_dir)), summary)
 
 
