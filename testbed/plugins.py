@@ -48,6 +48,14 @@ def load(kind: str, ref: str) -> Any:
     raise PluginError(f"unknown {kind} '{ref}' (known: {', '.join(sorted(eps))}; or a plugin's module:Name)")
 
 
+def load_callable(kind: str, ref: str, what: str) -> Any:
+    """load(), and a function: `what` says which (the error names it)."""
+    obj = load(kind, ref)
+    if not callable(obj):
+        raise PluginError(f"'{ref}' is not callable (a {kind} is a function {what})")
+    return obj
+
+
 def import_object(ref: str) -> Any:
     module, _, attr = ref.partition(":")
     try:

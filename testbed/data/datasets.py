@@ -130,11 +130,9 @@ def validate_dataset_spec(spec: str) -> None:
     name, arg = _split_spec(spec)
     if name not in _KNOWN:
         try:
-            loader = plugins.load("dataset", name)
+            plugins.load_callable("dataset", name, "(arg, *, seed, test_size)")
         except plugins.PluginError as e:
             raise DatasetError(str(e)) from None
-        if not callable(loader):
-            raise DatasetError(f"'{name}' is not callable (a dataset is a function (arg, *, seed, test_size))")
         return
     if name in _NO_ARG and arg is not None:
         raise DatasetError(f"dataset {name!r} takes no argument (got {spec!r})")

@@ -41,12 +41,9 @@ def model_factory(name: str):
     from testbed import plugins
 
     try:
-        factory = plugins.load("model", name)
+        return plugins.load_callable("model", name, "(input_shape, num_classes) -> nn.Module")
     except plugins.PluginError as e:
         raise ModelError(str(e)) from None
-    if not callable(factory):
-        raise ModelError(f"'{name}' is not callable (a model is a function (input_shape, num_classes) -> nn.Module)")
-    return factory
 
 
 def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
