@@ -167,7 +167,7 @@ class Run:
         self.t_invoked = time.time()
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
         if sc.runtime == "auto" and user_code(sc) and not sc.packages:
-            say(f"runtime auto: netns, because {user_code(sc)[0][1]} is a plugin (docker's image does not take it yet)")
+            say(f"runtime auto: netns, because {user_code(sc)[0][1]} is a plugin (on docker it needs `packages:`)")
             self.runtime_name = select_runtime("netns", say)
         else:
             self.runtime_name = select_runtime(sc.runtime, say)
