@@ -36,7 +36,7 @@ def test_teardown_runs_whatever_fails_before_it(tmp_path):
     run.__dict__.update(sc=parse_scenario({"runtime": "netns"}), say=said.append, timeline=None, stop_event=None,
                         runtime=rt, spec=object(), run_dir=tmp_path, t0=time.time(), t_invoked=time.time(),
                         status="completed", reason="steps", last_counters={}, runtime_name="netns",
-                        run_id="abcdef", state=None, relay=None, hub=None)
+                        run_id="abcdef", state=None, relay=None, hub=None, _tensorboard=None)
     summary = run.tear_down()
     assert rt.calls == ["stop", "teardown"]  # the cluster is removed after the failures
     assert summary["status"] == "failed" and "stopping the nodes failed" in summary["reason"]
