@@ -41,7 +41,8 @@ def environment(cfg: RoleConfig) -> dict:
     return {**os.environ, "MASTER_ADDR": str(v["master_addr"]), "MASTER_PORT": str(MASTER_PORT),
             "RANK": str(v["rank"]), "WORLD_SIZE": str(v["world_size"]), "LOCAL_RANK": "0",
             "LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": str(cfg.threads),
-            "GLOO_SOCKET_IFNAME": _iface(v["address"]), "EDGEBED_NODE": cfg.node, "EDGEBED_RECORDS": cfg.records, "EDGEBED_RUN_DIR": cfg.run_dir,
+            "GLOO_SOCKET_IFNAME": _iface(v["address"]), "EDGEBED_NODE": cfg.node, "EDGEBED_RECORDS": cfg.records,
+            "EDGEBED_RUN_DIR": cfg.run_dir,
             "EDGEBED_T0": repr(cfg.t0), "EDGEBED_PS_ADDR": cfg.ps_address}
 
 
@@ -50,11 +51,13 @@ def _iface(address: str) -> str:
     hostname resolves to, which is the host's in a network namespace of the netns runtime."""
     from pyroute2 import IPRoute
 
+    from testbed.node.own_link import iface_with
+
     with IPRoute() as ipr:
-        for a in ipr.get_addr(family=2):
-            if a.get_attr("IFA_ADDRESS") == address:
-                return ipr.get_links(a["index"])[0].get_attr("IFLA_IFNAME")
-    return ""
+        try:
+            return ipr.get_links(iface_with(ipr, address))[0].get_attr("IFLA_IFNAME")
+        except RuntimeError:  # no interface holds it (outside a run)
+            return ""
 
 
 def _stop(proc: subprocess.Popen) -> int:
