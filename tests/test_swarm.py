@@ -314,7 +314,9 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     events = pd.read_csv(run_dir / "events.csv")
     applied = events[events.scheduled_time.notna()]
     assert len(applied) == 9 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
-    assert ((applied.time - applied.scheduled_time).abs() < 0.2).all()
+    # `time` is when the change was done: a link change is the node's own tc commands, run under
+    # its CPU cap (0.3 CPU, 50 ms period): 1-30 ms usually, 0.22 s once on a loaded CI machine
+    assert ((applied.time - applied.scheduled_time).abs() < 0.5).all(), applied[["time", "scheduled_time"]]
     traffic = pd.read_csv(run_dir / "traffic.csv")
     for direction in ("up", "down"):
         rates = _rates(traffic, "w0", direction)

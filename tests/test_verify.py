@@ -45,3 +45,38 @@ def test_flows_across_sites_are_measured_one_at_a_time():
     assert [f[1] for f in flows] == [20e6, 20e6, 100e6]  # the 30 Mbit/s WAN is not the bottleneck up
     assert [f[1] for f in _flows(spec, "down")] == [30e6, 30e6, 100e6]  # down it is (50 Mbit/s access)
     assert _batches(spec, flows, None, together=True) == [[f] for f in flows]  # two share the WAN
+
+
+class _Reading:
+    def __init__(self, wire_bps):
+        self.wire_bps = wire_bps
+
+
+def test_an_off_reading_is_taken_again_over_a_longer_window_and_the_first_kept_in_the_note(tmp_path, monkeypatch):
+    from testbed.run import verify
+
+    spec = _spec(ps={"bandwidth": "1gbit"})  # 3 workers, no latency on the PS; w0/w1 have 20 ms
+    w1_up = iter([19.0e6, 19.9e6])  # 95% (off at 3%), then 99.5%
+    w2_down = iter([80e6, 81e6])  # too slow twice: stays off
+    windows = []
+
+    def fake_measure(rt, scratch, flows, *, window, warmup):
+        windows.append((tuple(f.label for f in flows), window))
+        out = []
+        for f in flows:
+            bps = {"w1-up": lambda: next(w1_up), "w2-down": lambda: next(w2_down)}.get(f.label)
+            configured = {"w0-up": 20e6, "w0-down": 50e6, "w1-down": 50e6}.get(f.label, 100e6)
+            out.append(_Reading(bps() if bps else configured))
+        return out
+
+    monkeypatch.setattr(verify, "measure_flows", fake_measure)
+    monkeypatch.setattr(verify, "_expected_rtt", lambda spec, n, ps: 0.0)  # no round trips to fake
+    rt = type("Rt", (), {"link_counter": lambda self, n, k: 0})()
+    rows = verify.verify_links(rt, spec, {}, tmp_path, tolerance=0.03, together=False, say=lambda s: None)
+    by = {(r["node"], r["direction"]): r for r in rows}
+    assert by["w1", "up"]["ok"] and by["w1", "up"]["measured_bps"] == 19.9e6
+    assert by["w1", "up"]["note"] == "measured again; first read 95.0%"
+    assert not by["w2", "down"]["ok"] and by["w2", "down"]["ratio"] == pytest.approx(0.81)
+    assert by["w0", "up"]["ok"] and by["w0", "up"]["note"] == ""
+    # only the two off readings were taken again, alone and over twice the window
+    assert [w for w in windows if w[1] != 1.0] == [(("w1-up",), 2.0), (("w2-down",), 2.0)]

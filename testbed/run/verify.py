@@ -10,7 +10,9 @@ meta.json["link_check"]; a path more than `tolerance` off is a warning the run p
 
 Measured at the wire (IP packets + Ethernet header), which is what HTB shapes, so a faithful link
 reads ~100%; goodput would sit ~4.4% lower (headers). The measuring processes run inside the nodes
-under their CPU caps: a node too slow to fill its own link reads low, and that is real.
+under their CPU caps: a node too slow to fill its own link reads low, and that is real. A reading
+out of tolerance is taken once more over a longer window (a single stall under the cap costs a
+1 s window several percent); a node that is really too slow reads low twice.
 """
 
 from __future__ import annotations
@@ -74,13 +76,12 @@ def verify_links(rt, spec: ClusterSpec, delays: dict, scratch, *, window: float 
         ps_side = (ps.link.downlink if direction == "up" else ps.link.uplink).rate
         for batch in _batches(spec, flows, None if ps_side is None else float(ps_side), together):
             rates = measure_flows(rt, scratch, [f[0] for f in batch], window=window, warmup=warmup)
-            for (_, configured, node), rate in zip(batch, rates):
-                measured = rate.wire_bps
-                ratio = measured / configured
-                rows.append({"node": node.name, "direction": direction, "configured_bps": configured,
-                             "measured_bps": measured, "ratio": ratio, "expected_rtt_s": None,
-                             "measured_rtt_s": None, "ok": abs(1 - ratio) <= tolerance,
-                             "note": "measured together" if len(batch) > 1 else ""})
+            for (flow, configured, node), rate in zip(batch, rates):
+                row = _rate_row(node.name, direction, configured, rate.wire_bps, tolerance,
+                                "measured together" if len(batch) > 1 else "")
+                if not row["ok"]:
+                    row = _measure_again(rt, scratch, flow, row, window, warmup, tolerance)
+                rows.append(row)
     # round trips: one ping server on the PS answers every delayed worker's client at once
     delayed = [(n, _expected_rtt(spec, n, ps)) for n in spec.workers]
     delayed = [(n, e) for n, e in delayed if e > 0]
@@ -110,6 +111,22 @@ def verify_links(rt, spec: ClusterSpec, delays: dict, scratch, *, window: float 
     for r in rows:
         say(describe(r, tolerance))
     return rows
+
+
+def _rate_row(node: str, direction: str, configured: float, measured: float, tolerance: float, note: str) -> dict:
+    ratio = measured / configured
+    return {"node": node, "direction": direction, "configured_bps": configured, "measured_bps": measured,
+            "ratio": ratio, "expected_rtt_s": None, "measured_rtt_s": None, "ok": abs(1 - ratio) <= tolerance,
+            "note": note}
+
+
+def _measure_again(rt, scratch, flow: Flow, first: dict, window: float, warmup: float, tolerance: float) -> dict:
+    """An off reading is taken once more, alone and over a window twice as long: the measuring
+    process runs under the node's own CPU cap, where one stall of a few hundred ms costs a 1 s
+    window several percent. The row keeps the second reading; its note keeps the first."""
+    rate, = measure_flows(rt, scratch, [flow], window=2 * window, warmup=warmup)
+    note = f"measured again; first read {100 * first['ratio']:.1f}%" + (f" ({first['note']})" if first["note"] else "")
+    return _rate_row(first["node"], first["direction"], first["configured_bps"], rate.wire_bps, tolerance, note)
 
 
 def _delay_dict(d) -> dict:
