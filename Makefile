@@ -38,7 +38,9 @@ demo: setup
 	$(BIN)/edgebed up scenarios/smoke.yaml --out $(RUN)
 	$(BIN)/edgebed plot $(RUN)
 
+# Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 test: setup
+	-$(MAKE) --no-print-directory flower-venv
 	$(BIN)/pytest -q -rs
 
 test-fast: setup
@@ -50,12 +52,13 @@ bench: setup
 	$(BIN)/edgebed bench cpu --cpus 0.25
 	$(BIN)/edgebed bench cpu --cpus 1.0
 
-# Flower's simulation engine (PyPI flwr[simulation], Ray) for `edgebed bench flower`, in a venv
-# of its own (its pins differ from edgebed's); a .pth line lends it the main venv's torch.
+# Flower (PyPI flwr[simulation], Ray) in a venv of its own (its pins differ from edgebed's): for
+# `edgebed bench flower` and scenarios/byo/flower.yaml. A .pth line lends it the main venv as a
+# site dir (its .pth files too: torch, and edgebed installed editable, so a Flower app can report).
 flower-venv: setup
 	$(PY) -m venv .venv-flower
 	.venv-flower/bin/pip install -q "flwr[simulation]==1.42.0"
-	$(BIN)/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])" \
+	$(BIN)/python -c "import sysconfig; print('import site; site.addsitedir(%r)' % sysconfig.get_paths()['purelib'])" \
 	  > "$$(.venv-flower/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/edgebed-main-venv.pth"
 
 # The papers' figures (REPRODUCTION.md): each runs its series at SEEDS seeds (records kept under

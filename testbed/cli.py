@@ -482,6 +482,23 @@ def bench_ddp(rates: str = typer.Option("10mbit,50mbit,100mbit", help="link rate
         raise typer.Exit(1)
 
 
+@bench_app.command("flower-app")
+def bench_flower_app(rates: str = typer.Option("5mbit,20mbit,100mbit", help="link rates, comma-separated"),
+                     rounds: int = typer.Option(4, help="FedAvg rounds a run (round 1 is warm-up)"),
+                     out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """An unmodified Flower app (SuperLink, 2 SuperNodes): round time against the bytes it moves."""
+    from testbed.bench.flower_app import FLOWER_PYTHON, flower_app_benchmark
+
+    if rounds < 3:
+        _fail("error: --rounds: at least 3 (round 1 is warm-up, a round's time is the gap between two ends)")
+    if not FLOWER_PYTHON.exists():
+        _fail(f"error: no {FLOWER_PYTHON.parent.parent.name} (make flower-venv installs PyPI's flwr)")
+    res = flower_app_benchmark([r.strip() for r in rates.split(",") if r.strip()], rounds=rounds, out_dir=out,
+                               say=typer.echo)
+    if not res["ok"]:
+        raise typer.Exit(1)
+
+
 @bench_app.command("stream")
 def bench_stream(topics: int = typer.Option(4, help="topics = devices, one producer process each"),
                  rate: float = typer.Option(100.0, help="samples/s per topic"),

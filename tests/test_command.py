@@ -25,9 +25,12 @@ def _lines(command: dict) -> list[str]:
 def test_a_bad_command_is_one_line_naming_the_field():
     assert _lines({"worker": "train --rank {rnk}"}) == [
         "workload.command: worker: unknown placeholder {rnk} (known: rank, world_size, node, address, "
-        "master_addr, master_port, ps_addr, python)"]
+        "master_addr, master_port, ps_addr, python, home)"]
     assert _lines({"worker": "   "}) == ["workload.command: worker: an empty command"]
-    assert _lines({"eval": "x"}) == ["workload.command.eval: 'eval' is not one of the allowed values ('ps' or 'worker')"]
+    assert _lines({"trainer": "x"}) == ["workload.command.trainer: 'trainer' is not one of the allowed values "
+                                        "('ps', 'worker' or 'evaluator')"]
+    assert _lines({"ps": "serve"}) == ["workload.command: needs a worker or an evaluator command: the run ends "
+                                       "when they do"]
 
 
 def test_a_node_gets_its_addresses_as_placeholders_and_environment():
@@ -37,10 +40,53 @@ def test_a_node_gets_its_addresses_as_placeholders_and_environment():
     v = placeholders(cfg)
     assert (v["rank"], v["world_size"], v["master_addr"], v["address"], v["python"]) == \
         (1, 3, "10.0.0.3", "10.0.0.4", sys.executable)
-    env = environment(cfg)
+    env = environment(cfg, "/tmp/home-w1")
     assert (env["RANK"], env["WORLD_SIZE"], env["MASTER_ADDR"], env["MASTER_PORT"], env["EDGEBED_NODE"],
-            env["EDGEBED_RECORDS"], env["OMP_NUM_THREADS"]) == ("1", "3", "10.0.0.3", "29500", "w1",
-                                                                "tcp://10.1.0.1:5000", "2")
+            env["EDGEBED_RECORDS"], env["OMP_NUM_THREADS"], env["HOME"]) == (
+        "1", "3", "10.0.0.3", "29500", "w1", "tcp://10.1.0.1:5000", "2", "/tmp/home-w1")
+    assert placeholders(cfg, "/tmp/home-w1")["home"] == "/tmp/home-w1"
+
+
+def test_a_program_in_a_venv_finds_the_venvs_other_programs(tmp_path):
+    """Flower's SuperLink starts `flower-superexec` by name: a program started from a venv's bin/
+    gets that bin/ first on PATH, as if the venv were activated; any other program keeps PATH."""
+    from testbed.node.roles.command import venv_path
+
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    (tmp_path / "venv" / "bin" / "activate").write_text("")
+    (tmp_path / "plain").mkdir()
+    assert venv_path(str(tmp_path / "venv" / "bin" / "tool"), "/usr/bin:/bin") == \
+        f"{tmp_path / 'venv' / 'bin'}:/usr/bin:/bin"
+    assert venv_path(str(tmp_path / "plain" / "tool"), "/usr/bin:/bin") == "/usr/bin:/bin"
+    assert venv_path("python3", "/usr/bin") == "/usr/bin"  # found on PATH: nothing to activate
+
+
+def test_stopping_a_program_stops_what_it_started(tmp_path):
+    """The program runs in a process group of its own and is stopped as a whole: a child it left
+    behind (a SuperLink's ServerApp, a launcher's workers) goes with it."""
+    import os
+
+    from testbed.node.roles.command import _stop
+
+    pidfile = tmp_path / "child.pid"
+    # the program starts a child that ignores SIGTERM, and ends (the child stays, orphaned)
+    proc = subprocess.Popen(["sh", "-c", f"(trap '' TERM; exec sleep 300) & echo $! > {pidfile}"],
+                            start_new_session=True)
+    for _ in range(100):
+        if pidfile.exists() and pidfile.read_text().strip():
+            break
+        __import__("time").sleep(0.05)
+    child = int(pidfile.read_text())
+    proc.wait()
+    assert _stop(proc) == 0  # the program's own exit code
+    for _ in range(50):
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        __import__("time").sleep(0.1)
+    else:
+        pytest.fail(f"the program's child {child} outlived it")
 
 
 def _up(tmp_path, data: dict):
@@ -86,6 +132,8 @@ def test_ddp_with_torchrun_follows_the_shaped_links(tmp_path, clean_host):
     assert 0.98 <= ar.value.median() / bound <= 1.30, (ar.value.describe(), bound)
     steps = pd.read_csv(run_dir / "steps.csv")  # the reported loss, as a built-in's steps
     assert len(steps[steps.node == "w0"]) == 20
+    from testbed.records.reader import load_run  # ... read back like a built-in's (edgebed plot)
+    assert len(load_run(run_dir).steps.query("node == 'w0'")) == 20
     assert "rank 0 step 20" in (run_dir / "logs" / "w0.log").read_text()
     traffic = pd.read_csv(run_dir / "traffic.csv")
     up = traffic[(traffic.node == "w1") & (traffic.direction == "up")].bytes.max()

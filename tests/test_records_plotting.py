@@ -358,3 +358,18 @@ def test_link_check_figure_and_the_accuracy_title_say_which_link_was_off(tmp_pat
     _assert_png(run / "plots" / "link_check.png")
     rec = load_run(run)
     assert "1 OFF: w1 down" in _accuracy_figure(rec, _style_for(rec))._suptitle.get_text()
+
+
+def test_a_programs_reported_rows_read_back_without_the_counts_it_does_not_have(tmp_path: Path) -> None:
+    """A command workload's edgebed.report writes eval and steps rows without a built-in's counts
+    (updates received, samples, bytes): they read back with those empty; garbage in them is
+    still damage, and a complete table keeps its int64 columns."""
+    run = tmp_path / "reported"
+    run.mkdir()
+    (run / "eval.csv").write_text(",".join(EVAL_COLUMNS) + "\n1.0,0,,0.1,2.3,\n2.0,1,,0.9,0.4,\n3.0,2,x,0.95,0.2,\n")
+    (run / "steps.csv").write_text(",".join(STEP_COLUMNS) + "\n1.5,w0,1,0.5,,,,,,,1,\n")
+    rec = load_run(run)
+    assert rec.evals["step"].tolist() == [0, 1] and rec.evals["accuracy"].tolist() == [0.1, 0.9]
+    assert rec.evals["samples"].isna().all() and rec.evals["updates_received"].isna().all()
+    assert rec.steps["loss"].tolist() == [0.5] and rec.steps["batch_size"].isna().all()
+    assert {p.name for p in plot_run(run)} >= {"accuracy.png", "loss.png"}

@@ -1,7 +1,8 @@
 """`edgebed.report(step=..., accuracy=..., loss=..., **anything)`: a command workload's program
 hands its metrics to the run's records, over the node's channel to the runner (the EDGEBED_*
-variables its role set say where). Every metric goes to report.csv; `accuracy` (with `loss`)
-also to eval.csv and a `loss` to steps.csv, so `edgebed plot` draws the program like a built-in.
+variables its role set say where). Every metric goes to report.csv; given a `step`, `accuracy`
+(with its `loss`) also to eval.csv, and a `loss` without one (training) to steps.csv, so
+`edgebed plot` draws the program like a built-in and `edgebed.load` reads it back.
 Outside an edgebed run it does nothing (and says so by returning False)."""
 
 from __future__ import annotations
@@ -37,8 +38,10 @@ def report(step: Optional[int] = None, **values: float) -> bool:
     t = time.time() - float(os.environ.get("EDGEBED_T0", "0") or 0)
     for key, value in values.items():
         _table("report.csv").write(time=t, node=node, step=step, key=key, value=value)
-    if "accuracy" in values:
+    if step is None:  # eval.csv and steps.csv rows need a step (report.csv has the rest)
+        return True
+    if "accuracy" in values:  # an evaluation: its loss is the evaluation's
         _table("eval.csv").write(time=t, step=step, accuracy=values["accuracy"], loss=values.get("loss"))
-    if "loss" in values:
-        _table("steps.csv").write(time=t, node=node, step=step, loss=values["loss"])
+    elif "loss" in values:  # a training step; its step stands for the model version a built-in records
+        _table("steps.csv").write(time=t, node=node, step=step, loss=values["loss"], model_version=step)
     return True

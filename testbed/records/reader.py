@@ -47,18 +47,19 @@ EVENTS_FILE = "events.csv"
 SUMMARY_FILE = "summary.json"
 
 # A row failing its column's check is dropped. "time": finite float; "int": an integer;
-# "float": number, or empty/nan (a diverged loss is data, not corruption);
-# "name": non-empty string; "str": anything.
-Kind = Literal["time", "int", "float", "name", "str"]
+# "count": an integer or empty (what a command workload's program does not report: int64 when
+# every row has it, else float64 with NaN); "float": number, or empty/nan (a diverged loss is
+# data, not corruption); "name": non-empty string; "str": anything.
+Kind = Literal["time", "int", "count", "float", "name", "str"]
 
 STEP_SCHEMA: dict[str, Kind] = {
-    "time": "time", "node": "name", "step": "int", "loss": "float", "batch_size": "int",
-    "lr": "float", "bytes_sent": "int", "bytes_received": "int", "compute_seconds": "float",
+    "time": "time", "node": "name", "step": "int", "loss": "float", "batch_size": "count",
+    "lr": "float", "bytes_sent": "count", "bytes_received": "count", "compute_seconds": "float",
     "comm_seconds": "float", "model_version": "int", "compressed": "float",  # 1/0, empty when not compressing
 }  # fmt: skip
 EVAL_SCHEMA: dict[str, Kind] = {
-    "time": "time", "step": "int", "updates_received": "int", "accuracy": "float",
-    "loss": "float", "samples": "int",
+    "time": "time", "step": "int", "updates_received": "count", "accuracy": "float",
+    "loss": "float", "samples": "count",
 }  # fmt: skip
 TRAFFIC_SCHEMA: dict[str, Kind] = {
     "time": "time", "node": "name", "link": "str", "direction": "name", "bytes": "int",
@@ -210,6 +211,7 @@ def read_csv_records(path: Path, schema: Mapping[str, Kind]) -> pd.DataFrame:
     bad = np.zeros(n, dtype=bool)
     out: dict[str, pd.Series] = {}
     int_columns: list[str] = []
+    count_columns: list[str] = []
     for col, kind in schema.items():
         if col not in raw.columns:
             textual = kind in ("str", "name")
@@ -228,6 +230,10 @@ def read_csv_records(path: Path, schema: Mapping[str, Kind]) -> pd.DataFrame:
         elif kind == "int":
             bad |= (num.isna() | ~np.isfinite(num) | (num % 1 != 0)).to_numpy()
             int_columns.append(col)
+        elif kind == "count":
+            given = (cells.str.strip() != "").to_numpy()
+            bad |= given & (num.isna() | ~np.isfinite(num) | (num % 1 != 0)).to_numpy()
+            count_columns.append(col)
         else:
             failed = num.isna().to_numpy()
             if failed.any():  # only the few non-numbers need the slower text check
@@ -238,7 +244,7 @@ def read_csv_records(path: Path, schema: Mapping[str, Kind]) -> pd.DataFrame:
             out[col] = raw[col].fillna("").astype(str)
 
     df = pd.DataFrame(out).loc[~bad]
-    for col in int_columns:
+    for col in int_columns + [c for c in count_columns if not df[c].isna().any()]:
         df[col] = df[col].astype("int64")
     return df.sort_values("time", kind="stable").reset_index(drop=True)
 
@@ -296,7 +302,7 @@ def _dedupe(names: list[str]) -> list[str]:
 
 
 def _empty(schema: Mapping[str, Kind]) -> pd.DataFrame:
-    dtypes = {"time": "float64", "float": "float64", "int": "int64", "name": str, "str": str}
+    dtypes = {"time": "float64", "float": "float64", "int": "int64", "count": "int64", "name": str, "str": str}
     return pd.DataFrame({c: pd.Series(dtype=dtypes[k]) for c, k in schema.items()})
 
 

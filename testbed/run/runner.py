@@ -612,7 +612,7 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
             stop_event.set()
             ps.join(timeout=30)
             return "failed", f"node(s) {', '.join(_exit_reason(n, procs[n].exitcode) for n in dead)} exited with an error"
-        if sc.workload.command is not None and _commands_done(procs, spec, killed):
+        if sc.workload.command is not None and _commands_done(procs, spec, killed, sc.workload.command):
             stop_event.set()  # the ps role ends the run (stop_reason "commands")
         if now > hard_deadline:
             stop_event.set()
@@ -630,8 +630,12 @@ def _monitor(sc, runtime, spec, procs, run_dir, t0, stop_event, say, progress_ev
     return ("completed" if why in ("steps", "seconds", "target_accuracy", "commands") else "stopped"), why or "unknown"
 
 
-def _commands_done(procs: dict, spec, killed: set) -> bool:
-    """A command workload's workers' programs have all ended well (a killed one does not count)."""
+def _commands_done(procs: dict, spec, killed: set, commands: dict) -> bool:
+    """A command workload's driver (the evaluator's program) has ended well, or without one, its
+    workers' programs all have (a killed one does not count)."""
+    if "evaluator" in commands:
+        drivers = [n.name for n in spec.nodes if n.role == "evaluator" and n.name in procs]
+        return bool(drivers) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in drivers)
     workers = [n.name for n in spec.workers if n.name in procs and n.name not in killed]
     return bool(workers) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in workers)
 

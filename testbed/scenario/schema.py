@@ -205,7 +205,7 @@ class Injection(StrictModel):
 # What a command workload's template may name (node.roles.command fills them in, and sets the
 # environment variables torchrun and torch.distributed read: MASTER_ADDR, MASTER_PORT, RANK, ...).
 COMMAND_PLACEHOLDERS = ("rank", "world_size", "node", "address", "master_addr", "master_port", "ps_addr",
-                        "python")  # python: the node's interpreter, the one with torch and edgebed
+                        "python", "home")  # python: the node's interpreter (torch, edgebed); home: its own folder
 
 
 def command_problem(template: str) -> Optional[str]:
@@ -236,9 +236,11 @@ class Workload(StrictModel):
     eval_samples: Optional[int] = Field(None, ge=1, description="cap on test samples per evaluation")
     test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
     threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
-    command: Optional[dict[Literal["ps", "worker"], str]] = Field(
+    command: Optional[dict[Literal["ps", "worker", "evaluator"], str]] = Field(
         None, description="an unmodified program per role instead of edgebed's trainer (a command workload): "
-        "placeholders {rank} {world_size} {node} {address} {master_addr} {master_port} {ps_addr} {python}")
+        "placeholders {rank} {world_size} {node} {address} {master_addr} {master_port} {ps_addr} {python} {home}. "
+        "The run completes when the evaluator's program ends well (a driver, such as `flwr run`), or without "
+        "one, when every worker's has")
     injection: Optional[Injection] = None
     train_fraction: Optional[float] = Field(None, gt=0, le=1, description="train on this share of the training set "
                                             "(a seeded subset, before partitioning; AdaComp's Table II)")
@@ -250,6 +252,8 @@ class Workload(StrictModel):
             problem = command_problem(template)
             if problem:
                 raise ValueError(f"{role}: {problem}")
+        if v is not None and not ({"worker", "evaluator"} & set(v)):
+            raise ValueError("needs a worker or an evaluator command: the run ends when they do")
         return v
 
     @field_validator("model")

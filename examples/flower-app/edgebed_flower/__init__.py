@@ -1,0 +1,1 @@
+"""edgebed-flower: FedAvg on MNIST, a Flower app run unmodified by edgebed."""
