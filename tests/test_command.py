@@ -138,3 +138,28 @@ def test_ddp_with_torchrun_follows_the_shaped_links(tmp_path, clean_host):
     traffic = pd.read_csv(run_dir / "traffic.csv")
     up = traffic[(traffic.node == "w1") & (traffic.direction == "up")].bytes.max()
     assert up > 20 * rep[rep.key == "model_bytes"].value.iloc[0]  # every step's gradients crossed w1's link
+
+
+@needs_root
+def test_a_command_workload_runs_across_docker_containers(tmp_path, clean_host):
+    """The docker runtime: each worker's program (here inline, with the image's torch) joins a
+    gloo process group across the containers from the placeholders' environment, all-reduces,
+    reports, and prints to its container's log, saved as logs/<node>.log; each has its own HOME."""
+    from test_docker_runtime import _client
+
+    _client()  # skips without an engine
+    program = ("{python} -c \"import os, torch, torch.distributed as d, edgebed; d.init_process_group('gloo'); "
+               "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); edgebed.report(step=1, allreduce_sum=t.item()); "
+               "print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], 'sum', t.item(), 'home', "
+               "os.environ['HOME'], flush=True)\"")
+    r, run_dir = _up(tmp_path, {"runtime": "docker", "stop": {"seconds": 120}, "workload": {"command": {"worker": program}},
+                                "profiles": {"edge": {"cpus": 0.5, "bandwidth": "20mbit"}},
+                                "workers": [{"count": 2, "profile": "edge"}]})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["reason"] == "commands"
+    rep = pd.read_csv(run_dir / "report.csv")
+    assert sorted(rep.node) == ["w0", "w1"] and (rep.value == 3.0).all()  # 1 + 2 over the two containers
+    for rank in (0, 1):
+        log = (run_dir / "logs" / f"w{rank}.log").read_text()
+        assert f"rank {rank} of 2 sum 3.0 home /tmp/edgebed-home-w{rank}-" in log, log[-500:]
