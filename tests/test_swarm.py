@@ -464,3 +464,24 @@ def test_ask_all_collects_every_answer_and_gives_up_on_a_silent_node(tmp_path):
         hub.close()
     assert answers == {"a": "a:counters", "b": None, "c": "c:counters"}
     assert 2.0 <= took < 3.0  # waited out the silent node, no longer
+
+
+def test_a_command_workload_runs_across_the_hosts(tmp_path, lab, clean_host):
+    """A command workload on swarm: the workers' programs (inline, the image's torch) on two
+    hosts join one gloo process group from the placeholders' environment, all-reduce, report
+    over the control channel, and their output comes back as logs/<node>.log."""
+    program = ("{python} -c \"import os, torch, torch.distributed as d, edgebed; d.init_process_group('gloo'); "
+               "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); edgebed.report(step=1, allreduce_sum=t.item()); "
+               "print('rank', os.environ['RANK'], 'sum', t.item(), flush=True)\"")
+    run_dir = _run(tmp_path, {"runtime": "swarm", "stop": {"seconds": 120}, "workload": {"command": {"worker": program}},
+                              "profiles": {"edge": {"cpus": 0.5, "bandwidth": "20mbit"}},
+                              "workers": [{"count": 2, "profile": "edge"}],
+                              "placement": {"ps": "eb-lab-h1", "eval": "eb-lab-h1", "w0": "eb-lab-h1", "w1": "eb-lab-h2"}})
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert (meta["nodes"]["w0"]["host"], meta["nodes"]["w1"]["host"]) == ("eb-lab-h1", "eb-lab-h2")
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["reason"] == "commands"
+    rep = pd.read_csv(run_dir / "report.csv")
+    assert sorted(rep.node) == ["w0", "w1"] and (rep.value == 3.0).all()
+    for rank in (0, 1):
+        assert f"rank {rank} sum 3.0" in (run_dir / "logs" / f"w{rank}.log").read_text()
