@@ -1,5 +1,5 @@
 """The ClientApp: each SuperNode trains the global model on its partition and sends it back.
-`edgebed.report` hands the round's training loss and time to edgebed's records (a no-op elsewhere)."""
+`report` hands the round's training loss and time to edgebed's records (a no-op elsewhere)."""
 
 import time
 
@@ -7,12 +7,7 @@ import torch
 from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from edgebed_flower.task import Net, load_partition, train as train_fn
-
-try:
-    import edgebed
-except ImportError:  # outside edgebed's environment: no reports
-    edgebed = None
+from edgebed_flower.task import Net, load_partition, report, train as train_fn
 
 app = ClientApp()
 
@@ -26,9 +21,7 @@ def train(msg: Message, context: Context) -> Message:
                             int(context.run_config["batch-size"]))
     started = time.perf_counter()
     loss = train_fn(model, loader, int(context.run_config["local-epochs"]), float(msg.content["config"]["lr"]))
-    if edgebed is not None:
-        edgebed.report(step=int(msg.content["config"]["server-round"]), loss=loss,
-                       train_seconds=time.perf_counter() - started)
+    report(int(msg.content["config"]["server-round"]), loss=loss, train_seconds=time.perf_counter() - started)
     metrics = MetricRecord({"train_loss": loss, "num-examples": len(loader.dataset)})
     return Message(content=RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}),
                    reply_to=msg)

@@ -1,7 +1,6 @@
 """The ServerApp: FedAvg over every SuperNode for `num-server-rounds` rounds; the global model is
-evaluated on held-out digits before the first round and after each. The one edgebed line is
-`edgebed.report`, which puts each round's accuracy into the run's records (and does nothing when
-the app runs elsewhere)."""
+evaluated on held-out digits before the first round and after each. `report` (task.py) puts each
+round's accuracy into edgebed's records (and does nothing when the app runs elsewhere)."""
 
 import time
 
@@ -10,12 +9,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy import FedAvg
 
-from edgebed_flower.task import Net, load_held_out, test
-
-try:
-    import edgebed
-except ImportError:  # outside edgebed's environment: no reports
-    edgebed = None
+from edgebed_flower.task import Net, load_held_out, report, test
 
 app = ServerApp()
 
@@ -31,8 +25,7 @@ def main(grid: Grid, context: Context) -> None:
         model = Net()
         model.load_state_dict(arrays.to_torch_state_dict())
         loss, accuracy = test(model, held_out)
-        if edgebed is not None:  # round 0 is the initial model
-            edgebed.report(step=server_round, accuracy=accuracy, loss=loss, round_end_s=time.time() - started)
+        report(server_round, accuracy=accuracy, loss=loss, round_end_s=time.time() - started)  # round 0: the initial model
         return MetricRecord({"accuracy": accuracy, "loss": loss})
 
     strategy = FedAvg(fraction_train=float(cfg["fraction-train"]), fraction_evaluate=0.0)

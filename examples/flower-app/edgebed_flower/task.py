@@ -8,7 +8,18 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+try:
+    import edgebed
+except ImportError:  # outside edgebed's environment: no reports
+    edgebed = None
+
 HELD_OUT = 1000
+
+
+def report(step: int, **values: float) -> None:
+    """Hand metrics to edgebed's records when edgebed runs the app (the one edgebed line)."""
+    if edgebed is not None:
+        edgebed.report(step=step, **values)
 
 
 class Net(nn.Module):
