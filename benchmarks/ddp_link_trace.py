@@ -4,10 +4,11 @@ from inside its namespace (netns runtime) while `edgebed bench ddp`'s program ru
     .venv/bin/python benchmarks/ddp_link_trace.py --rate 10mbit
 
 Of the 50 ms slices with traffic, the share in which each direction moved at least 80% of the
-rate, and both together; then 1.5 s of slices from the middle of the run. Both directions running at the rate together is
-what the ring bound assumes; a direction that stalls while the other runs is what TCP does when
-its ACKs wait behind the other direction's data in the link's FIFO queue (gloo opens one TCP
-connection per pair of ranks and runs both ring directions over it)."""
+rate, and both together; then 1.5 s of slices from the middle of the run. Both directions
+running at the rate together is what the ring bound assumes; a direction that stalls while the
+other runs is what TCP does when its ACKs wait behind the other direction's data in the link's
+FIFO queue (gloo opens one TCP connection per pair of ranks and runs both ring directions over
+it)."""
 
 import argparse
 import glob

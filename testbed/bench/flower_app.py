@@ -91,7 +91,8 @@ def follows_the_bytes(rows: list[dict], tolerance: float = 0.20, least_s: float 
         if r is base or added_transfer < least_s:
             continue
         ratio = (r["round_median_s"] - base["round_median_s"]) / added_transfer
-        out.append({"rate": r["rate"], "base": base["rate"], "added_round_s": r["round_median_s"] - base["round_median_s"],
+        added_round = r["round_median_s"] - base["round_median_s"]
+        out.append({"rate": r["rate"], "base": base["rate"], "added_round_s": added_round,
                     "added_transfer_s": added_transfer, "ratio": ratio, "ok": abs(ratio - 1) <= tolerance})
     return out
 

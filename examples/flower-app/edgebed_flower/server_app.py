@@ -25,7 +25,8 @@ def main(grid: Grid, context: Context) -> None:
         model = Net()
         model.load_state_dict(arrays.to_torch_state_dict())
         loss, accuracy = test(model, held_out)
-        report(server_round, accuracy=accuracy, loss=loss, round_end_s=time.time() - started)  # round 0: the initial model
+        # round 0 is the initial model
+        report(server_round, accuracy=accuracy, loss=loss, round_end_s=time.time() - started)
         return MetricRecord({"accuracy": accuracy, "loss": loss})
 
     strategy = FedAvg(fraction_train=float(cfg["fraction-train"]), fraction_evaluate=0.0)
