@@ -52,11 +52,11 @@ class _Reading:
         self.wire_bps = wire_bps
 
 
-def test_an_off_reading_is_taken_again_over_a_longer_window_and_the_first_kept_in_the_note(tmp_path, monkeypatch):
+def test_a_reading_over_3_percent_off_is_taken_again_over_a_longer_window_the_first_in_the_note(tmp_path, monkeypatch):
     from testbed.run import verify
 
     spec = _spec(ps={"bandwidth": "1gbit"})  # 3 workers, no latency on the PS; w0/w1 have 20 ms
-    w1_up = iter([19.0e6, 19.9e6])  # 95% (off at 3%), then 99.5%
+    w1_up = iter([19.0e6, 19.9e6])  # 95% (within the 10% tolerance, but more than 3% off), then 99.5%
     w2_down = iter([80e6, 81e6])  # too slow twice: stays off
     windows = []
 
@@ -72,7 +72,7 @@ def test_an_off_reading_is_taken_again_over_a_longer_window_and_the_first_kept_i
     monkeypatch.setattr(verify, "measure_flows", fake_measure)
     monkeypatch.setattr(verify, "_expected_rtt", lambda spec, n, ps: 0.0)  # no round trips to fake
     rt = type("Rt", (), {"link_counter": lambda self, n, k: 0})()
-    rows = verify.verify_links(rt, spec, {}, tmp_path, tolerance=0.03, together=False, say=lambda s: None)
+    rows = verify.verify_links(rt, spec, {}, tmp_path, tolerance=0.10, together=False, say=lambda s: None)
     by = {(r["node"], r["direction"]): r for r in rows}
     assert by["w1", "up"]["ok"] and by["w1", "up"]["measured_bps"] == 19.9e6
     assert by["w1", "up"]["note"] == "measured again; first read 95.0%"
