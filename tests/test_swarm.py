@@ -162,7 +162,8 @@ def test_smoke_across_two_hosts_with_a_worker_killed_and_restarted_on_the_second
     sc["runtime"] = "swarm"
     sc["stop"]["target_accuracy"] = 0.90
     sc["placement"] = {"ps": "eb-lab-h1", "w1": "eb-lab-h2", "w2": "eb-lab-h2", "w0": "eb-lab-h1"}
-    sc["events"] = [{"at": "12s", "target": "w1", "action": "kill"}, {"at": "20s", "target": "w1", "action": "restart"}]
+    # the kill after w1's first steps: they came at 8 s usually, at 11 s on a loaded CI machine
+    sc["events"] = [{"at": "16s", "target": "w1", "action": "kill"}, {"at": "24s", "target": "w1", "action": "restart"}]
     run_dir = _run(tmp_path, sc)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["reason"] == "target_accuracy" and summary["best_accuracy"] >= 0.90  # reached it
