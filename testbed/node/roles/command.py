@@ -16,10 +16,10 @@ Each program gets a folder of its own as HOME (`{home}`): on the netns runtime t
 the host's files, and devices do not share a home (Flower keeps its state in ~/.flwr). A program
 started from a venv's bin/ finds that venv's other programs on PATH, as if it were activated
 (Flower's SuperLink starts `flower-superexec` by name). The program runs in a process group of
-its own, stopped as a whole: what it started goes with it (what detaches into a session of its
-own, as Flower's SuperExec does, goes with the node's cgroup or container). Its output goes to RUN/logs/<node>.log
-(netns: written here; docker and swarm: the container's log, saved at teardown); it is stopped
-(SIGTERM, then SIGKILL) when the run stops.
+its own, stopped as a whole when the run stops (SIGTERM, then SIGKILL): what it started goes with
+it (what detaches into a session of its own, as Flower's SuperExec does, goes with the node's
+cgroup or container). Its output goes to RUN/logs/<node>.log (netns: written here; docker and
+swarm: the container's log, saved at teardown).
 """
 
 from __future__ import annotations
