@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.fidelity import _save
+from testbed.bench.fidelity import _save, run_from_repo
 from testbed.scenario import units
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,31 +31,18 @@ def ring_bound_seconds(model_bytes: float, workers: int, rate_bps: float) -> flo
 
 def ddp_run(rate: str, *, workers: int = 2, steps: int = 20, cpus: float = 0.8, out: Path | None = None) -> dict:
     """One run at `rate`: median all-reduce seconds (after the warm-up), the bound, their ratio."""
-    import tempfile
-
     from testbed.run import api
 
     sc = api.scenario(SCENARIO, {"profiles.edge": {"bandwidth": rate, "cpus": cpus}, "workers": [
         {"count": workers, "profile": "edge"}], "name": f"ddp-{rate}"})
     cmd = sc.workload.command["worker"].replace("--steps 20", f"--steps {steps}")
     sc = api.vary(sc, {"workload.command": {"worker": cmd}})
-    run_dir = Path(out) if out else Path(tempfile.mkdtemp(prefix="edgebed-ddp-")) / "run"
-    cwd = os.getcwd()
-    os.chdir(REPO)  # the command names the script relative to the repository
-    try:
-        result = api.run(sc, run_dir)
-    finally:
-        os.chdir(cwd)
-    rep = result.table("report.csv")
-    if out is None:
-        import shutil
-
-        shutil.rmtree(run_dir.parent, ignore_errors=True)
+    summary, rep = run_from_repo(sc, "ddp", out, lambda result: result.table("report.csv"))
     ar = rep[(rep.key == "allreduce_seconds") & (rep.step > WARMUP_STEPS)] if len(rep) else rep
     model_bytes = float(rep[rep.key == "model_bytes"].value.iloc[0]) if len(rep) else float("nan")
     measured = float(ar.value.median()) if len(ar) else float("nan")
     bound = ring_bound_seconds(model_bytes, workers, units.parse_rate(rate))
-    return {"rate": rate, "workers": workers, "status": result.summary["status"], "steps_measured": len(ar),
+    return {"rate": rate, "workers": workers, "status": summary["status"], "steps_measured": len(ar),
             "model_bytes": model_bytes, "allreduce_median_s": measured, "ring_bound_s": bound,
             "ratio": measured / bound, "allreduce_p10_s": float(ar.value.quantile(0.1)) if len(ar) else None,
             "allreduce_p90_s": float(ar.value.quantile(0.9)) if len(ar) else None}

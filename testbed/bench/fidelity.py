@@ -53,6 +53,27 @@ def run_for_records(sc, label: str, *files: str) -> tuple[dict, dict]:
         shutil.rmtree(run_dir.parent, ignore_errors=True)
 
 
+def run_from_repo(sc, label: str, out: Path | None, read: Callable) -> tuple[dict, object]:
+    """Run `sc` from the repository's root (a command workload names its programs relative to
+    it) into `out`, or a scratch directory removed after `read(result)` has taken what it needs:
+    the run's summary and what `read` returned."""
+    import shutil
+    import tempfile
+
+    from testbed.run import api
+
+    run_dir = Path(out) if out else Path(tempfile.mkdtemp(prefix=f"edgebed-{label}-")) / "run"
+    cwd = os.getcwd()
+    os.chdir(Path(__file__).resolve().parents[2])
+    try:
+        result = api.run(sc, run_dir)
+        return result.summary, read(result)
+    finally:
+        os.chdir(cwd)
+        if out is None:
+            shutil.rmtree(run_dir.parent, ignore_errors=True)
+
+
 class _Bench:
     """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime."""
 

@@ -16,15 +16,13 @@ the round time follows the bytes over the shaped links, whatever Flower's own co
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from testbed.bench.fidelity import _save
+from testbed.bench.fidelity import _save, run_from_repo
 from testbed.scenario import units
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,18 +37,11 @@ def flower_app_run(rate: str, *, rounds: int = 4, cpus: float = 0.8, out: Path |
     sc = api.scenario(SCENARIO, {"profiles.edge": {"bandwidth": rate, "cpus": cpus}, "name": f"flower-{rate}"})
     cmd = sc.workload.command["evaluator"].replace("num-server-rounds=5", f"num-server-rounds={rounds}")
     sc = api.vary(sc, {"workload.command": {**sc.workload.command, "evaluator": cmd}})
-    run_dir = Path(out) if out else Path(tempfile.mkdtemp(prefix="edgebed-flower-")) / "run"
-    cwd = os.getcwd()
-    os.chdir(REPO)  # the commands name the venv and the app relative to the repository
-    try:
-        result = api.run(sc, run_dir)
-        row = round_costs(result.table("report.csv"), result.traffic, units.parse_rate(rate))
-    finally:
-        os.chdir(cwd)
-        if out is None:
-            shutil.rmtree(run_dir.parent, ignore_errors=True)
-    return {"rate": rate, "rounds": rounds, "status": result.summary["status"],
-            "final_accuracy": result.summary["final_accuracy"], **row}
+    rate_bps = units.parse_rate(rate)
+    summary, row = run_from_repo(sc, "flower", out,
+                                 lambda result: round_costs(result.table("report.csv"), result.traffic, rate_bps))
+    return {"rate": rate, "rounds": rounds, "status": summary["status"], "final_accuracy": summary["final_accuracy"],
+            **row}
 
 
 def round_costs(report, traffic, rate_bps: float) -> dict:
@@ -90,8 +81,8 @@ def follows_the_bytes(rows: list[dict], tolerance: float = 0.20, least_s: float 
         added_transfer = r["transfer_s"] - base["transfer_s"]
         if r is base or added_transfer < least_s:
             continue
-        ratio = (r["round_median_s"] - base["round_median_s"]) / added_transfer
         added_round = r["round_median_s"] - base["round_median_s"]
+        ratio = added_round / added_transfer
         out.append({"rate": r["rate"], "base": base["rate"], "added_round_s": added_round,
                     "added_transfer_s": added_transfer, "ratio": ratio, "ok": abs(ratio - 1) <= tolerance})
     return out

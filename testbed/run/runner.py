@@ -634,10 +634,10 @@ def _commands_done(procs: dict, spec, killed: set, commands: dict) -> bool:
     """A command workload's driver (the evaluator's program) has ended well, or without one, its
     workers' programs all have (a killed one does not count)."""
     if "evaluator" in commands:
-        drivers = [n.name for n in spec.nodes if n.role == "evaluator" and n.name in procs]
-        return bool(drivers) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in drivers)
-    workers = [n.name for n in spec.workers if n.name in procs and n.name not in killed]
-    return bool(workers) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in workers)
+        watched = [n.name for n in spec.nodes if n.role == "evaluator" and n.name in procs]
+    else:
+        watched = [n.name for n in spec.workers if n.name in procs and n.name not in killed]
+    return bool(watched) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in watched)
 
 
 def _summarize(sc, run_dir: Path, t0: float, status: str, reason: str, counters: dict, spec) -> dict:
