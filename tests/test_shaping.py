@@ -2,6 +2,8 @@
 
 import pytest
 
+from conftest import needs_root
+
 from testbed.kernel.shaping import KernelCaps, htb_burst, plan_direction
 from testbed.scenario.links import Direction
 
@@ -62,3 +64,33 @@ def test_bpf_loss_program_threshold():
     assert len(code) == 7 * 8
     opcode, _, off, imm = struct.unpack("<BBhi", code[16:24])  # the compare instruction
     assert (opcode, off, imm) == (0x35, 2, RESOLUTION // 4)
+
+
+@needs_root
+def test_a_node_tries_its_own_kernel_in_its_namespace_and_leaves_nothing_there():
+    """What a swarm node answers to `kernel`: the qdiscs tried on a veth pair in its own namespace
+    (here a scratch one), the same answer as this machine's probe, and no interface left."""
+    import uuid
+
+    from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
+    from testbed.kernel.shaping import probe_kernel, probe_links
+
+    name = f"eb-t-{uuid.uuid4().hex[:6]}"
+    create_netns(name)
+    try:
+        with ns_iproute(name) as ns:
+            before = sorted(link.get_attr("IFLA_IFNAME") for link in ns.get_links())
+            caps = probe_links(ns)
+            after = sorted(link.get_attr("IFLA_IFNAME") for link in ns.get_links())
+    finally:
+        remove_netns(name)
+    assert caps == probe_kernel() and caps.htb and caps.ifb
+    assert after == before == ["lo"]
+
+
+def test_weakest_is_what_every_kernel_has():
+    from testbed.kernel.shaping import weakest
+
+    assert weakest([NETEM, NO_NETEM]) == NO_NETEM
+    assert weakest([KernelCaps(htb=True, netem=True, tbf=False, ifb=True, bpf_loss=True), NO_NETEM]) == \
+        KernelCaps(htb=True, netem=False, tbf=False, ifb=True, bpf_loss=False)

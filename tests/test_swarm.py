@@ -109,6 +109,71 @@ def test_a_clock_offset_is_measured_within_half_the_round_trip():
     assert abs(offset - 5.0) <= rtt / 2 + 1e-3
 
 
+def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
+    """The plan of a node's link comes from the kernel of the host it runs on, as the node found it
+    (the runner's own is never probed): netem where that host has it, the transport's delays and
+    no loss where not; a loss event there needs the eBPF filter's CAP_SYS_ADMIN, and says so."""
+    import time
+    from dataclasses import asdict
+
+    from testbed.kernel.shaping import KernelCaps
+    from testbed.runtimes.live import LiveOps
+    from testbed.runtimes.swarm import SwarmHandle, SwarmRuntime, UNPROBED
+
+    kernels = {"a": KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=False),
+               "b": KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=False)}
+    sc = scenario_from_dict({"profiles": {"edge": {"cpus": 0.3, "bandwidth": "10mbit", "latency": "20ms"}},
+                             "workers": [{"count": 2, "profile": "edge"}], "placement": {"w0": "a", "w1": "b"}})
+    from testbed.plan.placement import place
+
+    spec = place(_spec(sc), SwarmPlacer([_host("a"), _host("b")], sc))
+    asked = []
+
+    def request(node, req, timeout=10.0):
+        asked.append((node, req["op"]))
+        host = spec.node(node).host
+        return {"kernel": json.dumps(asdict(kernels[host])), "clock": repr(time.time())}.get(req["op"], "ok")
+
+    rt = object.__new__(SwarmRuntime)  # no engine: only what shaping and live changes use
+    LiveOps.__init__(rt)
+    rt.caps, rt.fabric, rt.hub = UNPROBED, None, type("Hub", (), {"set_delay": lambda *a: None})()
+    rt.handles = {n.name: SwarmHandle(n, _host(n.host), None) for n in spec.nodes}
+    rt._request = request
+    rt._shape(spec)
+    w0, w1 = rt.handles["w0"], rt.handles["w1"]
+    assert w0.uplink.netem.get("delay") and not w0.uplink.transport_delay_s
+    assert not w1.uplink.netem and w1.uplink.transport_delay_s == pytest.approx(0.02)
+    assert rt.caps == kernels["b"]  # meta.json's kernel_features: what every host has
+    assert [op for n, op in asked if n == "w1"][:2] == ["kernel", "shape"]
+    assert "loss" in rt.set_link("w0", "up", {"loss": 0.01})  # netem on a's kernel
+    with pytest.raises(ValueError, match="w1: loss without netem .* CAP_SYS_ADMIN"):
+        rt.set_link("w1", "up", {"loss": 0.01})
+
+
+def test_traffic_rows_carry_when_a_remote_node_read_its_counters(tmp_path):
+    """A node's counters come with its own reading time, moved onto the runner's clock by its
+    offset, and traffic.csv's rows take that time: an answer that comes late (a loaded router)
+    must not read as a faster link."""
+    from types import SimpleNamespace
+
+    from testbed.records.metrics import TABLES
+    from testbed.run.runner import _sample
+    from testbed.runtimes.swarm import SwarmRuntime
+
+    rt = object.__new__(SwarmRuntime)
+    rt.handles = {"w0": SimpleNamespace(clock=(2.0, 0.001))}  # its clock is 2 s ahead of the runner's
+    reading = {"up_bytes": 10, "up_packets": 1, "down_bytes": 20, "down_packets": 2}
+    assert rt._timed("w0", {**reading, "time": 1002.5}) == {**reading, "time": 1000.5}
+    assert rt._timed("w0", {**reading, "up_bytes": "10"}) is None and rt._timed("w0", None) is None
+    fake = SimpleNamespace(counters=lambda: {"w0": {**reading, "time": 1000.5}, "w1": reading},
+                           wan_counters=lambda: {("a", "b"): {**reading, "time": 1000.75}}, usage=lambda: {})
+    _sample(fake, None, tmp_path, 995.0, {})
+    columns = TABLES["traffic.csv"]  # the runner writes the header when the run starts
+    t = pd.read_csv(tmp_path / "traffic.csv", names=columns).set_index(["node", "direction"]).time
+    assert t[("w0", "up")] == t[("w0", "down")] == 5.5 and t[("a", "up")] == 5.75
+    assert t[("w1", "up")] > 1e6  # no reading time: when the runner sampled (time.time() - t0)
+
+
 # -- on a lab of two hosts ---------------------------------------------------------------------
 def _lab_or_skip():
     if not is_root():
@@ -171,6 +236,14 @@ def test_smoke_across_two_hosts_with_a_worker_killed_and_restarted_on_the_second
     hosts = {n: m["host"] for n, m in meta["nodes"].items()}
     assert hosts["ps"] == "eb-lab-h1" and hosts["w1"] == hosts["w2"] == "eb-lab-h2" and hosts["w0"] == "eb-lab-h1"
     assert all(abs(m["clock_offset_s"]) < 0.05 and m["clock_rtt_s"] < 0.5 for m in meta["nodes"].values())
+    # each node tried its own host's kernel (the lab's hosts share this machine's); the eBPF filter
+    # needs CAP_SYS_ADMIN, which no node of this lossless scenario has
+    from dataclasses import asdict
+
+    from testbed.kernel.shaping import probe_kernel
+
+    here = {**asdict(probe_kernel()), "bpf_loss": False}
+    assert all(m["kernel_features"] == here for m in meta["nodes"].values()), meta["nodes"]
     # the timeline acted on a node of the second host, and the records show it
     events = pd.read_csv(run_dir / "events.csv")
     assert {"kill", "restart"} <= set(events[events.target == "w1"].action)
@@ -397,10 +470,9 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     assert len(services) == 6
     caps = {s.name.rsplit("-", 1)[1]: s.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["CapabilityAdd"]
             for s in services}
-    from testbed.kernel.shaping import probe_kernel
-
-    lossy = [] if probe_kernel().netem else ["w2", "w3"]  # only they load an eBPF filter
-    assert sorted(n for n, c in caps.items() if "SYS_ADMIN" in c) == lossy and all("NET_ADMIN" in c for c in caps.values())
+    # only nodes whose links start with loss may need the eBPF filter (where their host has no netem)
+    assert sorted(n for n, c in caps.items() if "SYS_ADMIN" in c) == ["w2", "w3"]
+    assert all("NET_ADMIN" in c for c in caps.values())
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait()
     r = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=300)

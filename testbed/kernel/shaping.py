@@ -279,50 +279,73 @@ def qdisc_kinds(ipr, ifindex: int) -> list[str]:
 
 @lru_cache(maxsize=1)
 def probe_kernel() -> KernelCaps:
-    """Try each qdisc on a dummy interface in a scratch namespace (needs root)."""
+    """This machine's kernel, tried in a scratch namespace (needs root)."""
     from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
 
     name = f"eb-probe-{uuid.uuid4().hex[:8]}"
     create_netns(name)
     try:
         with ns_iproute(name) as ns:
-            # veth, not dummy: some kernels (this one) lack the dummy driver.
-            ns.link("add", ifname="probe0", kind="veth", peer={"ifname": "probe1"})
-            idx = ns.link_lookup(ifname="probe0")[0]
-            ns.link("set", index=idx, state="up")
-
-            def works(kind: str, **kw) -> bool:
-                try:
-                    ns.tc("add", kind, index=idx, handle=0x20000, **kw)
-                except Exception as e:  # NetlinkError ENOENT: module not in this kernel
-                    code = getattr(e, "code", None)
-                    if code not in (errno.ENOENT, errno.EOPNOTSUPP, errno.EINVAL, None):
-                        raise
-                    return False
-                ns.tc("del", index=idx, handle=0x20000, parent=0xFFFFFFFF)
-                return True
-
-            htb = works("htb", default=0x10)
-            netem = works("netem", delay=1000)
-            tbf = works("tbf", rate="1mbit", latency="50ms", burst=4000)
-            try:
-                ns.link("add", ifname="probeifb", kind="ifb")
-                ifb = True
-            except Exception:
-                ifb = False
-            bpf_loss = False
-            if htb:
-                try:
-                    from testbed.kernel.bpf import attach_loss
-
-                    ns.tc("add", "htb", index=idx, handle=HTB_HANDLE, default=0x10)
-                    attach_loss(ns, idx, HTB_HANDLE, 0.5)
-                    bpf_loss = True
-                except Exception:
-                    bpf_loss = False
-        return KernelCaps(htb=htb, netem=netem, tbf=tbf, ifb=ifb, bpf_loss=bpf_loss)
+            return probe_links(ns)
     finally:
         try:
             remove_netns(name)
         except FileNotFoundError:
             pass
+
+
+PROBE_IFACES = ("ebprobe0", "ebprobeifb")  # made and removed by probe_links
+
+
+def probe_links(ipr) -> KernelCaps:
+    """Try each qdisc on a veth pair made (and removed) in the namespace `ipr` is in: a scratch
+    namespace of this machine, or a node's own (it needs NET_ADMIN there; the eBPF filter
+    also needs CAP_SYS_ADMIN or CAP_BPF, and reads as missing without)."""
+    # veth, not dummy: some kernels (this one) lack the dummy driver.
+    ipr.link("add", ifname=PROBE_IFACES[0], kind="veth", peer={"ifname": "ebprobe1"})
+    try:
+        idx = ipr.link_lookup(ifname=PROBE_IFACES[0])[0]
+        ipr.link("set", index=idx, state="up")
+        return _probe_qdiscs(ipr, idx)
+    finally:
+        for ifname in PROBE_IFACES:  # the veth's peer goes with it
+            for i in ipr.link_lookup(ifname=ifname):
+                ipr.link("del", index=i)
+
+
+def _probe_qdiscs(ipr, idx: int) -> KernelCaps:
+    def works(kind: str, **kw) -> bool:
+        try:
+            ipr.tc("add", kind, index=idx, handle=0x20000, **kw)
+        except Exception as e:  # NetlinkError ENOENT: module not in this kernel
+            code = getattr(e, "code", None)
+            if code not in (errno.ENOENT, errno.EOPNOTSUPP, errno.EINVAL, None):
+                raise
+            return False
+        ipr.tc("del", index=idx, handle=0x20000, parent=0xFFFFFFFF)
+        return True
+
+    htb = works("htb", default=0x10)
+    netem = works("netem", delay=1000)
+    tbf = works("tbf", rate="1mbit", latency="50ms", burst=4000)
+    try:
+        ipr.link("add", ifname=PROBE_IFACES[1], kind="ifb")
+        ifb = True
+    except Exception:
+        ifb = False
+    bpf_loss = False
+    if htb:
+        try:
+            from testbed.kernel.bpf import attach_loss
+
+            ipr.tc("add", "htb", index=idx, handle=HTB_HANDLE, default=0x10)
+            attach_loss(ipr, idx, HTB_HANDLE, 0.5)
+            bpf_loss = True
+        except Exception:
+            bpf_loss = False
+    return KernelCaps(htb=htb, netem=netem, tbf=tbf, ifb=ifb, bpf_loss=bpf_loss)
+
+
+def weakest(caps: list[KernelCaps]) -> KernelCaps:
+    """What every one of several kernels has (a run's summary when its nodes' kernels differ)."""
+    return KernelCaps(**{k: all(getattr(c, k) for c in caps) for k in asdict(caps[0])})

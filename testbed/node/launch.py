@@ -195,10 +195,19 @@ class RoleSupervisor:
             job.start()
             self.jobs[req["done"]] = job
             return "started"
-        if op == "counters":
-            return json.dumps(self.link.counters())
+        if op == "counters":  # with when they were read: the runner's rates divide by the node's own times
+            return json.dumps({**self.link.counters(), "time": time.time()})
         if op == "clock":
             return repr(time.time())  # the runner compares it with its own (runtimes.swarm.measure_offset)
+        if op == "kernel":  # what this host's kernel can shape with, tried in the node's own namespace
+            from dataclasses import asdict
+
+            from pyroute2 import IPRoute
+
+            from testbed.kernel.shaping import probe_links
+
+            with IPRoute() as ipr:
+                return json.dumps(asdict(probe_links(ipr)))
         if op in ("shape", "reshape"):
             from testbed.node.own_link import OwnLink
 

@@ -6,6 +6,8 @@ routers (kernel.shaping). Needs CAP_NET_ADMIN and net.ipv4.ip_forward=1 (the ser
 
 from __future__ import annotations
 
+import time
+
 from testbed.kernel.netlink import disable_offloads
 from testbed.kernel.shaping import apply_direction, reshape
 from testbed.node.own_link import iface_with, plan_from_dict, root_qdisc_bytes
@@ -49,5 +51,5 @@ class OwnRouter:
                 up = root_qdisc_bytes(ipr, idx)
                 rx = ipr.get_links(idx)[0].get_attr("IFLA_STATS64")
                 out[peer] = {"up_bytes": up["bytes"], "up_packets": up["packets"],
-                             "down_bytes": rx["rx_bytes"], "down_packets": rx["rx_packets"]}
+                             "down_bytes": rx["rx_bytes"], "down_packets": rx["rx_packets"], "time": time.time()}
         return out

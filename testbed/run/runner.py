@@ -154,7 +154,7 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
 
 
 # What a runtime may add to a node's meta.json entry: its container or service and image, its clock's offset.
-NODE_META_EXTRAS = ("container", "service", "image", "clock_offset_s", "clock_rtt_s")
+NODE_META_EXTRAS = ("container", "service", "image", "clock_offset_s", "clock_rtt_s", "kernel_features")
 
 
 class Run:
@@ -497,8 +497,9 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
     try:
         for name, c in counters.items():
             prev = last.get(name, {"up_bytes": 0, "down_bytes": 0})
+            at = c["time"] - t0 if "time" in c else now  # a remote node's own reading time
             for d in ("up", "down"):
-                traffic.write(time=now, node=name, link="access", direction=d, bytes=c[f"{d}_bytes"],
+                traffic.write(time=at, node=name, link="access", direction=d, bytes=c[f"{d}_bytes"],
                               delta_bytes=c[f"{d}_bytes"] - prev[f"{d}_bytes"], packets=c[f"{d}_packets"])
             last[name] = c
         # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,
@@ -507,7 +508,8 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
         for (site, peer), c in wan.items():
             key = f"wan:{site}->{peer}"
             prev = last.get(key, {"up_bytes": 0})
-            traffic.write(time=now, node=site, link=f"wan:{peer}", direction="up", bytes=c["up_bytes"],
+            at = c["time"] - t0 if "time" in c else now
+            traffic.write(time=at, node=site, link=f"wan:{peer}", direction="up", bytes=c["up_bytes"],
                           delta_bytes=c["up_bytes"] - prev["up_bytes"], packets=c["up_packets"])
             last[key] = c
         for name, use in runtime.usage().items():

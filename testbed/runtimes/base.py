@@ -73,6 +73,11 @@ class Runtime(LiveOps, ABC):
         """A user's packages (plugins) for the nodes: the docker runtime installs them into its
         image; on netns they are edgebed's own environment's (installed, or on PYTHONPATH)."""
 
+    def caps_of(self, node: str) -> KernelCaps:
+        """What the kernel that shapes `node`'s link can do: this machine's, unless the node is
+        on another host (the swarm runtime asks each node)."""
+        return self.caps
+
     def placer(self, sc):
         """Which host each node runs on (plan.placement): this machine, unless the runtime has more."""
         from testbed.plan.placement import SingleHost

@@ -49,18 +49,23 @@ class WanLinks:
         Each direction is shaped on its sending router's egress, changed in place (shaping.reshape)."""
         if (a, b) not in self.wan_plans:
             raise ValueError(f"no WAN link between sites {a} and {b}")
-        if not self.caps.netem and (fields.get("latency") or fields.get("jitter")):
+        pairs = ((a, b), (b, a)) if direction == "both" else ((a, b),) if direction == "up" else ((b, a),)
+        if (fields.get("latency") or fields.get("jitter")) and not all(self.caps_at(src).netem for src, _ in pairs):
             raise ValueError("latency on a WAN link during a run needs netem (this kernel has none; set the "
                              "WAN latency in the scenario: the transport makes it from the start)")
         done = []
-        for src, dst in (((a, b), (b, a)) if direction == "both" else ((a, b),) if direction == "up" else ((b, a),)):
+        for src, dst in pairs:
             key = (src, dst)
             new_dir = inherit(Direction(**fields), self.wan_directions[key])  # an event over what is
-            new_plan = plan_direction(new_dir, self.caps)
+            new_plan = plan_direction(new_dir, self.caps_at(src))
             self._reshape_wan(src, dst, self.wan_plans[key], new_plan)
             self.wan_plans[key], self.wan_directions[key] = new_plan, new_dir
             done.append(f"{src}->{dst}")
         return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+    def caps_at(self, site: str) -> KernelCaps:
+        """The kernel of the host that shapes what leaves `site`'s router."""
+        return self.caps
 
     def _reshape_wan(self, src: str, dst: str, old: DirectionPlan, new: DirectionPlan) -> None:  # pragma: no cover
         raise NotImplementedError

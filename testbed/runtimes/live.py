@@ -60,7 +60,7 @@ class LiveOps:
             old_plan: DirectionPlan = getattr(h, WHICH[which])
             new_dir = inherit(Direction(**fields), dirs[which])  # the change over what is
             peers = getattr(h.node.link, f"{WHICH[which]}_peers")
-            new_plan = plan_direction(new_dir, self.caps, peers)
+            new_plan = plan_direction(new_dir, self.caps_of(node), peers)
             self._reshape(node, which, old_plan, new_plan)
             setattr(h, WHICH[which], new_plan)
             dirs[which] = new_dir

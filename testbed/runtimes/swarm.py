@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional
 
 from testbed.kernel.cgroups import CgroupUsage, period_us_of, quota_us
-from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
@@ -29,6 +29,9 @@ from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_h
 from testbed.runtimes.state import RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
+# Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
+# is not asked (it may be no Linux root at all: only the channel's sockets are made here).
+UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
 
 
 class HubCgroup(CgroupUsage):
@@ -119,6 +122,24 @@ class SwarmHandle:
     netns: str = ""  # none on the runner's host
     container: str = ""  # the task's container id, on its host
     clock: tuple[float, float] = (0.0, 0.0)  # its clock's offset against the runner's, and the RTT it was measured with
+    caps: Optional[KernelCaps] = None  # its host's kernel, as the node found it (asked before its link is shaped)
+
+
+COUNTER_KEYS = ("up_bytes", "up_packets", "down_bytes", "down_packets")
+
+
+def _json_or_none(answer: Optional[str]):
+    try:
+        return json.loads(answer) if answer else None
+    except ValueError:
+        return None
+
+
+def may_drop(directions) -> bool:
+    """Whether a node or router gets CAP_SYS_ADMIN, for the loss fallback's eBPF filter should its
+    host's kernel have no netem (known only once it runs and tries): where its links start with
+    loss. CAP_BPF would do where engines know it (Docker 20.10 does not)."""
+    return any(d.loss for d in directions)
 
 
 def runner_address(hosts: list[SwarmHost]) -> str:
@@ -162,7 +183,7 @@ class SwarmRuntime(Runtime):
     features = Features()
 
     def __init__(self, state: RunState, client, image: str, caps: Optional[KernelCaps] = None):
-        super().__init__(state, caps)
+        super().__init__(state, caps or UNPROBED)
         self.client, self.image = client, image
         self.hosts = swarm_hosts(client)
         self.network = None
@@ -264,10 +285,7 @@ class SwarmRuntime(Runtime):
         shaping `directions` (scenario.links.Direction) itself."""
         import docker
 
-        caps = ["NET_ADMIN"]
-        if self.caps.bpf_loss and not self.caps.netem and any(d.loss for d in directions):
-            # the loss fallback's eBPF filter: CAP_BPF where engines know it (Docker 20.10 does not)
-            caps.append("SYS_ADMIN")
+        caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]
         service = self.client.services.create(
             self.image, name=f"eb-{self.run_id}-{name}", command=None,
             args=["--supervise", name, *self._urls], hostname=name,
@@ -352,16 +370,37 @@ class SwarmRuntime(Runtime):
         with ThreadPoolExecutor(max_workers=min(16, len(spec.nodes))) as pool:
             for done in [pool.submit(self._shape_node, node) for node in spec.nodes]:
                 done.result()  # the first error, if any
+        kernels = [h.caps for h in self.handles.values()]
+        if self.fabric is not None:
+            kernels += list(self.fabric.router_caps.values())
+        self.caps = weakest(kernels)  # meta.json's kernel_features: what every host has
 
     def _shape_node(self, node: Node) -> None:
         h = self.handles[node.name]
-        h.uplink = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
-        h.downlink = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
+        h.caps = self.ask_kernel(node.name)
+        h.uplink = plan_direction(node.link.uplink, h.caps, node.link.uplink_peers)
+        h.downlink = plan_direction(node.link.downlink, h.caps, node.link.downlink_peers)
         routes = self.fabric.node_routes(node.site) if self.fabric is not None else {}
         self._request(node.name, {"op": "shape", "address": node.address, "uplink": asdict(h.uplink),
                                   "downlink": asdict(h.downlink), "routes": routes}, timeout=GO_TIMEOUT)
         self._publish_delays(node.name)
-        h.clock = measure_offset(lambda: self._request(node.name, {"op": "clock"}))
+        h.clock = self.clock_offset(node.name)
+
+    def clock_offset(self, name: str) -> tuple[float, float]:
+        """(offset, rtt) of a node's or router's clock against the runner's (measure_offset)."""
+        return measure_offset(lambda: self._request(name, {"op": "clock"}))
+
+    def ask_kernel(self, name: str) -> KernelCaps:
+        """What the kernel of a node's or router's host can shape with, tried in its namespace (the
+        first request it gets: it may still be starting)."""
+        answer = self.ask(name, {"op": "kernel"})
+        try:
+            return KernelCaps(**json.loads(answer))
+        except (ValueError, TypeError):
+            raise RuntimeError(f"runtime swarm: {name} could not try its host's kernel: {answer}") from None
+
+    def caps_of(self, node: str) -> KernelCaps:
+        return self.handles[node].caps or self.caps
 
     def ask(self, name: str, req: dict) -> str:
         """A request to a node or router that may be starting (python importing: GO_TIMEOUT)."""
@@ -411,6 +450,10 @@ class SwarmRuntime(Runtime):
 
     # -- changes during the run ----------------------------------------------------------
     def _reshape(self, node: str, which: str, old: DirectionPlan, new: DirectionPlan) -> None:
+        if new.mechanisms.get("loss", "").startswith("not-applied") and not self.caps_of(node).netem:
+            raise ValueError(f"{node}: loss without netem (its host's kernel has none) is an eBPF filter, which "
+                             "needs CAP_SYS_ADMIN in the node: runtime swarm grants it to nodes whose links have "
+                             "loss from the start")
         self._request(node, {"op": "reshape", "which": which, "old": asdict(old), "new": asdict(new)})
 
     def freeze(self, node: str, frozen: bool) -> str:
@@ -449,22 +492,27 @@ class SwarmRuntime(Runtime):
         self._request(node, {"op": "cut", "addresses": addresses, "cut": cut})
 
     # -- observation -------------------------------------------------------------------
-    def counters(self) -> dict[str, dict[str, int]]:
+    def counters(self) -> dict[str, dict]:
         """Every node's link counters, read by the nodes now, all at once (a periodic report would
         be up to STATS_EVERY old, and a rate from two of them off by as much); a node that does not
-        answer within a second gives its last report."""
-        keys = ("up_bytes", "up_packets", "down_bytes", "down_packets")
+        answer within a second gives its last report. Each with `time`, when the node read it, on
+        the runner's clock: an answer that comes late must not read as a faster link."""
         if self.hub is None:
             return {}
-        out = {n: {k: s[k] for k in keys} for n, s in self.hub.stats.items()
-               if n in self.handles and all(type(s.get(k)) is int for k in keys)}
+        out = {n: c for n, s in self.hub.stats.items() if n in self.handles and (c := self._timed(n, s))}
         for node, answer in self.hub.ask_all(list(self.handles), {"op": "counters"}).items():
-            try:
-                fresh = json.loads(answer) if answer else None
-            except ValueError:
-                fresh = None
-            if isinstance(fresh, dict) and all(type(fresh.get(k)) is int for k in keys):
-                out[node] = {k: fresh[k] for k in keys}
+            fresh = self._timed(node, _json_or_none(answer))
+            if fresh:
+                out[node] = fresh
+        return out
+
+    def _timed(self, node: str, reading) -> Optional[dict]:
+        """A node's counters, their read time moved onto the runner's clock; None if malformed."""
+        if not isinstance(reading, dict) or not all(type(reading.get(k)) is int for k in COUNTER_KEYS):
+            return None
+        out = {k: reading[k] for k in COUNTER_KEYS}
+        if isinstance(reading.get("time"), float):
+            out["time"] = reading["time"] - self.handles[node].clock[0]
         return out
 
     def link_counter(self, node: str, key: str) -> int:
@@ -474,6 +522,7 @@ class SwarmRuntime(Runtime):
     def node_meta(self) -> dict:
         return {name: {"netns": "", "host": h.host.hostname, "service": h.service.name, "container": h.container,
                        "clock_offset_s": h.clock[0], "clock_rtt_s": h.clock[1],
+                       "kernel_features": asdict(h.caps) if h.caps else None,
                        "image": self.image, "compute": h.compute, "uplink": h.uplink.to_meta(),
                        "downlink": h.downlink.to_meta()} for name, h in self.handles.items()}
 

@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict
 from typing import Any, Optional
 
-from testbed.kernel.shaping import DirectionPlan, plan_direction
+from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.fabric import WanLinks
 
@@ -38,6 +38,8 @@ class SwarmSites(WanLinks):
         self.hosts = rt.placer_for_sites().router_hosts(spec)  # site -> its router's host
         self.lan_address: dict[str, str] = {}  # site -> its router's address on the site's LAN
         self.wan_address: dict[tuple[str, str], str] = {}  # (site, peer) -> site's router's address on their link
+        self.router_caps: dict[str, KernelCaps] = {}  # site -> its router's host's kernel
+        self.router_clock: dict[str, float] = {}  # site -> its router's clock offset (its counters' times)
 
     def make_lans(self) -> None:
         for site in self.topo.sites:
@@ -70,10 +72,12 @@ class SwarmSites(WanLinks):
                     self.wan_address[(site, peer)] = self.rt.address_on(task, net)
         self._take_addresses()
         for site in self.topo.sites:
+            self.router_caps[site.name] = self.rt.ask_kernel(router_name(site.name))
+            self.router_clock[site.name] = self.rt.clock_offset(router_name(site.name))[0]
             wan = []
             for peer in self.topo.neighbours(site.name):
                 e = self.topo.edge(site.name, peer)
-                plan = plan_direction(e.direction_from(site.name), self.caps)
+                plan = plan_direction(e.direction_from(site.name), self.caps_at(site.name))
                 self.wan_plans[(site.name, peer)] = plan
                 self.wan_directions[(site.name, peer)] = e.direction_from(site.name)
                 wan.append({"peer": peer, "address": self.wan_address[(site.name, peer)], "plan": asdict(plan)})
@@ -102,6 +106,9 @@ class SwarmSites(WanLinks):
         """A node's routes: every other site's subnet through its site's router."""
         return {s.subnet: self.lan_address[site] for s in self.topo.sites if s.name != site}
 
+    def caps_at(self, site: str) -> KernelCaps:
+        return self.router_caps.get(site, self.caps)
+
     def _reshape_wan(self, src: str, dst: str, old: DirectionPlan, new: DirectionPlan) -> None:
         self.rt.ask(router_name(src), {"op": "reshape_wan", "peer": dst, "old": asdict(old), "new": asdict(new)})
 
@@ -113,8 +120,11 @@ class SwarmSites(WanLinks):
                 per_peer = json.loads(answer) if answer else {}
             except ValueError:
                 continue
+            site = name[len(ROUTER_PREFIX):]
             for peer, c in per_peer.items():
-                out[(name[len(ROUTER_PREFIX):], peer)] = c
+                if isinstance(c.get("time"), float):  # read then, on the runner's clock
+                    c["time"] -= self.router_clock.get(site, 0.0)
+                out[(site, peer)] = c
         return out
 
     def topology_meta(self) -> dict:
