@@ -316,12 +316,12 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
     _use_docker_host(docker_host)
 
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import cleanup_run, known_runs, why_left_alone
+    from testbed.runtimes.state import cleanup_run, engine_runs, known_runs, why_left_alone
 
-    if os.geteuid() != 0:
-        _fail("error: edgebed down needs root (it removes namespaces and cgroups)")
     load_backends()
     runs = known_runs()
+    if os.geteuid() != 0:  # a user's runs are swarm runs; namespaces and cgroups are root's to remove
+        runs = engine_runs(runs)
     if run_id is not None:
         if run_id not in runs:
             typer.echo(f"no run {run_id} on this machine")

@@ -174,6 +174,28 @@ def test_traffic_rows_carry_when_a_remote_node_read_its_counters(tmp_path):
     assert t[("w1", "up")] > 1e6  # no reading time: when the runner sampled (time.time() - t0)
 
 
+def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_those(monkeypatch):
+    """Runtime swarm makes nothing on the runner's machine but its channel's sockets, so a user
+    without root runs it: state and cache in the user's own directories, and `edgebed down`
+    takes their runs and what the engines hold of edgebed's, never root's namespaces."""
+    from pathlib import Path
+
+    from testbed.runtimes import state
+
+    monkeypatch.setattr(state.os, "geteuid", lambda: 1000)
+    monkeypatch.delenv("EDGEBED_STATE_DIR", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    assert state._state_dir() == Path("/run/user/1000/edgebed")
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert state._state_dir() == Path("/tmp/edgebed-1000/edgebed")
+    monkeypatch.setenv("EDGEBED_STATE_DIR", "/somewhere")
+    assert state._state_dir() == Path("/somewhere")
+    monkeypatch.setattr(state, "SWEEPERS", {"swarm": state.Sweeper("swarm", lambda: {"aaa111"}, lambda rid: [])})
+    mine = state.RunState("ccc333", 1, "/tmp/r", "s.yaml", runtime="swarm")
+    runs = {"aaa111": None, "bbb222": None, "ccc333": mine}  # bbb222: a namespace of root's run
+    assert state.engine_runs(runs) == {"aaa111": None, "ccc333": mine}
+
+
 # -- on a lab of two hosts ---------------------------------------------------------------------
 def _lab_or_skip():
     if not is_root():

@@ -275,9 +275,7 @@ class Run:
             for n in spec.nodes:
                 meta["nodes"][n.name]["site"] = n.site
         if not runtime.caps.netem:
-            loss = "an eBPF drop filter" if runtime.caps.bpf_loss else "nothing: loss is NOT applied"
-            meta["warnings"] = ["this kernel has no sch_netem: latency/jitter are applied by edgebed's transport "
-                                f"(per message), loss by {loss}"]
+            meta["warnings"] = [_no_netem_warning(node_meta)]
         return meta
 
     def start_nodes(self) -> None:
@@ -484,6 +482,15 @@ def _start_streams(sc: Scenario, spec: ClusterSpec, stream: dict, start, procs: 
     say(f"{stream['kind']} broker at {stream['bootstrap']}, {len(stream['topics'])} topics, rates "
         + ", ".join(f"{w} {r:.0f}/s" for w, r in stream["rates"].items())
         + (f" (then following a trace: {', '.join(traced)})" if traced else ""))
+
+
+def _no_netem_warning(node_meta: dict) -> str:
+    """What a kernel (some host's, on swarm) without sch_netem did to latency and loss."""
+    lost = [f"{n} {d}" for n, m in node_meta.items() for d in ("uplink", "downlink")
+            if m[d]["mechanisms"].get("loss", "").startswith("not-applied")]
+    loss = (f"loss is NOT applied on {', '.join(lost)} (no usable eBPF filter either)" if lost
+            else "loss (where a link has it) by an eBPF drop filter")
+    return f"a kernel without sch_netem: latency/jitter are applied by edgebed's transport (per message); {loss}"
 
 
 def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) -> None:

@@ -17,7 +17,9 @@ DOCKERFILE = REPO / "images" / "node" / "Dockerfile"
 BASE_OFFLINE = "edgebed/base:bookworm"
 BASE_REGISTRY = "python:3.11-slim"
 NODE_REPO = "edgebed/node"
-CACHE = Path(os.environ.get("EDGEBED_CACHE", "/var/cache/edgebed"))
+CACHE = Path(os.environ.get("EDGEBED_CACHE") or ("/var/cache/edgebed" if os.geteuid() == 0 else
+                                                  Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                                                  / "edgebed"))
 LABELS = {"edgebed": "1"}
 
 # What a node needs (pyroute2: a swarm node shapes its own link; typer, pandas, matplotlib stay on the host).
@@ -227,6 +229,9 @@ def with_packages(client, base: str, packages: list[str], say: Callable[[str], N
     return tag
 
 
+LOCAL_ENGINE = "unix:///var/run/docker.sock"
+
+
 def swarm_tag() -> str:
     """The node image's tag on a swarm's hosts: this code's own, so no host runs a stale one."""
     return f"{NODE_REPO}:s-{source_hash()}"
@@ -242,7 +247,9 @@ def ensure_swarm_image(manager, *, say: Callable[[str], None] = print) -> str:
         return tag
     local = None
     try:
-        local = docker.from_env(environment={}, timeout=60)  # this machine's engine, whatever DOCKER_HOST says
+        # this machine's engine, whatever DOCKER_HOST says (from_env(environment={}) reads os.environ:
+        # an empty mapping is falsy there)
+        local = docker.DockerClient(base_url=LOCAL_ENGINE, timeout=60)
         if _engine_identity(local) == _engine_identity(manager):
             local = None
     except Exception:

@@ -19,7 +19,17 @@ from typing import Callable, Optional
 
 from testbed.kernel import cgroups
 
-STATE_DIR = Path(os.environ.get("EDGEBED_STATE_DIR", "/run/edgebed"))
+def _state_dir() -> Path:
+    """Root's runs' in /run/edgebed; a user's (runtime swarm needs no root on the runner's machine)
+    in their own runtime directory."""
+    if "EDGEBED_STATE_DIR" in os.environ:
+        return Path(os.environ["EDGEBED_STATE_DIR"])
+    if os.geteuid() == 0:
+        return Path("/run/edgebed")
+    return Path(os.environ.get("XDG_RUNTIME_DIR") or f"/tmp/edgebed-{os.geteuid()}") / "edgebed"
+
+
+STATE_DIR = _state_dir()
 NETNS_DIR = Path("/run/netns")
 NETNS_PREFIX = "eb-"
 
@@ -137,6 +147,14 @@ def known_runs() -> dict[str, Optional[RunState]]:
         for rid in sweeper.find_runs():
             runs.setdefault(rid, None)
     return runs
+
+
+def engine_runs(runs: dict[str, Optional[RunState]]) -> dict[str, Optional[RunState]]:
+    """The runs a user without root may remove: their own (state files in their state dir: swarm
+    runs, the only ones that need no root) and what an engine they reach holds of edgebed's; not
+    the namespaces and cgroups of root's runs."""
+    held = set().union(*(s.find_runs() for s in SWEEPERS.values()))
+    return {rid: st for rid, st in runs.items() if st is not None or rid in held}
 
 
 def _netns_pids(name: str) -> set[int]:
