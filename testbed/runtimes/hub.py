@@ -228,25 +228,12 @@ class ControlHub:
         Repeated until answered: a supervisor that subscribes late still gets it, and answers a
         repeat it has already acted on without acting again. `gone` says why no answer can come
         (the node's container ended), or None."""
-        with self._cond:
-            self._seq += 1
-            seq = self._seq
-        payload = json.dumps({**req, "seq": seq}).encode()
-        deadline = time.monotonic() + timeout
-        with self._cond:
-            while (node, seq) not in self._acks:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
-                why = gone()
-                if why:
-                    raise RuntimeError(f"{node}: no answer to a {req['op']} request: {why}")
-                self._cond.release()
-                try:
-                    self._publish(topic("node", node), payload)
-                finally:
-                    self._cond.acquire()
-                self._cond.wait(RESEND)
-            detail = self._acks.pop((node, seq))
+        answers, why = self._exchange([node], req, timeout, gone)
+        detail = answers[node]
+        if detail is None and why:
+            raise RuntimeError(f"{node}: no answer to a {req['op']} request: {why}")
+        if detail is None:
+            raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
         if detail.startswith("failed:"):
             raise RuntimeError(f"{node}: {detail}")
         return detail
@@ -254,30 +241,38 @@ class ControlHub:
     def ask_all(self, nodes: list[str], req: dict, timeout: float = 1.0) -> dict[str, Optional[str]]:
         """The same request to many nodes at once (each numbered, repeated until answered); each
         node's answer, None where none came within `timeout` (a node that is gone is no error)."""
+        return self._exchange(nodes, req, timeout)[0]
+
+    def _exchange(self, nodes: list[str], req: dict, timeout: float,
+                  gone: Callable[[], Optional[str]] = lambda: None) -> tuple[dict[str, Optional[str]], Optional[str]]:
+        """Each node's answer to `req` (numbered per node, published again every RESEND until
+        answered), None where none came within `timeout`; and why the wait ended early, if `gone`
+        said (it is asked before each send, outside the lock: it may ask an engine)."""
         with self._cond:
             seqs = {}
             for node in nodes:
                 self._seq += 1
                 seqs[node] = self._seq
         deadline = time.monotonic() + timeout
-        next_send = 0.0
+        next_send, why = 0.0, None
         with self._cond:
             while True:
                 waiting = [n for n in nodes if (n, seqs[n]) not in self._acks]
                 now = time.monotonic()
-                if not waiting or now > deadline:
+                if not waiting or now > deadline or why:
                     break
                 if now >= next_send:
                     self._cond.release()
                     try:
+                        why = gone()
                         for n in waiting:
                             self._publish(topic("node", n), json.dumps({**req, "seq": seqs[n]}).encode())
                     finally:
                         self._cond.acquire()
                     next_send = now + RESEND
+                    continue  # an answer may have come meanwhile
                 self._cond.wait(max(0.0, min(next_send, deadline) - time.monotonic()))
-            answers = {n: self._acks.pop((n, seqs[n]), None) for n in nodes}
-        return answers
+            return {n: self._acks.pop((n, seqs[n]), None) for n in nodes}, why
 
     def close(self) -> None:
         if self._stop.is_set():
