@@ -180,9 +180,12 @@ def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_t
     takes their runs and what the engines hold of edgebed's, never root's namespaces."""
     from pathlib import Path
 
-    from testbed.runtimes import state
+    from testbed.runtimes import images, state
 
-    monkeypatch.setattr(state.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(state.os, "geteuid", lambda: 1000)  # os itself: images reads it too
+    monkeypatch.delenv("EDGEBED_CACHE", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", "/home/u/.cache")
+    assert images._cache_dir() == Path("/home/u/.cache/edgebed")
     monkeypatch.delenv("EDGEBED_STATE_DIR", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
     assert state._state_dir() == Path("/run/user/1000/edgebed")

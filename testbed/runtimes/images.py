@@ -17,9 +17,19 @@ DOCKERFILE = REPO / "images" / "node" / "Dockerfile"
 BASE_OFFLINE = "edgebed/base:bookworm"
 BASE_REGISTRY = "python:3.11-slim"
 NODE_REPO = "edgebed/node"
-CACHE = Path(os.environ.get("EDGEBED_CACHE") or ("/var/cache/edgebed" if os.geteuid() == 0 else
-                                                  Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                                                  / "edgebed"))
+
+
+def _cache_dir() -> Path:
+    """Root's build material in /var/cache/edgebed; a user's (a swarm runner needs no root) in
+    their own cache."""
+    if os.environ.get("EDGEBED_CACHE"):
+        return Path(os.environ["EDGEBED_CACHE"])
+    if os.geteuid() == 0:
+        return Path("/var/cache/edgebed")
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "edgebed"
+
+
+CACHE = _cache_dir()
 LABELS = {"edgebed": "1"}
 
 # What a node needs (pyroute2: a swarm node shapes its own link; typer, pandas, matplotlib stay on the host).
