@@ -151,7 +151,8 @@ def leftover_resources() -> list[str]:
 
         client = docker_client(timeout=3)
         if client is not None:
-            found += [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": "edgebed"})]
+            found += [f"container {c.name}"
+                      for c in client.containers.list(all=True, filters={"label": "edgebed"}, ignore_removed=True)]
             found += [f"network {n.name}" for n in client.networks.list(filters={"label": "edgebed"})]
     except Exception:
         pass

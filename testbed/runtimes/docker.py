@@ -509,7 +509,7 @@ def remove_docker_resources(run_id: Optional[str] = None) -> list[str]:
         return []
     flt = {"label": f"{RUN_LABEL}={run_id}"} if run_id else {"label": LABEL}
     problems = []
-    for c in client.containers.list(all=True, filters=flt):
+    for c in client.containers.list(all=True, filters=flt, ignore_removed=True):
         try:
             c.remove(force=True)
         except Exception as e:
@@ -527,7 +527,7 @@ def docker_runs() -> set[str]:
     if client is None:
         return set()
     runs = set()
-    for c in client.containers.list(all=True, filters={"label": LABEL}):
+    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
         if c.labels.get(RUN_LABEL):
             runs.add(c.labels[RUN_LABEL])
     for n in client.networks.list(filters={"label": LABEL}):

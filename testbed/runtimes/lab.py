@@ -236,7 +236,7 @@ def lab_down(say: Callable[[str], None] = lambda s: None) -> list[str]:
 def _stop_engine(h: LabHost, problems: list[str]) -> None:
     try:
         c = _client(h.socket, timeout=5)
-        for ct in c.containers.list(all=True):
+        for ct in c.containers.list(all=True, ignore_removed=True):
             ct.remove(force=True)
         c.swarm.leave(force=True)
     except Exception:

@@ -552,7 +552,7 @@ class SwarmRuntime(Runtime):
             if engine is None:
                 continue
             flt = {"label": f"{RUN_LABEL}={self.run_id}"}
-            while engine.containers.list(all=True, filters=flt):
+            while engine.containers.list(all=True, filters=flt, sparse=True):  # ids only: no inspect of one going
                 if time.monotonic() > deadline:
                     problems.append(f"host {host.hostname}: containers of the run still there after {timeout:.0f} s")
                     break
