@@ -286,6 +286,15 @@ class ControlHub:
             t.close()
 
 
+def parsed_answer(answer: Optional[str]):
+    """A node's JSON answer to a request (ask_all's, request's); None where none came or it is
+    not JSON."""
+    try:
+        return json.loads(answer) if answer else None
+    except ValueError:
+        return None
+
+
 def _one_row(line: bytes, columns: int) -> bool:
     if not line.endswith(b"\n") or (line.count(b"\n") != 1 and b'"' not in line):
         return False  # a newline inside a row only within a quoted field (csv decides below)

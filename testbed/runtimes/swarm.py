@@ -128,13 +128,6 @@ class SwarmHandle:
 COUNTER_KEYS = ("up_bytes", "up_packets", "down_bytes", "down_packets")
 
 
-def _json_or_none(answer: Optional[str]):
-    try:
-        return json.loads(answer) if answer else None
-    except ValueError:
-        return None
-
-
 def may_drop(directions) -> bool:
     """Whether a node or router gets CAP_SYS_ADMIN, for the loss fallback's eBPF filter should its
     host's kernel have no netem (known only once it runs and tries): where its links start with
@@ -493,6 +486,8 @@ class SwarmRuntime(Runtime):
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict]:
+        from testbed.runtimes.hub import parsed_answer
+
         """Every node's link counters, read by the nodes now, all at once (a periodic report would
         be up to STATS_EVERY old, and a rate from two of them off by as much); a node that does not
         answer within a second gives its last report. Each with `time`, when the node read it, on
@@ -501,7 +496,7 @@ class SwarmRuntime(Runtime):
             return {}
         out = {n: c for n, s in self.hub.stats.items() if n in self.handles and (c := self._timed(n, s))}
         for node, answer in self.hub.ask_all(list(self.handles), {"op": "counters"}).items():
-            fresh = self._timed(node, _json_or_none(answer))
+            fresh = self._timed(node, parsed_answer(answer))
             if fresh:
                 out[node] = fresh
         return out

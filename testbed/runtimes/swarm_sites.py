@@ -13,13 +13,13 @@ its site's router, a router through the next router on the fewest-hops path (pla
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from typing import Any, Optional
 
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.fabric import WanLinks
+from testbed.runtimes.hub import parsed_answer
 
 ROUTER_PREFIX = "rt-"  # a router's name on the control channel: rt-<site>
 
@@ -116,9 +116,8 @@ class SwarmSites(WanLinks):
         out = {}
         answers = self.rt.hub.ask_all([router_name(s) for s in self.services], {"op": "wan_counters"})
         for name, answer in answers.items():
-            try:
-                per_peer = json.loads(answer) if answer else {}
-            except ValueError:
+            per_peer = parsed_answer(answer)
+            if not isinstance(per_peer, dict):
                 continue
             site = name[len(ROUTER_PREFIX):]
             for peer, c in per_peer.items():
