@@ -31,13 +31,16 @@ RUN_LABEL = "edgebed.run"
 
 
 def docker_client(timeout: float = 5.0):
-    """A client whose engine answered a ping, or None."""
-    try:
-        import docker
+    """A client whose engine (DOCKER_HOST's, else this machine's) answered a ping, or None. An
+    address of a shape edgebed does not use (plain tcp://) is an error (runtimes.engines)."""
+    from testbed.runtimes.engines import EngineAddressError, engine_client
 
-        c = docker.from_env(timeout=int(max(1, timeout)))
+    try:
+        c = engine_client(timeout=int(max(1, timeout)))
         c.ping()
         return c
+    except EngineAddressError:
+        raise
     except Exception:
         return None
 

@@ -33,31 +33,30 @@ class SwarmHost:
     gpu_kind: str = "gpu"  # the name its engine gives its GPUs (generic resources)
 
     def engine_client(self, timeout: int = 60):
-        """This host's own engine (node label edgebed.engine), or None."""
+        """This host's own engine (node label edgebed.engine), or None. A label is anyone's who
+        may label nodes: one of a shape edgebed does not use is an error (runtimes.engines)."""
+        from testbed.runtimes.engines import engine_client
+
         url = self.labels.get(ENGINE_LABEL)
-        return engine_at(url, timeout) if url else None
+        return engine_client(url, timeout, where=f"host {self.hostname}'s label {ENGINE_LABEL}") if url else None
 
     def usable(self) -> bool:
         return self.state == "ready" and self.availability == "active"
 
 
 def engine_at(url: Optional[str] = None, timeout: int = 30):
-    """A Docker engine's client: at `url`, else DOCKER_HOST's (else this machine's). ssh:// goes
-    through the system's `ssh` (its config, keys and agent; no paramiko)."""
-    import docker
+    """A Docker engine's client: at `url`, else DOCKER_HOST's (else this machine's); unix://,
+    ssh:// (the system's `ssh`, its config, keys and agent) or tcp:// with TLS (runtimes.engines)."""
+    from testbed.runtimes.engines import engine_client
 
-    url = url or os.environ.get("DOCKER_HOST")
-    if url is None:
-        return docker.from_env(timeout=timeout)
-    return docker.DockerClient(base_url=url, timeout=timeout, use_ssh_client=url.startswith("ssh://"))
+    return engine_client(url, timeout)
 
 
 def swarm_client(required: bool = True):
     """The engine of a swarm manager: DOCKER_HOST's, else this machine's if it manages a swarm,
     else the lab's (runtimes.lab). None (or an error, when required) if none answers."""
-    import docker
-
     from testbed.runtimes import lab
+    from testbed.runtimes.engines import EngineAddressError
 
     candidates = []
     if os.environ.get("DOCKER_HOST"):
@@ -65,12 +64,17 @@ def swarm_client(required: bool = True):
     else:
         candidates.append(("this machine's engine", engine_at))
         if lab.manager_url():
-            candidates.append(("the lab", lambda: docker.DockerClient(base_url=lab.manager_url(), timeout=30)))
+            candidates.append(("the lab", lambda: engine_at(lab.manager_url(), 30)))
     seen = []
     for where, make in candidates:
         try:
             client = make()
             swarm = client.info().get("Swarm") or {}
+        except EngineAddressError as e:  # an address refused is said as it is, not as "no engine answers"
+            if required:
+                raise
+            seen.append(str(e))
+            continue
         except Exception:
             seen.append(f"{where}: no engine answers")
             continue
