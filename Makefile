@@ -5,7 +5,7 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast bench flower-venv images clean down figures fig-scadles-5 $(FIGURES)
+.PHONY: setup sysdeps demo test test-fast bench flower-venv images clean down figures fig-scadles-5 $(FIGURES) gpu-wheels gpu-check
 SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
@@ -88,6 +88,24 @@ images: setup
 
 down: setup
 	$(BIN)/edgebed down
+
+# The GPU check (benchmarks/gpu_check.py) for a lent GPU machine with no network: `make gpu-wheels` here
+# puts the wheels its image lacks (FACTS.md: Python 3.12; no pyroute2, pyzmq, pydantic, docker,
+# confluent-kafka) and edgebed's own (its entry points) in .gpu-wheels/, carried beside the tree there;
+# `bash benchmarks/gpu_check.sh` there installs them and runs the check. Without a GPU: its CPU parts.
+GPU_PY     ?= 3.12
+GPU_WHEELS := pyroute2==0.9.7 pyzmq==27.3.0 pydantic==2.14.4 pydantic-core==2.50.5 annotated-types==0.8.0 \
+              typing-inspection==0.4.5 docker==7.2.0 confluent-kafka==2.16.1 mlxtend==0.25.0
+gpu-wheels: setup
+	rm -rf .gpu-wheels && mkdir -p .gpu-wheels
+	$(BIN)/pip download -q --no-deps --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	  -d .gpu-wheels $(GPU_WHEELS)
+	$(BIN)/pip wheel -q --no-deps -w .gpu-wheels .
+	du -sh .gpu-wheels
+
+gpu-check: setup
+	bash benchmarks/gpu_check.sh
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

@@ -27,7 +27,7 @@ def test_validation_does_not_contact_the_engine(monkeypatch, data):
 def test_preflight_names_each_field_when_no_engine_answers(monkeypatch):
     monkeypatch.setattr(pf, "docker_client", lambda timeout: None)
     assert pf.engine_problems(parse_scenario(GPU)) == [
-        "profiles.gpu.gpus: GPUs need the docker runtime, and no Docker engine answers"]
+        "profiles.gpu.gpus: GPUs need the docker runtime (or netns), and no Docker engine answers"]
     with pytest.raises(ScenarioError) as e:
         pf.preflight(parse_scenario(KAFKA))
     assert e.value.lines == ["streaming.broker.kind: kafka runs Apache Kafka from its image and needs the docker "
@@ -46,10 +46,10 @@ def test_preflight_names_the_missing_nvidia_runtime(monkeypatch):
 def test_a_scenario_without_engine_needs_asks_nothing(monkeypatch):
     monkeypatch.setattr(pf, "docker_client", no_engine_contact)
     pf.preflight(parse_scenario({"runtime": "docker", "workers": [{"count": 2}]}))
-    netns_gpu = {**GPU, "runtime": "netns"}
-    with pytest.raises(ScenarioError) as e:  # the netns refusal is validation's, engine or not
-        parse_scenario(netns_gpu)
-    assert e.value.lines == ["profiles.gpu.gpus: GPUs need the docker runtime (runtime: docker or auto)"]
+    monkeypatch.setattr(pf, "host_gpus", lambda: [])
+    with pytest.raises(ScenarioError) as e:  # netns GPUs are this machine's: asked of its driver, not an engine
+        pf.preflight(parse_scenario({**GPU, "runtime": "netns"}))
+    assert e.value.lines == ["profiles.gpu.gpus: 1 GPUs asked for, and this machine has none"]
 
 
 def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(monkeypatch, tmp_path):

@@ -28,12 +28,15 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
     args = ap.parse_args()
-    dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torchrun
+    dist.init_process_group(args.backend)  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torchrun
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device(args.device, 0) if args.device == "cuda" else torch.device("cpu")
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(784, args.hidden), nn.ReLU(), nn.Linear(args.hidden, args.hidden), nn.ReLU(),
-                          nn.Linear(args.hidden, 10))
+                          nn.Linear(args.hidden, 10)).to(device)
     model_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
     ddp = DDP(model, bucket_cap_mb=64)
     ddp._set_static_graph()
@@ -52,7 +55,7 @@ def main() -> None:
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     gen = torch.Generator().manual_seed(rank)
     for step in range(1, args.steps + 1):
-        x, y = torch.randn(64, 784, generator=gen), torch.randint(0, 10, (64,), generator=gen)
+        x, y = torch.randn(64, 784, generator=gen).to(device), torch.randint(0, 10, (64,), generator=gen).to(device)
         spans.clear()
         t0 = time.perf_counter()
         opt.zero_grad()
@@ -63,7 +66,8 @@ def main() -> None:
         if edgebed is not None:
             edgebed.report(step=step, loss=loss.item(), allreduce_seconds=allreduce_s, step_seconds=step_s,
                            model_bytes=model_bytes, world_size=world)
-        print(f"rank {rank} step {step} loss {loss.item():.3f} all-reduce {allreduce_s:.3f} s", flush=True)
+        print(f"rank {rank} step {step} loss {loss.item():.3f} all-reduce {allreduce_s:.3f} s "
+              f"({args.backend} on {device})", flush=True)
     dist.destroy_process_group()
 
 

@@ -274,8 +274,9 @@ class Run:
             meta["topology"] = {**_topology_meta(spec), **(runtime.topology_meta() or {})}
             for n in spec.nodes:
                 meta["nodes"][n.name]["site"] = n.site
-        if not runtime.caps.netem:
-            meta["warnings"] = [_no_netem_warning(node_meta)]
+        warnings = ([] if runtime.caps.netem else [_no_netem_warning(node_meta)]) + runtime.warnings
+        if warnings:
+            meta["warnings"] = warnings
         return meta
 
     def start_nodes(self) -> None:

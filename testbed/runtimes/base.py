@@ -63,6 +63,7 @@ class Runtime(LiveOps, ABC):
         self.control = None  # the nodes' way to the runner (runtimes.control_net.ControlNetwork)
         self.hub = None  # the runner's end of it (runtimes.hub.ControlHub)
         self.image: Optional[str] = None  # the node image, for runtimes that run one
+        self.warnings: list[str] = []  # what bring-up could not do as asked (meta.json's warnings)
 
     @classmethod
     def open(cls, state: RunState, say: Callable[[str], None]) -> "Runtime":

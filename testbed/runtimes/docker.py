@@ -23,6 +23,7 @@ from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, p
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
+from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.netns import netns_name
 from testbed.runtimes.state import RunState, Sweeper, register_sweeper
 
@@ -345,6 +346,7 @@ class DockerRuntime(Runtime):
             host_kw["device_requests"] = [docker.types.DeviceRequest(count=count, device_ids=ids,
                                                                      capabilities=[["gpu"]])]
             compute["gpus"] = prof.gpus
+        gpu_caps = cap_env(prof, None, compute) if prof.has_gpus() else {}  # no MPS daemon here: paced
         api = self.client.api
         if self.fabric is not None:
             host_kw["network_mode"] = "none"  # the fabric plugs its eth0 in
@@ -353,6 +355,7 @@ class DockerRuntime(Runtime):
             {self.network.name: api.create_endpoint_config(ipv4_address=node.address)})
         cname = f"eb-{self.run_id}-{node.name}"
         image, command, env = self._foreign_container(node)
+        env = {**env, **gpu_caps}
         cid = api.create_container(image, command=command, name=cname, environment=env or None,
                                    hostname=node.name, labels=self.labels, host_config=host_config,
                                    networking_config=net_config, detach=True)["Id"]

@@ -19,20 +19,25 @@ import ctypes
 import importlib
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 from testbed.kernel import cgroups
+from testbed.kernel.gpus import host_gpus
 from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.forkserver_guard import RUNNER_ENV
+from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.state import RunState, cleanup_run
 
 # what a node runs is handed over as `module:function` data: no runtime imports the roles
@@ -45,10 +50,13 @@ def netns_name(run_id: str, node: str) -> str:
     return f"eb-{run_id}-{node}"
 
 
-def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs: dict) -> None:
-    """First thing in every node process: die with the runner, join cgroup and namespace, then
+def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs: dict,
+               env: Optional[dict] = None) -> None:
+    """First thing in every node process: die with the runner, join cgroup and namespace, take the
+    node's environment (its GPUs: read when CUDA starts, later), then
     run `target` (a function, or `module:function`: a role, imported here and not by the runner)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
+    os.environ.update(env or {})
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:  # parent already gone
@@ -76,6 +84,7 @@ class NodeHandle:
     cgroup: cgroups.NodeCgroup
     compute: dict
     processes: list = field(default_factory=list)
+    env: dict = field(default_factory=dict)  # what the node's processes start with (gpu_share.grant)
 
 
 class NetnsRuntime(Runtime):
@@ -87,6 +96,7 @@ class NetnsRuntime(Runtime):
         self._stop_event = None
         self._ctx = mp.get_context("forkserver")
         self.fabric = Fabric(state, self.caps)
+        self.mps: Optional[MpsDaemon] = None
 
     # -- bring-up --------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -95,6 +105,7 @@ class NetnsRuntime(Runtime):
         for node in spec.nodes:
             if node.image is not None:
                 raise RuntimeError(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
+        grants = self._grant_gpus(spec)
         computes = {}
         for node in spec.nodes:
             name = netns_name(self.run_id, node.name)
@@ -110,8 +121,24 @@ class NetnsRuntime(Runtime):
                 cg, compute = computes[node.name]
                 up, down = plans[node.name]
                 self.handles[node.name] = NodeHandle(node, netns_name(self.run_id, node.name), node.name, up, down,
-                                                     cg, compute)
+                                                     cg, {**compute, **grants[node.name].meta},
+                                                     env=grants[node.name].env)
             self._build_control(ipr)
+
+    def _grant_gpus(self, spec: ClusterSpec) -> dict[str, GpuGrant]:
+        """Each node's GPUs (none: it sees none), with an MPS daemon for the caps where one runs."""
+        profiles = [n.profile for n in spec.nodes]
+        host = host_gpus() if any(p.has_gpus() for p in profiles) else []
+        pipe = None
+        if wants_mps(profiles):
+            self.mps = MpsDaemon(Path(tempfile.mkdtemp(prefix=f"edgebed-mps-{self.run_id}-")))
+            used = sorted({i for n in spec.nodes for i in grant(n.profile, host).devices})
+            if self.mps.start(used):
+                pipe = str(self.mps.pipe)
+            else:
+                self.warnings.append(f"no MPS daemon ({self.mps.problem}): gpu_memory caps only PyTorch's allocator, "
+                                     "and a command workload's gpu_share is not applied")
+        return {n.name: grant(n.profile, host, pipe) for n in spec.nodes}
 
     # -- processes ---------------------------------------------------------------------
     def set_preload(self, modules: list[str]) -> None:
@@ -136,7 +163,7 @@ class NetnsRuntime(Runtime):
         h = self.handles[node]
         p = self._ctx.Process(
             target=_bootstrap,
-            args=(h.netns, self.run_id, node, target, kwargs),
+            args=(h.netns, self.run_id, node, target, kwargs, h.env),
             name=f"edgebed-{node}{'-' + label if label else ''}",
             daemon=False,
         )
@@ -185,4 +212,7 @@ class NetnsRuntime(Runtime):
     def teardown(self) -> list[str]:
         self._close_control()
         self.fabric.close()
+        if self.mps is not None:
+            self.mps.stop()
+            shutil.rmtree(self.mps.pipe.parent, ignore_errors=True)
         return cleanup_run(self.run_id, self.state, stop_runner=False)

@@ -5,28 +5,53 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from testbed.kernel.gpus import HostGpu, host_gpus
 from testbed.runtimes.docker import docker_client, nvidia_runtime_available
 from testbed.scenario.units import parse_cpuset
-from testbed.scenario.schema import (KAFKA_NEEDS, Profile, Scenario, ScenarioError, gpu_fields, profile_refs,
-                                     uses_kafka_image)
+from testbed.scenario.schema import (KAFKA_NEEDS, Profile, Scenario, ScenarioError, gpu_fields, gpu_profiles,
+                                     profile_refs, uses_kafka_image)
 
 
 def engine_problems(sc: Scenario) -> list[str]:
-    """One line per field whose need the Docker engine cannot meet (none for the netns runtime,
-    whose refusals are validation's)."""
+    """One line per field whose need the Docker engine cannot meet; GPUs on netns (or auto
+    without an engine, which becomes netns) are this machine's to give."""
     gpus, kafka = gpu_fields(sc), uses_kafka_image(sc)
     if sc.runtime == "swarm":  # the hosts' GPUs are placement's to check (runtimes.hosts)
         return swarm_problems(sc)
-    if sc.runtime == "netns" or not (gpus or kafka):
+    if sc.runtime == "netns":
+        return host_gpu_problems(sc) if gpus else []
+    if not (gpus or kafka):
         return []
     client = docker_client(timeout=3)
     if client is None:
-        return ([f"{w}: GPUs need the docker runtime, and no Docker engine answers" for w in gpus]
+        if sc.runtime == "auto" and not kafka:
+            return host_gpu_problems(sc)
+        return ([f"{w}: GPUs need the docker runtime (or netns), and no Docker engine answers" for w in gpus]
                 + ([f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime, and no Docker engine answers"]
                    if kafka else []))
     if gpus and not nvidia_runtime_available(client):
         return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
     return []
+
+
+def host_gpu_problems(sc: Scenario, have: list[HostGpu] | None = None) -> list[str]:
+    """GPUs a profile asks for that this machine lacks, and memory caps over what its GPUs hold."""
+    have = host_gpus() if have is None else have
+    by_index = {g.index: g for g in have}
+    listed = "none" if not have else _ranges(sorted(by_index))
+    lines = []
+    for where, prof in gpu_profiles(sc):
+        wanted = prof.gpus if isinstance(prof.gpus, list) else list(range(int(prof.gpus)))
+        missing = [i for i in wanted if i not in by_index]
+        if missing:
+            what = f"{len(wanted)} GPUs" if not isinstance(prof.gpus, list) else f"GPU {missing[0]}"
+            lines.append(f"{where}: {what} asked for, and this machine has {listed}")
+            continue
+        smallest = min(by_index[i].memory_bytes for i in wanted)
+        if prof.gpu_memory is not None and prof.gpu_memory > smallest:
+            lines.append(f"{where[:-len('gpus')]}gpu_memory: {prof.gpu_memory / 2**30:g} GiB is more than the GPU "
+                         f"holds ({smallest / 2**30:.1f} GiB)")
+    return lines
 
 
 def swarm_problems(sc: Scenario) -> list[str]:
@@ -49,8 +74,10 @@ def cpuset_problems(sc: Scenario, available: set[int] | None = None) -> list[str
     return lines
 
 
-def _ranges(cpus: list[int]) -> str:
-    return f"{cpus[0]}-{cpus[-1]}" if cpus == list(range(cpus[0], cpus[-1] + 1)) else ",".join(map(str, cpus))
+def _ranges(ids: list[int]) -> str:
+    if len(ids) > 1 and ids == list(range(ids[0], ids[-1] + 1)):
+        return f"{ids[0]}-{ids[-1]}"
+    return ",".join(map(str, ids))
 
 
 def user_code(sc: Scenario) -> list[tuple[str, str]]:

@@ -72,7 +72,11 @@ class Profile(BothDirections):
     uplink: Optional[Direction] = None
     downlink: Optional[Direction] = None
     stress: Optional[Stress] = None
-    gpus: Optional[Union[int, list[int]]] = None
+    gpus: Optional[Union[int, list[int]]] = Field(None, description="a count (the first N of the host's) or "
+                                                  "the host's GPU indices")
+    gpu_memory: Bytes = Field(None, description="the most GPU memory the node may allocate (past it, it fails)")
+    gpu_share: Optional[float] = Field(None, gt=0, le=1, description="the fraction of the GPU's compute the "
+                                       "node may use (paced steps; MPS threads for a command workload)")
 
     @field_validator("uplink", "downlink", mode="before")
     @classmethod
@@ -104,7 +108,13 @@ class Profile(BothDirections):
             quota_problem = cpu_quota_problem(self.cpus, self.cpu_period)
             if quota_problem:
                 raise ValueError(f"cpus: {quota_problem}")
+        for cap in ("gpu_memory", "gpu_share"):
+            if getattr(self, cap) is not None and not self.has_gpus():
+                raise ValueError(f"{cap}: caps a GPU, and this profile has none (gpus:)")
         return self
+
+    def has_gpus(self) -> bool:
+        return self.gpus not in (None, 0, [])
 
     def resolved_direction(self, which: Literal["uplink", "downlink"]) -> Direction:
         """The direction with the profile-wide properties filled in."""
@@ -712,7 +722,6 @@ def _cross_checks(sc: Scenario) -> list[str]:
         if not value or (value.startswith("label:") and "=" not in value):
             lines.append(f"placement.{key}: '{value}' is neither a host name nor label:KEY=VALUE")
     if sc.runtime == "netns":  # whether an engine answers is the runtime's preflight (testbed.runtimes.preflight)
-        lines += [f"{w}: GPUs need the docker runtime (runtime: docker or auto)" for w in gpu_fields(sc)]
         if uses_kafka_image(sc):
             lines.append(f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime (runtime: docker or auto)")
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
@@ -782,8 +791,13 @@ KAFKA_NEEDS = "kafka runs Apache Kafka from its image"
 
 def gpu_fields(sc: Scenario) -> list[str]:
     """The fields that ask for GPUs: named profiles and inline ones."""
-    fields = [f"profiles.{n}.gpus" for n, p in sc.profiles.items() if p.gpus not in (None, 0, [])]
-    return fields + [w for w, ref in profile_refs(sc) if isinstance(ref, Profile) and ref.gpus not in (None, 0, [])]
+    return [where for where, _ in gpu_profiles(sc)]
+
+
+def gpu_profiles(sc: Scenario) -> list[tuple[str, Profile]]:
+    """(`...gpus` field, profile) of every profile with GPUs: named ones and inline ones."""
+    found = [(f"profiles.{n}.gpus", p) for n, p in sc.profiles.items() if p.has_gpus()]
+    return found + [(f"{w}.gpus", ref) for w, ref in profile_refs(sc) if isinstance(ref, Profile) and ref.has_gpus()]
 
 
 def profile_refs(sc: Scenario) -> list[tuple[str, Any]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -13,6 +14,7 @@ import torch
 import zmq
 
 from testbed.node import channel, transport
+from testbed.node.gpu import StepPacer, cap_error, is_out_of_memory, pick_device
 from testbed.node.wire import Message
 from testbed.scenario.schema import Scenario
 
@@ -91,15 +93,6 @@ def load_params(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> Non
         for n, p in model.named_parameters():
             if n in tensors:
                 p.copy_(tensors[n])
-
-
-def pick_device() -> torch.device:
-    """CUDA when the node sees a GPU (a `gpus:` profile in the docker runtime), else CPU."""
-    if torch.cuda.is_available():
-        dev = torch.device("cuda", 0)
-        print(f"training on {torch.cuda.get_device_name(dev)}", flush=True)
-        return dev
-    return torch.device("cpu")
 
 
 def send_stop(ep: transport.Endpoint, workers, reason: Optional[str]) -> None:
@@ -229,13 +222,28 @@ class WorkerData:
     x: torch.Tensor
     y: torch.Tensor
     batches: Batches
+    pacer: StepPacer  # a paced GPU share (node.gpu)
+
+
+@contextmanager
+def device_step(data: WorkerData, node: str):
+    """One step's work on the node's device (end it with a sync, e.g. loss.item()): paced to the
+    node's GPU share, and past its gpu_memory an error that names the cap."""
+    t = time.perf_counter()
+    try:
+        yield
+    except RuntimeError as e:  # OutOfMemoryError and the driver's AcceleratorError are RuntimeErrors
+        if is_out_of_memory(e):
+            raise cap_error(node, e) from e
+        raise
+    data.pacer.after(time.perf_counter() - t)
 
 
 def worker_setup(cfg: RoleConfig, sc: Scenario) -> WorkerData:
     from testbed.data.partition import worker_chunks
 
     model, ds = model_and_data(sc)
-    device = pick_device()
+    device = pick_device(cfg.node)
     model.to(device)
     keep = np.arange(len(ds.train_y))
     if sc.workload.train_fraction is not None:  # the same seeded subset on every worker, then partitioned
@@ -247,4 +255,4 @@ def worker_setup(cfg: RoleConfig, sc: Scenario) -> WorkerData:
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
     batches = Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank, [len(c) for c in chunks])
-    return WorkerData(model, ds, device, x, y, batches)
+    return WorkerData(model, ds, device, x, y, batches, StepPacer(device))

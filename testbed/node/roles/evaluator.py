@@ -10,7 +10,8 @@ import torch.nn.functional as F
 import zmq
 
 from testbed.node import channel, transport
-from testbed.node.roles.common import RoleConfig, load_params, model_and_data, pick_device, setup_torch
+from testbed.node.gpu import pick_device
+from testbed.node.roles.common import RoleConfig, load_params, model_and_data, setup_torch
 from testbed.node.wire import Message
 
 
@@ -43,7 +44,7 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
     sc = cfg.scenario_model()
     setup_torch(cfg, sc)
     model, ds = model_and_data(sc)
-    device = pick_device()
+    device = pick_device(cfg.node)
     model.to(device)
     n = len(ds.test_y) if sc.workload.eval_samples is None else min(len(ds.test_y), sc.workload.eval_samples)
     x = torch.from_numpy(np.array(ds.test_x[:n])).to(device)  # a writable copy of the shared, read-only set

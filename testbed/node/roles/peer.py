@@ -23,7 +23,7 @@ import torch.nn.functional as F
 import zmq
 
 from testbed.node import channel, transport
-from testbed.node.roles.common import RoleConfig, frame_limit, setup_torch, worker_setup
+from testbed.node.roles.common import RoleConfig, device_step, frame_limit, setup_torch, worker_setup
 from testbed.node.roles.replicas import replica_schedule, send_replica
 from testbed.node.wire import Message
 from testbed.strategies import make_strategy
@@ -124,11 +124,13 @@ class PeerWorker:
         d = self.data
         idx = torch.from_numpy(d.batches.next(size))
         xb, yb = d.x[idx], d.y[idx]
-        d.model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(d.model(xb.to(d.device)), yb.to(d.device))
-        loss.backward()
+        with device_step(d, self.cfg.node):
+            d.model.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(d.model(xb.to(d.device)), yb.to(d.device))
+            loss.backward()
+            loss_value = loss.item()
         grads = {n: p.grad.detach().cpu() for n, p in d.model.named_parameters() if p.grad is not None}
-        return loss.item(), grads, len(yb)
+        return loss_value, grads, len(yb)
 
     def observe(self, compute: float, loss: float, batch: int) -> None:
         """What this worker tells its peers about itself: smoothed loss and capacity, samples seen."""

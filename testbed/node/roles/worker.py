@@ -13,7 +13,7 @@ import torch.nn.functional as F
 import zmq
 
 from testbed.node import channel, transport
-from testbed.node.roles.common import RoleConfig, load_params, setup_torch, worker_setup
+from testbed.node.roles.common import RoleConfig, device_step, load_params, setup_torch, worker_setup
 from testbed.node.wire import Message
 from testbed.scenario.schema import Scenario
 from testbed.strategies import WorkerContext, make_strategy
@@ -123,10 +123,12 @@ class Worker:
     def compute(self, xb, yb) -> tuple[float, dict]:
         """(loss, gradients) of one batch."""
         device = self.data.device
-        self.model.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(self.model(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
-        loss.backward()
-        return loss.item(), {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
+        with device_step(self.data, self.cfg.node):
+            self.model.zero_grad(set_to_none=True)
+            loss = F.cross_entropy(self.model(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
+            loss.backward()
+            loss_value = loss.item()
+        return loss_value, {n: p.grad for n, p in self.model.named_parameters() if p.grad is not None}
 
     def local_update(self) -> None:
         with torch.no_grad():

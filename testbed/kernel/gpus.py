@@ -1,0 +1,72 @@
+"""This machine's GPUs, read without initialising CUDA (a process that has touched CUDA cannot
+fork usable children, and the runner forks every netns node): NVML where `nvidia-ml-py` is
+installed, else `nvidia-smi`, else none.
+
+Indices are the driver's (PCI bus order, as nvidia-smi prints them); nodes get
+CUDA_DEVICE_ORDER=PCI_BUS_ID so that CUDA counts them the same way.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import Optional
+
+
+@dataclass(frozen=True)
+class HostGpu:
+    index: int
+    name: str
+    memory_bytes: int
+
+
+def host_gpus() -> list[HostGpu]:
+    """Every GPU the driver shows; [] without a driver."""
+    found = _from_nvml()
+    return found if found is not None else (_from_nvidia_smi() or [])
+
+
+def _from_nvml() -> Optional[list[HostGpu]]:
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(h)
+            out.append(HostGpu(i, name.decode() if isinstance(name, bytes) else str(name),
+                               int(pynvml.nvmlDeviceGetMemoryInfo(h).total)))
+        return out
+    except pynvml.NVMLError:
+        return None
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _from_nvidia_smi() -> Optional[list[HostGpu]]:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        text = subprocess.run([exe, "--query-gpu=index,name,memory.total", "--format=csv,noheader,nounits"],
+                              capture_output=True, text=True, timeout=20, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return parse_nvidia_smi(text)
+
+
+def parse_nvidia_smi(text: str) -> list[HostGpu]:
+    """Rows of `index, name, memory.total (MiB)`; rows of another shape are skipped."""
+    out = []
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 3 and parts[0].isdigit() and parts[2].isdigit():
+            out.append(HostGpu(int(parts[0]), parts[1], int(parts[2]) << 20))
+    return out
