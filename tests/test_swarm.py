@@ -583,3 +583,17 @@ def test_a_command_workload_runs_across_the_hosts(tmp_path, lab, clean_host):
     assert sorted(rep.node) == ["w0", "w1"] and (rep.value == 3.0).all()
     for rank in (0, 1):
         assert f"rank {rank} sum 3.0" in (run_dir / "logs" / f"w{rank}.log").read_text()
+
+
+def test_a_command_cannot_remove_its_shaping_or_take_an_address_on_swarm(tmp_path, lab, clean_host):
+    """Where the node's container has NET_ADMIN (its supervisor shapes its link), the role's
+    program has none: deleting the root qdisc and adding an address fail with EPERM, and w1's
+    link (on the second host) still measures its rate into w0 afterwards."""
+    from test_command import assert_shaping_held, undo_shaping_scenario
+
+    sc = undo_shaping_scenario("swarm")
+    sc["placement"] = {"ps": "eb-lab-h1", "eval": "eb-lab-h1", "w0": "eb-lab-h1", "w1": "eb-lab-h2"}
+    run_dir = _run(tmp_path, sc)
+    meta = json.loads((run_dir / "meta.json").read_text())
+    assert (meta["nodes"]["w0"]["host"], meta["nodes"]["w1"]["host"]) == ("eb-lab-h1", "eb-lab-h2")
+    assert_shaping_held(run_dir)

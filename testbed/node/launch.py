@@ -20,6 +20,7 @@ import signal
 import sys
 import time
 
+from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel
 from testbed.plan.cluster import stress_loads
 from testbed.scenario.units import parse_cpuset
@@ -30,6 +31,9 @@ GO_DEADLINE = 600.0  # s a container waits for its first request
 
 
 def _role_main(cfg_data: dict, stop) -> None:
+    # first, while this is the process's one thread (importing torch starts more): the role and
+    # what it starts get none of the supervisor's powers (SECURITY.md)
+    drop_privileges()
     from testbed.node.roles import resolve_target
     from testbed.node.roles.common import RoleConfig
     from testbed.node.transport import DelaySpec
@@ -46,6 +50,7 @@ def _role_main(cfg_data: dict, stop) -> None:
 
 def _job_main(target: str, kwargs: dict) -> None:
     """A measuring job (runtime.start on a node whose runner is elsewhere): one function."""
+    drop_privileges()
     import importlib
 
     os.setpgid(0, 0)
@@ -57,6 +62,7 @@ def _job_main(target: str, kwargs: dict) -> None:
 
 
 def _stress_main(load: float, stop) -> None:
+    drop_privileges()
     from testbed.node.roles.stress import run_stress
 
     os.setpgid(0, 0)
@@ -302,6 +308,7 @@ def _run_exec(payload: str) -> int:
     """`--exec '{"target": "module:function", "kwargs": {...}}'`: run one function (benchmarks)."""
     import importlib
 
+    drop_privileges()  # `docker exec` starts it with the container's capabilities
     job = json.loads(payload)
     module, func = job["target"].split(":")
     getattr(importlib.import_module(module), func)(**job["kwargs"])

@@ -32,6 +32,7 @@ from typing import Any, Callable, Optional
 from testbed.kernel import cgroups
 from testbed.kernel.gpus import host_gpus
 from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
+from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, Runtime
@@ -53,7 +54,7 @@ def netns_name(run_id: str, node: str) -> str:
 def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs: dict,
                env: Optional[dict] = None) -> None:
     """First thing in every node process: die with the runner, join cgroup and namespace, take the
-    node's environment (its GPUs: read when CUDA starts, later), then
+    node's environment (its GPUs: read when CUDA starts, later), give up every capability, then
     run `target` (a function, or `module:function`: a role, imported here and not by the runner)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     os.environ.update(env or {})
@@ -63,6 +64,7 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
         os._exit(1)
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())
     enter_netns(netns)
+    drop_privileges()  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
     if isinstance(target, str):
         module, _, func = target.partition(":")
         target = getattr(importlib.import_module(module), func)
