@@ -157,3 +157,35 @@ def test_a_step_that_runs_out_of_gpu_memory_fails_naming_the_cap(monkeypatch):
     with pytest.raises(ValueError):  # anything else is the step's own error
         with device_step(Data(), "w1"):
             raise ValueError("not a GPU matter")
+
+
+def test_a_nodes_gpu_use_is_its_processes_by_nvml(monkeypatch):
+    import sys
+    import types
+
+    from testbed.kernel.gpus import GpuProcessUse, gpu_process_use
+    from testbed.runtimes.base import node_gpu_use
+
+    class NVMLError(Exception):
+        pass
+
+    proc = lambda pid, mem: types.SimpleNamespace(pid=pid, usedGpuMemory=mem)  # noqa: E731
+    sample = lambda pid, sm: types.SimpleNamespace(pid=pid, smUtil=sm)  # noqa: E731
+    fake = types.SimpleNamespace(
+        NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(10, 100 << 20), proc(11, None)] if h == 0 else [proc(10, 50 << 20)],
+        nvmlDeviceGetProcessUtilization=lambda h, since: [sample(10, 30), sample(12, 90)] if h == 0 else [sample(10, 45)])
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    use = gpu_process_use()
+    assert use == {10: GpuProcessUse(150 << 20, 45), 11: GpuProcessUse(0, None), 12: GpuProcessUse(0, 90)}
+
+    class Handle:
+        compute = {"gpus": [0, 1]}
+
+        class cgroup:
+            pids = staticmethod(lambda: {10, 11, 99})
+
+    assert node_gpu_use(Handle(), use) == (150 << 20, 45)
+    Handle.compute = {}
+    assert node_gpu_use(Handle(), use) == (None, None)  # a node without GPUs has no GPU columns

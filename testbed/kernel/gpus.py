@@ -50,6 +50,44 @@ def _from_nvml() -> Optional[list[HostGpu]]:
         pynvml.nvmlShutdown()
 
 
+@dataclass(frozen=True)
+class GpuProcessUse:
+    memory_bytes: int
+    sm_percent: Optional[int]  # the most recent utilisation sample NVML has for the process
+
+
+def gpu_process_use(since_us: int = 0) -> dict[int, GpuProcessUse]:
+    """Per process id, what it holds of the GPUs now (summed over them): {} without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # not installed, or no driver
+        return {}
+    try:
+        use: dict[int, list] = {}
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            _add_device_use(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i), since_us, use)
+        return {pid: GpuProcessUse(m, u) for pid, (m, u) in use.items()}
+    except pynvml.NVMLError:
+        return {}
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _add_device_use(pynvml, handle, since_us: int, use: dict[int, list]) -> None:
+    for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+        entry = use.setdefault(int(p.pid), [0, None])
+        entry[0] += int(p.usedGpuMemory or 0)
+    try:
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+    except pynvml.NVMLError:  # no samples yet, or not on this GPU
+        return
+    for s in samples:
+        entry = use.setdefault(int(s.pid), [0, None])
+        entry[1] = max(entry[1] or 0, int(s.smUtil))
+
+
 def _from_nvidia_smi() -> Optional[list[HostGpu]]:
     exe = shutil.which("nvidia-smi")
     if exe is None:

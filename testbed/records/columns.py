@@ -13,7 +13,8 @@ EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss
 TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "delta_bytes", "packets"]
 EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
 SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
-RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds"]
+RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds",
+                                "gpu_memory_bytes", "gpu_util"]  # GPU: where NVML shows the node's processes
 # stream.csv, one row per step; `buffered` = samples left right after the step's take
 STREAM_STEP_COLUMNS: list[str] = ["time", "node", "step", "wait_seconds", "batch_size", "buffered"]
 # buffer.csv, one row per device about every second (between takes); `rate` = its nominal rate then

@@ -522,7 +522,8 @@ def _sample(runtime, spec: ClusterSpec, run_dir: Path, t0: float, last: dict) ->
             last[key] = c
         for name, use in runtime.usage().items():
             res.write(time=now, node=name, cpu_seconds=use.cpu_seconds, memory_bytes=use.memory_bytes,
-                      throttled_seconds=use.throttled_seconds)
+                      throttled_seconds=use.throttled_seconds, gpu_memory_bytes=use.gpu_memory_bytes,
+                      gpu_util=use.gpu_util)
     finally:
         traffic.close()
         res.close()

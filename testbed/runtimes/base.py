@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Protocol
 
 from testbed.kernel.cgroups import CgroupUsage
+from testbed.kernel.gpus import GpuProcessUse, gpu_process_use
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.live import LiveOps
@@ -35,6 +36,8 @@ class NodeUsage:
     cpu_seconds: Optional[float]
     memory_bytes: Optional[int]
     throttled_seconds: Optional[float]
+    gpu_memory_bytes: Optional[int] = None  # its processes' on the GPUs (NVML), where it has GPUs
+    gpu_util: Optional[int] = None  # % of a GPU's SMs its busiest process used, NVML's latest sample
 
 
 class NodeHandle(Protocol):
@@ -46,6 +49,16 @@ class NodeHandle(Protocol):
     cgroup: CgroupUsage
     compute: dict
     processes: list
+
+
+def node_gpu_use(h: NodeHandle, gpu_use: dict[int, GpuProcessUse]) -> tuple[Optional[int], Optional[int]]:
+    """(GPU memory, SM %) of a node's processes, by the process ids in its cgroup (this host's)."""
+    if not h.compute.get("gpus") or not gpu_use:
+        return None, None
+    pids = h.cgroup.pids() if hasattr(h.cgroup, "pids") else set()
+    mine = [gpu_use[p] for p in pids if p in gpu_use]
+    utils = [u.sm_percent for u in mine if u.sm_percent is not None]
+    return sum(u.memory_bytes for u in mine), (max(utils) if utils else None)
 
 
 class Runtime(LiveOps, ABC):
@@ -161,10 +174,12 @@ class Runtime(LiveOps, ABC):
 
     def usage(self) -> dict[str, NodeUsage]:
         out = {}
+        gpu_use = gpu_process_use() if any(h.compute.get("gpus") for h in self.handles.values()) else {}
         for name, h in self.handles.items():
             thr = h.cgroup.throttled() or {}
             throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
-            out[name] = NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled)
+            out[name] = NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled,
+                                  *node_gpu_use(h, gpu_use))
         return out
 
     # -- teardown --------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, we
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
+from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
 from testbed.runtimes.state import RunState, Sweeper, register_sweeper
 
@@ -273,7 +274,7 @@ class SwarmRuntime(Runtime):
         return self.client.networks.create(name, driver="overlay", attachable=True, ipam=ipam, labels=self.labels)
 
     def service(self, name: str, host: SwarmHost, networks: list, resources: Optional[dict] = None,
-                sysctls: Optional[dict] = None, directions: tuple = ()):
+                sysctls: Optional[dict] = None, directions: tuple = (), env: Optional[dict] = None):
         """A one-task service running a node's supervisor on `host`, on `networks` [(network, alias)],
         shaping `directions` (scenario.links.Direction) itself."""
         import docker
@@ -287,7 +288,8 @@ class SwarmRuntime(Runtime):
             restart_policy=docker.types.RestartPolicy(condition="none"),
             constraints=[f"node.id=={host.id}"], cap_add=caps,
             resources=docker.types.Resources(**resources) if resources else None, sysctls=sysctls,
-            labels=self.labels, container_labels=self.labels)
+            labels=self.labels, container_labels=self.labels,
+            env=[f"{k}={v}" for k, v in (env or {}).items()] or None)
         self._services[name] = service
         return service
 
@@ -309,9 +311,11 @@ class SwarmRuntime(Runtime):
             res["generic_resources"] = {host.gpu_kind: len(prof.gpus) if isinstance(prof.gpus, list)
                                         else int(prof.gpus)}
             compute["gpus"] = prof.gpus
+        gpu_caps = cap_env(prof, None, compute) if prof.has_gpus() else {}  # paced; no MPS daemon on the hosts
         link = node.link
         directions = (link.uplink, link.downlink, *(p.direction for p in link.uplink_peers + link.downlink_peers))
-        service = self.service(node.name, host, [(self._lan(node), node.name)], res, directions=directions)
+        service = self.service(node.name, host, [(self._lan(node), node.name)], res, directions=directions,
+                               env=gpu_caps)
         return SwarmHandle(node, host, service, cgroup=HubCgroup(self.hub.stats, node.name), compute=compute)
 
     def wait_running(self, services: dict[str, Any]) -> dict[str, dict]:
