@@ -412,15 +412,22 @@ def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
                seconds: float = typer.Option(0.0, help="seconds per direction (default 8, 20 below 2 Mbit/s)"),
                flows: int = typer.Option(1, help="parallel TCP flows"),
                runtime: str = typer.Option("netns", help="netns | docker | swarm"),
+               encrypt: bool = typer.Option(False, "--encrypt", help="runtime swarm: on an encrypted overlay "
+                                                                     "(network.encrypt)"),
                out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
     """Achieved vs configured throughput of a shaped access link, both directions."""
     from testbed.bench.fidelity import link_benchmark
     from testbed.scenario import units
+    from testbed.scenario.schema import ScenarioError
 
     if seconds <= 0:
         # TCP needs longer to fill and settle a slow link's queue.
         seconds = 20.0 if units.parse_rate(rate) < 2e6 else 8.0
-    res = link_benchmark(rate, seconds=seconds, flows=flows, out_dir=out, say=typer.echo, runtime=runtime)
+    try:
+        res = link_benchmark(rate, seconds=seconds, flows=flows, out_dir=out, say=typer.echo, runtime=runtime,
+                             encrypt=encrypt)
+    except (ScenarioError, RuntimeError) as e:  # refused (network.encrypt off swarm, or a host's kernel)
+        _fail(f"error: {e}")
     if not res["ok"]:
         raise typer.Exit(1)
 

@@ -172,10 +172,14 @@ def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: flo
 
 
 def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: Path | None = None,
-                   say: Callable[[str], None] = print, tolerance: float = 0.05, runtime: str = "netns") -> dict:
-    """Shape w0's access link to `rate` both ways, saturate each direction with TCP between w0 and ps."""
+                   say: Callable[[str], None] = print, tolerance: float = 0.05, runtime: str = "netns",
+                   encrypt: bool = False) -> dict:
+    """Shape w0's access link to `rate` both ways, saturate each direction with TCP between w0 and ps
+    (`encrypt`: on runtime swarm's encrypted overlay)."""
     configured = units.parse_rate(rate)
-    bench = _Bench({"bandwidth": rate}, runtime)
+    scenario = {"name": "bench", "runtime": runtime, "network": {"encrypt": True}, "profiles": {"shaped": {
+        "bandwidth": rate}}, "workers": [{"count": 1, "profile": "shaped"}]} if encrypt else None
+    bench = _Bench({"bandwidth": rate}, runtime, scenario=scenario)
     results = []
     with bench as (rt, spec):
         w0, ps = spec.node("w0"), spec.node("ps")
@@ -189,7 +193,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
     problems = bench.problems
     ok = all(abs(1 - r["goodput_ratio"]) <= tolerance for r in results) and not problems
     out = {"benchmark": "link", "runtime": runtime, "configured_bps": configured, "flows": flows, "seconds": seconds,
-           "results": results, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
+           "encrypted": encrypt, "results": results, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "shaper": "htb inside the node (uplink) and on its IFB (downlink), ps and w0 on two hosts"
                      if runtime == "swarm" else "htb (egress of each veth end)",
@@ -197,7 +201,8 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
                    "counted by the veth (IP packets + Ethernet header) over the steady-state window. "
                    "TCP/IP + Ethernet headers are ~4.4% of a 1514-byte frame, so goodput "
                    "sits below the configured rate by about that much"}
-    return _save(out, out_dir, f"link-{runtime}-{units.format_rate(configured)}-{flows}flow.json", say)
+    name = f"link-{runtime}{'-encrypted' if encrypt else ''}-{units.format_rate(configured)}-{flows}flow.json"
+    return _save(out, out_dir, name, say)
 
 
 def _busy(seconds: float, ready_path: str = "") -> None:

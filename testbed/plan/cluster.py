@@ -68,6 +68,7 @@ class ClusterSpec:
     nodes: list[Node] = field(default_factory=list)
     relay_gateway: bool = False  # the gateway address on the run's switch, where the relay to an external broker listens
     topology: Optional[Topology] = None  # sites and WAN links; None: one LAN
+    encrypt: bool = False  # the run's networks encrypted between hosts (runtime swarm's overlays)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -109,7 +110,8 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     topo = plan_topology(sc)
     hosts = net.hosts()
     spec_gateway = str(next(hosts))  # reserved: Docker puts its bridge here; netns leaves it unused
-    spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway, topology=topo)
+    spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway, topology=topo,
+                       encrypt=sc.network.encrypt)
     site_hosts = {s.name: s.hosts() for s in topo.sites} if topo else {}
 
     def add(name: str, role: Role, rank: int, ref, group=None, image=None, site_ref=None) -> None:

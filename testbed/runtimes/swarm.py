@@ -2,14 +2,14 @@
 
 The runner talks to one manager's engine (DOCKER_HOST, else this machine's engine when it
 manages a swarm, else the lab's: runtimes.lab). Each node is a one-task service pinned to its
-host (plan.placement, with runtimes.hosts' spread), on an attachable overlay network of the
-run (VXLAN between hosts; dnsrr endpoints, since not every kernel has IPVS). The runner is on
-no host's namespace, so each node shapes its own link from inside (node.own_link: HTB on its
-interface's egress, IFB for what arrives), by the same plans as the other runtimes, and
-reports its counters and usage over the control channel. That channel (runtimes.hub) listens
-on the runner's address that the hosts reach; nodes reach it through their hosts' NAT.
-Services get their addresses from the swarm, so the plan's addresses are replaced by the
-tasks' before any link is shaped or role configured.
+host (plan.placement, with runtimes.hosts' spread), on an overlay network of the run (VXLAN
+between hosts, IPsec-encrypted on request: runtimes.swarm_ipsec; dnsrr endpoints, since not
+every kernel has IPVS). The runner is on no host's namespace, so each node shapes its own link
+from inside (node.own_link: HTB on its interface's egress, IFB for what arrives), by the same
+plans as the other runtimes, and reports its counters and usage over the control channel.
+That channel (runtimes.hub) listens on the runner's address that the hosts reach; nodes reach
+it through their hosts' NAT. Services get their addresses from the swarm, so the plan's
+addresses are replaced by the tasks' before any link is shaped or role configured.
 """
 
 from __future__ import annotations
@@ -181,6 +181,7 @@ class SwarmRuntime(Runtime):
         self.client, self.image = client, image
         self.hosts = swarm_hosts(client)
         self.network = None
+        self.encrypt = False  # the run's overlays encrypted (network.encrypt)
         self._urls = ("", "")
         self._tasks: dict[str, tuple[float, bool]] = {}  # node -> (checked at, running)
         self._services: dict[str, Any] = {}  # node or router -> its service
@@ -233,6 +234,8 @@ class SwarmRuntime(Runtime):
             self.fabric = SwarmSites(self, spec)
             used |= set(self.fabric.hosts.values())
         distribute_image(self.client, self.image, [h for h in self.hosts if h.hostname in used], self.say)
+        if spec.encrypt:
+            self._require_encryption([h for h in self.hosts if h.hostname in used])
         if self.fabric is not None:
             self.fabric.make_lans()
         else:
@@ -266,12 +269,27 @@ class SwarmRuntime(Runtime):
         self.hub = ControlHub(None, address, rport, cport, self.run_dir)
         self._urls = (f"tcp://{address}:{rport}", f"tcp://{address}:{cport}")
 
+    def _require_encryption(self, hosts: list[SwarmHost]) -> None:
+        """Every host tries its kernel before an encrypted overlay is made (runtimes.swarm_ipsec)."""
+        from testbed.runtimes.swarm_ipsec import encryption_problems
+
+        self.say(f"network.encrypt: trying the IPsec of {len(hosts)} host(s)' kernels")
+        problems = encryption_problems(self, hosts, _latest_task)
+        if problems:
+            raise RuntimeError(problems[0])
+        self.encrypt = True
+
     def overlay(self, name: str, subnet: Optional[str]):
-        """An attachable overlay network of the run (`subnet` None: the swarm's choice)."""
+        """An overlay network of the run (`subnet` None: the swarm's choice), encrypted if the
+        scenario asks. Not attachable: only the run's services join it (a node's measuring jobs
+        run inside its task), so no container started by hand on a host can."""
         import docker
 
+        from testbed.runtimes.swarm_ipsec import overlay_options
+
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]) if subnet else None
-        return self.client.networks.create(name, driver="overlay", attachable=True, ipam=ipam, labels=self.labels)
+        return self.client.networks.create(name, driver="overlay", attachable=False, ipam=ipam, labels=self.labels,
+                                           options=overlay_options(self.encrypt))
 
     def service(self, name: str, host: SwarmHost, networks: list, resources: Optional[dict] = None,
                 sysctls: Optional[dict] = None, directions: tuple = (), env: Optional[dict] = None):
@@ -547,7 +565,11 @@ class SwarmRuntime(Runtime):
         problems = []
         deadline = time.monotonic() + timeout
         for host in {h.host.hostname: h.host for h in self.handles.values()}.values():
-            engine = host.engine_client(timeout=10)
+            try:
+                engine = host.engine_client(timeout=10)
+            except RuntimeError as e:  # a label of a shape not used (runtimes.engines): its engine is not asked
+                problems.append(str(e))
+                continue
             if engine is None:
                 continue
             flt = {"label": f"{RUN_LABEL}={self.run_id}"}

@@ -431,6 +431,9 @@ class Network(StrictModel):
     verify_links: bool = Field(False, description="measure each worker's path to the PS after bring-up, before "
                                                   "training (rate per direction, RTT where a latency is set): "
                                                   "RUN/link_check.csv; `edgebed up --verify-links`")
+    encrypt: bool = Field(False, description="runtime swarm: the run's overlay networks encrypted between hosts "
+                                             "(IPsec ESP, AES-GCM: Docker's `--opt encrypted`); every host's "
+                                             "kernel needs ESP and GCM, or the run is refused")
 
     @field_validator("subnet")
     @classmethod
@@ -721,6 +724,9 @@ def _cross_checks(sc: Scenario) -> list[str]:
             lines.append(f"placement.{key}: names no node, worker group or site")
         if not value or (value.startswith("label:") and "=" not in value):
             lines.append(f"placement.{key}: '{value}' is neither a host name nor label:KEY=VALUE")
+    if sc.network.encrypt and sc.runtime != "swarm":
+        lines.append("network.encrypt: encrypts runtime swarm's overlay between hosts (runtime: swarm); a netns or "
+                     "docker run's links never leave this machine, so there is no wire to encrypt")
     if sc.runtime == "netns":  # whether an engine answers is the runtime's preflight (testbed.runtimes.preflight)
         if uses_kafka_image(sc):
             lines.append(f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime (runtime: docker or auto)")
