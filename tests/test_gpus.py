@@ -1,13 +1,12 @@
 """GPUs on every runtime (issue 35): which devices a node sees, its memory and compute caps, and
 the checks before bring-up. These run on the CPU: the GPU itself is benchmarks/gpu_check.sh's."""
 import json
-import os
 import time
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import needs_root, netns_cluster
+from env_probe import write_environment
 
 from testbed.kernel.gpus import HostGpu, parse_nvidia_smi
 from testbed.plan import parse_scenario
@@ -109,11 +108,6 @@ def test_past_its_memory_cap_a_node_fails_naming_the_cap(monkeypatch):
     assert str(err) == "w3: went past its gpu_memory cap of 1.00 GiB: CUDA out of memory. Tried to allocate 2.00 GiB"
 
 
-def _environment(path):
-    Path(path).write_text(json.dumps({k: os.environ.get(k) for k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER",
-                                                                       "EDGEBED_GPU_SHARE", "EDGEBED_GPU_MEMORY")}))
-
-
 @needs_root
 @pytest.mark.root
 def test_netns_nodes_get_their_gpus_and_meta_records_them(tmp_path, clean_host, monkeypatch):
@@ -123,7 +117,7 @@ def test_netns_nodes_get_their_gpus_and_meta_records_them(tmp_path, clean_host, 
     with netns_cluster(tmp_path, {"name": "g", "profiles": {"g": {"gpus": [1], "gpu_share": 0.5, "gpu_memory": "4g"}},
                                   "workers": [{"count": 1, "profile": "g"}, {"count": 1}]}) as (rt, spec):
         outs = {n: tmp_path / f"{n}.json" for n in ("w0", "w1")}
-        procs = [rt.start(n, _environment, {"path": str(p)}) for n, p in outs.items()]
+        procs = [rt.start(n, write_environment, {"path": str(p)}) for n, p in outs.items()]
         for p in procs:
             p.join(30)
         seen = {n: json.loads(p.read_text()) for n, p in outs.items()}
