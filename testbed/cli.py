@@ -707,7 +707,13 @@ def bench_soak(minutes: int = typer.Option(30, help="length of the run; one faul
 
 
 def main() -> None:
-    app()
+    from testbed.runtimes.engines import EngineAddressError
+
+    try:
+        app()
+    except EngineAddressError as e:  # DOCKER_HOST of a shape not used, wherever an engine is first asked
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None
 
 
 if __name__ == "__main__":

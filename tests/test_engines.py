@@ -180,3 +180,16 @@ def test_this_machines_engine_is_still_reached_over_its_socket(monkeypatch):
     except Exception as e:  # a socket with no engine behind it
         pytest.skip(f"the engine does not answer: {e}")
     assert client.api.base_url.startswith("http+docker://") and client.ping() is True
+
+
+def test_the_cli_says_a_refused_docker_host_in_one_line():
+    import subprocess
+
+    from conftest import edgebed_cmd
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
+    for args in (["build"], ["hosts"]):
+        r = subprocess.run(edgebed_cmd() + args, capture_output=True, text=True, timeout=60,
+                           env={**env, "DOCKER_HOST": "tcp://127.0.0.1:2375"})
+        assert r.returncode != 0 and r.stderr.strip().count("\n") == 0, r.stderr
+        assert r.stderr.startswith("error: DOCKER_HOST: engine tcp://127.0.0.1:2375: plain tcp://"), r.stderr
