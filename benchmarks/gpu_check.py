@@ -186,8 +186,8 @@ def shares(mps: bool, by: str = "pace", model: str = "adacomp_cnn", batch: int =
     which pins memory), or `by="mps"`: MPS's thread percentage alone, as a command workload gets it;
     and a 9th pushed past its memory cap beside them."""
     from testbed.kernel.gpus import host_gpus
-    from testbed.node.gpu import GPU_SHARE_BY_ENV
-    from testbed.runtimes.gpu_share import MpsDaemon, grant, program_env
+    from testbed.node.gpu import GPU_SHARE_BY_ENV, program_env
+    from testbed.runtimes.gpu_share import MpsDaemon, grant
     from testbed.scenario.schema import Profile
 
     share_env = (lambda env: {**program_env(env), GPU_SHARE_BY_ENV: "mps"}) if by == "mps" else (lambda env: env)

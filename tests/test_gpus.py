@@ -130,7 +130,7 @@ def test_netns_nodes_get_their_gpus_and_meta_records_them(tmp_path, clean_host, 
 
 
 def test_a_command_workload_gets_mps_threads_for_its_share():
-    from testbed.runtimes.gpu_share import program_env
+    from testbed.node.gpu import program_env
 
     env = program_env(grant(Profile(gpus=[0], gpu_share=0.5), TWO_H100, "/run/x/pipe").env)
     assert env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "50" and "EDGEBED_GPU_MPS_THREADS" not in env
@@ -183,3 +183,20 @@ def test_a_nodes_gpu_use_is_its_processes_by_nvml(monkeypatch):
     assert node_gpu_use(Handle(), use) == (150 << 20, 45)
     Handle.compute = {}
     assert node_gpu_use(Handle(), use) == (None, None)  # a node without GPUs has no GPU columns
+
+
+def test_a_command_workload_sees_no_gpu_without_one_and_its_mps_share_with_one(monkeypatch):
+    from testbed.node.roles import command
+    from testbed.node.roles.common import RoleConfig
+
+    seen = {}
+    monkeypatch.setattr(command.subprocess, "Popen", lambda argv, env, **kw: seen.update(env))
+    cfg = RoleConfig(node="w0", role="worker", rank=0, run_dir="/r", t0=0.0, scenario={}, ps_address="10.0.0.2",
+                     threads=1, workers=["w0"], addresses={"w0": "10.0.0.3"})
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")  # what a node without GPUs starts with (gpu_share.grant)
+    command._start(cfg, "{python} train.py", "/tmp/h")
+    assert seen["CUDA_VISIBLE_DEVICES"] == ""  # kept although empty: an unset one would show every GPU
+    for k, v in grant(Profile(gpus=[0], gpu_share=0.25), TWO_H100, "/run/x/pipe").env.items():
+        monkeypatch.setenv(k, v)
+    command._start(cfg, "{python} train.py", "/tmp/h")
+    assert seen["CUDA_VISIBLE_DEVICES"] == "0" and seen["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] == "25"

@@ -16,6 +16,18 @@ import torch
 GPU_MEMORY_ENV = "EDGEBED_GPU_MEMORY"  # bytes
 GPU_SHARE_ENV = "EDGEBED_GPU_SHARE"  # fraction in (0, 1]
 GPU_SHARE_BY_ENV = "EDGEBED_GPU_SHARE_BY"  # "pace" (steps are paced here) or "mps" (the driver's cap alone)
+# What a command workload's program gets as CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (program_env): not the
+# roles, whose paced steps already hold the share (the two together overshoot: BENCHMARKS.md).
+MPS_THREADS_ENV = "EDGEBED_GPU_MPS_THREADS"
+
+
+def program_env(env: dict[str, str]) -> dict[str, str]:
+    """A command workload's environment: MPS's thread percentage for its share, where one was given."""
+    out = dict(env)
+    threads = out.pop(MPS_THREADS_ENV, None)
+    if threads is not None:
+        out["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = threads
+    return out
 
 
 class GpuMemoryCapExceeded(RuntimeError):

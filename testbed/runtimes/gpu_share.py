@@ -29,9 +29,6 @@ from testbed.kernel.gpus import HostGpu
 from testbed.scenario.schema import Profile
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
-# What a command workload's program gets as CUDA_MPS_ACTIVE_THREAD_PERCENTAGE (node.roles.command): not
-# the roles, whose paced steps already hold the share (the two together overshoot: BENCHMARKS.md).
-MPS_THREADS_ENV = "EDGEBED_GPU_MPS_THREADS"
 PR_SET_PDEATHSIG = 1
 
 
@@ -57,7 +54,7 @@ def grant(prof: Profile, host: list[HostGpu], mps_pipe: Optional[str] = None) ->
 
 def cap_env(prof: Profile, mps_pipe: Optional[str], meta: dict) -> dict[str, str]:
     """The caps' environment (and meta.json's note of each mechanism)."""
-    from testbed.node.gpu import GPU_MEMORY_ENV, GPU_SHARE_BY_ENV, GPU_SHARE_ENV
+    from testbed.node.gpu import GPU_MEMORY_ENV, GPU_SHARE_BY_ENV, GPU_SHARE_ENV, MPS_THREADS_ENV
 
     env: dict[str, str] = {}
     if mps_pipe is not None and (prof.gpu_memory is not None or prof.gpu_share is not None):
@@ -76,15 +73,6 @@ def cap_env(prof: Profile, mps_pipe: Optional[str], meta: dict) -> dict[str, str
             env[MPS_THREADS_ENV] = f"{max(1, round(prof.gpu_share * 100))}"
             meta["gpu_share_by"] = "paced steps (roles); MPS active-thread percentage (command workloads)"
     return env
-
-
-def program_env(env: dict[str, str]) -> dict[str, str]:
-    """A command workload's environment: MPS's thread percentage for its share, where one was given."""
-    out = dict(env)
-    threads = out.pop(MPS_THREADS_ENV, None)
-    if threads is not None:
-        out["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] = threads
-    return out
 
 
 def wants_mps(profiles: list[Profile]) -> bool:

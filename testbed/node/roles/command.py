@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from testbed.node import channel
+from testbed.node.gpu import program_env
 from testbed.node.roles.common import RoleConfig
 
 MASTER_PORT = 29500
@@ -103,9 +104,13 @@ def _stop(proc: subprocess.Popen) -> int:
     return proc.wait()
 
 
+# Empty but meant: no records address outside a run; no GPU for a node whose profile has none.
+KEEP_EMPTY = ("EDGEBED_RECORDS", "CUDA_VISIBLE_DEVICES")
+
+
 def _start(cfg: RoleConfig, template: str, home: str) -> subprocess.Popen:
     argv = shlex.split(template.format(**placeholders(cfg, home)))
-    env = {k: v for k, v in environment(cfg, home, argv[0]).items() if v != "" or k == "EDGEBED_RECORDS"}
+    env = {k: v for k, v in program_env(environment(cfg, home, argv[0])).items() if v != "" or k in KEEP_EMPTY}
     out = open(cfg.log_path, "ab") if cfg.log_path else None  # else the node's own output
     return subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT if out else None,
                             start_new_session=True)
