@@ -3,9 +3,10 @@ IPsec ESP with AES-GCM between each pair of hosts, programmed by each host's eng
 
 An engine takes an encrypted network, and its tasks start, on a kernel that cannot make the SAs
 (no ESP, no GCM): the failure shows only in the engine's log, and every packet between hosts is
-dropped (a policy sends it to ESP, and there is no SA: BENCHMARKS.md). So before any overlay of the run is made, each host the run uses tries its own
-kernel (testbed.kernel.ipsec) in a one-task probe service of the node image, and a host that
-cannot is refused in one line naming it and what its kernel lacks.
+dropped (a policy sends it to ESP, and there is no SA: BENCHMARKS.md). So before any overlay of
+the run is made, each host the run uses tries its own kernel (testbed.kernel.ipsec) in a
+one-task probe service of the node image, and a host that cannot is refused in one line naming
+it and what its kernel lacks.
 """
 
 from __future__ import annotations
