@@ -17,7 +17,6 @@ as in some tests) a table is appended to in the run directory itself.
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
@@ -26,6 +25,7 @@ from typing import Any
 
 import zmq
 
+from testbed.node import untrusted
 from testbed.records import metrics
 
 LINGER_MS = 3000  # how long a role's exit waits for its last rows to leave
@@ -88,7 +88,8 @@ def send(address: str, kind: str, payload: bytes) -> None:
 
 
 def send_json(address: str, kind: str, data: dict) -> None:
-    send(address, kind, json.dumps(data, default=str).encode())
+    """(a float that is not a number goes as null: the hub refuses NaN and Infinity)"""
+    send(address, kind, untrusted.dumps(data, default=str).encode())
 
 
 def report(cfg, name: str, data: dict) -> None:
@@ -96,7 +97,7 @@ def report(cfg, name: str, data: dict) -> None:
     if cfg.records:
         send_json(cfg.records, "report", {"name": name, "data": data})
     else:
-        (Path(cfg.run_dir) / name).write_text(json.dumps(data, default=str))
+        (Path(cfg.run_dir) / name).write_text(untrusted.dumps(data, default=str))
 
 
 def topic(kind: str, node: str = "") -> bytes:
@@ -107,11 +108,14 @@ def topic(kind: str, node: str = "") -> bytes:
 
 
 class Listener:
-    """A SUB socket on the runner's down channel, for the given topics (read without blocking)."""
+    """A SUB socket on the runner's down channel, for the given topics (read without blocking).
+    `max_message`: the largest frame these topics carry (a larger one closes the connection,
+    which ZeroMQ opens again)."""
 
-    def __init__(self, address: str, topics: list[bytes]):
+    def __init__(self, address: str, topics: list[bytes], max_message: int = -1):
         self._ctx = zmq.Context()
         self._sock = self._ctx.socket(zmq.SUB)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, max_message)
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.RCVHWM, 0)
         self._sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
@@ -153,9 +157,10 @@ class Heartbeat:
     def take(self, payload: bytes) -> None:
         self.alive()
         try:
-            self.stop = self.stop or bool(json.loads(payload).get("stop"))
-        except ValueError:
-            pass
+            beat = untrusted.loads(payload, max_bytes=4096)
+        except untrusted.Refused:
+            return
+        self.stop = self.stop or (isinstance(beat, dict) and beat.get("stop") is True)
 
     def stopped(self) -> bool:
         return self.stop or (self.last is not None and time.monotonic() - self.last > self.timeout)

@@ -21,13 +21,15 @@ import sys
 import time
 
 from testbed.kernel.privileges import drop_privileges
-from testbed.node import channel
+from testbed.node import channel, untrusted
 from testbed.plan.cluster import stress_loads
 from testbed.scenario.units import parse_cpuset
 
 STATS_EVERY = 0.5  # s between a self-shaping node's counters (traffic.csv samples them)
 HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)
 GO_DEADLINE = 600.0  # s a container waits for its first request
+MAX_REQUEST = 64 << 20  # bytes: a "go" carries the RoleConfig (the scenario, every node's stream schedule)
+KEPT_ANSWERS = 1000  # answers kept for repeats of a request (the runner repeats only its latest ones)
 
 
 def _role_main(cfg_data: dict, stop) -> None:
@@ -93,7 +95,8 @@ class RoleSupervisor:
 
     def __init__(self, node: str, up: str, down: str):
         self.node, self.up = node, up
-        self.listener = channel.Listener(down, [channel.topic("beat"), channel.topic("node", node)])
+        self.listener = channel.Listener(down, [channel.topic("beat"), channel.topic("node", node)],
+                                         max_message=MAX_REQUEST)
         self.beat = channel.Heartbeat(HEARTBEAT_TIMEOUT)
         self._ctx = mp.get_context("fork")
         self.stop = self._ctx.Event()  # shared with the role and stress processes
@@ -103,6 +106,7 @@ class RoleSupervisor:
         self.stress: list = []
         self._reap: list = []  # killed, not yet joined
         self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
+        self.dropped = untrusted.Drops(f"supervisor of {node}")  # requests it could not read, by reason
         self.jobs: dict[str, object] = {}  # measuring jobs running: slot to report the end in -> process
         self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
         self.router = None  # node.own_router.OwnRouter, when the node is a site's router (runtime swarm)
@@ -110,7 +114,11 @@ class RoleSupervisor:
 
     def _send_state(self, running: bool, exitcode=None) -> None:
         channel.send_json(self.up, "state", {"node": self.node, "gen": self.gen, "running": running,
-                                             "exitcode": exitcode})
+                                             "exitcode": exitcode, **self._drop_counts()})
+
+    def _drop_counts(self) -> dict:
+        """What this supervisor dropped, with its acks and states (the hub keeps it for summary.json)."""
+        return {"dropped": dict(self.dropped)} if self.dropped else {}
 
     def _start(self, req: dict) -> None:
         if req.get("cpuset"):  # a runtime without a cpuset of its own (swarm): the role inherits this
@@ -245,13 +253,29 @@ class RoleSupervisor:
         return json.dumps(self.router.counters())
 
     def _answer(self, req: dict) -> None:
-        seq = int(req.get("seq", -1))
+        seq = req["seq"]
         if seq not in self._answers:
             try:
                 self._answers[seq] = self._handle(req)
             except Exception as e:  # answer, never die: the runner waits for the answer
-                self._answers[seq] = f"failed: {type(e).__name__}: {e}"
-        channel.send_json(self.up, "ack", {"node": self.node, "seq": seq, "detail": self._answers[seq]})
+                self._answers[seq] = f"failed: {type(e).__name__}: {str(e)[:500]}"
+            if len(self._answers) > KEPT_ANSWERS:
+                del self._answers[next(iter(self._answers))]  # the oldest
+        channel.send_json(self.up, "ack", {"node": self.node, "seq": seq, "detail": self._answers[seq],
+                                           **self._drop_counts()})
+
+    def _request(self, payload: bytes):
+        """The request in a message from the hub (a mapping with an integer seq), or None: what
+        cannot be one is dropped and counted, never the supervisor's end."""
+        try:
+            req = untrusted.loads(payload, max_bytes=MAX_REQUEST)
+        except untrusted.Refused as e:
+            self.dropped.add(e.reason)
+            return None
+        if not isinstance(req, dict) or type(req.setdefault("seq", -1)) is not int:
+            self.dropped.add("not a request")
+            return None
+        return req
 
     def _listen(self, timeout_ms: int) -> bool:
         """Take what came down; True once a request has arrived (the first is the "go")."""
@@ -261,11 +285,8 @@ class RoleSupervisor:
                 self.beat.take(payload)
                 continue
             self.beat.alive()  # a request is a word from the runner too, should it die before a beat
-            try:
-                req = json.loads(payload)
-            except ValueError:
-                continue
-            if isinstance(req, dict):
+            req = self._request(payload)
+            if req is not None:
                 self._answer(req)
             got = True
         if self.terminated or self.beat.stopped():

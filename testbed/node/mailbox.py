@@ -10,6 +10,8 @@ import time
 
 from testbed.node import channel
 
+FLAG_MESSAGE = 1024  # bytes of a frame on a flag's topic (its key; the flag itself is empty)
+
 
 def _parts(slot: str) -> tuple[str, str, str]:
     up, down, key = slot.split(" ", 2)
@@ -33,7 +35,7 @@ class Waiter:
 
     def __init__(self, slot: str):
         _, down, key = _parts(slot)
-        self.listener = channel.Listener(down, [channel.topic("put", key)])
+        self.listener = channel.Listener(down, [channel.topic("put", key)], max_message=FLAG_MESSAGE)
         self.filled = False
 
     def poll(self, timeout_ms: int = 0) -> bool:

@@ -9,7 +9,6 @@ which is what a delay line in the path would do to a message-sized burst.
 from __future__ import annotations
 
 import heapq
-import json
 import random
 import time
 import zlib
@@ -18,9 +17,10 @@ from typing import Any, Optional
 
 import zmq
 
-from testbed.node import wire
+from testbed.node import untrusted, wire
 
 PS_PORT = 5555
+DELAY_MESSAGE = 4096  # bytes: a node's four delays
 
 
 @dataclass
@@ -53,15 +53,15 @@ class DelaySpec:
         if self._listener is None:
             from testbed.node.channel import Listener, topic
 
-            self._listener = Listener(self.control, [topic("delay", self.node)])
+            self._listener = Listener(self.control, [topic("delay", self.node)], max_message=DELAY_MESSAGE)
         got = self._listener.poll()
         if not got:
             return
         try:
-            data = json.loads(got[-1][1])
+            data = untrusted.loads(got[-1][1], max_bytes=DELAY_MESSAGE)
             up, up_jitter = float(data["up"]), float(data["up_jitter"])
             down, down_jitter = float(data["down"]), float(data["down_jitter"])
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, IndexError):
             return
         self.up, self.up_jitter, self.down, self.down_jitter = up, up_jitter, down, down_jitter
 
@@ -120,7 +120,7 @@ class Endpoint:
         # Messages dropped unread, by reason: any node may send anything, and nothing it sends
         # may end the receiver. `senders`, when set, are the only identities heard, each from the
         # address the plan gave it (known_senders): a node cannot speak as another.
-        self.dropped: dict[str, int] = {}
+        self.dropped = untrusted.Drops(f"{'router' if router else 'dealer'} endpoint")
         self.senders: Optional[dict[str, str]] = None
 
     def send(self, msg: wire.Message, to: Optional[str] = None) -> int:
@@ -167,7 +167,7 @@ class Endpoint:
         try:
             msg = wire.decode(frames)
             up, upj = float(msg.meta.pop("_up", 0.0)), float(msg.meta.pop("_upj", 0.0))
-        except (wire.WireError, TypeError, ValueError):
+        except (wire.WireError, TypeError, ValueError, OverflowError):
             return self._drop("malformed")
         if not (0.0 <= up <= 60.0 and 0.0 <= upj <= 60.0):  # a sender's own delay, as links are bounded
             return self._drop("malformed")
@@ -175,7 +175,7 @@ class Endpoint:
         return sender, msg, n
 
     def _drop(self, reason: str) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        self.dropped.add(reason)
         return None
 
     def recv(self, timeout: float) -> list[tuple[Optional[str], wire.Message, int]]:
@@ -216,6 +216,11 @@ def known_senders(names, addresses: dict[str, str]) -> dict[str, str]:
 # Messages a ROUTER queues per sender before it stops reading from that sender's connection:
 # a training node has a few in flight; a flooding one is held back by TCP, not by our memory.
 RECEIVE_QUEUE = 1000
+# Messages the PS queues for one node (a node waits for each answer: a few are in flight). A
+# connection that stopped reading (one that took a node's identity over, say) fills it; then a
+# send to it fails within SEND_TIMEOUT_MS and the node counts as unreachable, as a dead one does.
+SEND_QUEUE = 1000
+SEND_TIMEOUT_MS = 1000
 
 
 def _seed(identity: str, seed: int) -> int:
@@ -234,7 +239,8 @@ def ps_endpoint(ctx: zmq.Context, address: str, delay: DelaySpec, seed: int = 0,
     _limit(s, max_frame)
     s.setsockopt(zmq.ROUTER_MANDATORY, 1)  # unknown peer -> error, not silent drop
     s.setsockopt(zmq.ROUTER_HANDOVER, 1)  # a restarted node takes its identity back
-    s.setsockopt(zmq.SNDHWM, 0)
+    s.setsockopt(zmq.SNDHWM, SEND_QUEUE)
+    s.setsockopt(zmq.SNDTIMEO, SEND_TIMEOUT_MS)
     s.setsockopt(zmq.RCVHWM, RECEIVE_QUEUE)
     s.bind(f"tcp://{address}:{PS_PORT}")
     return Endpoint(s, delay, router=True, seed=_seed("ps", seed))

@@ -3,17 +3,20 @@
     frame 0   b"EB1" + JSON {"kind", "tensors": [{"name", "dtype", "shape"}...], ...}
     frame 1.. the tensors' bytes, C-contiguous, native little-endian
 
-Receivers rebuild tensors with `torch.frombuffer` over one copy of each frame.
+Receivers rebuild tensors with `torch.frombuffer` over one copy of each frame. The header is
+read with node.untrusted's strict loader (no NaN/Infinity, int64 at most, bounded depth); a meta
+float that is not a number is sent as null.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
+
+from testbed.node import untrusted
 
 MAGIC = b"EB1"
 
@@ -67,7 +70,7 @@ def encode(msg: Message) -> list[bytes | memoryview]:
         specs.append({"name": name, "dtype": _NAMES[t.dtype], "shape": list(t.shape)})
         bufs.append(_tensor_bytes(t))
     header = {"kind": msg.kind, "tensors": specs, "meta": msg.meta}
-    return [MAGIC + json.dumps(header, separators=(",", ":")).encode()] + bufs
+    return [MAGIC + untrusted.dumps(header, separators=(",", ":")).encode()] + bufs
 
 
 def decode(frames: Sequence[Any]) -> Message:
@@ -97,10 +100,10 @@ def _header(head: bytes) -> dict:
         raise WireError("not an edgebed message (bad magic)")
     if len(head) > MAX_HEADER:
         raise WireError(f"header of {len(head)} bytes")
-    try:
-        header = json.loads(head[len(MAGIC):])
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
-        raise WireError(f"bad header: {type(e).__name__}") from None
+    try:  # no NaN or Infinity, no int beyond int64, nothing nested deeper than a header needs
+        header = untrusted.loads(head[len(MAGIC):], max_bytes=MAX_HEADER)
+    except untrusted.Refused as e:
+        raise WireError(f"bad header: {e.reason}") from None
     if not isinstance(header, dict) or not isinstance(header.get("kind"), str):
         raise WireError("bad header: no kind")
     header.setdefault("tensors", [])

@@ -253,7 +253,7 @@ class ADSP(Strategy):
         return {"commit_interval": period_left / rate, "commit_rate": rate}
 
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
-        if "loss" in server.push_meta:  # the reward's (time, loss) samples
+        if server.push_meta.get("loss") is not None:  # the reward's (time, loss) samples (null: not a number)
             self.search.observe(self.clock(), float(server.push_meta["loss"]))
         self.checkpoint()
         self.commits[worker] = self.commits.get(worker, 0) + 1

@@ -14,7 +14,7 @@ from typing import Optional
 
 import zmq
 
-from testbed.node import transport
+from testbed.node import transport, untrusted
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import EvalFeed, RoleConfig, ServingRole, model_and_data, params_of, setup_torch
 from testbed.node.roles.replicas import ReplicaBoard
@@ -91,8 +91,10 @@ class Coordinator(ServingRole):
         for sender, msg, _ in msgs:
             try:
                 self.handle(sender, msg)
-            except (KeyError, ValueError, TypeError):  # a node's bytes never end the run
-                self.ep.dropped["refused"] = self.ep.dropped.get("refused", 0) + 1
+            except (KeyError, ValueError, TypeError, OverflowError) as e:  # a node's bytes never end the run
+                self.ep.dropped.add("refused", f"{msg.kind[:20]} from {sender}: {type(e).__name__}")
+            except Exception as e:  # nor does a handler's error: that message is dropped, and counted
+                self.ep.dropped.add(untrusted.error_reason(e), f"{msg.kind[:20]} from {sender}: {e}")
         if not self.started and self.joined >= self.workers:
             self.started = True
             for w in sorted(self.workers):
@@ -102,6 +104,8 @@ class Coordinator(ServingRole):
         if msg.kind == "hello":
             self.on_hello(sender)
         elif msg.kind == "progress":
+            if sender not in self.workers:
+                raise ValueError(f"progress from {sender}, not a worker")
             self.steps[sender] = int(msg.meta["step"])
             self.note_inbox_drops(sender, msg.meta)
             self.maybe_snapshot()

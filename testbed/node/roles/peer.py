@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 import zmq
 
-from testbed.node import channel, transport
+from testbed.node import channel, transport, untrusted
 from testbed.node.roles.common import RoleConfig, device_step, frame_limit, setup_torch, worker_setup
 from testbed.node.roles.replicas import replica_schedule, send_replica
 from testbed.node.wire import Message
@@ -174,14 +174,17 @@ class PeerWorker:
             self.received += nbytes
             try:
                 self.take(sender, msg)
-            except (KeyError, ValueError, TypeError, IndexError, RuntimeError):
-                self.inbox.dropped["refused"] = self.inbox.dropped.get("refused", 0) + 1
+            except (KeyError, ValueError, TypeError, IndexError, RuntimeError, OverflowError) as e:
+                self.inbox.dropped.add("refused", f"{msg.kind[:20]} from {sender}: {type(e).__name__}")
+            except Exception as e:  # nor does a handler's error: that message is dropped, and counted
+                self.inbox.dropped.add(untrusted.error_reason(e), f"{msg.kind[:20]} from {sender}: {e}")
 
     def take(self, sender: str, msg: Message) -> None:
         ctx, m = self.ctx, msg.meta
         if msg.kind == "grad":
             self.latest[sender] = max(self.latest.get(sender, 0), int(m["step"]))
-            ctx.losses[sender] = float(m["loss"])
+            if m["loss"] is not None:  # (a peer whose loss is not a number sends null)
+                ctx.losses[sender] = float(m["loss"])
             ctx.capacities[sender] = float(m["cap"])
             ctx.batch_sizes[sender] = int(m["batch_size"])
             self.seen[sender] = int(m["seen"])

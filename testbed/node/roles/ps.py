@@ -8,15 +8,16 @@ from typing import Optional
 
 import zmq
 
-from testbed.node import channel, transport
+from testbed.node import channel, transport, untrusted
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
                                        setup_torch)
 from testbed.node.wire import Message
 from testbed.strategies import ServerState, make_strategy
 
-# What handling a malformed message (missing meta keys, tensors of the wrong name or shape) raises
-BAD_MESSAGE = (KeyError, ValueError, TypeError, IndexError, RuntimeError)
+# What handling a malformed message (missing meta keys, tensors of the wrong name or shape, a number
+# out of range) raises: "refused". Anything else a handler raises is counted as a handler error.
+BAD_MESSAGE = (KeyError, ValueError, TypeError, IndexError, RuntimeError, OverflowError)
 MAX_REFUSED = 20  # malformed messages a worker may send before the PS counts it lost
 
 
@@ -100,15 +101,16 @@ class ParameterServer(ServingRole):
     def serve(self, msgs) -> None:
         for sender, msg, nbytes in msgs:
             if sender in self.faulty and msg.kind != "hello":  # only a restart (hello) lets it back in
-                self.ep.dropped["from a faulty worker"] = self.ep.dropped.get("from a faulty worker", 0) + 1
+                self.ep.dropped.add("from a faulty worker")
                 continue
             try:
                 self.handle(sender, msg, nbytes)
-            except BAD_MESSAGE as e:  # a node's bytes never end the PS: drop the message, say so
+            except Exception as e:  # a node's bytes never end the PS: drop the message, say so
                 self.refuse(sender, msg.kind, e)
 
     def refuse(self, sender: str, kind: str, error: Exception) -> None:
-        self.ep.dropped["refused"] = self.ep.dropped.get("refused", 0) + 1
+        self.ep.dropped.add("refused" if isinstance(error, BAD_MESSAGE) else untrusted.error_reason(error),
+                            f"{kind[:20]} from {sender}: {type(error).__name__}")
         self.events.write(time=self.cfg.now(), target=sender, action="message_refused",
                           detail=f"{kind[:20]}: {type(error).__name__}: {str(error)[:120]}")
         if sender not in self.members.joined:
