@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from testbed.node import mailbox
+from testbed.node import mailbox, untrusted
 
 BENCH_PORT = 5201
 
@@ -143,10 +143,17 @@ def measure_flows(rt, scratch, flows: list[Flow], *, window: float, warmup: floa
         p.join(warmup + window + 30)
     rates = []
     for a, b, r in zip(c1, c2, results):
-        good = json.loads(r.read_text()) if r.exists() else {"bytes": 0, "seconds": window}
-        rates.append(FlowRate(goodput_bps=good["bytes"] * 8 / max(good["seconds"], 1e-9),
-                              wire_bps=(b - a) * 8 / (t2 - t1)))
+        rates.append(FlowRate(goodput_bps=_goodput(r, window), wire_bps=(b - a) * 8 / (t2 - t1)))
     return rates
+
+
+def _goodput(result, window: float) -> float:
+    """A sink's result (a job's, from a node) in bit/s: 0 where there is none or it is malformed."""
+    try:
+        good = untrusted.loads(result.read_text()) if result.exists() else {"bytes": 0, "seconds": window}
+        return float(good["bytes"]) * 8 / max(float(good["seconds"]), 1e-9)
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0.0
 
 
 def ping_server(address: str, delay: dict, count: int) -> None:

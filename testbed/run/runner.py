@@ -243,6 +243,8 @@ class Run:
         self.spec = place(build_cluster(sc, self.run_id), self.runtime.placer(sc))
         self.runtime.create(self.spec)
         self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
+        if self.hub is not None and not self.decentralized:
+            self.hub.max_replica = 0  # no worker of this run hands in a replica: the hub takes none
         self.records_address, self.control_address = self.runtime.channel_urls()
         self.node_meta = self.runtime.node_meta()
         self.meta = self.describe()
@@ -380,10 +382,22 @@ class Run:
         summary["runtime"] = self.runtime_name
         if self.hub is not None:  # the nodes' rows that came over the control network
             summary["record_rows"] = {"received": self.hub.rows, "dropped": self.hub.dropped}
+            summary["control_dropped"] = _control_drops(self.hub)
+        if self.timeline is not None:  # changes applied, failed, and requests refused
+            summary["timeline"] = dict(self.timeline.counts)
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)
         summary["startup_seconds"] = round(self.t0 - self.t_invoked + first, 3) if first is not None else None
         return summary
+
+
+def _control_drops(hub) -> dict[str, int]:
+    """What the control channel dropped, by reason: the hub's, and each supervisor's as it last
+    said ("w1 supervisor: not JSON")."""
+    out = dict(hub.drops)
+    for node, counts in sorted(hub.node_drops.items()):
+        out.update({f"{node} supervisor: {reason}": n for reason, n in counts.items()})
+    return out
 
 
 def _topology_meta(spec: ClusterSpec) -> dict:

@@ -28,13 +28,13 @@ until the next change is due and applies it; `at_step` changes wait for the mode
 from __future__ import annotations
 
 import heapq
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.node import untrusted
 from testbed.scenario import units
 from testbed.scenario.schema import Event, resolve_target
 from testbed.scenario.traces import read_link_trace
@@ -76,12 +76,19 @@ def _show(key: str, v) -> str:
 # expansion of the scenario's events
 
 
+# Event fields a request may not set: when and to whom are the request's own; a trace is a file's
+REQUEST_FORBIDS = ("at", "at_step", "target", "action", "trace")
+
+
 def request_change(req: object, name: str) -> Change:
     """A control request (`edgebed link/...`, a node's drawn crash) as a change, checked as a
     scenario's event is (the action, its fields and their bounds); ValueError when it is not one."""
     if not isinstance(req, dict) or not isinstance(req.get("node"), str) or not isinstance(req.get("action"), str) \
             or not isinstance(req.get("fields", {}), dict):
         raise ValueError("not a request: {node, action, fields}")
+    forbidden = [k for k in req.get("fields", {}) if k in REQUEST_FORBIDS]
+    if forbidden:
+        raise ValueError(f"a request may not set {', '.join(forbidden)}")
     Event(at=0, target=req["node"], action=req["action"], **req.get("fields", {}))  # raises on what an event may not be
     source = req.get("source") if isinstance(req.get("source"), str) else f"command line ({req.get('id', name)})"
     return Change(None, None, req["node"], req["action"], req.get("fields", {}), source[:200])
@@ -143,6 +150,7 @@ class Timeline:
         self.control_dir = Path(control_dir) if control_dir is not None else None
         self.refused: list[str] = []  # control requests that were not valid changes
         self.inbox = inbox  # the nodes' own requests (a drawn crash), over the control channel
+        self.counts = {"applied": 0, "failed": 0, "refused": 0}  # for summary.json ("timeline")
 
     def due(self, now: float, step: int) -> list[Change]:
         """Pop every change due at run time `now` or global step `step`."""
@@ -164,41 +172,57 @@ class Timeline:
             self.control_dir.is_dir() else []
         for f in files:
             try:
-                text = f.read_text()
+                text = f.read_bytes()  # (its bytes: text that is not UTF-8 is refused below, not here)
                 f.unlink()
             except OSError:
                 continue
             self._take(out, text, f.stem, f.name)
-        for req in self.inbox() if self.inbox is not None else []:
-            self._take(out, json.dumps(req), str(req.get("id", "")), f"node request {str(req.get('id'))[:60]}")
+        for req in self.inbox() if self.inbox is not None else []:  # (the hub read them: mappings)
+            rid = str(req.get("id", ""))[:60] if isinstance(req, dict) else ""
+            self._take(out, req, rid, f"node request {rid}")
         return out
 
-    def _take(self, out: list[Change], text: str, rid: str, where: str) -> None:
+    def _take(self, out: list[Change], req, rid: str, where: str) -> None:
+        """A request (a file's bytes, or a node's request as the hub read it) as a change, or refused."""
         try:
-            out.append(request_change(json.loads(text), rid))
-        except ValueError as e:  # whoever wrote it, a bad request is refused, and said so
-            self.refused.append(f"{where}: {str(e).splitlines()[0][:160]}")
+            out.append(request_change(untrusted.loads(req) if isinstance(req, bytes) else req, rid))
+        except Exception as e:  # whoever wrote it, a bad request is refused, and said so
+            self.refused.append(f"{where}: {(str(e).splitlines() or [type(e).__name__])[0][:160]}")
 
     def run_once(self) -> None:
         now = self.clock() - self.t0
         changes = self.requests() + self.due(now, self.step())
         while self.refused:
             why = self.refused.pop(0)
+            self.counts["refused"] += 1
             self.errors.append(f"request refused: {why}")
-            self.record(Change(None, None, "-", "refused", {}, "control request"), now, f"REFUSED: {why}")
+            self._record(Change(None, None, "-", "refused", {}, "control request"), now, f"REFUSED: {why}")
         for change in changes:
             try:
                 detail = self.apply(change)
+                self.counts["applied"] += 1
             except Exception as e:  # one failed change must not stop the rest of the timeline
                 detail = f"FAILED: {type(e).__name__}: {e}"
+                self.counts["failed"] += 1
                 self.errors.append(f"{change.source} ({change.action} {change.node}): {e}")
             applied = self.clock() - self.t0
             self.applied.append((change, applied))
-            self.record(change, applied, detail)
+            self._record(change, applied, detail)
+
+    def _record(self, change: Change, at: float, detail: str) -> None:
+        try:
+            self.record(change, at, detail)
+        except Exception as e:  # a full disk: the change is made, the timeline goes on
+            self.errors.append(f"recording {change.action} {change.node}: {type(e).__name__}: {e}")
 
     def _loop(self) -> None:
         while not self._stop.is_set() and (self.pending() or self.control_dir is not None):
-            self.run_once()
+            try:
+                self.run_once()
+            except Exception as e:  # never the thread's end: the remaining events still run
+                self.counts["failed"] += 1
+                self.errors.append(f"timeline: {type(e).__name__}: {e}")
+                self._sleep(self.poll)
             wait = self.poll
             if self.timed:
                 idle = self.stepped or self.control_dir is not None  # something to poll for meanwhile

@@ -10,6 +10,9 @@ run directory for everything the nodes send:
 - messages, [b"!" + kind, payload]: a supervisor's acks and its role's state, a role's report
   (ps.json), a replica (forwarded to the coordinator), a crash request (for the timeline), the
   broker's readiness.
+Whatever arrives is read as untrusted (node.untrusted's strict JSON: no NaN or Infinity, int64 at
+most, bounded depth; a size limit per kind of message): what the hub cannot use is dropped and
+counted by reason (`drops`, summary.json's `control_dropped`), and no message ends its thread.
 Down, it publishes every BEAT seconds a heartbeat that carries the stop, each node's link delays
 (taken up by its transport; repeated, so a node that subscribes late still gets them), and
 requests to a node's supervisor, repeated until acknowledged.
@@ -28,11 +31,20 @@ from typing import Callable, Optional
 import zmq
 
 from testbed.kernel.netlink import entered_netns
+from testbed.node import untrusted
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
 
 MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
+# The largest message of each kind (a replica's limit is the hub's max_replica): a larger one is
+# dropped unread. A node's answer carries its kernel probe or counters; a report is ps.json.
+KIND_LIMITS = {"ack": 1 << 20, "state": 16 * 1024, "report": 4 << 20, "request": 16 * 1024,
+               "ready": 1024, "stats": 16 * 1024, "put": 1 << 20}
+MAX_NAME = 256  # characters of a node's name, a slot's key
+MAX_REQUESTS = 1000  # nodes' requests waiting for the timeline
+MAX_NODES = 10_000  # distinct names the hub keeps a state, a readiness or counters for
+PUB_QUEUE = 1000  # messages queued per subscriber: beats and requests repeat, a slow reader loses old ones
 REPORTS = ("ps.json",)  # the files a role may have written
 MAX_SLOTS = 10_000  # mailbox slots a run's measuring jobs may fill
 BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
@@ -43,12 +55,15 @@ class ControlHub:
     def __init__(self, netns: Optional[str], address: str, records_port: int, control_port: int, run_dir: Path):
         self.run_dir = Path(run_dir)
         self.rows = 0
-        self.dropped = 0
+        self.drops = untrusted.Drops("control hub")  # what the hub dropped, by reason
+        self.node_drops: dict[str, dict[str, int]] = {}  # what each node's supervisor dropped, as it last said
+        self.max_replica = MAX_MESSAGE  # bytes of a replica; the runner lowers it (0: the run has none)
         self._tables: dict[bytes, metrics.CsvLog] = {}
         self._last = time.monotonic()
         self._stop = threading.Event()
         self._cond = threading.Condition()
         self._acks: dict[tuple[str, int], str] = {}
+        self._awaited: set[tuple[str, int]] = set()  # (node, seq) of the requests waiting for an answer
         self.states: dict[str, dict] = {}  # node -> its supervisor's last word on its role
         self.ready: set[str] = set()  # nodes that said their service is up (the broker)
         self.puts: dict[str, str] = {}  # mailbox slot -> what a measuring job put there (node.mailbox)
@@ -59,45 +74,49 @@ class ControlHub:
         self._seq = 0
         self._pub_lock = threading.Lock()
         self._ctx = zmq.Context()
-        self._pull = self._ctx.socket(zmq.PULL)
-        self._pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)
-        self._pull.setsockopt(zmq.LINGER, 0)
-        self._pub = self._ctx.socket(zmq.PUB)
-        self._pub.setsockopt(zmq.LINGER, 0)
-        self._pub.setsockopt(zmq.SNDHWM, 0)  # a slow node delays its own messages, never loses a request
-        with entered_netns(netns):  # the listening sockets are made inside the control network
-            self._pull.bind(f"tcp://{address}:{records_port}")
-            self._pub.bind(f"tcp://{address}:{control_port}")
+        self._pull, self._pub = _open_sockets(self._ctx, netns, address, records_port, control_port)
         self._thread = threading.Thread(target=self._loop, name="edgebed-hub", daemon=True)
         self._thread.start()
+
+    @property
+    def dropped(self) -> int:
+        """Messages dropped, all reasons together."""
+        return sum(self.drops.values())
 
     # -- up: rows and messages ---------------------------------------------------------------
     def _loop(self) -> None:
         next_beat = 0.0
         while not self._stop.is_set():
-            if time.monotonic() >= next_beat:
-                self._beat()
-                next_beat = time.monotonic() + BEAT
-            if not self._pull.poll(50):
-                continue
-            while True:
-                try:
-                    frames = self._pull.recv_multipart(flags=zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self._take(frames)
-                self._last = time.monotonic()
+            try:
+                if time.monotonic() >= next_beat:
+                    next_beat = time.monotonic() + BEAT
+                    self._beat()
+                if self._pull.poll(50):
+                    self._receive()
+            except Exception as e:  # the hub's own error (a socket's), not a message's: say it, go on
+                self.drops.add("hub error", f"{type(e).__name__}: {e}")
+                time.sleep(0.05)
+
+    def _receive(self) -> None:
+        while True:
+            try:
+                frames = self._pull.recv_multipart(flags=zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self._take(frames)
+            self._last = time.monotonic()
 
     def _take(self, frames: list[bytes]) -> None:
+        """One message: taken, or dropped and counted by reason. Nothing in it ends the hub."""
         try:
             if len(frames) == 2 and frames[0].startswith(MESSAGE_PREFIX):
-                ok = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace"), frames[1])
+                why = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace")[:20], frames[1])
             else:
-                ok = self._row(frames)
-        except (ValueError, TypeError, OSError):  # a field of the wrong type, a full disk: never the hub's end
-            ok = False
-        if not ok:
-            self.dropped += 1
+                why = None if self._row(frames) else "bad row"
+        except Exception as e:  # a field of the wrong type, a full disk: never the hub's end
+            why = untrusted.error_reason(e)
+        if why:
+            self.drops.add(why)
 
     def _row(self, frames: list[bytes]) -> bool:
         table = self._table(frames[0]) if len(frames) == 2 and len(frames[1]) <= MAX_ROW else None
@@ -115,36 +134,56 @@ class ControlHub:
             self._tables[name] = metrics.open_table(self.run_dir, text)
         return self._tables[name]
 
-    def _message(self, kind: str, payload: bytes) -> bool:
-        if kind == "replica":  # bytes for the coordinator, as they came
+    def _message(self, kind: str, payload: bytes) -> Optional[str]:
+        """None once taken, else why it was dropped."""
+        limit = self.max_replica if kind == "replica" else KIND_LIMITS.get(kind)
+        if limit is None:
+            return "unknown kind"
+        if len(payload) > limit:
+            return f"{kind} too large"
+        if kind == "replica":  # bytes for the coordinator, as they came (it checks them: ReplicaBoard)
             self._publish(topic("replica"), payload)
-            return True
-        try:
-            data = json.loads(payload)
-        except (UnicodeDecodeError, ValueError):
-            return False
+            return None
+        data = untrusted.loads(payload, max_bytes=limit)
         if not isinstance(data, dict):
-            return False
+            return f"{kind} not a mapping"
         handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,
                    "request": self._on_request, "ready": self._on_ready, "stats": self._on_stats,
-                   "put": self._on_put}.get(kind)
-        return handler is not None and handler(data)
+                   "put": self._on_put}[kind]
+        return None if handler(data) else f"bad {kind}"
 
     def _on_ack(self, data: dict) -> bool:
+        node, seq, detail = data.get("node"), data.get("seq"), data.get("detail", "")
+        if not _name(node) or type(seq) is not int or type(detail) is not str:
+            return False
         with self._cond:
-            self._acks[(str(data.get("node")), int(data.get("seq", -1)))] = str(data.get("detail", ""))
-            self._cond.notify_all()
+            if (node, seq) in self._awaited:  # a repeat's answer, or one no request asked for, is not kept
+                self._acks[(node, seq)] = detail
+                self._cond.notify_all()
+        self._note_node_drops(node, data.get("dropped"))
         return True
 
     def _on_state(self, data: dict) -> bool:
-        code = data.get("exitcode")
-        if type(data.get("gen")) is not int or type(data.get("running")) is not bool or \
-                not (code is None or type(code) is int):
+        code, node = data.get("exitcode"), data.get("node")
+        if not _name(node) or type(data.get("gen")) is not int or type(data.get("running")) is not bool or \
+                not (code is None or type(code) is int) or not self._room(self.states, node):
             return False  # the runner's view of a role is built on these (runtimes.docker.RoleProcess)
         with self._cond:
-            self.states[str(data.get("node"))] = data
+            self.states[node] = data
             self._cond.notify_all()
+        self._note_node_drops(node, data.get("dropped"))
         return True
+
+    def _note_node_drops(self, node: str, counts) -> None:
+        """A supervisor's own count of the requests it dropped (cumulative), if well formed."""
+        if isinstance(counts, dict) and len(counts) <= 16 and self._room(self.node_drops, node) and all(
+                type(k) is str and len(k) <= 60 and type(v) is int and v >= 0 for k, v in counts.items()):
+            self.node_drops[node] = counts
+
+    @staticmethod
+    def _room(table: dict, name: str) -> bool:
+        """Whether `table` may hold `name` (a forger cannot grow it without bound)."""
+        return name in table or len(table) < MAX_NODES
 
     def _on_report(self, data: dict) -> bool:
         if data.get("name") not in REPORTS:
@@ -156,18 +195,24 @@ class ControlHub:
         return True
 
     def _on_request(self, data: dict) -> bool:
+        """(the timeline checks what it asks for: timeline.request_change)"""
         with self._cond:
+            if len(self._requests) >= MAX_REQUESTS:
+                return False
             self._requests.append(data)
         return True
 
     def _on_ready(self, data: dict) -> bool:
+        node = data.get("node")
+        if not _name(node) or not (node in self.ready or len(self.ready) < MAX_NODES):
+            return False
         with self._cond:
-            self.ready.add(str(data.get("node")))
+            self.ready.add(node)
         return True
 
     def _on_put(self, data: dict) -> bool:
         key, text = data.get("key"), data.get("data")
-        if type(key) is not str or type(text) is not str or len(self.puts) >= MAX_SLOTS:
+        if not _name(key) or type(text) is not str or (key not in self.puts and len(self.puts) >= MAX_SLOTS):
             return False
         with self._cond:
             self.puts[key] = text
@@ -176,11 +221,12 @@ class ControlHub:
         return True
 
     def _on_stats(self, data: dict) -> bool:
-        values = [v for k, v in data.items() if k != "node"]
-        if not all(v is None or type(v) in (int, float) for v in values):
+        node, values = data.get("node"), [v for k, v in data.items() if k != "node"]
+        if not _name(node) or not self._room(self.stats, node) or \
+                not all(v is None or type(v) in (int, float) for v in values):
             return False  # counters go into traffic.csv and resources.csv as numbers
         with self._cond:
-            self.stats[str(data.get("node"))] = data
+            self.stats[node] = data
         return True
 
     def take_requests(self) -> list[dict]:
@@ -253,6 +299,7 @@ class ControlHub:
             for node in nodes:
                 self._seq += 1
                 seqs[node] = self._seq
+            self._awaited.update(seqs.items())
         deadline = time.monotonic() + timeout
         next_send, why = 0.0, None
         with self._cond:
@@ -272,6 +319,7 @@ class ControlHub:
                     next_send = now + RESEND
                     continue  # an answer may have come meanwhile
                 self._cond.wait(max(0.0, min(next_send, deadline) - time.monotonic()))
+            self._awaited.difference_update(seqs.items())
             return {n: self._acks.pop((n, seqs[n]), None) for n in nodes}, why
 
     def close(self) -> None:
@@ -286,12 +334,33 @@ class ControlHub:
             t.close()
 
 
+def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_port: int,
+                  control_port: int) -> tuple[zmq.Socket, zmq.Socket]:
+    """The hub's two listening sockets, made inside the control network: PULL (up: rows and
+    messages, a frame of MAX_MESSAGE at most) and PUB (down: PUB_QUEUE messages per subscriber)."""
+    pull = ctx.socket(zmq.PULL)
+    pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # a sender of a larger frame is disconnected unread
+    pull.setsockopt(zmq.LINGER, 0)
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    pub.setsockopt(zmq.SNDHWM, PUB_QUEUE)  # a subscriber that stops reading loses messages, the hub no memory
+    with entered_netns(netns):
+        pull.bind(f"tcp://{address}:{records_port}")
+        pub.bind(f"tcp://{address}:{control_port}")
+    return pull, pub
+
+
+def _name(value) -> bool:
+    """A node's name or a slot's key as the hub keeps it: a short string."""
+    return type(value) is str and 0 < len(value) <= MAX_NAME
+
+
 def parsed_answer(answer: Optional[str]):
     """A node's JSON answer to a request (ask_all's, request's); None where none came or it is
-    not JSON."""
+    not strict JSON (node.untrusted)."""
     try:
-        return json.loads(answer) if answer else None
-    except ValueError:
+        return untrusted.loads(answer) if answer else None
+    except untrusted.Refused:
         return None
 
 

@@ -14,7 +14,6 @@ addresses are replaced by the tasks' before any link is shaped or role configure
 
 from __future__ import annotations
 
-import json
 import socket
 import time
 from dataclasses import asdict, dataclass, field, replace
@@ -22,6 +21,7 @@ from typing import Any, Callable, Optional
 
 from testbed.kernel.cgroups import CgroupUsage, period_us_of, quota_us
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
+from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
@@ -410,7 +410,7 @@ class SwarmRuntime(Runtime):
         first request it gets: it may still be starting)."""
         answer = self.ask(name, {"op": "kernel"})
         try:
-            return KernelCaps(**json.loads(answer))
+            return KernelCaps(**untrusted.loads(answer))
         except (ValueError, TypeError):
             raise RuntimeError(f"runtime swarm: {name} could not try its host's kernel: {answer}") from None
 
@@ -534,7 +534,10 @@ class SwarmRuntime(Runtime):
 
     def link_counter(self, node: str, key: str) -> int:
         """Read now by the node itself (its periodic report may be STATS_EVERY old)."""
-        return json.loads(self._request(node, {"op": "counters"}))[key]
+        value = untrusted.loads(self._request(node, {"op": "counters"}))
+        if not isinstance(value, dict) or type(value.get(key)) is not int:
+            raise RuntimeError(f"{node}: its link counters came back malformed")
+        return value[key]
 
     def node_meta(self) -> dict:
         return {name: {"netns": "", "host": h.host.hostname, "service": h.service.name, "container": h.container,
