@@ -25,6 +25,7 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     assert summary["runtime"] == runtime
+    assert summary["control_dropped"] == {} and summary["messages_dropped"] == 0  # nothing of a real run refused
     assert summary["best_accuracy"] >= 0.90
     assert summary["workers"] == 4
     # BSP: every model version came from one push per worker (a last round may be cut short by the stop)
