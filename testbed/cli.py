@@ -298,40 +298,64 @@ def place(scenario: Path = typer.Argument(..., help="scenario YAML file"),
 def status() -> None:
     """What edgebed has running or left on this machine."""
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import leftovers
+    from testbed.runtimes.state import StateDirError, leftovers
 
     load_backends()
-    lines = leftovers()
+    try:
+        lines = leftovers()
+    except StateDirError as e:
+        _fail(f"error: {e}")
     if not lines:
         typer.echo("nothing of edgebed is up")
     for line in lines:
         typer.echo(line)
 
 
+def _runs_to_remove(runs: dict, labelled: dict, named: bool, all_runs: bool) -> dict:
+    """Of `runs`, those `down` may remove: another owner's (by its labels) only with --all, and a
+    live or unknown run only by its id or with --all; each one left is named in one line."""
+    from testbed.runtimes.state import foreign_owner, why_left_alone
+
+    keep = {}
+    for rid, st in sorted(runs.items()):
+        owner = foreign_owner(labelled.get(rid))
+        if owner is not None:
+            typer.echo(f"run {rid} belongs to {owner}; " + ("removing it (--all)" if all_runs else "use --all"))
+            if not all_runs:
+                continue
+        why = None if named or all_runs else why_left_alone(rid, st, labelled.get(rid))
+        if why:  # a live run is someone's experiment: only by its id or with --all
+            typer.echo(f"{rid}: {why}; left alone (`edgebed down {rid}` or `edgebed down --all` removes it)")
+            continue
+        keep[rid] = st
+    return keep
+
+
 @app.command()
-def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: every run whose runner is gone)"),
-         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going"),
+def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: every run of yours whose runner is gone)"),
+         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going, and others' runs"),
          docker_host: Optional[str] = _DOCKER_HOST) -> None:
-    """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash)."""
+    """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash).
+    Only names of edgebed's own shapes are touched; another owner's run (uid@host) needs --all."""
     _use_docker_host(docker_host)
 
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import cleanup_run, engine_runs, known_runs, why_left_alone
+    from testbed.runtimes.state import StateDirError, cleanup_run, engine_runs, known_runs, labelled_runs
 
     load_backends()
-    runs = known_runs()
+    try:
+        labelled = labelled_runs()
+        runs = known_runs(labelled)
+    except StateDirError as e:
+        _fail(f"error: {e}")
     if os.geteuid() != 0:  # a user's runs are swarm runs; namespaces and cgroups are root's to remove
-        runs = engine_runs(runs)
+        runs = engine_runs(runs, labelled)
     if run_id is not None:
         if run_id not in runs:
-            typer.echo(f"no run {run_id} on this machine")
+            typer.echo(f"no run {ascii(run_id)[1:-1][:40]} on this machine")
             return
         runs = {run_id: runs[run_id]}
-    elif not all_runs:  # a live run is someone's experiment: only by its id or with --all
-        alone = {rid: why for rid, st in sorted(runs.items()) if (why := why_left_alone(rid, st))}
-        for rid, why in alone.items():
-            typer.echo(f"{rid}: {why}; left alone (`edgebed down {rid}` or `edgebed down --all` removes it)")
-        runs = {rid: st for rid, st in runs.items() if rid not in alone}
+    runs = _runs_to_remove(runs, labelled, run_id is not None, all_runs)
     problems = []
     for rid, st in runs.items():
         p = cleanup_run(rid, st)

@@ -65,7 +65,8 @@ def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(m
     removed = []
     monkeypatch.setattr(state, "SWEEPERS", {})
     monkeypatch.setattr(state, "STATE_DIR", tmp_path)
-    state.register_sweeper(state.Sweeper("fake", lambda: {"abc123"}, lambda rid: removed.append(rid) or ["left"]))
+    state.register_sweeper(state.Sweeper("fake", lambda: [("thing", {state.RUN_LABEL: "abc123"})],
+                                         lambda rid: removed.append(rid) or ["left"]))
     assert "abc123" in state.known_runs()
     if os.geteuid() == 0:
         assert "left" in state.cleanup_run("abc123", stop_runner=False) and removed == ["abc123"]

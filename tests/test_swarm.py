@@ -193,7 +193,8 @@ def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_t
     assert state._state_dir() == Path("/tmp/edgebed-1000/edgebed")
     monkeypatch.setenv("EDGEBED_STATE_DIR", "/somewhere")
     assert state._state_dir() == Path("/somewhere")
-    monkeypatch.setattr(state, "SWEEPERS", {"swarm": state.Sweeper("swarm", lambda: {"aaa111"}, lambda rid: [])})
+    monkeypatch.setattr(state, "SWEEPERS", {"swarm": state.Sweeper(
+        "swarm", lambda: [("service eb-aaa111-ps", {state.RUN_LABEL: "aaa111"})], lambda rid: [])})
     mine = state.RunState("ccc333", 1, "/tmp/r", "s.yaml", runtime="swarm")
     runs = {"aaa111": None, "bbb222": None, "ccc333": mine}  # bbb222: a namespace of root's run
     assert state.engine_runs(runs) == {"aaa111": None, "ccc333": mine}

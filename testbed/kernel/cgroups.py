@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from testbed.kernel import names
+
 ROOT = Path(os.environ.get("EDGEBED_CGROUP_ROOT", "/sys/fs/cgroup"))
 TOP = "edgebed"
 PERIOD_US = 100_000  # the kernel's and Docker's default CFS period
@@ -293,11 +295,20 @@ def kill_and_remove(rel: str, timeout: float = 5.0) -> list[str]:
     return problems
 
 
+def remove_run(run_id: str) -> list[str]:
+    """kill_and_remove of a run's cgroup, edgebed/<run_id>: a run id of another shape (`..`, a
+    path) would name another cgroup, so it removes nothing."""
+    if not names.shaped("run id", run_id):
+        return [f"cgroup of run {ascii(run_id)[:40]}: not an edgebed run id; nothing removed"]
+    return kill_and_remove(f"{TOP}/{run_id}")
+
+
 def list_runs() -> set[str]:
-    """Run ids that have a cgroup under edgebed/ in any hierarchy."""
-    runs: set[str] = set()
+    """Run ids that have a cgroup under edgebed/ in any hierarchy (a folder of another name is
+    skipped, in one line: it is not a run's)."""
+    found: dict[str, Path] = {}
     bases = [ROOT / TOP] if is_v2() else [m / TOP for c in V1_CONTROLLERS if (m := _v1_mount(c)) is not None]
     for b in bases:
         if b.is_dir():
-            runs |= {p.name for p in b.iterdir() if p.is_dir()}
-    return runs
+            found.update({p.name: b for p in b.iterdir() if p.is_dir()})
+    return {name for name, b in found.items() if names.checked("run id", name, f"cgroup folder {b}")}

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from testbed.kernel import names
 from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
@@ -25,10 +26,7 @@ from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.netns import netns_name
-from testbed.runtimes.state import RunState, Sweeper, register_sweeper
-
-LABEL = "edgebed"
-RUN_LABEL = "edgebed.run"
+from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper, run_labels
 
 
 def docker_client(timeout: float = 5.0):
@@ -254,7 +252,7 @@ class DockerRuntime(Runtime):
 
     @property
     def labels(self) -> dict:
-        return {LABEL: "1", RUN_LABEL: self.run_id}
+        return run_labels(self.state)
 
     def make_stop_event(self) -> "HubStop":
         """The run's stop, told to every container by the hub's heartbeats (which, should the runner
@@ -508,12 +506,14 @@ class DockerRuntime(Runtime):
         return cleanup_run(self.run_id, self.state, stop_runner=False)
 
 
-def remove_docker_resources(run_id: Optional[str] = None) -> list[str]:
-    """Remove containers and networks labelled by edgebed (one run, or all). Returns problems."""
+def remove_docker_resources(run_id: str) -> list[str]:
+    """Remove the containers and networks labelled as one run's. Returns problems."""
+    if not names.shaped("run id", run_id):
+        return [f"docker: {ascii(run_id)[:40]} is not an edgebed run id; nothing removed"]
     client = docker_client(timeout=3)
     if client is None:
         return []
-    flt = {"label": f"{RUN_LABEL}={run_id}"} if run_id else {"label": LABEL}
+    flt = {"label": f"{RUN_LABEL}={run_id}"}
     problems = []
     for c in client.containers.list(all=True, filters=flt, ignore_removed=True):
         try:
@@ -528,18 +528,15 @@ def remove_docker_resources(run_id: Optional[str] = None) -> list[str]:
     return problems
 
 
-def docker_runs() -> set[str]:
+def docker_labels() -> list[tuple[str, dict]]:
+    """The labels of the engine's containers and networks labelled edgebed's, as read (unchecked)."""
     client = docker_client(timeout=3)
     if client is None:
-        return set()
-    runs = set()
-    for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True):
-        if c.labels.get(RUN_LABEL):
-            runs.add(c.labels[RUN_LABEL])
-    for n in client.networks.list(filters={"label": LABEL}):
-        if (n.attrs.get("Labels") or {}).get(RUN_LABEL):
-            runs.add(n.attrs["Labels"][RUN_LABEL])
-    return runs
+        return []
+    found = [(f"container {c.name}", c.labels or {})
+             for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)]
+    found += [(f"network {n.name}", n.attrs.get("Labels") or {}) for n in client.networks.list(filters={"label": LABEL})]
+    return found
 
 
-register_sweeper(Sweeper("docker", docker_runs, remove_docker_resources))
+register_sweeper(Sweeper("docker", docker_labels, remove_docker_resources))

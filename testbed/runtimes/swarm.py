@@ -19,6 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional
 
+from testbed.kernel import names
 from testbed.kernel.cgroups import CgroupUsage, period_us_of, quota_us
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import untrusted
@@ -27,7 +28,7 @@ from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
-from testbed.runtimes.state import RunState, Sweeper, register_sweeper
+from testbed.runtimes.state import RunState, Sweeper, register_sweeper, run_labels
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
@@ -208,7 +209,7 @@ class SwarmRuntime(Runtime):
 
     @property
     def labels(self) -> dict:
-        return {LABEL: "1", RUN_LABEL: self.run_id}
+        return run_labels(self.state)
 
     def make_stop_event(self) -> HubStop:
         return HubStop(self.hub)
@@ -622,15 +623,16 @@ def _latest_task(service) -> Optional[dict]:
     return max(tasks, key=lambda t: t["CreatedAt"]) if tasks else None
 
 
-def remove_swarm_resources(run_id: Optional[str] = None, client=None) -> list[str]:
-    """Remove edgebed's services (their tasks on every host go with them) and networks, one run's
-    or all. Returns problems."""
+def remove_swarm_resources(run_id: str, client=None) -> list[str]:
+    """Remove one run's services (their tasks on every host go with them) and networks. Returns problems."""
     import docker
 
+    if not names.shaped("run id", run_id):
+        return [f"swarm: {ascii(run_id)[:40]} is not an edgebed run id; nothing removed"]
     client = client or swarm_client(required=False)
     if client is None:
         return []
-    flt = {"label": f"{RUN_LABEL}={run_id}"} if run_id else {"label": LABEL}
+    flt = {"label": f"{RUN_LABEL}={run_id}"}
     problems = []
     for s in client.services.list(filters=flt):
         try:
@@ -653,20 +655,19 @@ def remove_swarm_resources(run_id: Optional[str] = None, client=None) -> list[st
     return problems
 
 
-def swarm_runs() -> set[str]:
-    client = swarm_client(required=False)
+def swarm_labels(client=None) -> list[tuple[str, dict]]:
+    """The labels of the swarm's services and overlay networks labelled edgebed's, as read (unchecked)."""
+    client = client or swarm_client(required=False)
     if client is None:
-        return set()
-    runs = set()
+        return []
     try:
-        for s in client.services.list(filters={"label": LABEL}):
-            runs.add((s.attrs["Spec"].get("Labels") or {}).get(RUN_LABEL, ""))
-        for n in client.networks.list(filters={"label": LABEL}):
-            if n.attrs.get("Driver") == "overlay":
-                runs.add((n.attrs.get("Labels") or {}).get(RUN_LABEL, ""))
+        found = [(f"service {s.name}", s.attrs["Spec"].get("Labels") or {})
+                 for s in client.services.list(filters={"label": LABEL})]
+        found += [(f"network {n.name}", n.attrs.get("Labels") or {})
+                  for n in client.networks.list(filters={"label": LABEL}) if n.attrs.get("Driver") == "overlay"]
     except Exception:
-        return set()
-    return runs - {""}
+        return []
+    return found
 
 
-register_sweeper(Sweeper("swarm", swarm_runs, remove_swarm_resources))
+register_sweeper(Sweeper("swarm", swarm_labels, remove_swarm_resources))
