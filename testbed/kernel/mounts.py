@@ -1,0 +1,65 @@
+"""A netns node process's own view of the host's control files: read-only.
+
+A node's code keeps uid 0 after it drops its capabilities (kernel.privileges), and root owns the
+cgroup files and sysctls: without this, a role or a command's program could raise its own CPU
+quota, move itself out of its cgroup or change the kernel's settings, and the run would go on
+measuring a device it no longer is. So before it drops, the process takes a mount namespace of
+its own (propagation from the host only, never back) in which every mount under
+/sys/fs/cgroup and /proc/sys is remounted read-only. Writes there then fail with EROFS; the
+runner, in the host's namespace, still changes the node's limits (the timeline's cpu events).
+
+The docker and swarm runtimes need none of this: Docker mounts /sys and /proc/sys read-only in
+a container already.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+CLONE_NEWNS = 0x00020000
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 32, 4096, 16384, 1 << 19
+KEPT_FLAGS = 2 | 4 | 8  # nosuid, nodev, noexec: the same bits in statvfs's f_flag and mount's flags
+READ_ONLY = ("/sys/fs/cgroup", "/proc/sys")
+
+
+class MountError(RuntimeError):
+    pass
+
+
+def _call(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise MountError(f"{what}: {os.strerror(err)}")
+
+
+def mount_points(under: tuple[str, ...], mountinfo: str) -> list[str]:
+    """The mount points at or below any of `under`, parents first (from /proc/self/mountinfo)."""
+    points = []
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) > 4:
+            point = fields[4].replace("\\040", " ")
+            if any(point == p or point.startswith(p + "/") for p in under):
+                points.append(point)
+    return sorted(set(points), key=lambda p: (p.count("/"), p))
+
+
+def read_only_host_controls(paths: tuple[str, ...] = READ_ONLY) -> list[str]:
+    """This process in a mount namespace of its own where `paths` are read-only (needs
+    CAP_SYS_ADMIN: call before dropping it). Returns the mount points made read-only."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    _call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    _call(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+    with open("/proc/self/mountinfo") as f:
+        points = mount_points(paths, f.read())
+    for path in paths:  # a path that is no mount point of its own (/proc/sys) becomes one
+        if path not in points and os.path.isdir(path):
+            _call(libc.mount(path.encode(), path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+            points.insert(0, path)
+    for point in points:
+        kept = os.statvfs(point).f_flag & KEPT_FLAGS
+        _call(libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None),
+              f"remount {point} read-only")
+    return points
