@@ -12,14 +12,12 @@ import pytest
 import torch
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
-from test_records_channel import _free_port, _until
+from test_records_channel import _free_port, _speak_as, _until, loopback_hub
 
-from testbed.node import channel, transport, untrusted
+from testbed.node import channel, channel_keys, transport, untrusted
 from testbed.node.untrusted import Refused
 from testbed.node.wire import MAGIC, Message, WireError, decode, encode
-from testbed.records import metrics
 from testbed.run.timeline import Change, Timeline
-from testbed.runtimes.hub import ControlHub
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEEP = b"[" * 10_000 + b"]" * 10_000
@@ -195,18 +193,19 @@ def test_the_coordinator_drops_progress_from_no_worker_and_what_its_handlers_can
 # -- the control hub ------------------------------------------------------------------------------
 @pytest.fixture
 def hub(tmp_path):
-    metrics.init_tables(tmp_path)
-    up, down = _free_port(), _free_port()
-    h = ControlHub(None, "127.0.0.1", up, down, tmp_path)
-    h.urls = (f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}")
+    h = loopback_hub(tmp_path)
+    _speak_as(h, "w0", "worker")  # what follows comes from a node of the run, with its own key
     yield h
     h.close()
+    channel.flush()
+    channel_keys.use(None)
 
 
 @pytest.fixture
 def pusher(hub):
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PUSH)
+    hub.keys.of("w0").secure(sock)
     sock.connect(hub.urls[0])
     yield sock
     sock.close(linger=0)
@@ -218,6 +217,7 @@ def _hub_beats(hub) -> bool:
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, channel.topic("beat"))
+    hub.keys.of("w0").secure(sub)
     sub.connect(hub.urls[1])
     try:
         return bool(sub.poll(3000)) and sub.recv_multipart()[0] == channel.topic("beat")
@@ -229,7 +229,7 @@ def _hub_beats(hub) -> bool:
 def test_the_hub_survives_infinity_deep_json_huge_numbers_and_a_100_mib_message(hub, pusher, tmp_path):
     hostile = [[b"!ack", b'{"node": "w0", "seq": Infinity}'], [b"!ack", b'{"node": "w0", "seq": NaN}'],
                [b"!ack", b'{"node": "w0", "seq": ' + str(10 ** 400).encode() + b"}"],
-               [b"!ack", DEEP], [b"!report", b'{"name": "ps.json", "data": ' + b'{"a": ' * 10_000 + b"1" + b"}" * 10_001],
+               [b"!ack", DEEP], [b"!ack", b'{"node": "w0", "seq": 1, "x": ' + b'{"a": ' * 10_000 + b"1" + b"}" * 10_001],
                [b"!ack", b"x" * (100 << 20)],  # 100 MiB
                [b"!replica", b"x" * 1000],  # a run with no replicas
                [b"!stats", b'{"node": "w0", "rx": 1e400}'], [b"!nonsense", b"{}"], [b"!ack", b"[1]"],
@@ -244,17 +244,26 @@ def test_the_hub_survives_infinity_deep_json_huge_numbers_and_a_100_mib_message(
     assert _until(lambda: hub.rows == 1)
     assert hub._thread.is_alive() and _hub_beats(hub)
     assert hub.drops == {"not a number": 2, "number out of range": 2, "nested too deep": 2, "ack too large": 1,
-                         "replica too large": 1, "unknown kind": 1, "ack not a mapping": 1, "bad state": 1}
+                         "replica too large": 1, "unknown kind": 1, "ack not a mapping": 1,
+                         "state for another node": 1}
     assert hub.states == {} and hub.take_requests() == [] and hub.stats == {}
     assert (tmp_path / "steps.csv").read_text().splitlines()[1].startswith("1,w0,1,")
 
 
+def _marker(pusher, hub) -> bool:
+    """Whether a message sent after the others has been taken (the hub takes a node's messages
+    in order): w0's counters, carrying a number of their own."""
+    marker = next(MARKERS)
+    pusher.send_multipart([b"!stats", json.dumps({"node": "w0", "marker": marker}).encode()])
+    return _until(lambda: hub.stats.get("w0", {}).get("marker") == marker, limit=10)
+
+
 def test_a_forged_ack_answers_no_request_and_a_handler_error_is_counted(hub, pusher):
     pusher.send_multipart([b"!ack", b'{"node": "w0", "seq": 1, "detail": "forged"}'])
-    pusher.send_multipart([b"!ready", b'{"node": "marker"}'])  # the hub takes messages in order
-    assert _until(lambda: "marker" in hub.ready)
+    assert _marker(pusher, hub)
     assert hub._acks == {} and hub.dropped == 0  # no request asked for it: not kept for a later one's answer
     hub._on_put = lambda data: 1 / 0  # a bug in a handler is the message's drop, not the hub's end
+    hub.grant_put("k", "w0")
     pusher.send_multipart([b"!put", b'{"key": "k", "data": ""}'])
     assert _until(lambda: hub.drops.get("handler error (ZeroDivisionError)") == 1)
     assert hub._thread.is_alive() and _hub_beats(hub)
@@ -267,10 +276,8 @@ def test_a_forged_ack_answers_no_request_and_a_handler_error_is_counted(hub, pus
        st.one_of(st.binary(max_size=300), finite_json.map(lambda v: json.dumps(v).encode()),
                  st.sampled_from(HOSTILE_VALUES).map(lambda v: _with_hostile(b'{"node": "w0", "seq": 1}', v))))
 def test_fuzz_every_message_to_the_hub_is_taken_or_dropped_and_the_hub_goes_on(hub, pusher, kind, payload):
-    marker = f"marker-{next(MARKERS)}"
     pusher.send_multipart([kind, payload])
-    pusher.send_multipart([b"!ready", json.dumps({"node": marker}).encode()])  # the hub takes messages in order
-    assert _until(lambda: marker in hub.ready, limit=10)
+    assert _marker(pusher, hub)
     assert hub._thread.is_alive()
 
 
@@ -282,7 +289,8 @@ def test_a_supervisor_counts_what_it_cannot_read_and_answers_the_next_request(hu
     from testbed.node.launch import RoleSupervisor
 
     ctx = zmq.Context()
-    down = ctx.socket(zmq.PUB)  # an impostor's down channel: whatever it publishes
+    down = ctx.socket(zmq.PUB)  # a down channel with the hub's key (no other reaches a node): whatever it publishes
+    down.curve_server, down.curve_secretkey = True, hub.keys.secret
     port = _free_port()
     down.bind(f"tcp://127.0.0.1:{port}")
     sup = RoleSupervisor("w0", hub.urls[0], f"tcp://127.0.0.1:{port}")

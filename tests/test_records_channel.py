@@ -1,14 +1,17 @@
 """The control channel: a node's rows and messages reach the runner's hub, which is the only
 writer of the run directory and drops what is not a row or a message it knows; the hub's beats,
-requests, delays and replicas reach the nodes."""
+requests, delays and replicas reach the nodes. Each node here speaks with its own channel keys
+(test_channel_auth.py: what happens without them)."""
 import json
+import os
 import socket
 import threading
 import time
 
+import pytest
 import zmq
 
-from testbed.node import channel
+from testbed.node import channel, channel_keys
 from testbed.node.roles.common import RoleConfig
 from testbed.records import metrics
 from testbed.records.columns import STEP_COLUMNS
@@ -27,8 +30,35 @@ def _free_port() -> int:
 
 
 def _hub(tmp_path) -> tuple[ControlHub, str, str]:
+    """A hub on loopback; this process speaks as its worker w0 until told otherwise (_speak_as)."""
     up, down = _free_port(), _free_port()
-    return ControlHub(None, "127.0.0.1", up, down, tmp_path), f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}"
+    hub = ControlHub(None, "127.0.0.1", up, down, tmp_path)
+    _speak_as(hub, "w0", "worker")
+    return hub, f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}"
+
+
+def loopback_hub(tmp_path) -> ControlHub:
+    """A hub on 127.0.0.1 with the run's tables in tmp_path; its (up, down) URLs in `.urls`."""
+    metrics.init_tables(tmp_path)
+    up, down = _free_port(), _free_port()
+    hub = ControlHub(None, "127.0.0.1", up, down, tmp_path)
+    hub.urls = (f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}")
+    return hub
+
+
+def _speak_as(hub, name: str, role: str) -> channel_keys.ChannelKeys:
+    """This process's channel sockets from now on speak for node `name` of the hub's run."""
+    channel.flush()
+    keys = hub.keys.admit(name, role)
+    channel_keys.use(keys)
+    return keys
+
+
+@pytest.fixture(autouse=True)
+def _no_keys_after():
+    yield
+    channel.flush()
+    channel_keys.use(None)
 
 
 def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
@@ -41,7 +71,8 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
         for k in range(3):
             steps.write(time=float(k), node="w0", step=k, loss=0.5, note_not_a_column="ignored")
         ctx = zmq.Context()
-        rogue = ctx.socket(zmq.PUSH)
+        rogue = ctx.socket(zmq.PUSH)  # a node of the run sending what it should not
+        collector.keys.of("w0").secure(rogue)
         rogue.connect(f"tcp://127.0.0.1:{port}")
         for frames in ([b"steps.csv", b"1,2\n"], [b"../etc/passwd", b"x\n"], [b"steps.csv"],
                        [b"steps.csv", metrics.format_row(STEP_COLUMNS, {"node": "w9"}) * 2],
@@ -94,8 +125,11 @@ def test_reports_requests_and_readiness_reach_the_runner(tmp_path):
     cfg = RoleConfig(node="ps", role="ps", rank=-1, run_dir="/nonexistent", t0=time.time(), scenario={},
                      ps_address="127.0.0.1", threads=1, records=up, control=down)
     try:
+        _speak_as(hub, "ps", "ps")
         channel.report(cfg, "ps.json", {"stop_reason": "steps", "version": 7})
+        _speak_as(hub, "w0", "worker")
         channel.send_json(up, "request", {"id": "r1", "node": "w0", "action": "pause", "fields": {}})
+        _speak_as(hub, "broker", "broker")
         channel.send_json(up, "ready", {"node": "broker"})
         assert _until(lambda: (tmp_path / "ps.json").exists() and "broker" in hub.ready)
         assert _until(lambda: hub.take_requests() == [{"id": "r1", "node": "w0", "action": "pause", "fields": {}}])
@@ -109,6 +143,7 @@ def test_reports_requests_and_readiness_reach_the_runner(tmp_path):
 def test_a_request_is_repeated_until_answered_and_beats_carry_the_stop(tmp_path):
     """A supervisor that subscribes after the request was first sent still gets it; it answers."""
     hub, up, down = _hub(tmp_path)
+    _speak_as(hub, "w1", "worker")
     answers = []
 
     def late_supervisor():
@@ -161,6 +196,7 @@ def test_a_transport_takes_up_delays_published_for_its_node(tmp_path):
     from testbed.node.transport import DelaySpec
 
     hub, up, down = _hub(tmp_path)
+    _speak_as(hub, "w1", "worker")
     spec = DelaySpec(up=0.01, control=down, node="w1")
     other = DelaySpec(up=0.01, control=down, node="w10")  # a prefix of no other node's topic
     try:
@@ -196,8 +232,12 @@ def test_replicas_reach_the_coordinator_and_foreign_ones_are_refused(tmp_path):
         send_replica(cfg, {"weight": torch.ones(2, 3)}, step=4)
         send_replica(cfg, {"weight": torch.ones(3, 3)}, step=5)  # not the model's shape
         send_replica(RoleConfig(**{**cfg.__dict__, "node": "w7"}), {"weight": torch.ones(2, 3)}, step=6)
+        send_replica(RoleConfig(**{**cfg.__dict__, "node": "w1"}), {"weight": torch.ones(2, 3)}, step=7)  # w0's key
+        _speak_as(hub, "ps", "ps")
+        send_replica(cfg, {"weight": torch.ones(2, 3)}, step=8)  # a PS hands in no replica: the hub drops it
         got = board.wait_for({"w0": 4}, timeout=5)
-        assert _until(lambda: board.refresh() is not None and board.refused == 2)
+        assert _until(lambda: board.refresh() is not None and board.refused == 3)
+        assert _until(lambda: hub.drops == {"replica not its role's": 1})
         assert list(got) == ["w0"] and got["w0"]["step"] == 4
         assert torch.equal(got["w0"]["params"]["weight"], torch.ones(2, 3))
     finally:
@@ -215,7 +255,9 @@ def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(t
     from testbed.node.launch import HEARTBEAT_TIMEOUT
 
     hub, up, down = _hub(tmp_path)
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.node.launch", "--supervise", "w0", up, down])
+    keys = {channel_keys.ENV: hub.keys.of("w0").to_text()}  # (in a container: a file of its own)
+    proc = subprocess.Popen([sys.executable, "-m", "testbed.node.launch", "--supervise", "w0", up, down],
+                            env={**os.environ, **keys})
     try:
         assert hub.request("w0", {"op": "go", "idle": True}, timeout=30) == "idle"
         assert hub.request("w0", {"op": "stress", "load": 0.1}, timeout=10).startswith("stress 0.1 cores in 1 ")

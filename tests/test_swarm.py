@@ -543,13 +543,24 @@ def test_ask_all_collects_every_answer_and_gives_up_on_a_silent_node(tmp_path):
     up, down = f"tcp://127.0.0.1:{rport}", f"tcp://127.0.0.1:{cport}"
     done = threading.Event()
 
-    def node(name: str) -> None:  # answers its requests, as a supervisor does
-        listener = channel.Listener(down, [channel.topic("node", name)])
+    def node(name: str) -> None:  # answers its requests, as a supervisor does, with its own keys
+        import zmq
+
+        ctx = zmq.Context()
+        keys = hub.keys.admit(name, "worker")
+        sub, push = ctx.socket(zmq.SUB), ctx.socket(zmq.PUSH)
+        for sock, url in ((sub, down), (push, up)):
+            keys.secure(sock)
+            sock.connect(url)
+        sub.setsockopt(zmq.SUBSCRIBE, channel.topic("node", name))
         while not done.is_set():
-            for _, payload in listener.poll(50):
-                req = _json.loads(payload)
-                channel.send_json(up, "ack", {"node": name, "seq": req["seq"], "detail": f"{name}:{req['op']}"})
-        listener.close()
+            if sub.poll(50):
+                req = _json.loads(sub.recv_multipart()[1])
+                push.send_multipart([b"!ack", _json.dumps({"node": name, "seq": req["seq"],
+                                                            "detail": f"{name}:{req['op']}"}).encode()])
+        sub.close(linger=0)
+        push.close(linger=0)
+        ctx.term()
 
     threads = [threading.Thread(target=node, args=(n,), daemon=True) for n in ("a", "c")]
     for t in threads:
@@ -598,3 +609,73 @@ def test_a_command_cannot_remove_its_shaping_or_take_an_address_on_swarm(tmp_pat
     meta = json.loads((run_dir / "meta.json").read_text())
     assert (meta["nodes"]["w0"]["host"], meta["nodes"]["w1"]["host"]) == ("eb-lab-h1", "eb-lab-h2")
     assert_shaping_held(run_dir)
+
+
+def test_a_neighbour_on_the_hosts_network_can_neither_read_nor_steer_the_run(tmp_path, lab, clean_host):
+    """The hub's ports on the runner's address, tried from a lab host's own namespace (no node of
+    the run: tests/channel_intruder.py) while the smoke scenario trains: subscribing, forged rows,
+    states and acks, an ack with Infinity, a 10,000-deep JSON, a 100 MiB message and requests
+    for timeline actions; plain, with a key of its own, and with w0's stolen key naming w1. The
+    run reaches its accuracy, nothing forged is in its records, and every attempt is counted."""
+    import sys
+    import time
+
+    from testbed.node.channel_keys import KEY_FILE
+    from testbed.runtimes.lab import RUNNER_ADDRESS
+
+    sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
+    sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "w0": "eb-lab-h1", "w1": "eb-lab-h2", "w2": "eb-lab-h2"})
+    sc["stop"]["target_accuracy"] = 0.90
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
+    run_dir = tmp_path / "run"
+    runner = subprocess.Popen(edgebed_cmd() + ["up", str(tmp_path / "s.yaml"), "-o", str(run_dir), "-q"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while not ((run_dir / "steps.csv").exists() and len(pd.read_csv(run_dir / "steps.csv")) >= 3):
+            assert runner.poll() is None and time.monotonic() < deadline, "the run did not train"
+            time.sleep(1)
+        manager = _engine(lab[0].socket)
+        services = manager.services.list(filters={"label": "edgebed"})
+        w0 = next(s for s in services if s.name.endswith("-w0"))
+        _, _, up, down = w0.attrs["Spec"]["TaskTemplate"]["ContainerSpec"]["Args"]
+        # the hub listens on the address the hosts reach, and only there
+        listening = subprocess.run(["ss", "-ltnH"], capture_output=True, text=True).stdout.split("\n")
+        for url in (up, down):
+            port = url.rsplit(":", 1)[1]
+            assert [line.split()[3] for line in listening if line.split()[3:4] and
+                    line.split()[3].endswith(f":{port}")] == [f"{RUNNER_ADDRESS}:{port}"]
+        # w0's keys, read from its container as root on its host can; none shows in `service inspect`
+        container, = _engine(lab[0].socket).containers.list(
+            filters={"label": f"com.docker.swarm.service.name={w0.name}"})
+        keys = json.loads(container.exec_run(["cat", KEY_FILE]).output)
+        assert keys["node"] == "w0" and keys["secret"] not in json.dumps([s.attrs for s in services])
+        intruder = subprocess.run(["nsenter", f"--net=/run/netns/{lab[1].netns}", sys.executable,
+                                   str(REPO / "tests" / "channel_intruder.py"), up, down, "15", keys["server"],
+                                   json.dumps(keys)], capture_output=True, text=True, timeout=180)
+        assert intruder.returncode == 0, intruder.stderr[-2000:]
+        assert json.loads(intruder.stdout) == {"plain": 0, "own key": 0}  # it heard nothing
+        out, _ = runner.communicate(timeout=600)
+        assert runner.returncode == 0, out[-3000:]
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+            subprocess.run(edgebed_cmd() + ["down"], capture_output=True, timeout=300)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["reason"] == "target_accuracy" and summary["best_accuracy"] >= 0.90
+    dropped = summary["control_dropped"]
+    assert dropped["handshake failed (no CURVE, or not the hub's key)"] > 0 and dropped["unknown key"] > 0
+    for why in ("row for another node", "state for another node", "ack for another node", "request for another node",
+                "not a number", "nested too deep", "ack too large", "report not its role's"):
+        assert dropped.get(why, 0) >= 1, (why, dropped)  # w0's stolen key, speaking for w1 and the PS
+    steps = pd.read_csv(run_dir / "steps.csv")
+    assert not (steps.loss == 123.456).any() and set(steps.node) == {"w0", "w1", "w2", "w3"}
+    assert steps[steps.node == "w1"].time.max() > steps.time.max() - 10  # w1 trained to the end: no forged end
+    events = pd.read_csv(run_dir / "events.csv")
+    assert not events.action.isin(["kill", "link", "refused"]).any()  # no request of the intruder's was applied
+    assert "forged" not in (run_dir / "ps.json").read_text()
+    assert _engine(lab[0].socket).secrets.list(filters={"label": "edgebed"}) == []  # the keys went with the run
+    for h in lab:
+        assert _ours_on(h) == ({"containers": [], "networks": [], "services": []} if h.name.endswith("h1")
+                               else {"containers": [], "networks": []}), h.name

@@ -1,6 +1,8 @@
 """A node's side of the control channel: how it talks to the runner over the run's control
 network, never through the run directory.
 
+Both ways are CURVE-encrypted and authenticated with the node's keys (node.channel_keys).
+
 Up (node -> runner): each node process has one PUSH socket to the runner's hub (RoleConfig.records,
 "tcp://ADDRESS:PORT" on the control network, apart from the node's shaped link: nothing here
 counts as traffic). A record row is one message, [table name, its CSV line]; anything else is
@@ -11,7 +13,7 @@ lets the last messages leave before the process exits.
 
 Down (runner -> nodes): the hub publishes on RoleConfig.control; a node subscribes to the topics
 meant for it (`Listener`): heartbeats and the stop, its supervisor's requests, its link delays,
-the replicas (the coordinator). Without a records address (a role started outside a runner's run,
+the replicas (the coordinator, each on a topic naming the worker whose key sent it). Without a records address (a role started outside a runner's run,
 as in some tests) a table is appended to in the run directory itself.
 """
 
@@ -25,7 +27,7 @@ from typing import Any
 
 import zmq
 
-from testbed.node import untrusted
+from testbed.node import channel_keys, untrusted
 from testbed.records import metrics
 
 LINGER_MS = 3000  # how long a role's exit waits for its last rows to leave
@@ -45,6 +47,7 @@ def _socket(address: str) -> zmq.Socket:
         sock.setsockopt(zmq.LINGER, LINGER_MS)
         sock.setsockopt(zmq.SNDHWM, QUEUE)
         sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+        channel_keys.secure(sock)  # CURVE with its node's key: the hub knows who sends
         sock.connect(address)
         _open.update(pid=os.getpid(), ctx=ctx, sock=sock)
     return _open["sock"]
@@ -101,10 +104,19 @@ def report(cfg, name: str, data: dict) -> None:
 
 
 def topic(kind: str, node: str = "") -> bytes:
-    """A down topic: "beat" (every node), "node:NAME" (its supervisor), "delay:NAME", "replica",
-    "put:KEY" (a mailbox slot filled: node.mailbox).
+    """A down topic: "beat" (every node), "node:NAME" (its supervisor), "delay:NAME",
+    "replica:NAME" (a worker's replica, NAME the key it came with), "put:KEY" (a mailbox slot
+    filled: node.mailbox).
     The trailing NUL: SUB matches prefixes, and "node:w1" must not match "node:w10"."""
     return f"{kind}:{node}".encode() + b"\0"
+
+
+def topic_name(t: bytes, kind: str) -> str:
+    """The NAME in a topic of `kind` (what follows `kind:`), "" if `t` is not one."""
+    prefix = f"{kind}:".encode()
+    if not (t.startswith(prefix) and t.endswith(b"\0")):
+        return ""
+    return t[len(prefix):-1].decode("utf-8", "replace")
 
 
 class Listener:
@@ -121,6 +133,7 @@ class Listener:
         self._sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
         for t in topics:
             self._sock.setsockopt(zmq.SUBSCRIBE, t)
+        channel_keys.secure(self._sock)  # hears only the hub's key
         self._sock.connect(address)
 
     def poll(self, timeout_ms: int = 0) -> list[tuple[bytes, bytes]]:

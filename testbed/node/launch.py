@@ -7,8 +7,9 @@ the control network), never through a shared folder: the runner's first request 
 the role's RoleConfig and the node's background stress, sent once the container's link is
 shaped (no training byte crosses an unshaped link); later requests kill, restart and change the
 stress of the role, acting on its children and leaving the container in place. The runner's
-heartbeats carry the stop. `python -m testbed.node.launch --exec JSON` runs one function
-(benchmarks, link checks).
+heartbeats carry the stop. It speaks with its node's channel keys, which the runtime put at
+node.channel_keys.KEY_FILE for this container alone. `python -m testbed.node.launch --exec JSON`
+runs one function (benchmarks, link checks).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sys
 import time
 
 from testbed.kernel.privileges import drop_privileges
-from testbed.node import channel, untrusted
+from testbed.node import channel, channel_keys, untrusted
 from testbed.plan.cluster import stress_loads
 from testbed.scenario.units import parse_cpuset
 
@@ -330,6 +331,7 @@ def _run_exec(payload: str) -> int:
     import importlib
 
     drop_privileges()  # `docker exec` starts it with the container's capabilities
+    channel_keys.use(channel_keys.load())  # its node's, for the mailbox
     job = json.loads(payload)
     module, func = job["target"].split(":")
     getattr(importlib.import_module(module), func)(**job["kwargs"])
@@ -342,6 +344,13 @@ def main(argv: list[str]) -> int:
     if len(argv) != 5 or argv[1] != "--supervise":
         print("usage: python -m testbed.node.launch --supervise NODE UP DOWN | --exec JSON", file=sys.stderr)
         return 2
+    # the runtime put them there for this container alone (run by hand, as in tests: its environment)
+    keys = channel_keys.load() or channel_keys.from_environment()
+    if keys is None or keys.node != argv[2]:
+        print(f"no channel key for {argv[2]} at {channel_keys.KEY_FILE}: the hub would let it in nowhere",
+              file=sys.stderr)
+        return 2
+    channel_keys.use(keys)  # this process's sockets, and what it forks, speak with them
     sup = RoleSupervisor(*argv[2:5])
     signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "terminated", True))
     return sup.run()

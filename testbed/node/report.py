@@ -1,9 +1,10 @@
 """`edgebed.report(step=..., accuracy=..., loss=..., **anything)`: a command workload's program
 hands its metrics to the run's records, over the node's channel to the runner (the EDGEBED_*
-variables its role set say where). Every metric goes to report.csv; given a `step`, `accuracy`
-(with its `loss`) also to eval.csv, and a `loss` without one (training) to steps.csv, so
-`edgebed plot` draws the program like a built-in and `edgebed.load` reads it back.
-Outside an edgebed run it does nothing (and says so by returning False)."""
+variables its role set say where, and with which key: node.channel_keys.ENV). Every metric goes
+to report.csv; given a `step`, `accuracy` (with its `loss`) also to eval.csv, and a `loss`
+without one (training) to steps.csv, so `edgebed plot` draws the program like a built-in and
+`edgebed.load` reads it back. Outside an edgebed run it does nothing (and says so by returning
+False)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from testbed.node import channel
+from testbed.node import channel, channel_keys
 from testbed.records import metrics
 
 _tables: dict[str, Any] = {}
@@ -23,6 +24,8 @@ def _table(name: str):
     if name not in _tables:
         address = os.environ.get("EDGEBED_RECORDS", "")
         if address:
+            if channel_keys.held() is None:  # its node's keys, as its role handed them
+                channel_keys.use(channel_keys.from_environment())
             _tables[name] = channel.RemoteTable(address, name)
             if len(_tables) == 1:
                 atexit.register(channel.flush)  # the last rows leave before the program does

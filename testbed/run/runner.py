@@ -245,6 +245,8 @@ class Run:
         self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
         if self.hub is not None and not self.decentralized:
             self.hub.max_replica = 0  # no worker of this run hands in a replica: the hub takes none
+        if self.hub is not None and sc.workload.command is not None:
+            self.hub.open_reports()  # its programs report from any node (edgebed.report)
         self.records_address, self.control_address = self.runtime.channel_urls()
         self.node_meta = self.runtime.node_meta()
         self.meta = self.describe()

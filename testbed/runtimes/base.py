@@ -14,6 +14,7 @@ from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.gpus import GpuProcessUse, gpu_process_use
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
 from testbed.plan.cluster import ClusterSpec, Node
+from testbed.runtimes.channel_auth import RunKeys
 from testbed.runtimes.live import LiveOps
 from testbed.runtimes.state import RunState
 
@@ -75,6 +76,7 @@ class Runtime(LiveOps, ABC):
         self.fabric = None  # the sites' routers and WAN links (runtimes.fabric.Fabric), where the run has them
         self.control = None  # the nodes' way to the runner (runtimes.control_net.ControlNetwork)
         self.hub = None  # the runner's end of it (runtimes.hub.ControlHub)
+        self.keys = RunKeys()  # who may speak on it: the hub's key and each node's, made for this run
         self.image: Optional[str] = None  # the node image, for runtimes that run one
         self.warnings: list[str] = []  # what bring-up could not do as asked (meta.json's warnings)
 
@@ -145,12 +147,19 @@ class Runtime(LiveOps, ABC):
 
         self.control = ControlNetwork(self.state)
         self.control.build(ipr, {name: h.netns for name, h in self.handles.items()})
-        self.hub = self.control.open_hub(self.run_dir)
+        self.hub = self.control.open_hub(self.run_dir, self.keys)
 
     def _close_control(self) -> None:
         """At teardown: the hub stops (the runner closed it already, after its last rows)."""
         if self.hub is not None:
             self.hub.close()
+
+    def grant_slots(self, node: str, kwargs: dict) -> None:
+        """The mailbox slots among a job's arguments: the job's node may fill them, no other node."""
+        up, down = self.channel_urls()
+        for value in kwargs.values():
+            if self.hub is not None and isinstance(value, str) and value.startswith(f"{up} {down} "):
+                self.hub.grant_put(value[len(up) + len(down) + 2:], node)
 
     def mailbox(self, name: str = ""):
         """Where measurement jobs (`start`: link checks, benchmarks) put their results and flags:

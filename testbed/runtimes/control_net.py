@@ -79,10 +79,11 @@ class ControlNetwork:
         c.link("set", index=pidx, master=br, state="up")
         c.brport("set", index=pidx, isolated=1)  # a node reaches the runner only, never another node
 
-    def open_hub(self, run_dir):
+    def open_hub(self, run_dir, keys):
+        """The hub, listening on the bridge (keys: the run's, runtimes.channel_auth.RunKeys)."""
         from testbed.runtimes.hub import ControlHub
 
-        return ControlHub(self.netns, RUNNER_ADDRESS, RECORDS_PORT, CONTROL_PORT, run_dir)
+        return ControlHub(self.netns, RUNNER_ADDRESS, RECORDS_PORT, CONTROL_PORT, run_dir, keys)
 
     @staticmethod
     def urls() -> tuple[str, str]:

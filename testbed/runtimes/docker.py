@@ -191,6 +191,29 @@ class ExecProcess:
         pass  # dies with its container
 
 
+def put_channel_keys(api, container_id: str, keys) -> None:
+    """A node's channel keys into its container alone (node.channel_keys.KEY_FILE, 0400, in a
+    folder 0700), copied into the created container's own file system: no host folder is mounted."""
+    import io
+    import posixpath
+    import tarfile
+
+    from testbed.node.channel_keys import KEY_FILE
+
+    folder, name = posixpath.split(KEY_FILE)
+    parent, base = posixpath.split(folder)
+    data = keys.to_text().encode()
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        d = tarfile.TarInfo(base)
+        d.type, d.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(d)
+        f = tarfile.TarInfo(f"{base}/{name}")
+        f.size, f.mode = len(data), 0o400
+        tar.addfile(f, io.BytesIO(data))
+    api.put_archive(container_id, parent, buf.getvalue())
+
+
 class HubStop:
     """The run's stop event on the docker runtime: set() tells every container through the hub."""
 
@@ -358,6 +381,8 @@ class DockerRuntime(Runtime):
                                    hostname=node.name, labels=self.labels, host_config=host_config,
                                    networking_config=net_config, detach=True)["Id"]
         container = self.client.containers.get(cid)
+        if node.image is None:  # before it starts: its supervisor reads them first
+            put_channel_keys(api, cid, self.keys.admit(node.name, node.role))
         container.start()
         container.reload()
         pid = container.attrs["State"]["Pid"]
@@ -445,6 +470,7 @@ class DockerRuntime(Runtime):
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":
         """Run a module-level function inside a node's container (benchmarks)."""
+        self.grant_slots(node, kwargs)
         proc = ExecProcess(self.client, self.handles[node].container, target, kwargs)
         self.handles[node].processes.append(proc)
         return proc

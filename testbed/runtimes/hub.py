@@ -10,9 +10,15 @@ run directory for everything the nodes send:
 - messages, [b"!" + kind, payload]: a supervisor's acks and its role's state, a role's report
   (ps.json), a replica (forwarded to the coordinator), a crash request (for the timeline), the
   broker's readiness.
-Whatever arrives is read as untrusted (node.untrusted's strict JSON: no NaN or Infinity, int64 at
-most, bounded depth; a size limit per kind of message): what the hub cannot use is dropped and
-counted by reason (`drops`, summary.json's `control_dropped`), and no message ends its thread.
+Only the run's nodes get in: both sockets are CURVE servers, and a client is let in only with a
+key the runner made for one of its nodes (runtimes.channel_auth; others are refused and
+counted). A message's sender is the node of the key it came with (its ZAP User-Id), never a
+name in it: each node may send only what its role sends, and only for itself (TABLE_ROLES,
+KIND_ROLES below: a row, state, ack or request about another node is dropped as such), and a
+worker's replica is forwarded on a topic naming it. Whatever arrives is read as untrusted
+(node.untrusted's strict JSON: no NaN or Infinity, int64 at most, bounded depth; a size limit
+per kind of message): what the hub cannot use is dropped and counted by reason (`drops`,
+summary.json's `control_dropped`), and no message ends its thread.
 Down, it publishes every BEAT seconds a heartbeat that carries the stop, each node's link delays
 (taken up by its transport; repeated, so a node that subscribes late still gets them), and
 requests to a node's supervisor, repeated until acknowledged.
@@ -34,6 +40,7 @@ from testbed.kernel.netlink import entered_netns
 from testbed.node import untrusted
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
+from testbed.runtimes.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, handshake_failures
 
 MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
@@ -47,13 +54,34 @@ MAX_NODES = 10_000  # distinct names the hub keeps a state, a readiness or count
 PUB_QUEUE = 1000  # messages queued per subscriber: beats and requests repeat, a slow reader loses old ones
 REPORTS = ("ps.json",)  # the files a role may have written
 MAX_SLOTS = 10_000  # mailbox slots a run's measuring jobs may fill
+RECEIVE_BATCH = 1000  # messages taken in a row before the hub answers handshakes and beats again
 BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
 RESEND = 0.2  # s between repeats of an unanswered request
 
+# What a node may send, by its role (a site's router on swarm: only what every supervisor sends).
+# A table's rows come from these roles only, and a table with a node column only with the
+# sender's name in it; traffic.csv and resources.csv are the runner's own. A command workload's
+# programs report steps, evaluations and metrics from any node (`edgebed.report`:
+# ControlHub.open_reports).
+TABLE_ROLES: dict[str, tuple[str, ...]] = {
+    "steps.csv": ("worker",), "stream.csv": ("worker",), "buffer.csv": ("worker",), "peers.csv": ("worker",),
+    "eval.csv": ("evaluator",), "server.csv": ("ps",), "events.csv": ("ps",), "report.csv": (),
+    "traffic.csv": (), "resources.csv": ()}
+REPORT_TABLES = ("steps.csv", "eval.csv", "report.csv")  # what edgebed.report writes
+REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command workload's programs
+KIND_ROLES = {"report": ("ps",), "replica": ("worker",), "ready": ("broker", "producer")}  # others: any node
+SELF_KINDS = ("ack", "state", "stats", "ready", "request")  # their "node" is the sender's own name
+CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own drawn crash
+
 
 class ControlHub:
-    def __init__(self, netns: Optional[str], address: str, records_port: int, control_port: int, run_dir: Path):
+    def __init__(self, netns: Optional[str], address: str, records_port: int, control_port: int, run_dir: Path,
+                 keys: Optional[RunKeys] = None):
+        """`keys`: the run's (its nodes admitted as they are made); a hub of its own if None."""
         self.run_dir = Path(run_dir)
+        self.keys = keys or RunKeys()
+        self.reports_open = False  # a command workload's: its programs report from any node (open_reports)
+        self._slots: dict[str, set[str]] = {}  # mailbox slot -> the nodes whose jobs were given it
         self.rows = 0
         self.drops = untrusted.Drops("control hub")  # what the hub dropped, by reason
         self.node_drops: dict[str, dict[str, int]] = {}  # what each node's supervisor dropped, as it last said
@@ -74,7 +102,8 @@ class ControlHub:
         self._seq = 0
         self._pub_lock = threading.Lock()
         self._ctx = zmq.Context()
-        self._pull, self._pub = _open_sockets(self._ctx, netns, address, records_port, control_port)
+        self._zap, self._pull, self._pub, self._monitors = _open_sockets(self._ctx, netns, address, records_port,
+                                                                          control_port, self.keys)
         self._thread = threading.Thread(target=self._loop, name="edgebed-hub", daemon=True)
         self._thread.start()
 
@@ -85,46 +114,79 @@ class ControlHub:
 
     # -- up: rows and messages ---------------------------------------------------------------
     def _loop(self) -> None:
+        poller = zmq.Poller()
+        for sock in (self._zap, self._pull, *self._monitors):
+            poller.register(sock, zmq.POLLIN)
         next_beat = 0.0
         while not self._stop.is_set():
             try:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + BEAT
                     self._beat()
-                if self._pull.poll(50):
+                ready = dict(poller.poll(50))
+                if self._zap in ready:  # a handshake waits for it
+                    self._authenticate()
+                if self._pull in ready:
                     self._receive()
+                for monitor in set(self._monitors) & set(ready):
+                    for _ in range(handshake_failures(monitor)):
+                        self.drops.add("handshake failed (no CURVE, or not the hub's key)")
             except Exception as e:  # the hub's own error (a socket's), not a message's: say it, go on
                 self.drops.add("hub error", f"{type(e).__name__}: {e}")
                 time.sleep(0.05)
 
+    def _authenticate(self) -> None:
+        why = answer_zap(self._zap, self.keys)
+        if why:
+            self.drops.add(why)
+
     def _receive(self) -> None:
-        while True:
+        for _ in range(RECEIVE_BATCH):
             try:
-                frames = self._pull.recv_multipart(flags=zmq.NOBLOCK)
+                frames = self._pull.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self._take(frames)
+            self._take([f.bytes for f in frames], _sender(frames[0]))
             self._last = time.monotonic()
 
-    def _take(self, frames: list[bytes]) -> None:
-        """One message: taken, or dropped and counted by reason. Nothing in it ends the hub."""
+    def _take(self, frames: list[bytes], sender: str) -> None:
+        """One message from node `sender` (its key's): taken, or dropped and counted by reason.
+        Nothing in it ends the hub."""
         try:
             if len(frames) == 2 and frames[0].startswith(MESSAGE_PREFIX):
-                why = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace")[:20], frames[1])
+                why = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace")[:20], frames[1], sender)
             else:
-                why = None if self._row(frames) else "bad row"
+                why = self._row(frames, sender)
         except Exception as e:  # a field of the wrong type, a full disk: never the hub's end
             why = untrusted.error_reason(e)
         if why:
             self.drops.add(why)
 
-    def _row(self, frames: list[bytes]) -> bool:
+    def _row(self, frames: list[bytes], sender: str) -> Optional[str]:
+        """None once the row is in its table, else why it was dropped."""
         table = self._table(frames[0]) if len(frames) == 2 and len(frames[1]) <= MAX_ROW else None
-        if table is None or not _one_row(frames[1], len(table.columns)):
-            return False
+        row = _one_row(frames[1], len(table.columns)) if table is not None else None
+        if row is None:
+            return "bad row"
+        if not self._may_write(frames[0].decode("ascii"), sender):
+            return "row of a table not its role's"
+        if "node" in table.columns and row[table.columns.index("node")] != sender:
+            return "row for another node"
         table.append(frames[1])
         self.rows += 1
-        return True
+        return None
+
+    def _may_write(self, table: str, sender: str) -> bool:
+        role = self.keys.roles.get(sender)
+        return role in TABLE_ROLES[table] or (self.reports_open and table in REPORT_TABLES and role in REPORT_ROLES)
+
+    def open_reports(self) -> None:
+        """A command workload: its programs may report from any of its nodes (edgebed.report)."""
+        self.reports_open = True
+
+    def grant_put(self, key: str, node: str) -> None:
+        """Mailbox slot `key` was handed to a job of `node`: it may fill it (others may not)."""
+        self._slots.setdefault(key, set()).add(node)
 
     def _table(self, name: bytes) -> Optional[metrics.CsvLog]:
         if name not in self._tables:
@@ -134,23 +196,38 @@ class ControlHub:
             self._tables[name] = metrics.open_table(self.run_dir, text)
         return self._tables[name]
 
-    def _message(self, kind: str, payload: bytes) -> Optional[str]:
+    def _message(self, kind: str, payload: bytes, sender: str) -> Optional[str]:
         """None once taken, else why it was dropped."""
         limit = self.max_replica if kind == "replica" else KIND_LIMITS.get(kind)
         if limit is None:
             return "unknown kind"
         if len(payload) > limit:
             return f"{kind} too large"
-        if kind == "replica":  # bytes for the coordinator, as they came (it checks them: ReplicaBoard)
-            self._publish(topic("replica"), payload)
+        if kind in KIND_ROLES and self.keys.roles.get(sender) not in KIND_ROLES[kind]:
+            return f"{kind} not its role's"
+        if kind == "replica":  # bytes for the coordinator, as they came, named by the key they came with
+            self._publish(topic("replica", sender), payload)
             return None
         data = untrusted.loads(payload, max_bytes=limit)
         if not isinstance(data, dict):
             return f"{kind} not a mapping"
+        why = self._claim(kind, data, sender)
+        if why:
+            return why
         handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,
                    "request": self._on_request, "ready": self._on_ready, "stats": self._on_stats,
                    "put": self._on_put}[kind]
         return None if handler(data) else f"bad {kind}"
+
+    def _claim(self, kind: str, data: dict, sender: str) -> Optional[str]:
+        """Why a message speaks for another than its sender, or asks more than a node may; else None."""
+        if kind in SELF_KINDS and data.get("node") != sender:
+            return f"{kind} for another node"
+        if kind == "request" and (data.get("action") not in CRASH_ACTIONS or data.get("fields", {}) != {}):
+            return "request beyond a node's own crash"
+        if kind == "put" and sender not in self._slots.get(str(data.get("key")), ()):
+            return "put into a slot not given to it"
+        return None
 
     def _on_ack(self, data: dict) -> bool:
         node, seq, detail = data.get("node"), data.get("seq"), data.get("detail", "")
@@ -327,27 +404,45 @@ class ControlHub:
             return
         self._stop.set()
         self._thread.join(timeout=5)
-        self._pull.close(linger=0)
-        self._pub.close(linger=0)
+        for sock in (*self._monitors, self._pull, self._pub, self._zap):
+            sock.close(linger=0)
         self._ctx.term()
         for t in self._tables.values():
             t.close()
 
 
-def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_port: int,
-                  control_port: int) -> tuple[zmq.Socket, zmq.Socket]:
-    """The hub's two listening sockets, made inside the control network: PULL (up: rows and
-    messages, a frame of MAX_MESSAGE at most) and PUB (down: PUB_QUEUE messages per subscriber)."""
+def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_port: int, control_port: int,
+                  keys: RunKeys) -> tuple[zmq.Socket, zmq.Socket, zmq.Socket, list[zmq.Socket]]:
+    """The hub's sockets: its ZAP handler's (answered before anyone can connect), then its two
+    listening sockets, made inside the control network, CURVE servers with the run's hub key:
+    PULL (up: rows and messages, a frame of MAX_MESSAGE at most) and PUB (down: PUB_QUEUE
+    messages per subscriber); and a monitor of each (failed handshakes)."""
+    zap = ctx.socket(zmq.REP)
+    zap.setsockopt(zmq.LINGER, 0)
+    zap.bind(ZAP_ENDPOINT)
     pull = ctx.socket(zmq.PULL)
     pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # a sender of a larger frame is disconnected unread
     pull.setsockopt(zmq.LINGER, 0)
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
     pub.setsockopt(zmq.SNDHWM, PUB_QUEUE)  # a subscriber that stops reading loses messages, the hub no memory
+    monitors = []
+    for sock in (pull, pub):
+        keys.serve(sock)
+        monitors.append(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                                                zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL))
     with entered_netns(netns):
         pull.bind(f"tcp://{address}:{records_port}")
         pub.bind(f"tcp://{address}:{control_port}")
-    return pull, pub
+    return zap, pull, pub, monitors
+
+
+def _sender(frame: zmq.Frame) -> str:
+    """The node a message came from: the User-Id its connection's key got from ZAP."""
+    try:
+        return frame.get("User-Id")
+    except zmq.ZMQError:
+        return ""
 
 
 def _name(value) -> bool:
@@ -364,11 +459,12 @@ def parsed_answer(answer: Optional[str]):
         return None
 
 
-def _one_row(line: bytes, columns: int) -> bool:
+def _one_row(line: bytes, columns: int) -> Optional[list[str]]:
+    """The row's fields if `line` is one CSV row of `columns` fields, else None."""
     if not line.endswith(b"\n") or (line.count(b"\n") != 1 and b'"' not in line):
-        return False  # a newline inside a row only within a quoted field (csv decides below)
+        return None  # a newline inside a row only within a quoted field (csv decides below)
     try:
         rows = list(csv.reader([line.decode()]))
     except (UnicodeDecodeError, csv.Error):
-        return False
-    return len(rows) == 1 and len(rows[0]) == columns
+        return None
+    return rows[0] if len(rows) == 1 and len(rows[0]) == columns else None

@@ -35,6 +35,7 @@ from testbed.kernel.mounts import read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
+from testbed.node import channel_keys
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
@@ -53,13 +54,14 @@ def netns_name(run_id: str, node: str) -> str:
 
 
 def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs: dict,
-               env: Optional[dict] = None) -> None:
+               env: Optional[dict] = None, keys: Optional[channel_keys.ChannelKeys] = None) -> None:
     """First thing in every node process: die with the runner, join cgroup and namespace, take the
     node's environment (its GPUs: read when CUDA starts, later), see the host's cgroup files and
     sysctls read-only, give up every capability, then
     run `target` (a function, or `module:function`: a role, imported here and not by the runner)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     os.environ.update(env or {})
+    channel_keys.use(keys)  # its node's channel keys: in this process's memory only
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() == 1:  # parent already gone
@@ -117,6 +119,7 @@ class NetnsRuntime(Runtime):
             self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
             self.state.save()
             create_netns(name)
+            self.keys.admit(node.name, node.role)
             cg = cgroups.NodeCgroup(self.run_id, node.name)
             computes[node.name] = (cg, cg.create(node.profile.cpus, node.profile.memory, node.profile.cpuset,
                                                            node.profile.cpu_period))
@@ -166,9 +169,10 @@ class NetnsRuntime(Runtime):
 
     def start(self, node: str, target: Callable | str, kwargs: dict[str, Any], label: str = "") -> Any:
         h = self.handles[node]
+        self.grant_slots(node, kwargs)
         p = self._ctx.Process(
             target=_bootstrap,
-            args=(h.netns, self.run_id, node, target, kwargs, h.env),
+            args=(h.netns, self.run_id, node, target, kwargs, h.env, self.keys.of(node)),
             name=f"edgebed-{node}{'-' + label if label else ''}",
             daemon=False,
         )

@@ -8,7 +8,8 @@ every kernel has IPVS). The runner is on no host's namespace, so each node shape
 from inside (node.own_link: HTB on its interface's egress, IFB for what arrives), by the same
 plans as the other runtimes, and reports its counters and usage over the control channel.
 That channel (runtimes.hub) listens on the runner's address that the hosts reach; nodes reach
-it through their hosts' NAT. Services get their addresses from the swarm, so the plan's
+it through their hosts' NAT, each with its own channel keys: a Docker secret of the run that
+only its service references. Services get their addresses from the swarm, so the plan's
 addresses are replaced by the tasks' before any link is shaped or role configured.
 """
 
@@ -265,9 +266,9 @@ class SwarmRuntime(Runtime):
     def _open_hub(self) -> None:
         from testbed.runtimes.hub import ControlHub
 
-        address = runner_address(self.hosts)
+        address = runner_address(self.hosts)  # the one the hosts reach: never every address (0.0.0.0)
         rport, cport = _free_port(address), _free_port(address)
-        self.hub = ControlHub(None, address, rport, cport, self.run_dir)
+        self.hub = ControlHub(None, address, rport, cport, self.run_dir, self.keys)
         self._urls = (f"tcp://{address}:{rport}", f"tcp://{address}:{cport}")
 
     def _require_encryption(self, hosts: list[SwarmHost]) -> None:
@@ -293,9 +294,11 @@ class SwarmRuntime(Runtime):
                                            options=overlay_options(self.encrypt))
 
     def service(self, name: str, host: SwarmHost, networks: list, resources: Optional[dict] = None,
-                sysctls: Optional[dict] = None, directions: tuple = (), env: Optional[dict] = None):
+                sysctls: Optional[dict] = None, directions: tuple = (), env: Optional[dict] = None,
+                role: str = "router"):
         """A one-task service running a node's supervisor on `host`, on `networks` [(network, alias)],
-        shaping `directions` (scenario.links.Direction) itself."""
+        shaping `directions` (scenario.links.Direction) itself, with the channel keys of `name` (a
+        node of `role`, or a site's router)."""
         import docker
 
         caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]
@@ -307,10 +310,21 @@ class SwarmRuntime(Runtime):
             restart_policy=docker.types.RestartPolicy(condition="none"),
             constraints=[f"node.id=={host.id}"], cap_add=caps,
             resources=docker.types.Resources(**resources) if resources else None, sysctls=sysctls,
-            labels=self.labels, container_labels=self.labels,
+            secrets=[self._key_secret(name, role)], labels=self.labels, container_labels=self.labels,
             env=[f"{k}={v}" for k, v in (env or {}).items()] or None)
         self._services[name] = service
         return service
+
+    def _key_secret(self, name: str, role: str):
+        """The channel keys of `name` as a Docker secret of the run that only its service references,
+        at node.channel_keys.KEY_FILE (0400) in its task (the swarm's managers keep it encrypted)."""
+        import docker
+
+        from testbed.node.channel_keys import KEY_FILE
+
+        secret = self.client.secrets.create(name=f"eb-{self.run_id}-{name}-key", labels=self.labels,
+                                            data=self.keys.admit(name, role).to_text().encode())
+        return docker.types.SecretReference(secret.id, secret.name, filename=KEY_FILE, uid="0", gid="0", mode=0o400)
 
     def _create_service(self, node: Node) -> SwarmHandle:
         prof, host = node.profile, self._host(node)
@@ -334,7 +348,7 @@ class SwarmRuntime(Runtime):
         link = node.link
         directions = (link.uplink, link.downlink, *(p.direction for p in link.uplink_peers + link.downlink_peers))
         service = self.service(node.name, host, [(self._lan(node), node.name)], res, directions=directions,
-                               env=gpu_caps)
+                               env=gpu_caps, role=node.role)
         return SwarmHandle(node, host, service, cgroup=HubCgroup(self.hub.stats, node.name), compute=compute)
 
     def wait_running(self, services: dict[str, Any]) -> dict[str, dict]:
@@ -459,6 +473,7 @@ class SwarmRuntime(Runtime):
         """Run a module-level function in a node (link checks, benchmarks): its supervisor forks it."""
         name = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
         done = self.mailbox("job") / "exit"
+        self.grant_slots(node, {**kwargs, "done": str(done)})
         self._request(node, {"op": "exec", "target": name, "kwargs": kwargs, "done": str(done)})
         job = SwarmJob(self, node, done)
         self.handles[node].processes.append(job)
@@ -624,7 +639,8 @@ def _latest_task(service) -> Optional[dict]:
 
 
 def remove_swarm_resources(run_id: str, client=None) -> list[str]:
-    """Remove one run's services (their tasks on every host go with them) and networks. Returns problems."""
+    """Remove one run's services (their tasks on every host go with them), networks and secrets. Returns
+    problems."""
     import docker
 
     if not names.shaped("run id", run_id):
@@ -652,11 +668,18 @@ def remove_swarm_resources(run_id: str, client=None) -> list[str]:
                     problems.append(f"network {n.name}: {e}")
                     break
                 time.sleep(0.5)
+    for secret in client.secrets.list(filters=flt):  # the nodes' channel keys (no service references them now)
+        try:
+            secret.remove()
+        except docker.errors.NotFound:
+            pass
+        except Exception as e:
+            problems.append(f"secret {secret.name}: {e}")
     return problems
 
 
 def swarm_labels(client=None) -> list[tuple[str, dict]]:
-    """The labels of the swarm's services and overlay networks labelled edgebed's, as read (unchecked)."""
+    """The labels of the swarm's services, overlay networks and secrets labelled edgebed's, as read (unchecked)."""
     client = client or swarm_client(required=False)
     if client is None:
         return []
@@ -665,6 +688,8 @@ def swarm_labels(client=None) -> list[tuple[str, dict]]:
                  for s in client.services.list(filters={"label": LABEL})]
         found += [(f"network {n.name}", n.attrs.get("Labels") or {})
                   for n in client.networks.list(filters={"label": LABEL}) if n.attrs.get("Driver") == "overlay"]
+        found += [(f"secret {s.name}", s.attrs["Spec"].get("Labels") or {})
+                  for s in client.secrets.list(filters={"label": LABEL})]
     except Exception:
         return []
     return found

@@ -34,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed.node import channel
+from testbed.node import channel, channel_keys
 from testbed.node.gpu import program_env
 from testbed.node.roles.common import RoleConfig
 
@@ -68,7 +68,8 @@ def environment(cfg: RoleConfig, home: str = "", program: str = "") -> dict:
             "LOCAL_WORLD_SIZE": "1", "OMP_NUM_THREADS": str(cfg.threads),
             "GLOO_SOCKET_IFNAME": _iface(v["address"]), "EDGEBED_NODE": cfg.node, "EDGEBED_RECORDS": cfg.records,
             "EDGEBED_RUN_DIR": cfg.run_dir,
-            "EDGEBED_T0": repr(cfg.t0), "EDGEBED_PS_ADDR": cfg.ps_address}
+            "EDGEBED_T0": repr(cfg.t0), "EDGEBED_PS_ADDR": cfg.ps_address,
+            channel_keys.ENV: keys.to_text() if (keys := channel_keys.held()) else ""}  # for edgebed.report
 
 
 def _iface(address: str) -> str:

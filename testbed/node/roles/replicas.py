@@ -23,20 +23,21 @@ def send_replica(cfg, params: dict, step: int) -> None:
 
 
 class ReplicaBoard:
-    """The coordinator's latest replica of each worker, as the hub forwards them. A replica is
-    kept only if it is a known worker's, with the model's tensors: a node's bytes never end the run."""
+    """The coordinator's latest replica of each worker, as the hub forwards them, each on a topic
+    naming the worker whose key sent it. A replica is kept only if it is that worker's, a known
+    one's, with the model's tensors: a node's bytes never end the run, nor stand for another's."""
 
     def __init__(self, control: str, workers: set[str], shapes: dict[str, torch.Size]):
         self.workers, self.shapes = workers, shapes
         self.latest: dict[str, dict] = {}
         self.refused = 0
         # (no control channel: a coordinator made outside a run, as in tests, hears no replica)
-        self._listener = channel.Listener(control, [channel.topic("replica")]) if control else None
+        self._listener = channel.Listener(control, [b"replica:"]) if control else None  # every worker's
 
     def refresh(self, timeout_ms: int = 0) -> dict[str, dict]:
-        for _, payload in self._listener.poll(timeout_ms) if self._listener is not None else []:
+        for t, payload in self._listener.poll(timeout_ms) if self._listener is not None else []:
             rep = self._load(payload)
-            if rep is None:
+            if rep is None or rep["node"] != channel.topic_name(t, "replica"):
                 self.refused += 1
             else:
                 self.latest[rep["node"]] = rep

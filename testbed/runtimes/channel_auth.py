@@ -1,0 +1,83 @@
+"""Who may speak on a run's control channel: the run's CURVE keys and the hub's ZAP answers.
+
+Each run makes its own keys on the runner's machine: the hub's server pair, and a pair per node
+(or site router), made as each node is (`RunKeys.admit`) and handed to that node alone
+(node.channel_keys says how). The hub's sockets are CURVE servers that ask ZAP (ZeroMQ's
+authentication protocol, RFC 27) at each handshake; the hub answers (`answer_zap`): a key of the
+run passes, with its node's name as the connection's User-Id, which ZeroMQ attaches to every
+message that comes over it, and any other key is refused. A client without CURVE, or one that
+holds a wrong hub key, fails its handshake before ZAP is asked: the hub counts those from its
+sockets' monitors (`handshake_failures`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import zmq
+from zmq.utils import z85
+from zmq.utils.monitor import parse_monitor_message
+
+from testbed.node.channel_keys import ChannelKeys
+
+ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks, in the sockets' own context
+DOMAIN = b"edgebed"
+# A handshake that failed before ZAP was asked: no CURVE (a plain client), or a wrong hub key.
+HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+
+
+class RunKeys:
+    """A run's keys: the hub's pair, and each node's (its name and role with it)."""
+
+    def __init__(self):
+        self.public, self.secret = zmq.curve_keypair()
+        self._nodes: dict[str, ChannelKeys] = {}
+        self._names: dict[bytes, str] = {}  # a node's public key, raw -> its name
+        self.roles: dict[str, str] = {}  # node -> its role (what it may send: runtimes.hub)
+
+    def admit(self, name: str, role: str) -> ChannelKeys:
+        """The keys of node `name` (made on its first call): what the node alone is handed."""
+        if name not in self._nodes:
+            public, secret = zmq.curve_keypair()
+            self._nodes[name] = ChannelKeys(name, public, secret, self.public)
+            self.roles[name] = role
+            self._names[z85.decode(public)] = name
+        return self._nodes[name]
+
+    def of(self, name: str) -> ChannelKeys:
+        return self._nodes[name]
+
+    def name_of(self, raw_public: bytes) -> Optional[str]:
+        return self._names.get(raw_public)
+
+    def serve(self, sock: zmq.Socket) -> None:
+        """Make `sock` a CURVE server with the hub's key that lets in only what ZAP passes (before it binds)."""
+        sock.curve_server = True
+        sock.curve_secretkey = self.secret
+        sock.zap_domain = DOMAIN
+        sock.setsockopt(zmq.ZAP_ENFORCE_DOMAIN, 1)  # no ZAP answer: no one in (libzmq's default lets all in)
+
+
+def answer_zap(sock: zmq.Socket, keys: RunKeys) -> Optional[str]:
+    """Answer the ZAP request waiting on `sock` (a REP bound at ZAP_ENDPOINT): a key of the run
+    passes, its node's name the User-Id; why it was refused, else None."""
+    frames = sock.recv_multipart()
+    request_id = frames[1] if len(frames) > 1 else b""
+    name = None
+    if len(frames) == 7 and frames[0] == b"1.0" and frames[2] == DOMAIN and frames[5] == b"CURVE":
+        name = keys.name_of(frames[6])
+    status = [b"200", b"OK"] if name else [b"400", b"not a key of this run"]
+    sock.send_multipart([b"1.0", request_id, *status, (name or "").encode(), b""])
+    return None if name else "unknown key"
+
+
+def handshake_failures(monitor: zmq.Socket) -> int:
+    """How many handshakes failed before ZAP (no CURVE, a wrong hub key) among the events waiting
+    on a socket's monitor."""
+    n = 0
+    while True:
+        try:
+            event = parse_monitor_message(monitor.recv_multipart(flags=zmq.NOBLOCK))
+        except zmq.Again:
+            return n
+        n += bool(event["event"] & HANDSHAKE_FAILED)

@@ -1,0 +1,229 @@
+"""The control channel lets in only the run's nodes, each as itself (issue 31): the hub's PULL and
+PUB are CURVE servers whose ZAP answers name the node of each key; a message's sender is that
+node, never a name in it. On loopback here; tests/test_swarm.py tries it from a lab host."""
+import io
+import json
+import tarfile
+import time
+
+import pytest
+import zmq
+from test_records_channel import _free_port, _until, loopback_hub
+
+from testbed.node import channel, channel_keys
+from testbed.node.channel_keys import ChannelKeys
+from testbed.records import metrics
+from testbed.records.columns import EVAL_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
+from testbed.runtimes.channel_auth import RunKeys
+
+HANDSHAKE = "handshake failed (no CURVE, or not the hub's key)"
+NODES = {"w0": "worker", "w1": "worker", "ps": "ps", "eval": "evaluator"}
+
+
+@pytest.fixture
+def hub(tmp_path):
+    h = loopback_hub(tmp_path)
+    for name, role in NODES.items():
+        h.keys.admit(name, role)
+    yield h
+    h.close()
+
+
+@pytest.fixture
+def sockets():
+    """Sockets made with `make(kind, url, keys, topics)`: CURVE clients with `keys`, plain without."""
+    ctx = zmq.Context()
+    made = []
+
+    def make(kind, url, keys=None, topics=(b"",)):
+        sock = ctx.socket(kind)
+        sock.setsockopt(zmq.LINGER, 0)
+        if keys is not None:
+            keys.secure(sock)
+        if kind == zmq.SUB:
+            for t in topics:
+                sock.setsockopt(zmq.SUBSCRIBE, t)
+        sock.connect(url)
+        made.append(sock)
+        return sock
+
+    yield make
+    for sock in made:
+        sock.close(linger=0)
+    ctx.term()
+
+
+def _stranger(hub) -> ChannelKeys:
+    """A key the run never made, with the hub's (public) key: what an outsider can hold."""
+    return ChannelKeys("w0", *zmq.curve_keypair(), hub.keys.public)
+
+
+def _wrong_server(hub, name: str) -> ChannelKeys:
+    """A node's own keys, but another server's key: it takes an impostor for the hub."""
+    k = hub.keys.of(name)
+    return ChannelKeys(name, k.public, k.secret, zmq.curve_keypair()[0])
+
+
+def _row(columns, **values) -> bytes:
+    return metrics.format_row(columns, values)
+
+
+FORGED = [[b"steps.csv", _row(STEP_COLUMNS, time=1.0, node="w0", step=1, loss=123.456)],
+          [b"!state", b'{"node": "w0", "gen": 1, "running": false, "exitcode": 0}'],
+          [b"!ack", b'{"node": "w0", "seq": 1, "detail": "forged"}'],
+          [b"!request", b'{"id": "x", "node": "w0", "action": "kill", "fields": {}}'],
+          [b"!ready", b'{"node": "broker"}'], [b"!report", b'{"name": "ps.json", "data": {"forged": 1}}']]
+
+
+def _received(sub, seconds: float) -> int:
+    n, deadline = 0, time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if sub.poll(50):
+            sub.recv_multipart()
+            n += 1
+    return n
+
+
+def test_an_unauthenticated_push_gets_nothing_through(hub, sockets, tmp_path):
+    with hub._cond:
+        hub._awaited.add(("w0", 1))
+    for keys in (None, _stranger(hub)):  # plain; and CURVE with a key of no node of the run
+        push = sockets(zmq.PUSH, hub.urls[0], keys)
+        for frames in FORGED:
+            push.send_multipart(frames)
+    assert _until(lambda: hub.drops.get("unknown key") and hub.drops.get(HANDSHAKE))
+    time.sleep(1.0)
+    assert hub.rows == 0 and hub.states == {} and hub._acks == {} and hub.ready == set()
+    assert hub.take_requests() == [] and not (tmp_path / "ps.json").exists()
+    assert set(hub.drops) == {"unknown key", HANDSHAKE}  # refused at the handshake: no message was read
+    node = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w0"))  # the same row from the node itself
+    node.send_multipart(FORGED[0])
+    assert _until(lambda: hub.rows == 1)
+
+
+def test_an_unauthenticated_sub_receives_nothing(hub, sockets):
+    plain = sockets(zmq.SUB, hub.urls[1])
+    stranger = sockets(zmq.SUB, hub.urls[1], _stranger(hub))
+    node = sockets(zmq.SUB, hub.urls[1], hub.keys.of("w0"))
+    time.sleep(0.5)
+    hub.ask_all(["w0"], {"op": "go", "cfg": {"scenario": "the whole RoleConfig"}}, timeout=1.0)
+    assert _received(plain, 1.0) == 0 and _received(stranger, 0.1) == 0
+    assert _received(node, 0.1) > 2  # beats and the repeated request: the channel itself works
+    assert hub.drops.get("unknown key") and hub.drops.get(HANDSHAKE)
+
+
+def test_a_node_with_the_wrong_server_key_receives_nothing_and_hears_no_impostor(hub, sockets):
+    wrong = _wrong_server(hub, "w0")
+    sub = sockets(zmq.SUB, hub.urls[1], wrong)
+    push = sockets(zmq.PUSH, hub.urls[0], wrong)
+    push.send_multipart(FORGED[0])
+    assert _received(sub, 1.5) == 0 and hub.rows == 0
+    # a publisher that is not the hub (its own server key) reaches no node, whatever it says
+    ctx = zmq.Context()
+    impostor = ctx.socket(zmq.PUB)
+    impostor.curve_server, impostor.curve_secretkey = True, zmq.curve_keypair()[1]
+    port = _free_port()
+    impostor.bind(f"tcp://127.0.0.1:{port}")
+    channel_keys.use(hub.keys.of("w0"))
+    listener = channel.Listener(f"tcp://127.0.0.1:{port}", [channel.topic("beat"), channel.topic("node", "w0")])
+    try:
+        heard = []
+        for _ in range(20):
+            impostor.send_multipart([channel.topic("node", "w0"), b'{"op": "kill", "seq": 1}'])
+            impostor.send_multipart([channel.topic("beat"), b'{"stop": true}'])
+            heard += listener.poll(50)
+        assert heard == []
+    finally:
+        listener.close()
+        channel_keys.use(None)
+        impostor.close(linger=0)
+        ctx.term()
+
+
+def _marker(hub, push, name: str) -> bool:
+    """Once a node's counters with a new marker are in, what it sent before them has been taken."""
+    marker = time.monotonic()
+    push.send_multipart([b"!stats", json.dumps({"node": name, "marker": marker}).encode()])
+    return _until(lambda: hub.stats.get(name, {}).get("marker") == marker)
+
+
+def test_a_node_speaking_for_another_is_dropped_and_counted(hub, sockets, tmp_path):
+    """The same bytes a node sends for itself, sent with another node's key, are refused; what
+    each role may send it sends (the PS its server rows, the evaluator its eval rows)."""
+    with hub._cond:
+        hub._awaited.add(("w0", 1))
+    hub.grant_put("box-1/w0.json", "w0")
+    own = [*FORGED[:4], [b"!stats", b'{"node": "w0", "rx": 1}'], [b"!put", b'{"key": "box-1/w0.json", "data": "1"}']]
+    w1 = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w1"))
+    for frames in own + [[b"!request", b'{"id": "y", "node": "w1", "action": "link", "fields": {"rate": 1}}'],
+                         [b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.99)],
+                         [b"server.csv", _row(SERVER_COLUMNS, time=1.0, version=1, worker="w0")],
+                         [b"traffic.csv", _row(TRAFFIC_COLUMNS, time=1.0, node="w1", bytes=1)], *FORGED[4:]]:
+        w1.send_multipart(frames)
+    assert _marker(hub, w1, "w1")
+    assert hub.drops == {"row for another node": 1, "state for another node": 1, "ack for another node": 1,
+                         "request for another node": 1, "stats for another node": 1,
+                         "put into a slot not given to it": 1, "request beyond a node's own crash": 1,
+                         "row of a table not its role's": 3, "ready not its role's": 1, "report not its role's": 1}
+    assert hub.rows == 0 and "w0" not in hub.states and hub._acks == {} and hub.take_requests() == []
+    assert hub.puts == {} and "w0" not in hub.stats and hub.ready == set()
+    w0 = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w0"))  # the same bytes from w0 itself
+    for frames in own:
+        w0.send_multipart(frames)
+    assert _marker(hub, w0, "w0")
+    assert hub.rows == 1 and hub.states["w0"]["gen"] == 1 and hub._acks == {("w0", 1): "forged"}
+    assert [r["node"] for r in hub.take_requests()] == ["w0"] and hub.puts == {"box-1/w0.json": "1"}
+    for name, frames in (("ps", [b"server.csv", _row(SERVER_COLUMNS, time=1.0, version=1, worker="w0")]),
+                         ("eval", [b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.5)])):
+        sockets(zmq.PUSH, hub.urls[0], hub.keys.of(name)).send_multipart(frames)
+    assert _until(lambda: hub.rows == 3)
+    assert sum(hub.drops.values()) == 12  # nothing more dropped
+    assert (tmp_path / "steps.csv").read_text().count("123.456") == 1
+
+
+def test_a_command_workload_reports_from_any_of_its_nodes_and_still_only_as_itself(hub, sockets):
+    ps = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("ps"))
+    ps.send_multipart([b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.5)])
+    assert _marker(hub, ps, "ps") and hub.rows == 0
+    hub.open_reports()
+    ps.send_multipart([b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.5)])
+    ps.send_multipart([b"report.csv", _row(["time", "node", "step", "key", "value"], node="ps", key="k", value=1)])
+    ps.send_multipart([b"report.csv", _row(["time", "node", "step", "key", "value"], node="w0", key="k", value=1)])
+    assert _marker(hub, ps, "ps")
+    assert hub.rows == 2 and hub.drops == {"row of a table not its role's": 1, "row for another node": 1}
+
+
+# -- how keys reach a node ---------------------------------------------------------------------------
+def test_keys_travel_as_text_and_never_show_their_secret():
+    keys = RunKeys().admit("w0", "worker")
+    assert ChannelKeys.from_text(keys.to_text()) == keys
+    assert keys.secret.decode() not in repr(keys) and keys.secret.decode() not in str([keys])
+    with pytest.raises(ValueError):
+        ChannelKeys.from_text(json.dumps({"node": "w0", "public": "x", "secret": "y", "server": "z"}))
+
+
+def test_a_docker_node_gets_its_keys_as_a_0400_file_copied_into_its_created_container():
+    from testbed.runtimes.docker import put_channel_keys
+
+    keys = RunKeys().admit("w0", "worker")
+    put = []
+    put_channel_keys(type("Api", (), {"put_archive": lambda self, *a: put.append(a)})(), "c1", keys)
+    (cid, path, data), = put
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        members = {m.name: (m.type, m.mode) for m in tar.getmembers()}
+        text = tar.extractfile("edgebed/channel.key").read().decode()
+    assert (cid, path) == ("c1", "/run") and channel_keys.KEY_FILE == "/run/edgebed/channel.key"
+    assert members == {"edgebed": (tarfile.DIRTYPE, 0o700), "edgebed/channel.key": (tarfile.REGTYPE, 0o400)}
+    assert ChannelKeys.from_text(text) == keys
+
+
+def test_a_supervisor_without_its_key_does_not_start(monkeypatch, tmp_path, capsys):
+    from testbed.node import launch
+
+    monkeypatch.setattr(channel_keys, "KEY_FILE", str(tmp_path / "absent"))
+    monkeypatch.delenv(channel_keys.ENV, raising=False)
+    assert launch.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
+    assert "no channel key for w0" in capsys.readouterr().err
+    other = RunKeys().admit("w1", "worker")  # another node's key is not this node's
+    monkeypatch.setenv(channel_keys.ENV, other.to_text())
+    assert launch.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
