@@ -58,7 +58,7 @@ def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(m
 
     code = "import sys, testbed.runtimes.state; print(sorted(m for m in sys.modules if m.startswith('testbed.runtimes.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['testbed.runtimes.state']"
+    assert out.strip() == "['testbed.runtimes.errors', 'testbed.runtimes.state']"  # errors: no imports, no backend
 
     from testbed.runtimes import state
 

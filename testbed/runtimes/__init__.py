@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import os
 
-
-class RuntimeUnavailable(RuntimeError):
-    pass
+from testbed.runtimes.errors import RuntimeUnavailable  # noqa: F401  (raised here, caught by the CLI)
 
 
 # Every runtime, by the name scenarios use: `module:class`, imported when asked for.

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Mapping, Optional
 
-from testbed.runtimes import RuntimeUnavailable
+from testbed.runtimes.errors import RuntimeUnavailable
 
 LOCAL_SOCKET = "unix:///var/run/docker.sock"
 UNIX = re.compile(r"unix:///[A-Za-z0-9._/-]{1,200}")
