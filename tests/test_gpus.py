@@ -71,6 +71,8 @@ def test_shares_are_paced_steps_and_mps_threads_for_command_workloads():
     mps = grant(prof, TWO_H100, "/run/x/pipe")
     assert mps.env["EDGEBED_GPU_MPS_THREADS"] == "25" and "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE" not in mps.env
     assert mps.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2048M"
+    two = grant(Profile(gpus=[0, 1], gpu_memory=2 << 30), TWO_H100, "/run/x/pipe")
+    assert two.env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] == "0=2048M,1=2048M"  # each device the node sees
     assert mps.env["CUDA_MPS_PIPE_DIRECTORY"] == "/run/x/pipe" and mps.env["EDGEBED_GPU_SHARE_BY"] == "pace"
     assert mps.meta["gpu_share_by"] == "paced steps (roles); MPS active-thread percentage (command workloads)"
 

@@ -48,12 +48,13 @@ def grant(prof: Profile, host: list[HostGpu], mps_pipe: Optional[str] = None) ->
     devices = list(prof.gpus) if isinstance(prof.gpus, list) else [g.index for g in host[:int(prof.gpus)]]
     env = {"CUDA_VISIBLE_DEVICES": ",".join(map(str, devices)), "CUDA_DEVICE_ORDER": "PCI_BUS_ID"}
     meta: dict = {"gpus": devices, "gpu_names": [g.name for g in host if g.index in devices]}
-    env.update(cap_env(prof, mps_pipe, meta))
+    env.update(cap_env(prof, mps_pipe, meta, len(devices)))
     return GpuGrant(devices, env, meta)
 
 
-def cap_env(prof: Profile, mps_pipe: Optional[str], meta: dict) -> dict[str, str]:
-    """The caps' environment (and meta.json's note of each mechanism)."""
+def cap_env(prof: Profile, mps_pipe: Optional[str], meta: dict, n_devices: int = 1) -> dict[str, str]:
+    """The caps' environment (and meta.json's note of each mechanism); MPS pins each of the node's
+    `n_devices` (numbered as the node sees them)."""
     from testbed.node.gpu import GPU_MEMORY_ENV, GPU_SHARE_BY_ENV, GPU_SHARE_ENV, MPS_THREADS_ENV
 
     env: dict[str, str] = {}
@@ -64,7 +65,8 @@ def cap_env(prof: Profile, mps_pipe: Optional[str], meta: dict) -> dict[str, str
         meta["gpu_memory_bytes"] = prof.gpu_memory
         meta["gpu_memory_by"] = "torch allocator cap"
         if mps_pipe is not None:
-            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={max(1, prof.gpu_memory >> 20)}M"
+            mib = max(1, prof.gpu_memory >> 20)
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = ",".join(f"{i}={mib}M" for i in range(max(1, n_devices)))
             meta["gpu_memory_by"] = "MPS pinned device memory limit + torch allocator cap"
     if prof.gpu_share is not None:  # paced steps hold the share; MPS's thread cap does not (BENCHMARKS.md)
         env.update({GPU_SHARE_ENV: f"{prof.gpu_share:g}", GPU_SHARE_BY_ENV: "pace"})
