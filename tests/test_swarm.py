@@ -499,10 +499,12 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     # only nodes whose links start with loss may need the eBPF filter (where their host has no netem)
     assert sorted(n for n, c in caps.items() if "SYS_ADMIN" in c) == ["w2", "w3"]
     assert all("NET_ADMIN" in c for c in caps.values())
+    assert len(manager.secrets.list(filters={"label": "edgebed"})) == 6  # each node's channel keys
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait()
     r = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "removed" in r.stdout, r.stdout + r.stderr
+    assert manager.secrets.list(filters={"label": "edgebed"}) == []  # down found them by their labels
     for h in lab:
         left = _ours_on(h)
         deadline = time.monotonic() + 30  # a removed service's containers go within seconds
