@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Optional
 
@@ -27,27 +28,36 @@ def host_gpus() -> list[HostGpu]:
     return found if found is not None else (_from_nvidia_smi() or [])
 
 
-def _from_nvml() -> Optional[list[HostGpu]]:
+@contextmanager
+def _nvml():
+    """NVML, initialised for the block (None where it is not installed or finds no driver)."""
     try:
         import pynvml
-    except ImportError:
-        return None
-    try:
+
         pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None
+    except Exception:  # ImportError, or NVMLError: no driver
+        yield None
+        return
     try:
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(h)
-            out.append(HostGpu(i, name.decode() if isinstance(name, bytes) else str(name),
-                               int(pynvml.nvmlDeviceGetMemoryInfo(h).total)))
-        return out
-    except pynvml.NVMLError:
-        return None
+        yield pynvml
     finally:
         pynvml.nvmlShutdown()
+
+
+def _from_nvml() -> Optional[list[HostGpu]]:
+    with _nvml() as nvml:
+        if nvml is None:
+            return None
+        try:
+            out = []
+            for i in range(nvml.nvmlDeviceGetCount()):
+                h = nvml.nvmlDeviceGetHandleByIndex(i)
+                name = nvml.nvmlDeviceGetName(h)
+                out.append(HostGpu(i, name.decode() if isinstance(name, bytes) else str(name),
+                                   int(nvml.nvmlDeviceGetMemoryInfo(h).total)))
+            return out
+        except nvml.NVMLError:
+            return None
 
 
 @dataclass(frozen=True)
@@ -56,31 +66,26 @@ class GpuProcessUse:
     sm_percent: Optional[int]  # the most recent utilisation sample NVML has for the process
 
 
-def gpu_process_use(since_us: int = 0) -> dict[int, GpuProcessUse]:
+def gpu_process_use() -> dict[int, GpuProcessUse]:
     """Per process id, what it holds of the GPUs now (summed over them): {} without NVML."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:  # not installed, or no driver
-        return {}
-    try:
-        use: dict[int, list] = {}
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            _add_device_use(pynvml, pynvml.nvmlDeviceGetHandleByIndex(i), since_us, use)
-        return {pid: GpuProcessUse(m, u) for pid, (m, u) in use.items()}
-    except pynvml.NVMLError:
-        return {}
-    finally:
-        pynvml.nvmlShutdown()
+    with _nvml() as nvml:
+        if nvml is None:
+            return {}
+        try:
+            use: dict[int, list] = {}
+            for i in range(nvml.nvmlDeviceGetCount()):
+                _add_device_use(nvml, nvml.nvmlDeviceGetHandleByIndex(i), use)
+            return {pid: GpuProcessUse(m, u) for pid, (m, u) in use.items()}
+        except nvml.NVMLError:
+            return {}
 
 
-def _add_device_use(pynvml, handle, since_us: int, use: dict[int, list]) -> None:
+def _add_device_use(pynvml, handle, use: dict[int, list]) -> None:
     for p in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
         entry = use.setdefault(int(p.pid), [0, None])
         entry[0] += int(p.usedGpuMemory or 0)
     try:
-        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, since_us)
+        samples = pynvml.nvmlDeviceGetProcessUtilization(handle, 0)  # 0: every sample the driver keeps
     except pynvml.NVMLError:  # no samples yet, or not on this GPU
         return
     for s in samples:
