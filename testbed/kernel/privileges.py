@@ -90,13 +90,24 @@ def _clear_sets(libc) -> None:
         raise PrivilegeError(f"capset failed: {os.strerror(ctypes.get_errno())}")
 
 
+def _thread_names() -> list[str]:
+    names = []
+    for task in sorted(os.listdir("/proc/self/task")):
+        try:
+            with open(f"/proc/self/task/{task}/comm") as f:
+                names.append(f.read().strip())
+        except OSError:
+            continue
+    return names
+
+
 def drop_privileges() -> dict[str, int]:
     """Give up every capability for good (this process and all it starts); what
     /proc/thread-self/status says afterwards. Raises PrivilegeError if any is left."""
     before = process_status()
     if before.get("Threads", 1) != 1:
-        raise PrivilegeError(f"drop_privileges needs a process with one thread (it has {before['Threads']}): "
-                             "capabilities are per thread")
+        raise PrivilegeError(f"drop_privileges needs a process with one thread (it has {before['Threads']}: "
+                             f"{', '.join(_thread_names())}): capabilities are per thread")
     libc = _libc()
     _prctl(libc, PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
     had_setpcap = bool(before["CapEff"] >> CAP_SETPCAP & 1)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import importlib
 import multiprocessing as mp
+import multiprocessing.forkserver
 import os
 import shutil
 import signal
@@ -38,6 +39,7 @@ from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, Runtime
+from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.forkserver_guard import RUNNER_ENV
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
@@ -53,12 +55,13 @@ def netns_name(run_id: str, node: str) -> str:
     return f"eb-{run_id}-{node}"
 
 
-def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs: dict,
+def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs,
                env: Optional[dict] = None, keys: Optional[channel_keys.ChannelKeys] = None) -> None:
     """First thing in every node process: die with the runner, join cgroup and namespace, take the
     node's environment (its GPUs: read when CUDA starts, later), see the host's cgroup files and
     sysctls read-only, give up every capability, then
-    run `target` (a function, or `module:function`: a role, imported here and not by the runner)."""
+    run `target` (a function, or `module:function`: a role, imported here and not by the runner)
+    with `kwargs` (a Deferred, opened only now: deferred.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     os.environ.update(env or {})
     channel_keys.use(keys)  # its node's channel keys: in this process's memory only
@@ -74,11 +77,18 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
         module, _, func = target.partition(":")
         target = getattr(importlib.import_module(module), func)
     try:
-        target(**kwargs)
+        target(**kwargs.open())
     finally:
         channel = sys.modules.get("testbed.node.channel")
         if channel is not None:  # the role's last records leave before the process exits
             channel.flush()
+
+
+def stop_forkserver() -> None:
+    """Stop this process's forkserver, if one runs (the next node starts a new one)."""
+    server = mp.forkserver._forkserver
+    if getattr(server, "_forkserver_pid", None) is not None and hasattr(server, "_stop"):
+        server._stop()  # private, but there since 3.8 and what CPython's own tests use
 
 
 @dataclass
@@ -150,7 +160,11 @@ class NetnsRuntime(Runtime):
 
     # -- processes ---------------------------------------------------------------------
     def set_preload(self, modules: list[str]) -> None:
+        """A forkserver of this run's own: an earlier run's in this process (`bench all`, the API) had
+        its preload and its dataset (data/preload.py), so its nodes would import torch and load the
+        data each on their own. Runs in one process are sequential: the last one's nodes are gone."""
         os.environ[RUNNER_ENV] = str(os.getpid())  # the forkserver dies with this process (forkserver_guard.py)
+        stop_forkserver()
         self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", *modules])
 
     def make_stop_event(self):
@@ -172,7 +186,7 @@ class NetnsRuntime(Runtime):
         self.grant_slots(node, kwargs)
         p = self._ctx.Process(
             target=_bootstrap,
-            args=(h.netns, self.run_id, node, target, kwargs, h.env, self.keys.of(node)),
+            args=(h.netns, self.run_id, node, target, Deferred(kwargs), h.env, self.keys.of(node)),
             name=f"edgebed-{node}{'-' + label if label else ''}",
             daemon=False,
         )
