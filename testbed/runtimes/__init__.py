@@ -13,6 +13,11 @@ RUNTIMES = {"netns": "testbed.runtimes.netns:NetnsRuntime", "docker": "testbed.r
             "swarm": "testbed.runtimes.swarm:SwarmRuntime"}
 
 
+def runtime_names() -> list[str]:
+    """The runtimes a scenario may name (besides `auto`), in the order help texts list them."""
+    return list(RUNTIMES)
+
+
 def runtime_class(name: str):
     import importlib
 
