@@ -4,6 +4,7 @@ import os
 import pytest
 
 from testbed.plan import parse_scenario
+from testbed.runtimes import docker as docker_runtime
 from testbed.runtimes import preflight as pf
 from testbed.scenario.schema import ScenarioError
 
@@ -17,15 +18,12 @@ def no_engine_contact(*a, **k):
 
 @pytest.mark.parametrize("data", [GPU, KAFKA])
 def test_validation_does_not_contact_the_engine(monkeypatch, data):
-    import testbed.runtimes.docker as docker_runtime
-
     monkeypatch.setattr(docker_runtime, "docker_client", no_engine_contact)
-    monkeypatch.setattr(pf, "docker_client", no_engine_contact)
     assert parse_scenario(data).runtime == data["runtime"]
 
 
 def test_preflight_names_each_field_when_no_engine_answers(monkeypatch):
-    monkeypatch.setattr(pf, "docker_client", lambda timeout: None)
+    monkeypatch.setattr(docker_runtime, "docker_client", lambda timeout: None)
     assert pf.engine_problems(parse_scenario(GPU)) == [
         "profiles.gpu.gpus: GPUs need the docker runtime (or netns), and no Docker engine answers"]
     with pytest.raises(ScenarioError) as e:
@@ -35,16 +33,16 @@ def test_preflight_names_each_field_when_no_engine_answers(monkeypatch):
 
 
 def test_preflight_names_the_missing_nvidia_runtime(monkeypatch):
-    monkeypatch.setattr(pf, "docker_client", lambda timeout: object())
-    monkeypatch.setattr(pf, "nvidia_runtime_available", lambda client: False)
+    monkeypatch.setattr(docker_runtime, "docker_client", lambda timeout: object())
+    monkeypatch.setattr(docker_runtime, "nvidia_runtime_available", lambda client: False)
     assert pf.engine_problems(parse_scenario(GPU)) == [
         "profiles.gpu.gpus: GPUs need the NVIDIA container runtime, which this Docker engine does not have"]
-    monkeypatch.setattr(pf, "nvidia_runtime_available", lambda client: True)
+    monkeypatch.setattr(docker_runtime, "nvidia_runtime_available", lambda client: True)
     assert pf.engine_problems(parse_scenario(GPU)) == []
 
 
 def test_a_scenario_without_engine_needs_asks_nothing(monkeypatch):
-    monkeypatch.setattr(pf, "docker_client", no_engine_contact)
+    monkeypatch.setattr(docker_runtime, "docker_client", no_engine_contact)
     pf.preflight(parse_scenario({"runtime": "docker", "workers": [{"count": 2}]}))
     monkeypatch.setattr(pf, "host_gpus", lambda: [])
     with pytest.raises(ScenarioError) as e:  # netns GPUs are this machine's: asked of its driver, not an engine
@@ -84,10 +82,9 @@ def test_a_cpuset_this_machine_lacks_is_named_before_anything_starts():
 
 def test_auto_runs_on_netns_and_says_why_when_no_image_can_be_had(monkeypatch):
     import testbed.runtimes as runtimes
-    import testbed.runtimes.docker as docker_runtime
     import testbed.runtimes.images as images
 
-    monkeypatch.setattr(runtimes.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(docker_runtime, "docker_client", lambda timeout=10: object())
     monkeypatch.setattr(images, "image_unavailable", lambda client: "no node image, no base and no debootstrap")
     said = []

@@ -515,8 +515,10 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
 
 
 def test_what_swarm_cannot_make_is_refused_before_anything_starts():
-    from testbed.runtimes.preflight import swarm_problems
+    from testbed.runtimes.swarm import SwarmRuntime
     from testbed.scenario.schema import KAFKA_NEEDS
+
+    swarm_problems = SwarmRuntime.problems
 
     sc = _sc()
     assert swarm_problems(sc) == []

@@ -20,7 +20,6 @@ from testbed.plan.cluster import build_cluster
 from testbed.plan.placement import place
 from testbed.run.flows import BENCH_PORT, Flow, measure_flows, ping_client, ping_server
 from testbed.runtimes import runtime_class
-from testbed.runtimes.docker import docker_client
 from testbed.runtimes.state import RunState
 from testbed.scenario import units
 
@@ -88,12 +87,13 @@ class _Bench:
                               runtime=runtime)
         self.state.save()
         self.runtime = runtime
-        if runtime == "docker" and docker_client(timeout=3) is None:
-            raise RuntimeError("--runtime docker: no Docker engine answers")
+        why = runtime_class(runtime).available()
+        if why is not None:
+            raise RuntimeError(f"--runtime {runtime}: {why.why}")
         self.rt = runtime_class(runtime).open(self.state, lambda s: None)
-        if runtime == "swarm" and not sc.placement:  # the measured paths cross hosts: ps on one, workers on another
-            hosts = sorted(h.hostname for h in self.rt.hosts if h.usable())
-            sc = sc.model_copy(update={"placement": {"ps": hosts[0], "workers": hosts[-1]}})
+        placement = None if sc.placement else self.rt.bench_placement()
+        if placement:  # e.g. the measured paths cross hosts: ps on one, workers on another
+            sc = sc.model_copy(update={"placement": placement})
         self.spec = place(build_cluster(sc, self.run_id), self.rt.placer(sc))
         self.rt.set_preload([])
         self.stop = None
@@ -195,8 +195,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
     out = {"benchmark": "link", "runtime": runtime, "configured_bps": configured, "flows": flows, "seconds": seconds,
            "encrypted": encrypt, "results": results, "ok": ok, "tolerance": tolerance, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
-           "shaper": "htb inside the node (uplink) and on its IFB (downlink), ps and w0 on two hosts"
-                     if runtime == "swarm" else "htb (egress of each veth end)",
+           "shaper": runtime_class(runtime).shaper,
            "note": "goodput = TCP payload bytes received per second after a 1 s warm-up; wire = bytes "
                    "counted by the veth (IP packets + Ethernet header) over the steady-state window. "
                    "TCP/IP + Ethernet headers are ~4.4% of a 1514-byte frame, so goodput "

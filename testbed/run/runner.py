@@ -20,8 +20,8 @@ from testbed.node.transport import DelaySpec
 from testbed.plan.cluster import ClusterSpec, build_cluster, peer_table
 from testbed.plan.placement import place
 from testbed.records import metrics
-from testbed.runtimes import runtime_class, select_runtime
-from testbed.runtimes.preflight import preflight, user_code
+from testbed.runtimes import auto_note, runtime_class, select_runtime
+from testbed.runtimes.preflight import preflight
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class
@@ -166,11 +166,7 @@ class Run:
         self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
         self.t_invoked = time.time()
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
-        if sc.runtime == "auto" and user_code(sc) and not sc.packages:
-            say(f"runtime auto: netns, because {user_code(sc)[0][1]} is a plugin (on docker it needs `packages:`)")
-            self.runtime_name = select_runtime("netns", say)
-        else:
-            self.runtime_name = select_runtime(sc.runtime, say)
+        self.runtime_name = select_runtime(sc.runtime, say, sc)  # auto: the first that can run here and run sc
         self.run_dir = Path(run_dir).resolve()
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise FileExistsError(f"--out: {self.run_dir} exists and is not empty")
@@ -231,8 +227,7 @@ class Run:
 
     def bring_up(self) -> None:
         sc, say = self.sc, self.say
-        say(f"runtime: {self.runtime_name}" + (" (an engine answered)" if sc.runtime == "auto" and
-                                              self.runtime_name == "docker" else ""))
+        say(f"runtime: {self.runtime_name}" + auto_note(sc.runtime, self.runtime_name))
         self.runtime = runtime_class(self.runtime_name).open(self.state, say)
         self.runtime.use_packages(sc.packages)
         self.runtime.set_preload(PRELOAD)

@@ -1,14 +1,19 @@
 """The contract between the runner and a runtime: what every runtime must do (the abstract
-methods), what some can do (declared in `features`, never probed by name), and the changes during
-a run that all share (live.LiveOps). A new runtime implements this class and registers its
-clean-up (state.register_sweeper); nothing else needs to know it exists."""
+methods), what some can do (declared in `features`, never probed by name), what it returns (a
+NodeProcess per role or job, a StopEvent per run), and the changes during a run (live.LiveOps:
+each operation declared there, a runtime without it says so by name). A runtime also says,
+before anything is made, whether it can run here (`available`) and what of a scenario it cannot
+meet (`problems`, `scenario_problems`, `plugin_refusals`); it registers in the entry point group
+`edgebed.runtimes` and registers its clean-up (state.register_sweeper). Nothing else needs to
+know it exists: runtimes/README.md says what a new backend implements."""
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Protocol
+from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Protocol, runtime_checkable
 
 from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.gpus import GpuProcessUse, gpu_process_use
@@ -17,6 +22,11 @@ from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.channel_auth import RunKeys
 from testbed.runtimes.live import LiveOps
 from testbed.runtimes.state import RunState
+
+if TYPE_CHECKING:  # types only: the runtime makes them where it has them
+    from testbed.runtimes.control_net import ControlNetwork
+    from testbed.runtimes.fabric import WanLinks
+    from testbed.runtimes.hub import ControlHub
 
 
 @dataclass(frozen=True)
@@ -41,6 +51,48 @@ class NodeUsage:
     gpu_util: Optional[int] = None  # % of a GPU's SMs its busiest process used, NVML's latest sample
 
 
+@runtime_checkable
+class NodeProcess(Protocol):
+    """What `start_node` and `start` return, watched by the runner like a multiprocessing.Process
+    (which is one): a node's role (one generation of it) or a job run inside a node."""
+
+    def is_alive(self) -> bool: ...
+
+    @property
+    def exitcode(self) -> Optional[int]: ...  # None while it runs; negative: killed by that signal
+
+    def join(self, timeout: Optional[float] = None) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+@runtime_checkable
+class StopEvent(Protocol):
+    """What `make_stop_event` returns: set by the runner to stop the run, polled by every role
+    (a multiprocessing Event where roles fork from the runner; the hub's word elsewhere)."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a runtime cannot run here: `why` for `runtime auto: X, because <why>`, `line` when a
+    scenario or the command line named the runtime (RuntimeUnavailable's message)."""
+    why: str
+    line: str
+
+
+def needs_root(name: str) -> Optional[Unavailable]:
+    """A runtime that makes namespaces, links and cgroups on this machine needs root."""
+    if os.geteuid() == 0:
+        return None
+    return Unavailable("needs root", f"the {name} runtime needs root (it creates network namespaces, veth links, tc "
+                                   "qdiscs and cgroups, and shapes containers' links from the host); run edgebed "
+                                   "with sudo")
+
+
 class NodeHandle(Protocol):
     """What a runtime keeps per node; live changes and benchmarks read these fields."""
     node: Node
@@ -63,8 +115,14 @@ def node_gpu_use(h: NodeHandle, gpu_use: dict[int, GpuProcessUse]) -> tuple[Opti
 
 
 class Runtime(LiveOps, ABC):
-    name: ClassVar[str]
+    name: ClassVar[str]  # as scenarios name it: its entry point's name in `edgebed.runtimes`
     features: ClassVar[Features] = Features()
+    # `runtime: auto` tries the runtimes with a rank, lowest first, and runs the first that can run
+    # here (None: only when named); `auto_note` follows `runtime: NAME` when auto chose it.
+    auto_rank: ClassVar[Optional[int]] = None
+    auto_note: ClassVar[str] = ""
+    # how a node's link is shaped, in words (link benchmarks' `shaper`)
+    shaper: ClassVar[str] = "htb (egress of each veth end)"
 
     def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
         super().__init__()
@@ -73,17 +131,56 @@ class Runtime(LiveOps, ABC):
         self.run_dir = Path(state.run_dir)
         self.caps = caps or probe_kernel()
         self.handles: dict[str, NodeHandle] = {}
-        self.fabric = None  # the sites' routers and WAN links (runtimes.fabric.Fabric), where the run has them
-        self.control = None  # the nodes' way to the runner (runtimes.control_net.ControlNetwork)
-        self.hub = None  # the runner's end of it (runtimes.hub.ControlHub)
+        self.fabric: Optional[WanLinks] = None  # the sites' routers and WAN links, where the run has them
+        self.control: Optional[ControlNetwork] = None  # the nodes' way to the runner
+        self.hub: Optional[ControlHub] = None  # the runner's end of it
         self.keys = RunKeys()  # who may speak on it: the hub's key and each node's, made for this run
         self.image: Optional[str] = None  # the node image, for runtimes that run one
         self.warnings: list[str] = []  # what bring-up could not do as asked (meta.json's warnings)
+
+    # -- before a run: can it run here, can it run this ---------------------------------------
+    @classmethod
+    def available(cls) -> Optional[Unavailable]:
+        """Why this runtime cannot run on this machine now (no root, no engine, no image), or None."""
+        return None
+
+    @classmethod
+    def auto_refusal(cls, sc) -> Optional[str]:
+        """Why `runtime: auto` should not pick this runtime for `sc` though it is available, or None."""
+        return None
+
+    @classmethod
+    def scenario_problems(cls, sc) -> list[str]:
+        """Validation's part (pure, no engine asked): one line per field this runtime cannot meet."""
+        return []
+
+    @classmethod
+    def problems(cls, sc) -> list[str]:
+        """Preflight's part (after validation, before bring-up; may ask an engine): one line per
+        field whose need this machine cannot meet on this runtime."""
+        return []
+
+    @classmethod
+    def auto_problems(cls, sc) -> Optional[list[str]]:
+        """`problems` when `runtime: auto` asks; None: auto would not pick this runtime (the next
+        one's are asked)."""
+        return cls.problems(sc)
+
+    @classmethod
+    def plugin_refusals(cls, sc, plugins: list[tuple[str, str]]) -> list[str]:
+        """One line per (field, name) of a user's plugin this runtime's nodes cannot run (empty:
+        they can: preflight then tries the plugin's model and dataset here)."""
+        return []
 
     @classmethod
     def open(cls, state: RunState, say: Callable[[str], None]) -> "Runtime":
         """The runtime for one run, with whatever it needs from this machine (an engine, an image)."""
         return cls(state)
+
+    def bench_placement(self) -> Optional[dict]:
+        """Where a fidelity benchmark's ps and workers go (scenario `placement:`) so its measured
+        paths are the ones the runtime makes (across hosts, where it has several); None: anywhere."""
+        return None
 
     def use_packages(self, packages: list[str]) -> None:
         """A user's packages (plugins) for the nodes: the docker runtime installs them into its
@@ -109,19 +206,19 @@ class Runtime(LiveOps, ABC):
         """Modules the node processes should find imported (where they fork from one process)."""
 
     @abstractmethod
-    def make_stop_event(self):
+    def make_stop_event(self) -> StopEvent:
         """An event every node's role polls; set by the runner to stop the run."""
 
     @abstractmethod
-    def start_node(self, node: Node, cfg, stop_event) -> Any:
-        """Start the node's role (`cfg.target`, module:function) and its background stress; returns
-        a process-like object (is_alive, exitcode, join, kill)."""
+    def start_node(self, node: Node, cfg, stop_event: StopEvent) -> NodeProcess:
+        """Start the node's role (`cfg.target`, module:function, a node.launch.RoleConfig) and its
+        background stress; the role's process (a restart starts the next generation)."""
 
     @abstractmethod
-    def start(self, node: str, target: Callable | str, kwargs: dict, label: str = "") -> Any:
-        """Run a function inside a node (benchmarks, link checks); a process-like object."""
+    def start(self, node: str, target: Callable | str, kwargs: dict, label: str = "") -> NodeProcess:
+        """Run a module-level function inside a node (benchmarks, link checks) with `kwargs`."""
 
-    def start_idle(self, stop_event) -> None:
+    def start_idle(self, stop_event: StopEvent) -> None:
         """Make nodes ready to host `start` jobs without a role (a container needs a first process)."""
 
     # -- observation -----------------------------------------------------------------------

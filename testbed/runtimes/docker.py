@@ -22,10 +22,10 @@ from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, 
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
 from testbed.plan.cluster import ClusterSpec, Node
-from testbed.runtimes.base import Features, Runtime
+from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
-from testbed.runtimes.netns import netns_name
+from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper, run_labels
 
 
@@ -244,9 +244,70 @@ class DockerHandle:
 GO_TIMEOUT = 180.0  # s for a new container's supervisor to answer its first request (python starting)
 
 
-class DockerRuntime(Runtime):
+class DockerRuntime(LocalNodeOps, Runtime):
     name = "docker"
     features = Features()
+    auto_rank = 0  # auto's first choice: where an engine answers and the node image can be had
+    auto_note = " (an engine answered)"
+
+    @classmethod
+    def available(cls) -> Optional[Unavailable]:
+        from testbed.runtimes.images import image_unavailable
+
+        root = needs_root(cls.name)
+        if root is not None:
+            return root
+        client = docker_client()
+        if client is None:
+            return Unavailable("no Docker engine answers", "runtime docker: no Docker engine answers (is dockerd running?)")
+        why = image_unavailable(client)
+        return None if why is None else Unavailable(why, f"runtime docker: {why} (`edgebed build` makes the image)")
+
+    @classmethod
+    def auto_refusal(cls, sc) -> Optional[str]:
+        from testbed.runtimes.preflight import user_code
+
+        plugins = user_code(sc)
+        return f"{plugins[0][1]} is a plugin (on docker it needs `packages:`)" if plugins and not sc.packages else None
+
+    @classmethod
+    def scenario_problems(cls, sc) -> list[str]:
+        return unencrypted_problems(sc)
+
+    @classmethod
+    def problems(cls, sc) -> list[str]:
+        return cls._engine_problems(sc, auto=False) or []
+
+    @classmethod
+    def auto_problems(cls, sc) -> Optional[list[str]]:
+        return cls._engine_problems(sc, auto=True)
+
+    @classmethod
+    def _engine_problems(cls, sc, auto: bool) -> Optional[list[str]]:
+        """What the engine lacks for the scenario's GPUs and Kafka image; None under auto when no
+        engine answers and nothing needs one (auto then runs on netns: this machine's GPUs)."""
+        from testbed.scenario.schema import KAFKA_NEEDS, gpu_fields, uses_kafka_image
+
+        gpus, kafka = gpu_fields(sc), uses_kafka_image(sc)
+        if not (gpus or kafka):
+            return []
+        client = docker_client(timeout=3)
+        if client is None:
+            if auto and not kafka:
+                return None
+            return ([f"{w}: GPUs need the docker runtime (or netns), and no Docker engine answers" for w in gpus]
+                    + ([f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime, and no Docker engine "
+                        "answers"] if kafka else []))
+        if gpus and not nvidia_runtime_available(client):
+            return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
+        return []
+
+    @classmethod
+    def plugin_refusals(cls, sc, plugins: list[tuple[str, str]]) -> list[str]:
+        if sc.packages:
+            return []
+        return [f"{field}: '{ref}' is a plugin, and runtime docker's nodes run edgebed's image: name the package "
+                "that holds it in `packages:` (it is installed into the image)" for field, ref in plugins]
 
     def __init__(self, state: RunState, client=None, image: Optional[str] = None,
                  caps: Optional[KernelCaps] = None):

@@ -1,14 +1,15 @@
-"""Changes to a running cluster (the scenario's timeline, `edgebed link/cpu/kill/...`), shared by
-both runtimes. A runtime supplies where a node's link directions are shaped (`_link_iface`)
-and how its processes are killed; the rest is common: the new direction is the old one with
-the given fields replaced, planned like at bring-up and installed in place (shaping.reshape),
-latency the kernel cannot make goes to the node's transport through its delay control file.
+"""Changes to a running cluster (the scenario's timeline, `edgebed link/cpu/kill/...`): every
+operation the timeline and the live commands call is declared here. What all runtimes share is
+written here: a link change is the old direction with the given fields replaced, planned like at
+bring-up and installed in place (`_reshape`: shaping.reshape on the interface `_link_iface`
+gives), latency the kernel cannot make goes to the node's transport over the control channel;
+a partition is bookkept here and made by `_cut_traffic`. The rest (CPU quota, stress, freeze,
+kill, and the two hooks) is each runtime's: a runtime without one says so by name
+(runtimes.local_nodes has them for nodes whose namespace and cgroup are on this host).
 """
 
 from __future__ import annotations
 
-import os
-import signal
 from contextlib import contextmanager
 from typing import Optional
 
@@ -25,9 +26,9 @@ def wan_sites(target: str) -> tuple[str, str]:
 
 
 class LiveOps:
-    """The live changes of runtimes.base.Runtime (its base class), which supplies self.handles
-    (node -> handle with node, uplink, downlink, cgroup, processes), self.caps, self.hub,
-    self.fabric and `_link_iface(node, which)`."""
+    """The live changes of runtimes.base.Runtime (its base class), which supplies self.name,
+    self.handles (node -> handle with node, uplink, downlink, cgroup, processes), self.caps,
+    self.hub and self.fabric."""
 
     def __init__(self) -> None:
         self._live_directions: dict[str, dict[str, Direction]] = {}  # each node's directions now
@@ -40,9 +41,14 @@ class LiveOps:
             cur[node] = {"up": link.uplink, "down": link.downlink}
         return cur[node]
 
+    def unsupported(self, what: str) -> NotImplementedError:
+        """The error of an operation this runtime does not have."""
+        return NotImplementedError(f"runtime {getattr(self, 'name', type(self).__name__)} does not support {what}")
+
     @contextmanager
-    def _link_iface(self, node: str, which: str):  # pragma: no cover - each runtime has its own
-        raise NotImplementedError
+    def _link_iface(self, node: str, which: str):
+        """(netlink socket, ifindex) where one direction of a node's link is shaped, for `_reshape`."""
+        raise self.unsupported("changing a link on this host (no _link_iface)")
         yield
 
     def set_link(self, node: str, direction: str, fields: dict) -> str:
@@ -82,26 +88,20 @@ class LiveOps:
                                       "down_jitter": h.downlink.transport_jitter_s})
 
     def set_cpus(self, node: str, cpus: Optional[float]) -> str:
-        self.handles[node].cgroup.set_cpus(cpus)
-        return f"cpu quota {cpus} cores"
+        """Change a node's CPU quota (None: no limit)."""
+        raise self.unsupported("changing a CPU quota")
+
+    def set_stress(self, node: str, load: float) -> str:
+        """Replace the node's background stress with `load` cores' worth (0: none)."""
+        raise self.unsupported("changing background stress")
 
     def freeze(self, node: str, frozen: bool) -> str:
-        self.handles[node].cgroup.freeze(frozen)
-        return "frozen" if frozen else "thawed"
+        """Stop every process of the node where it is (frozen) or let it go on."""
+        raise self.unsupported("freezing a node")
 
     def kill_node(self, node: str) -> str:
         """SIGKILL every process of the node (its role, stress, children), as a crash would."""
-        h = self.handles[node]
-        pids = h.cgroup.member_pids() - self._protected_pids(node)
-        for pid in pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        return f"killed {len(pids)} process(es)"
-
-    def _protected_pids(self, node: str) -> set[int]:
-        return set()
+        raise self.unsupported("killing a node")
 
     def partition(self, node: str, peers: list[str], cut: bool) -> str:
         """Drop all traffic between `node` and `peers` (cut) or let it through again (heal; no
@@ -117,14 +117,5 @@ class LiveOps:
         return ("cut off from " if cut else "healed with ") + (", ".join(changed) or "nobody (nothing to change)")
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
-        """netfilter rules in the node's namespace: the host's tables never see them."""
-        import shutil
-        import subprocess
-
-        if shutil.which("iptables") is None:
-            raise RuntimeError("partition/heal need iptables (apt install iptables)")
-        netns = self.handles[node].netns
-        for addr in addresses:
-            for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
-                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", "-A" if cut else "-D", chain, flag,
-                                addr, "-j", "DROP"], check=True, capture_output=True, text=True)
+        """Drop (cut) or pass again the node's traffic with `addresses`, in the node's own namespace."""
+        raise self.unsupported("partitions")

@@ -38,21 +38,18 @@ from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
-from testbed.runtimes.base import Features, Runtime
+from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.forkserver_guard import RUNNER_ENV
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
+from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import RunState, cleanup_run
 
 # what a node runs is handed over as `module:function` data: no runtime imports the roles
 STRESS_TARGET = "testbed.node.roles.stress:run_stress"
 
 PR_SET_PDEATHSIG = 1
-
-
-def netns_name(run_id: str, node: str) -> str:
-    return f"eb-{run_id}-{node}"
 
 
 def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs,
@@ -92,7 +89,8 @@ def stop_forkserver() -> None:
 
 
 @dataclass
-class NodeHandle:
+class NetnsNode:
+    """A node of the netns runtime: its namespace, cgroup, link plans and processes (base.NodeHandle)."""
     node: Node
     netns: str
     peer_ifname: str  # the veth end in the switch namespace
@@ -104,9 +102,31 @@ class NodeHandle:
     env: dict = field(default_factory=dict)  # what the node's processes start with (gpu_share.grant)
 
 
-class NetnsRuntime(Runtime):
+class NetnsRuntime(LocalNodeOps, Runtime):
     name = "netns"
     features = Features(shared_data=True, concurrent_flows=True, same_host=True)
+    auto_rank = 1  # after docker: needs nothing but root
+
+    @classmethod
+    def available(cls) -> Optional[Unavailable]:
+        return needs_root(cls.name)
+
+    @classmethod
+    def scenario_problems(cls, sc) -> list[str]:
+        from testbed.scenario.schema import KAFKA_NEEDS, uses_kafka_image
+
+        lines = unencrypted_problems(sc)
+        if uses_kafka_image(sc):  # whether an engine answers is the docker runtime's preflight
+            lines.append(f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime (runtime: docker or auto)")
+        return lines
+
+    @classmethod
+    def problems(cls, sc) -> list[str]:
+        """This machine's GPUs, where the scenario asks for some."""
+        from testbed.runtimes.preflight import host_gpu_problems
+        from testbed.scenario.schema import gpu_fields
+
+        return host_gpu_problems(sc) if gpu_fields(sc) else []
 
     def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
         super().__init__(state, caps)
@@ -138,7 +158,7 @@ class NetnsRuntime(Runtime):
             for node in spec.nodes:
                 cg, compute = computes[node.name]
                 up, down = plans[node.name]
-                self.handles[node.name] = NodeHandle(node, netns_name(self.run_id, node.name), node.name, up, down,
+                self.handles[node.name] = NetnsNode(node, netns_name(self.run_id, node.name), node.name, up, down,
                                                      cg, {**compute, **grants[node.name].meta},
                                                      env=grants[node.name].env)
             self._build_control(ipr)

@@ -6,32 +6,15 @@ import os
 from pathlib import Path
 
 from testbed.kernel.gpus import HostGpu, host_gpus
-from testbed.runtimes.docker import docker_client, nvidia_runtime_available
+from testbed import runtimes
 from testbed.scenario.units import parse_cpuset
-from testbed.scenario.schema import (KAFKA_NEEDS, Profile, Scenario, ScenarioError, gpu_fields, gpu_profiles,
-                                     profile_refs, uses_kafka_image)
+from testbed.scenario.schema import Profile, Scenario, ScenarioError, gpu_profiles, profile_refs
 
 
 def engine_problems(sc: Scenario) -> list[str]:
-    """One line per field whose need the Docker engine cannot meet; GPUs on netns (or auto
-    without an engine, which becomes netns) are this machine's to give."""
-    gpus, kafka = gpu_fields(sc), uses_kafka_image(sc)
-    if sc.runtime == "swarm":  # the hosts' GPUs are placement's to check (runtimes.hosts)
-        return swarm_problems(sc)
-    if sc.runtime == "netns":
-        return host_gpu_problems(sc) if gpus else []
-    if not (gpus or kafka):
-        return []
-    client = docker_client(timeout=3)
-    if client is None:
-        if sc.runtime == "auto" and not kafka:
-            return host_gpu_problems(sc)
-        return ([f"{w}: GPUs need the docker runtime (or netns), and no Docker engine answers" for w in gpus]
-                + ([f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime, and no Docker engine answers"]
-                   if kafka else []))
-    if gpus and not nvidia_runtime_available(client):
-        return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
-    return []
+    """One line per field whose need this machine's engines cannot meet on the scenario's runtime
+    (its `problems`; under auto, the runtime's that auto would pick)."""
+    return runtimes.engine_problems(sc)
 
 
 def host_gpu_problems(sc: Scenario, have: list[HostGpu] | None = None) -> list[str]:
@@ -51,13 +34,6 @@ def host_gpu_problems(sc: Scenario, have: list[HostGpu] | None = None) -> list[s
         if prof.gpu_memory is not None and prof.gpu_memory > smallest:
             lines.append(f"{where[:-len('gpus')]}gpu_memory: {prof.gpu_memory / 2**30:g} GiB is more than the GPU "
                          f"holds ({smallest / 2**30:.1f} GiB)")
-    return lines
-
-
-def swarm_problems(sc: Scenario) -> list[str]:
-    """What runtime swarm cannot make."""
-    lines = [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
-        if uses_kafka_image(sc) else []
     return lines
 
 
@@ -112,12 +88,9 @@ def plugin_problems(sc: Scenario) -> list[str]:
                for i, p in enumerate(sc.packages) if not _is_package(Path(p))]
     if missing:
         return missing
-    if sc.runtime == "swarm":
-        return [f"{field}: '{ref}' is a plugin, and runtime swarm's nodes run edgebed's image, which does not take "
-                "a user's package yet: use runtime docker (with packages:) or netns" for field, ref in user_code(sc)]
-    if sc.runtime == "docker" and not sc.packages:
-        return [f"{field}: '{ref}' is a plugin, and runtime docker's nodes run edgebed's image: name the package "
-                "that holds it in `packages:` (it is installed into the image)" for field, ref in user_code(sc)]
+    refused = runtimes.plugin_refusals(sc, user_code(sc))  # nodes that cannot run a user's package
+    if refused:
+        return refused
     if "workload.model" not in theirs and "workload.dataset" not in theirs:
         return []
     try:
@@ -137,6 +110,6 @@ def plugin_problems(sc: Scenario) -> list[str]:
 
 def preflight(sc: Scenario) -> None:
     """Raise ScenarioError, naming each field, when this machine cannot run `sc`."""
-    lines = plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
+    lines = runtimes.scenario_problems(sc) + plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
     if lines:
         raise ScenarioError(lines)

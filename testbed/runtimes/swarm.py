@@ -25,7 +25,7 @@ from testbed.kernel.cgroups import CgroupUsage, period_us_of, quota_us
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
-from testbed.runtimes.base import Features, Runtime
+from testbed.runtimes.base import Features, Runtime, Unavailable
 from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
@@ -177,6 +177,34 @@ def _free_port(address: str) -> int:
 class SwarmRuntime(Runtime):
     name = "swarm"
     features = Features()
+    shaper = "htb inside the node (uplink) and on its IFB (downlink), ps and w0 on two hosts"
+
+    @classmethod
+    def available(cls) -> Optional[Unavailable]:
+        """A swarm manager answers (nothing is made on this machine but the channel's sockets)."""
+        try:
+            swarm_client()
+        except RuntimeError as e:
+            return Unavailable(str(e), str(e))
+        return None
+
+    @classmethod
+    def problems(cls, sc) -> list[str]:
+        """What runtime swarm cannot make (the hosts' GPUs are placement's to check: runtimes.hosts)."""
+        from testbed.scenario.schema import KAFKA_NEEDS, uses_kafka_image
+
+        return [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
+            if uses_kafka_image(sc) else []
+
+    @classmethod
+    def plugin_refusals(cls, sc, plugins: list[tuple[str, str]]) -> list[str]:
+        return [f"{field}: '{ref}' is a plugin, and runtime swarm's nodes run edgebed's image, which does not take "
+                "a user's package yet: use runtime docker (with packages:) or netns" for field, ref in plugins]
+
+    def bench_placement(self) -> Optional[dict]:
+        """The measured paths cross hosts: ps on one, workers on another."""
+        hosts = sorted(h.hostname for h in self.hosts if h.usable())
+        return {"ps": hosts[0], "workers": hosts[-1]}
 
     def __init__(self, state: RunState, client, image: str, caps: Optional[KernelCaps] = None):
         super().__init__(state, caps or UNPROBED)

@@ -1,0 +1,61 @@
+"""Live changes for nodes whose network namespace and cgroup are on the runner's host (the netns
+runtime's nodes, the docker runtime's containers): CPU quota and freeze by the node's cgroup, a
+kill by its cgroup's member processes, a partition by netfilter rules inside its namespace.
+A runtime whose nodes are elsewhere (swarm) asks them instead."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Optional
+
+from testbed.runtimes.live import LiveOps
+
+
+def netns_name(run_id: str, node: str) -> str:
+    """The named network namespace of a node on this host (`down` finds it by this shape)."""
+    return f"eb-{run_id}-{node}"
+
+
+class LocalNodeOps(LiveOps):
+    """Mixed into a runtime (before Runtime) whose handles have `cgroup` (kernel.cgroups) and `netns`."""
+
+    def set_cpus(self, node: str, cpus: Optional[float]) -> str:
+        self.handles[node].cgroup.set_cpus(cpus)
+        return f"cpu quota {cpus} cores"
+
+    def freeze(self, node: str, frozen: bool) -> str:
+        self.handles[node].cgroup.freeze(frozen)
+        return "frozen" if frozen else "thawed"
+
+    def kill_node(self, node: str) -> str:
+        """SIGKILL every process of the node (its role, stress, children), as a crash would."""
+        h = self.handles[node]
+        pids = h.cgroup.member_pids()
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return f"killed {len(pids)} process(es)"
+
+    def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
+        """netfilter rules in the node's namespace: the host's tables never see them."""
+        import shutil
+        import subprocess
+
+        if shutil.which("iptables") is None:
+            raise RuntimeError("partition/heal need iptables (apt install iptables)")
+        netns = self.handles[node].netns
+        for addr in addresses:
+            for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
+                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", "-A" if cut else "-D", chain, flag,
+                                addr, "-j", "DROP"], check=True, capture_output=True, text=True)
+
+
+def unencrypted_problems(sc) -> list[str]:
+    """network.encrypt asks for what links on one machine do not have (runtime swarm's overlays do)."""
+    if not sc.network.encrypt:
+        return []
+    return ["network.encrypt: encrypts runtime swarm's overlay between hosts (runtime: swarm); a netns or docker "
+            "run's links never leave this machine, so there is no wire to encrypt"]
