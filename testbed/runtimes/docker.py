@@ -23,32 +23,12 @@ from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
+from testbed.runtimes.containers import (GO_TIMEOUT, HubStop, SupervisedNodes, docker_client, join_polling,  # noqa: F401
+                                         nvidia_runtime_available, role_ended)
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
-from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper, run_labels
-
-
-def docker_client(timeout: float = 5.0):
-    """A client whose engine (DOCKER_HOST's, else this machine's) answered a ping, or None. An
-    address of a shape edgebed does not use (plain tcp://) is an error (runtimes.engines)."""
-    from testbed.runtimes.engines import EngineAddressError, engine_client
-
-    try:
-        c = engine_client(timeout=int(max(1, timeout)))
-        c.ping()
-        return c
-    except EngineAddressError:
-        raise
-    except Exception:
-        return None
-
-
-def nvidia_runtime_available(client) -> bool:
-    try:
-        return "nvidia" in (client.info().get("Runtimes") or {})
-    except Exception:
-        return False
+from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper
 
 
 class PidCgroup(CgroupUsage):
@@ -115,19 +95,6 @@ class ContainerProcess:
         self._checked = 0.0
 
 
-def role_ended(states: dict, node: str, gen: int) -> Optional[int]:
-    """The exit code once generation `gen` of a node's role has ended by its supervisor's word
-    (ControlHub.states; superseded by a restart: -9), else None."""
-    st = states.get(node)
-    if st is None:
-        return None
-    if st.get("gen", 0) > gen:
-        return -9
-    if st.get("gen") == gen and not st.get("running"):
-        return st["exitcode"] if st.get("exitcode") is not None else -9
-    return None
-
-
 class RoleProcess(ContainerProcess):
     """The runner's view of the role in an edgebed node container, one generation of it (a restart
     starts the next): alive while the container runs and its supervisor says the role runs (its
@@ -149,13 +116,12 @@ class RoleProcess(ContainerProcess):
         code = self._ended()
         return code if code is not None else super().exitcode
 
+    def _alive_now(self) -> bool:
+        self._checked = 0.0  # the container's state read again
+        return self.is_alive()
+
     def join(self, timeout: Optional[float] = None) -> None:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while time.monotonic() < deadline:
-            self._checked = 0.0
-            if not self.is_alive():
-                return
-            time.sleep(0.05)
+        join_polling(self._alive_now, timeout, 0.05)
 
 
 class ExecProcess:
@@ -183,9 +149,7 @@ class ExecProcess:
         return None if st.get("Running") else st.get("ExitCode")
 
     def join(self, timeout: Optional[float] = None) -> None:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while self.is_alive() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        join_polling(self.is_alive, timeout, 0.05)
 
     def kill(self) -> None:
         pass  # dies with its container
@@ -214,19 +178,6 @@ def put_channel_keys(api, container_id: str, keys) -> None:
     api.put_archive(container_id, parent, buf.getvalue())
 
 
-class HubStop:
-    """The run's stop event on the docker runtime: set() tells every container through the hub."""
-
-    def __init__(self, hub):
-        self.hub = hub
-
-    def set(self) -> None:
-        self.hub.set_stop()
-
-    def is_set(self) -> bool:
-        return self.hub.stopping
-
-
 @dataclass
 class DockerHandle:
     node: Node
@@ -241,10 +192,7 @@ class DockerHandle:
     generation: int = 0  # of its role: 1 when started, +1 per restart
 
 
-GO_TIMEOUT = 180.0  # s for a new container's supervisor to answer its first request (python starting)
-
-
-class DockerRuntime(LocalNodeOps, Runtime):
+class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
     name = "docker"
     features = Features()
     auto_rank = 0  # auto's first choice: where an engine answers and the node image can be had
@@ -333,15 +281,6 @@ class DockerRuntime(LocalNodeOps, Runtime):
         from testbed.runtimes.images import with_packages
 
         self.image = with_packages(self.client, self.image, packages, say=self.say)
-
-    @property
-    def labels(self) -> dict:
-        return run_labels(self.state)
-
-    def make_stop_event(self) -> "HubStop":
-        """The run's stop, told to every container by the hub's heartbeats (which, should the runner
-        be killed, stop: the containers then stop by themselves)."""
-        return HubStop(self.hub)
 
     # -- bring-up ----------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -475,11 +414,8 @@ class DockerRuntime(LocalNodeOps, Runtime):
             proc = ContainerProcess(h.container, stop_on_join=True)
             h.processes.append(proc)
             return proc
-        stress = []
-        if node.profile.stress is not None:
-            stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
         h.generation += 1
-        request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation}
+        request = {"cfg": asdict(cfg), "stress": self.stress_of(node), "gen": h.generation}
         if h.generation == 1:
             self._request(node.name, {"op": "go", **request}, timeout=GO_TIMEOUT)
         else:  # a restart: the container's supervisor starts the role again
@@ -520,15 +456,6 @@ class DockerRuntime(LocalNodeOps, Runtime):
             raise RuntimeError(f"{node} runs a foreign image: kill its container with docker")
         return self._request(node, {"op": "kill"})
 
-    def set_stress(self, node: str, load: float) -> str:
-        return self._request(node, {"op": "stress", "load": load})
-
-    def start_idle(self, stop_event) -> None:
-        """Let every container idle (hosting `start` jobs) until the stop event."""
-        for name, h in self.handles.items():
-            if h.node.image is None:
-                self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
-
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":
         """Run a module-level function inside a node's container (benchmarks)."""
         self.grant_slots(node, kwargs)
@@ -561,10 +488,7 @@ class DockerRuntime(LocalNodeOps, Runtime):
 
     # -- teardown ------------------------------------------------------------------------
     def stop_processes(self, grace: float) -> None:
-        deadline = time.monotonic() + grace
-        for h in self.handles.values():
-            for p in h.processes:
-                p.join(timeout=max(0.1, deadline - time.monotonic()))
+        self.join_processes(grace)
         for h in self.handles.values():
             for p in h.processes:
                 if p.is_alive():

@@ -26,10 +26,10 @@ from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, we
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
-from testbed.runtimes.docker import GO_TIMEOUT, LABEL, RUN_LABEL, HubStop, role_ended
+from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, join_polling, role_ended
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
-from testbed.runtimes.state import RunState, Sweeper, register_sweeper, run_labels
+from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
@@ -78,9 +78,7 @@ class TaskRoleProcess:
         return self._ended()
 
     def join(self, timeout: Optional[float] = None) -> None:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while time.monotonic() < deadline and self.is_alive():
-            time.sleep(0.1)
+        join_polling(self.is_alive, timeout, 0.1)
 
     def kill(self) -> None:
         pass  # its service goes at teardown
@@ -103,9 +101,7 @@ class SwarmJob:
         return None if self.rt.task_running(self.node) else -1
 
     def join(self, timeout: Optional[float] = None) -> None:
-        deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
-        while time.monotonic() < deadline and self.is_alive():
-            time.sleep(0.05)
+        join_polling(self.is_alive, timeout, 0.05)
 
     def kill(self) -> None:
         pass  # dies with its container
@@ -174,7 +170,7 @@ def _free_port(address: str) -> int:
         return s.getsockname()[1]
 
 
-class SwarmRuntime(Runtime):
+class SwarmRuntime(SupervisedNodes, Runtime):
     name = "swarm"
     features = Features()
     shaper = "htb inside the node (uplink) and on its IFB (downlink), ps and w0 on two hosts"
@@ -235,13 +231,6 @@ class SwarmRuntime(Runtime):
         if self._placer is None:
             raise RuntimeError("runtime swarm: no placement was made (Runtime.placer) before bring-up")
         return self._placer
-
-    @property
-    def labels(self) -> dict:
-        return run_labels(self.state)
-
-    def make_stop_event(self) -> HubStop:
-        return HubStop(self.hub)
 
     def channel_urls(self) -> tuple[str, str]:
         return self._urls
@@ -467,12 +456,9 @@ class SwarmRuntime(Runtime):
     # -- processes ---------------------------------------------------------------------
     def start_node(self, node: Node, cfg, stop_event) -> TaskRoleProcess:
         h = self.handles[node.name]
-        stress = []
-        if node.profile.stress is not None:
-            stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
         h.generation += 1
         cfg = replace(cfg, t0=cfg.t0 + h.clock[0])  # its records' times on the runner's time axis
-        request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation, "cpuset": node.profile.cpuset}
+        request = {"cfg": asdict(cfg), "stress": self.stress_of(node), "gen": h.generation, "cpuset": node.profile.cpuset}
         self._request(node.name, {"op": "go" if h.generation == 1 else "start", **request}, timeout=GO_TIMEOUT)
         proc = TaskRoleProcess(self, node.name, h.generation)
         h.processes.append(proc)
@@ -492,10 +478,6 @@ class SwarmRuntime(Runtime):
             running = task is not None and task["Status"]["State"] == "running"
             self._tasks[node] = (time.monotonic(), running)
         return running
-
-    def start_idle(self, stop_event) -> None:
-        for name in self.handles:
-            self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "SwarmJob":
         """Run a module-level function in a node (link checks, benchmarks): its supervisor forks it."""
@@ -520,9 +502,6 @@ class SwarmRuntime(Runtime):
 
     def kill_node(self, node: str) -> str:
         return self._request(node, {"op": "kill"})
-
-    def set_stress(self, node: str, load: float) -> str:
-        return self._request(node, {"op": "stress", "load": load})
 
     def set_cpus(self, node: str, cpus: Optional[float]) -> str:
         """The container's quota, changed by its host's engine in place (a service update would
@@ -592,10 +571,7 @@ class SwarmRuntime(Runtime):
 
     # -- teardown ------------------------------------------------------------------------
     def stop_processes(self, grace: float) -> None:
-        deadline = time.monotonic() + grace
-        for h in self.handles.values():
-            for p in h.processes:
-                p.join(timeout=max(0.1, deadline - time.monotonic()))
+        self.join_processes(grace)
 
     def save_logs(self) -> None:
         logs = self.run_dir / "logs"
@@ -640,7 +616,7 @@ class SwarmRuntime(Runtime):
 def gpu_runtime_problems(spec: ClusterSpec, hosts: dict[str, SwarmHost]) -> list[str]:
     """A node with GPUs on a host whose engine (where known: its edgebed.engine label) has no
     NVIDIA container runtime would start without them: one line per such host."""
-    from testbed.runtimes.docker import nvidia_runtime_available
+    from testbed.runtimes.containers import nvidia_runtime_available
 
     needing: dict[str, list[str]] = {}
     for n in spec.nodes:

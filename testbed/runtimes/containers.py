@@ -1,0 +1,104 @@
+"""What the docker and swarm runtimes share: engine access, and nodes run by a supervisor in a
+container (node.launch.RoleSupervisor) that takes the runner's requests over the control
+channel (runtimes.hub): the run's stop told through the hub (HubStop), a role's end by its
+supervisor's word (role_ended), processes seen by polling (join_polling), and the requests
+both send the same way (SupervisedNodes)."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Optional
+
+from testbed.runtimes.state import run_labels
+
+GO_TIMEOUT = 180.0  # s for a new container's supervisor to answer its first request (python starting)
+
+
+def docker_client(timeout: float = 5.0):
+    """A client whose engine (DOCKER_HOST's, else this machine's) answered a ping, or None. An
+    address of a shape edgebed does not use (plain tcp://) is an error (runtimes.engines)."""
+    from testbed.runtimes.engines import EngineAddressError, engine_client
+
+    try:
+        c = engine_client(timeout=int(max(1, timeout)))
+        c.ping()
+        return c
+    except EngineAddressError:
+        raise
+    except Exception:
+        return None
+
+
+def nvidia_runtime_available(client) -> bool:
+    try:
+        return "nvidia" in (client.info().get("Runtimes") or {})
+    except Exception:
+        return False
+
+
+class HubStop:
+    """The run's stop event where nodes are containers: set() tells every node through the hub
+    (whose heartbeats, should the runner be killed, stop: the containers then stop by themselves)."""
+
+    def __init__(self, hub):
+        self.hub = hub
+
+    def set(self) -> None:
+        self.hub.set_stop()
+
+    def is_set(self) -> bool:
+        return self.hub.stopping
+
+
+def role_ended(states: dict, node: str, gen: int) -> Optional[int]:
+    """The exit code once generation `gen` of a node's role has ended by its supervisor's word
+    (ControlHub.states; superseded by a restart: -9), else None."""
+    st = states.get(node)
+    if st is None:
+        return None
+    if st.get("gen", 0) > gen:
+        return -9
+    if st.get("gen") == gen and not st.get("running"):
+        return st["exitcode"] if st.get("exitcode") is not None else -9
+    return None
+
+
+def join_polling(is_alive: Callable[[], bool], timeout: Optional[float], every: float) -> None:
+    """Wait until `is_alive()` is false, asking every `every` s, for at most `timeout` s (None: no limit)."""
+    deadline = time.monotonic() + (timeout if timeout is not None else 1e9)
+    while time.monotonic() < deadline and is_alive():
+        time.sleep(every)
+
+
+class SupervisedNodes:
+    """Mixed into a runtime (before Runtime) whose nodes' supervisors take requests (`_request`)
+    and whose handles have `node` and `processes`."""
+
+    @property
+    def labels(self) -> dict:
+        return run_labels(self.state)
+
+    def make_stop_event(self) -> HubStop:
+        return HubStop(self.hub)
+
+    @staticmethod
+    def stress_of(node) -> list[float]:
+        """The node's background stress, one load (cores) per process, for its supervisor."""
+        stress = node.profile.stress
+        return [] if stress is None else [stress.cpu / stress.processes] * stress.processes
+
+    def set_stress(self, node: str, load: float) -> str:
+        return self._request(node, {"op": "stress", "load": load})
+
+    def start_idle(self, stop_event) -> None:
+        """Let every node's supervisor idle (hosting `start` jobs) until the stop event."""
+        for name, h in self.handles.items():
+            if h.node.image is None:  # a foreign image runs its own entrypoint
+                self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
+
+    def join_processes(self, grace: float) -> None:
+        """Wait up to `grace` s in all for every node process (each gets at least 0.1 s)."""
+        deadline = time.monotonic() + grace
+        for h in self.handles.values():
+            for p in h.processes:
+                p.join(timeout=max(0.1, deadline - time.monotonic()))
