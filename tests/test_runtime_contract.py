@@ -197,3 +197,66 @@ def test_runtime_checks_of_a_scenario_are_the_runtimes():
     assert netns.scenario_problems(kafka) == [f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime "
                                               "(runtime: docker or auto)"]
     assert runtimes.scenario_problems(kafka.model_copy(update={"runtime": "auto"})) == []  # docker can
+
+
+def test_swarm_sites_need_only_their_narrow_interface():
+    """SwarmSites works against anything with SiteServices' members (no SwarmRuntime internals):
+    overlays per site and WAN link, a router service per site on its host, routes from the tasks'
+    addresses, WAN counters asked of the routers at once."""
+    from testbed.kernel.shaping import KernelCaps
+    from testbed.plan import parse_scenario
+    from testbed.plan.cluster import build_cluster
+    from testbed.runtimes.swarm_sites import SwarmSites
+
+    sc = parse_scenario({"runtime": "swarm", "sites": {"a": {}, "b": {}, "c": {}},
+                         "wan": {"mesh": False, "default": {"bandwidth": "20mbit"},
+                                 "links": [{"between": ["a", "b"]}, {"between": ["b", "c"]}]},
+                         "ps": {"site": "a"}, "workers": [{"count": 1, "site": "c"}]})
+    spec = build_cluster(sc, "abc123")
+    caps = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
+
+    class Services:  # exactly SiteServices' members
+        run_id = "abc123"
+
+        def __init__(self):
+            self.asked, self.made = [], []
+
+        def overlay(self, name, subnet):
+            self.made.append(name)
+            return SimpleNamespace(name=name, id=name)
+
+        def service(self, name, host, networks, resources=None, sysctls=None, directions=(), env=None, role="router"):
+            return SimpleNamespace(name=f"eb-abc123-{name}", host=host, networks=[n.name for n, _ in networks])
+
+        def wait_running(self, services):
+            return {name: {"service": svc} for name, svc in services.items()}
+
+        def address_on(self, task, network):
+            return f"{task['service'].name}@{network.name}"
+
+        def ask(self, name, req):
+            self.asked.append((name, req["op"]))
+            return "ok"
+
+        def ask_all(self, names, req):
+            return {n: '{"x": {"up_bytes": 1, "time": 5.0}}' for n in names}
+
+        def ask_kernel(self, name):
+            return caps
+
+        def clock_offset(self, name):
+            return (1.0, 0.001)
+
+    rt = Services()
+    sites = SwarmSites(rt, spec, caps, {"a": SimpleNamespace(hostname="h1"), "b": SimpleNamespace(hostname="h2"),
+                                        "c": SimpleNamespace(hostname="h2")})
+    sites.make_lans()
+    sites.make_routers()
+    sites.route()
+    assert rt.made == ["eb-abc123-a", "eb-abc123-b", "eb-abc123-c", "eb-abc123-wan-a-b", "eb-abc123-wan-b-c"]
+    assert sites.services["b"].networks == ["eb-abc123-b", "eb-abc123-wan-a-b", "eb-abc123-wan-b-c"]
+    assert sorted(rt.asked) == [("rt-a", "route"), ("rt-b", "route"), ("rt-c", "route")]
+    assert sites.node_routes("c") == {spec.topology.site("a").subnet: "eb-abc123-rt-c@eb-abc123-c",
+                                      spec.topology.site("b").subnet: "eb-abc123-rt-c@eb-abc123-c"}
+    assert sites.wan_counters()[("a", "x")]["time"] == 4.0  # the router's clock moved onto the runner's
+    assert sites.topology_meta()["routers"]["c"]["host"] == "h2"

@@ -250,7 +250,9 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self._open_hub()
         used = {n.host for n in spec.nodes}
         if spec.topology is not None:
-            self.fabric = SwarmSites(self, spec)
+            by_name = {h.hostname: h for h in self.hosts}
+            router_hosts = {site: by_name[host] for site, host in self.placer_for_sites().router_hosts(spec).items()}
+            self.fabric = SwarmSites(self, spec, self.caps, router_hosts)
             used |= set(self.fabric.hosts.values())
         distribute_image(self.client, self.image, [h for h in self.hosts if h.hostname in used], self.say)
         if spec.encrypt:
@@ -452,6 +454,10 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def ask(self, name: str, req: dict) -> str:
         """A request to a node or router that may be starting (python importing: GO_TIMEOUT)."""
         return self._request(name, req, timeout=GO_TIMEOUT)
+
+    def ask_all(self, names: list[str], req: dict) -> dict[str, Optional[str]]:
+        """One request to many nodes or routers at once; each one's answer (None: none within a second)."""
+        return self.hub.ask_all(names, req)
 
     # -- processes ---------------------------------------------------------------------
     def start_node(self, node: Node, cfg, stop_event) -> TaskRoleProcess:

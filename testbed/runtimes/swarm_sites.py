@@ -14,7 +14,7 @@ its site's router, a router through the next router on the fewest-hops path (pla
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any, Optional
+from typing import Any, Optional, Protocol
 
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.plan.cluster import ClusterSpec
@@ -28,14 +28,40 @@ def router_name(site: str) -> str:
     return f"{ROUTER_PREFIX}{site}"
 
 
+class SiteServices(Protocol):
+    """What the sites need of the swarm runtime (runtimes.swarm.SwarmRuntime, which imports this
+    module): the run's overlays and one-task services, and a word with a router."""
+    run_id: str
+
+    def overlay(self, name: str, subnet: Optional[str]) -> Any: ...
+
+    def service(self, name: str, host: Any, networks: list, resources: Optional[dict] = None,
+                sysctls: Optional[dict] = None, directions: tuple = (), env: Optional[dict] = None,
+                role: str = "router") -> Any: ...
+
+    def wait_running(self, services: dict[str, Any]) -> dict[str, dict]: ...
+
+    def address_on(self, task: dict, network: Any) -> str: ...
+
+    def ask(self, name: str, req: dict) -> str: ...
+
+    def ask_all(self, names: list[str], req: dict) -> dict[str, Optional[str]]: ...
+
+    def ask_kernel(self, name: str) -> KernelCaps: ...
+
+    def clock_offset(self, name: str) -> tuple[float, float]: ...
+
+
 class SwarmSites(WanLinks):
-    def __init__(self, rt: Any, spec: ClusterSpec):  # rt: runtimes.swarm.SwarmRuntime (it imports this module)
-        super().__init__(rt.caps)
+    def __init__(self, rt: SiteServices, spec: ClusterSpec, caps: KernelCaps, router_hosts: dict[str, Any]):
+        """`router_hosts`: site -> the swarm host (runtimes.hosts.SwarmHost) its router runs on."""
+        super().__init__(caps)
         self.rt, self.spec, self.topo = rt, spec, spec.topology
         self.lans: dict[str, object] = {}  # site -> its overlay network
         self.wans: dict[frozenset, object] = {}  # {a, b} -> the WAN link's overlay network
         self.services: dict[str, object] = {}  # site -> its router's service
-        self.hosts = rt.placer_for_sites().router_hosts(spec)  # site -> its router's host
+        self.router_hosts = router_hosts
+        self.hosts = {site: host.hostname for site, host in router_hosts.items()}  # site -> its router's host
         self.lan_address: dict[str, str] = {}  # site -> its router's address on the site's LAN
         self.wan_address: dict[tuple[str, str], str] = {}  # (site, peer) -> site's router's address on their link
         self.router_caps: dict[str, KernelCaps] = {}  # site -> its router's host's kernel
@@ -49,9 +75,8 @@ class SwarmSites(WanLinks):
         """The WAN links' networks (their subnets the swarm's) and each site's router on its host."""
         for e in self.topo.edges:
             self.wans[frozenset((e.a, e.b))] = self.rt.overlay(f"eb-{self.rt.run_id}-wan-{e.a}-{e.b}", None)
-        hosts = {h.hostname: h for h in self.rt.hosts}
         for site in self.topo.sites:
-            host = hosts[self.hosts[site.name]]
+            host = self.router_hosts[site.name]
             networks = [(self.lans[site.name], router_name(site.name))]
             networks += [(net, router_name(site.name)) for pair, net in self.wans.items() if site.name in pair]
             self.services[site.name] = self.rt.service(
@@ -114,7 +139,7 @@ class SwarmSites(WanLinks):
 
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         out = {}
-        answers = self.rt.hub.ask_all([router_name(s) for s in self.services], {"op": "wan_counters"})
+        answers = self.rt.ask_all([router_name(s) for s in self.services], {"op": "wan_counters"})
         for name, answer in answers.items():
             per_peer = parsed_answer(answer)
             if not isinstance(per_peer, dict):
