@@ -10,172 +10,23 @@ container, inside its quota.
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, Callable, Optional
 
 from testbed.kernel import names
-from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
+from testbed.kernel.cgroups import period_us_of, quota_us
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
-from testbed.runtimes.containers import (GO_TIMEOUT, HubStop, SupervisedNodes, docker_client, join_polling,  # noqa: F401
-                                         nvidia_runtime_available, role_ended)
+from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
+from testbed.runtimes.docker_nodes import ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper
-
-
-class PidCgroup(CgroupUsage):
-    """CPU and memory accounting of a container, read from its PID's cgroups."""
-
-    def __init__(self, pid: int):
-        self.paths: dict[str, str] = {}
-        try:
-            for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-                _, ctrls, path = line.split(":", 2)
-                for c in ctrls.split(",") if ctrls else ["unified"]:
-                    self.paths[c] = path
-        except OSError:
-            pass
-
-    def _file(self, ctrl: str, name: str) -> Optional[Path]:
-        if is_v2():
-            return CGROUP_ROOT / self.paths.get("unified", "/").lstrip("/") / name
-        mount = _v1_mount(ctrl)
-        return mount / self.paths.get(ctrl, "/").lstrip("/") / name if mount else None
-
-
-class ContainerProcess:
-    """The multiprocessing.Process-like view of a node container the runner monitors."""
-
-    def __init__(self, container, stop_on_join: bool = False):
-        self.container = container
-        self.stop_on_join = stop_on_join  # a foreign image does not listen to edgebed's heartbeats
-        self._state: dict = {}
-        self._checked = 0.0
-
-    def _refresh(self, max_age: float = 0.5) -> dict:
-        if time.monotonic() - self._checked > max_age:
-            try:
-                self.container.reload()
-                self._state = self.container.attrs["State"]
-            except Exception:
-                self._state = {"Running": False, "ExitCode": -1}
-            self._checked = time.monotonic()
-        return self._state
-
-    def is_alive(self) -> bool:
-        return bool(self._refresh().get("Running"))
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        st = self._refresh()
-        return None if st.get("Running") else st.get("ExitCode")
-
-    def join(self, timeout: Optional[float] = None) -> None:
-        try:
-            if self.stop_on_join:
-                self.container.stop(timeout=int(max(1, timeout or 10)))
-            self.container.wait(timeout=timeout)
-        except Exception:
-            pass
-        self._checked = 0.0
-
-    def kill(self) -> None:
-        try:
-            self.container.kill()
-        except Exception:
-            pass
-        self._checked = 0.0
-
-
-class RoleProcess(ContainerProcess):
-    """The runner's view of the role in an edgebed node container, one generation of it (a restart
-    starts the next): alive while the container runs and its supervisor says the role runs (its
-    word on the role comes over the control channel: ControlHub.states)."""
-
-    def __init__(self, container, states: dict, node: str, gen: int):
-        super().__init__(container)
-        self.states, self.node, self.gen = states, node, gen
-
-    def _ended(self) -> Optional[int]:
-        return role_ended(self.states, self.node, self.gen)
-
-    def is_alive(self) -> bool:
-        # not yet started (an older state file) counts as alive while the container is
-        return self._ended() is None and super().is_alive()
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        code = self._ended()
-        return code if code is not None else super().exitcode
-
-    def _alive_now(self) -> bool:
-        self._checked = 0.0  # the container's state read again
-        return self.is_alive()
-
-    def join(self, timeout: Optional[float] = None) -> None:
-        join_polling(self._alive_now, timeout, 0.05)
-
-
-class ExecProcess:
-    """A function run with `docker exec` inside a node container, seen as a process."""
-
-    def __init__(self, client, container, target, kwargs: dict):
-        self.api = client.api
-        name = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
-        payload = json.dumps({"target": name, "kwargs": kwargs})
-        self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node.launch", "--exec", payload])["Id"]
-        self.api.exec_start(self.exec_id, detach=True)
-
-    def _inspect(self) -> dict:
-        try:
-            return self.api.exec_inspect(self.exec_id)
-        except Exception:
-            return {"Running": False, "ExitCode": -1}
-
-    def is_alive(self) -> bool:
-        return bool(self._inspect().get("Running"))
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        st = self._inspect()
-        return None if st.get("Running") else st.get("ExitCode")
-
-    def join(self, timeout: Optional[float] = None) -> None:
-        join_polling(self.is_alive, timeout, 0.05)
-
-    def kill(self) -> None:
-        pass  # dies with its container
-
-
-def put_channel_keys(api, container_id: str, keys) -> None:
-    """A node's channel keys into its container alone (node.channel_keys.KEY_FILE, 0400, in a
-    folder 0700), copied into the created container's own file system: no host folder is mounted."""
-    import io
-    import posixpath
-    import tarfile
-
-    from testbed.node.channel_keys import KEY_FILE
-
-    folder, name = posixpath.split(KEY_FILE)
-    parent, base = posixpath.split(folder)
-    data = keys.to_text().encode()
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
-        d = tarfile.TarInfo(base)
-        d.type, d.mode = tarfile.DIRTYPE, 0o700
-        tar.addfile(d)
-        f = tarfile.TarInfo(f"{base}/{name}")
-        f.size, f.mode = len(data), 0o400
-        tar.addfile(f, io.BytesIO(data))
-    api.put_archive(container_id, parent, buf.getvalue())
 
 
 @dataclass

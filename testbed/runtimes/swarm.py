@@ -15,96 +15,27 @@ addresses are replaced by the tasks' before any link is shaped or role configure
 
 from __future__ import annotations
 
-import socket
 import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from testbed.kernel import names
-from testbed.kernel.cgroups import CgroupUsage, period_us_of, quota_us
+from testbed.kernel.cgroups import period_us_of, quota_us
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
-from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, join_polling, role_ended
+from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
-from testbed.runtimes.state import LABEL, RUN_LABEL, RunState, Sweeper, register_sweeper
+from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
+                                        gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
+                                        runner_address, swarm_labels)
+from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).
 UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
-
-
-class HubCgroup(CgroupUsage):
-    """A remote node's usage, as its supervisor last reported it over the channel."""
-
-    def __init__(self, stats: dict, node: str):
-        self.stats, self.node = stats, node
-
-    def _get(self, key: str):
-        return (self.stats.get(self.node) or {}).get(key)
-
-    def cpu_seconds(self) -> Optional[float]:
-        return self._get("cpu_seconds")
-
-    def memory_bytes(self) -> Optional[int]:
-        return self._get("memory_bytes")
-
-    def throttled(self) -> Optional[dict]:
-        t = self._get("throttled_seconds")
-        return None if t is None else {"throttled_time": int(t * 1e9)}
-
-
-class TaskRoleProcess:
-    """The runner's view of one generation of a node's role: its supervisor's word (hub.states),
-    and the task's state should the whole container die."""
-
-    def __init__(self, runtime: "SwarmRuntime", node: str, gen: int):
-        self.rt, self.node, self.gen = runtime, node, gen
-
-    def _ended(self) -> Optional[int]:
-        code = role_ended(self.rt.hub.states, self.node, self.gen)
-        if code is not None:
-            return code
-        return None if self.rt.task_running(self.node) else -1
-
-    def is_alive(self) -> bool:
-        return self._ended() is None
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        return self._ended()
-
-    def join(self, timeout: Optional[float] = None) -> None:
-        join_polling(self.is_alive, timeout, 0.1)
-
-    def kill(self) -> None:
-        pass  # its service goes at teardown
-
-
-class SwarmJob:
-    """A measuring job in a node, seen as a process: it has ended when its supervisor said so
-    (its `done` slot) or its task did."""
-
-    def __init__(self, runtime: "SwarmRuntime", node: str, done):
-        self.rt, self.node, self.done = runtime, node, done
-
-    def is_alive(self) -> bool:
-        return not self.done.exists() and self.rt.task_running(self.node)
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        if self.done.exists():
-            return int(self.done.read_text())
-        return None if self.rt.task_running(self.node) else -1
-
-    def join(self, timeout: Optional[float] = None) -> None:
-        join_polling(self.is_alive, timeout, 0.05)
-
-    def kill(self) -> None:
-        pass  # dies with its container
 
 
 @dataclass
@@ -125,49 +56,6 @@ class SwarmHandle:
 
 
 COUNTER_KEYS = ("up_bytes", "up_packets", "down_bytes", "down_packets")
-
-
-def may_drop(directions) -> bool:
-    """Whether a node or router gets CAP_SYS_ADMIN, for the loss fallback's eBPF filter should its
-    host's kernel have no netem (known only once it runs and tries): where its links start with
-    loss. CAP_BPF would do where engines know it (Docker 20.10 does not)."""
-    return any(d.loss for d in directions)
-
-
-def runner_address(hosts: list[SwarmHost]) -> str:
-    """This machine's address on the way to the swarm's hosts (the source of a route to one)."""
-    from pyroute2 import IPRoute
-
-    with IPRoute() as ipr:
-        for h in hosts:
-            try:
-                route = ipr.route("get", dst=h.address)[0]
-            except Exception:
-                continue
-            src = route.get_attr("RTA_PREFSRC")
-            if src:
-                return src
-    raise RuntimeError("runtime swarm: no route from this machine to any host of the swarm")
-
-
-def measure_offset(ask_time: Callable[[], str], samples: int = 5) -> tuple[float, float]:
-    """(offset, rtt) of a node's clock against this machine's, NTP's way: the node's time minus
-    the midpoint of the request's send and answer, from the sample with the shortest round trip
-    (its error is at most half that RTT)."""
-    best = (0.0, float("inf"))
-    for _ in range(samples):
-        t_send = time.time()
-        t_node = float(ask_time())
-        t_back = time.time()
-        if t_back - t_send < best[1]:
-            best = (t_node - (t_send + t_back) / 2, t_back - t_send)
-    return best
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as s:
-        s.bind((address, 0))
-        return s.getsockname()[1]
 
 
 class SwarmRuntime(SupervisedNodes, Runtime):
@@ -617,92 +505,6 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         problems += self._wait_containers_gone()
         self._close_control()
         return problems + cleanup_run(self.run_id, self.state, stop_runner=False)
-
-
-def gpu_runtime_problems(spec: ClusterSpec, hosts: dict[str, SwarmHost]) -> list[str]:
-    """A node with GPUs on a host whose engine (where known: its edgebed.engine label) has no
-    NVIDIA container runtime would start without them: one line per such host."""
-    from testbed.runtimes.containers import nvidia_runtime_available
-
-    needing: dict[str, list[str]] = {}
-    for n in spec.nodes:
-        if n.profile.gpus not in (None, 0, []):
-            needing.setdefault(n.host, []).append(n.name)
-    problems = []
-    for hostname, nodes in sorted(needing.items()):
-        try:
-            engine = hosts[hostname].engine_client(timeout=10)
-        except Exception:
-            engine = None
-        if engine is not None and not nvidia_runtime_available(engine):
-            problems.append(f"runtime swarm: {', '.join(nodes)} need GPUs, and host {hostname}'s engine has no NVIDIA "
-                            "container runtime (nvidia-container-toolkit, as the default runtime)")
-    return problems
-
-
-def _latest_task(service) -> Optional[dict]:
-    try:
-        tasks = service.tasks()
-    except Exception:
-        return None
-    return max(tasks, key=lambda t: t["CreatedAt"]) if tasks else None
-
-
-def remove_swarm_resources(run_id: str, client=None) -> list[str]:
-    """Remove one run's services (their tasks on every host go with them), networks and secrets. Returns
-    problems."""
-    import docker
-
-    if not names.shaped("run id", run_id):
-        return [f"swarm: {ascii(run_id)[:40]} is not an edgebed run id; nothing removed"]
-    client = client or swarm_client(required=False)
-    if client is None:
-        return []
-    flt = {"label": f"{RUN_LABEL}={run_id}"}
-    problems = []
-    for s in client.services.list(filters=flt):
-        try:
-            s.remove()
-        except Exception as e:
-            problems.append(f"service {s.name}: {e}")
-    deadline = time.monotonic() + 30
-    for n in client.networks.list(filters=flt):
-        while True:  # a network goes once its last task's endpoint is gone
-            try:
-                n.remove()
-                break
-            except docker.errors.NotFound:
-                break
-            except Exception as e:
-                if time.monotonic() > deadline:
-                    problems.append(f"network {n.name}: {e}")
-                    break
-                time.sleep(0.5)
-    for secret in client.secrets.list(filters=flt):  # the nodes' channel keys (no service references them now)
-        try:
-            secret.remove()
-        except docker.errors.NotFound:
-            pass
-        except Exception as e:
-            problems.append(f"secret {secret.name}: {e}")
-    return problems
-
-
-def swarm_labels(client=None) -> list[tuple[str, dict]]:
-    """The labels of the swarm's services, overlay networks and secrets labelled edgebed's, as read (unchecked)."""
-    client = client or swarm_client(required=False)
-    if client is None:
-        return []
-    try:
-        found = [(f"service {s.name}", s.attrs["Spec"].get("Labels") or {})
-                 for s in client.services.list(filters={"label": LABEL})]
-        found += [(f"network {n.name}", n.attrs.get("Labels") or {})
-                  for n in client.networks.list(filters={"label": LABEL}) if n.attrs.get("Driver") == "overlay"]
-        found += [(f"secret {s.name}", s.attrs["Spec"].get("Labels") or {})
-                  for s in client.secrets.list(filters={"label": LABEL})]
-    except Exception:
-        return []
-    return found
 
 
 register_sweeper(Sweeper("swarm", swarm_labels, remove_swarm_resources))
