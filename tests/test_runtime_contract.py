@@ -84,6 +84,14 @@ def test_what_start_node_and_start_return_are_node_processes():
     assert isinstance(mp.get_context("fork").Process(target=print), NodeProcess)
     job = SwarmJob(SimpleNamespace(task_running=lambda node: True), "w0", SimpleNamespace(exists=lambda: False))
     assert isinstance(job, NodeProcess) and job.is_alive() and job.exitcode is None
+    states = iter([{"Running": True}, {"Running": True}, {"Running": False, "ExitCode": 3}])
+    ex = object.__new__(ExecProcess)  # as the engine reports it: running, then exit code 3
+    ex.api, ex.exec_id = SimpleNamespace(exec_inspect=lambda i: next(states)), "x"
+    assert ex.is_alive() and ex.exitcode is None and ex.exitcode == 3
+    container = SimpleNamespace(reload=lambda: None, attrs={"State": {"Running": False, "ExitCode": 0}})
+    role = RoleProcess(container, {"w0": {"gen": 2, "running": True}}, "w0", 1)
+    assert not role.is_alive() and role.exitcode == -9  # superseded by a restart
+    assert not ContainerProcess(container).is_alive() and ContainerProcess(container).exitcode == 0
 
 
 def test_both_stop_events_are_stop_events():

@@ -33,7 +33,23 @@ class PidCgroup(CgroupUsage):
         return mount / self.paths.get(ctrl, "/").lstrip("/") / name if mount else None
 
 
-class ContainerProcess:
+class EngineState:
+    """A process the engine reports on (`State` of a container, an exec's inspection): alive
+    while Running, then its ExitCode."""
+
+    def _engine_state(self) -> dict:
+        raise NotImplementedError
+
+    def is_alive(self) -> bool:
+        return bool(self._engine_state().get("Running"))
+
+    @property
+    def exitcode(self) -> Optional[int]:
+        st = self._engine_state()
+        return None if st.get("Running") else st.get("ExitCode")
+
+
+class ContainerProcess(EngineState):
     """The multiprocessing.Process-like view of a node container the runner monitors."""
 
     def __init__(self, container, stop_on_join: bool = False):
@@ -52,13 +68,8 @@ class ContainerProcess:
             self._checked = time.monotonic()
         return self._state
 
-    def is_alive(self) -> bool:
-        return bool(self._refresh().get("Running"))
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        st = self._refresh()
-        return None if st.get("Running") else st.get("ExitCode")
+    def _engine_state(self) -> dict:
+        return self._refresh()
 
     def join(self, timeout: Optional[float] = None) -> None:
         try:
@@ -106,7 +117,7 @@ class RoleProcess(ContainerProcess):
         join_polling(self._alive_now, timeout, 0.05)
 
 
-class ExecProcess:
+class ExecProcess(EngineState):
     """A function run with `docker exec` inside a node container, seen as a process."""
 
     def __init__(self, client, container, target, kwargs: dict):
@@ -116,19 +127,11 @@ class ExecProcess:
         self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node.launch", "--exec", payload])["Id"]
         self.api.exec_start(self.exec_id, detach=True)
 
-    def _inspect(self) -> dict:
+    def _engine_state(self) -> dict:
         try:
             return self.api.exec_inspect(self.exec_id)
         except Exception:
             return {"Running": False, "ExitCode": -1}
-
-    def is_alive(self) -> bool:
-        return bool(self._inspect().get("Running"))
-
-    @property
-    def exitcode(self) -> Optional[int]:
-        st = self._inspect()
-        return None if st.get("Running") else st.get("ExitCode")
 
     def join(self, timeout: Optional[float] = None) -> None:
         join_polling(self.is_alive, timeout, 0.05)
