@@ -256,9 +256,6 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         return DockerHandle(node, name, container, peer, up, down, PidCgroup(pid), compute)
 
     # -- processes ---------------------------------------------------------------------
-    def set_preload(self, modules: list[str]) -> None:  # nothing to preload: containers import on their own
-        pass
-
     def start_node(self, node: Node, cfg, stop_event) -> ContainerProcess:
         h = self.handles[node.name]
         if node.image is not None:  # a foreign image runs its own entrypoint from creation on
