@@ -73,6 +73,16 @@ class WanLinks:
     def wan_meta(self) -> dict:
         return {f"{a}->{b}": plan.to_meta() for (a, b), plan in self.wan_plans.items()}
 
+    # what the runtime base (runtimes.base.Runtime.fabric) asks of any sites' implementation
+    def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:  # pragma: no cover
+        raise NotImplementedError
+
+    def topology_meta(self) -> Optional[dict]:  # pragma: no cover
+        raise NotImplementedError
+
+    def close(self) -> None:  # pragma: no cover
+        raise NotImplementedError
+
 
 class Fabric(WanLinks):
     def __init__(self, state: RunState, caps: KernelCaps):
