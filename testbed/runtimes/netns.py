@@ -38,7 +38,7 @@ from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
-from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
+from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.forkserver_guard import RUNNER_ENV
@@ -187,11 +187,11 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         stop_forkserver()
         self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", *modules])
 
-    def make_stop_event(self):
+    def make_stop_event(self) -> StopEvent:
         self._stop_event = self._ctx.Event()
         return self._stop_event
 
-    def start_node(self, node: Node, cfg, stop_event):
+    def start_node(self, node: Node, cfg, stop_event: StopEvent) -> NodeProcess:
         """Start the node's role (and its background stress); returns the role's process."""
         proc = self.start(node.name, cfg.target, {"cfg": cfg, "stop_event": stop_event})
         stress = node.profile.stress
@@ -201,7 +201,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
                            label=f"stress{k}")
         return proc
 
-    def start(self, node: str, target: Callable | str, kwargs: dict[str, Any], label: str = "") -> Any:
+    def start(self, node: str, target: Callable | str, kwargs: dict[str, Any], label: str = "") -> NodeProcess:
         h = self.handles[node]
         self.grant_slots(node, kwargs)
         p = self._ctx.Process(
