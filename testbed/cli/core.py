@@ -35,31 +35,14 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
        tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="write the records as TensorBoard "
                                                    "scalars to this folder while the run goes")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
-    import yaml
-
     from testbed.run import api
-    from testbed.plan import parse_scenario
     from testbed.run.runner import EXIT_STOPPED, default_run_dir
     from testbed.runtimes import RuntimeUnavailable
 
     use_docker_host(docker_host)
     if tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         fail("error: --tensorboard: needs the tensorboard package (pip install tensorboard)")
-    sc = load_checked(scenario, trace_dir)
-    data = sc.model_dump(mode="json", exclude_none=True)
-    if runtime is not None:
-        data["runtime"] = runtime
-    if algorithm is not None and algorithm != sc.algorithm.name:
-        data["algorithm"] = {"name": algorithm, "params": {}}  # the scenario's params were another algorithm's
-    for item in param:
-        name, sep, value = item.partition("=")
-        if not sep or not name:
-            fail(f"error: --param {item!r}: expected NAME=VALUE")
-        data["algorithm"].setdefault("params", {})[name.strip()] = yaml.safe_load(value)
-    if verify_links:
-        data.setdefault("network", {})["verify_links"] = True
-    if runtime is not None or algorithm is not None or param or verify_links:
-        sc = checked(lambda: parse_scenario(data))
+    sc = _overridden(load_checked(scenario, trace_dir), runtime, algorithm, param, verify_links)
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
@@ -78,6 +61,29 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         raise typer.Exit(1)
     if summary["status"] == "stopped":  # interrupted, or a condition the scenario set (on_worker_loss: stop)
         raise typer.Exit(130 if "interrupted" in str(summary["reason"]) else EXIT_STOPPED)
+
+
+def _overridden(sc, runtime: Optional[str], algorithm: Optional[str], param: list[str], verify_links: bool):
+    """The scenario with `up`'s overrides applied, checked again (or `sc` itself if none is given)."""
+    import yaml
+
+    from testbed.plan import parse_scenario
+
+    data = sc.model_dump(mode="json", exclude_none=True)
+    if runtime is not None:
+        data["runtime"] = runtime
+    if algorithm is not None and algorithm != sc.algorithm.name:
+        data["algorithm"] = {"name": algorithm, "params": {}}  # the scenario's params were another algorithm's
+    for item in param:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            fail(f"error: --param {item!r}: expected NAME=VALUE")
+        data["algorithm"].setdefault("params", {})[name.strip()] = yaml.safe_load(value)
+    if verify_links:
+        data.setdefault("network", {})["verify_links"] = True
+    if runtime is not None or algorithm is not None or param or verify_links:
+        sc = checked(lambda: parse_scenario(data))
+    return sc
 
 
 def _outcome(summary: dict, target: Optional[float]) -> str:
