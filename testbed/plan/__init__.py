@@ -2,7 +2,9 @@
 topology of sites and WAN links.
 
 `parse_scenario`/`load_scenario` are the whole validation: the schema's field checks, then
-what only a plan can tell (do the sites' subnets fit, is the WAN connected)."""
+what only a plan can tell (do the sites' subnets fit, is the WAN connected). They live here,
+not in testbed.scenario.loading, because that second half is planning (a lower layer may not
+import it)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ from pathlib import Path
 from typing import Any, Sequence, Union
 
 from testbed.plan.topology import topology_problems
-from testbed.scenario.schema import Scenario, ScenarioError, read_scenario_file, validate_schema
+from testbed.scenario.checks import ScenarioError, validate_schema
+from testbed.scenario.loading import read_scenario_file
+from testbed.scenario.models import Scenario
 
 
 def parse_scenario(data: Any) -> Scenario:

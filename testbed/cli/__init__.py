@@ -1,0 +1,31 @@
+"""The `edgebed` command line, one module per app: core (run, draw, list, clean up), bench,
+live (change a running cluster) and lab (runtime swarm's hosts); `common` holds what they share."""
+
+from __future__ import annotations
+
+import typer
+
+from testbed.cli import bench, core, lab, live
+from testbed.cli.live import link  # noqa: F401  (its parameters are the link properties: tests read them)
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="edgebed: emulate an edge cluster on this machine and train on it.")
+app.add_typer(bench.bench_app, name="bench")
+app.add_typer(lab.lab_app, name="lab")
+
+# The top-level commands, in the order `edgebed --help` lists them.
+for _command in (core.validate, core.up, core.build, core.plot, core.reproduce, lab.hosts, lab.place, core.status,
+                 core.down, core.algorithms, core.tensorboard, core.models, core.datasets, core.kernel,
+                 live.link, live.cpu, live.stress, live.kill, live.restart, live.pause, live.partition, live.heal,
+                 live.resume):
+    app.command()(_command)
+
+
+def main() -> None:
+    from testbed.runtimes.engines import EngineAddressError
+
+    try:
+        app()
+    except EngineAddressError as e:  # DOCKER_HOST of a shape not used, wherever an engine is first asked
+        typer.echo(f"error: {e}", err=True)
+        raise SystemExit(2) from None

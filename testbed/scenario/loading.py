@@ -1,0 +1,96 @@
+"""A scenario file on disk: its fields read without trusting them (`loader`'s caps), its
+relative trace paths taken from its folder and kept inside it, and the resolved scenario
+written back as YAML. Validating the fields is `checks.validate_schema`; the whole check,
+plan included, is `testbed.plan.parse_scenario`/`load_scenario`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Sequence, Union
+
+import yaml
+
+from testbed.scenario.checks import ScenarioError
+from testbed.scenario.loader import LoadError, excerpt, load_yaml_file
+from testbed.scenario.models import Scenario
+
+
+def read_scenario_file(path: Union[str, Path], trace_dirs: Sequence[Union[str, Path]] = ()) -> Any:
+    """A scenario file's fields, its relative trace paths taken from the file's folder.
+
+    Traces are read from that folder and its subfolders only, or from `trace_dirs`: a scenario
+    handed over by someone else cannot make edgebed open any file on the host."""
+    p = Path(path)
+    if not p.is_file():
+        raise ScenarioError([f"{p}: no such scenario file"])
+    try:
+        data = load_yaml_file(p)
+    except LoadError as e:
+        raise ScenarioError([f"{p}: {e}"]) from None
+    data = _resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent)
+    outside = traces_outside(data, [p.parent, *map(Path, trace_dirs)])
+    if outside:
+        raise ScenarioError(outside)
+    return data
+
+
+def traces_outside(data: Any, roots: Sequence[Path]) -> list[str]:
+    """A line per trace path (streaming rates, events) that resolves outside every root folder
+    (symbolic links followed), naming the field."""
+    folders = [Path(os.path.realpath(r)) for r in roots]
+    lines = []
+    for field, trace in _trace_fields(data):
+        real = Path(os.path.realpath(trace))
+        if not any(real == f or f in real.parents for f in folders):
+            lines.append(f"{field}: {excerpt(trace)} is outside the scenario's folder ({excerpt(str(roots[0]))}); "
+                         "traces are read from there only (edgebed up/validate --trace-dir DIR allows another)")
+    return lines
+
+
+def _trace_fields(data: Any) -> list[tuple[str, str]]:
+    """(field, path) of every trace a scenario's raw fields name."""
+    out = []
+    st = data.get("streaming") if isinstance(data, dict) else None
+    rates = st.get("rates") if isinstance(st, dict) else None
+    for i, r in (enumerate(rates) if isinstance(rates, list) else [(None, rates)]):
+        if isinstance(r, dict) and isinstance(r.get("trace"), str) and r["trace"].strip():
+            out.append((f"streaming.rates{'' if i is None else f'[{i}]'}.trace", r["trace"]))
+    events = data.get("events") if isinstance(data, dict) else None
+    for i, ev in enumerate(events if isinstance(events, list) else []):
+        if isinstance(ev, dict) and isinstance(ev.get("trace"), str) and ev["trace"].strip():
+            out.append((f"events[{i}].trace", ev["trace"]))
+    return out
+
+
+def _resolve_trace_paths(data: Any, base: Path) -> Any:
+    """Relative `{trace: FILE}` rates are taken from the scenario file's folder, not the cwd."""
+    st = data.get("streaming") if isinstance(data, dict) else None
+    if not isinstance(st, dict):
+        return data
+
+    def fix(r: Any) -> Any:
+        if isinstance(r, dict) and set(r) == {"trace"} and isinstance(r["trace"], str) \
+                and r["trace"].strip() and not Path(r["trace"].strip()).is_absolute():
+            return {"trace": str((base / r["trace"].strip()).resolve())}
+        return r
+
+    if "rates" in st:
+        rates = st["rates"]
+        st["rates"] = [fix(r) for r in rates] if isinstance(rates, list) else fix(rates)
+    return data
+
+
+def _resolve_event_traces(data: Any, base: Path) -> Any:
+    """Relative event traces are taken from the scenario file's folder, not the cwd."""
+    events = data.get("events") if isinstance(data, dict) else None
+    for ev in events if isinstance(events, list) else []:
+        t = ev.get("trace") if isinstance(ev, dict) else None
+        if isinstance(t, str) and t.strip() and not Path(t.strip()).is_absolute():
+            ev["trace"] = str((base / t.strip()).resolve())
+    return data
+
+
+def scenario_to_yaml(sc: Scenario) -> str:
+    """The resolved scenario (defaults filled in), as written to RUN/scenario.yaml."""
+    return yaml.safe_dump(sc.model_dump(mode="json", exclude_none=True), sort_keys=False)

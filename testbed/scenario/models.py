@@ -1,0 +1,201 @@
+"""The scenario file's model: a `Scenario` of profiles, nodes, workload, algorithm, network,
+faults and a timeline of events, with defaults (pydantic). Its parts live beside it:
+`profiles` (the cluster's shape), `workload` (what is trained, and until when), `streaming`.
+Checks across fields are `checks`; reading a file is `loading`."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Literal, Optional, Union
+
+from pydantic import Field, field_validator, model_validator
+
+from testbed.scenario.fields import Seconds, StrictModel
+from testbed.scenario.links import LINK_PROPERTIES, Direction
+from testbed.scenario.profiles import NodeLink, NodeSpec, Profile, Site, Wan, WorkerGroup
+from testbed.scenario.streaming import Streaming
+from testbed.scenario.workload import Algorithm, Stop, Workload
+
+
+class Network(StrictModel):
+    subnet: str = "10.77.0.0/16"
+    verify_links: bool = Field(False, description="measure each worker's path to the PS after bring-up, before "
+                                                  "training (rate per direction, RTT where a latency is set): "
+                                                  "RUN/link_check.csv; `edgebed up --verify-links`")
+    encrypt: bool = Field(False, description="runtime swarm: the run's overlay networks encrypted between hosts "
+                                             "(IPsec ESP, AES-GCM: Docker's `--opt encrypted`); every host's "
+                                             "kernel needs ESP and GCM, or the run is refused")
+
+    @field_validator("subnet")
+    @classmethod
+    def _subnet(cls, v: str) -> str:
+        try:
+            net = ipaddress.IPv4Network(v, strict=True)
+        except ValueError as e:
+            raise ValueError(f"'{v}' is not an IPv4 subnet ({e})") from None
+        if net.num_addresses < 8:
+            raise ValueError(f"'{v}' is too small")
+        special = [what for what, bad in (("loopback", net.is_loopback), ("multicast", net.is_multicast),
+                                          ("link-local", net.is_link_local), ("reserved", net.is_reserved),
+                                          ("unspecified", net.network_address.is_unspecified)) if bad]
+        if special:
+            raise ValueError(f"'{v}' is a {special[0]} range: use a private one (e.g. 10.77.0.0/16)")
+        return v
+
+
+class Faults(StrictModel):
+    """What the PS does about a worker that stops answering (killed, frozen, cut off)."""
+
+    worker_timeout: Seconds = Field(30.0, description="synchronous algorithms: a worker silent this long "
+                                                       "while the others wait on it is lost")
+    on_worker_loss: Literal["continue", "stop"] = Field("continue", description="go on with the survivors, or stop")
+    crash_per_push: float = Field(0.0, ge=0, lt=1, description="each worker crashes after a push with this "
+                                                              "probability (AdaComp Sec. V.D: p = 0.004)")
+    crash_action: Literal["pause", "kill"] = Field("pause", description="how a crash is made: freeze the node "
+                                                                       "(the paper) or kill its processes")
+
+
+EVENT_ACTIONS = ("link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal")
+
+
+class Event(Direction):
+    """A change during the run (testbed/run/timeline.py): at a time, or when training reaches a step.
+    A link event changes the link properties it sets (Direction's), on one or both directions."""
+
+    at: Seconds = Field(None, description="seconds since the nodes started")
+    at_step: Optional[int] = Field(None, ge=0, description="when the model version reaches this step")
+    target: str = Field(..., description="a node, a worker group's name, or 'workers'")
+    action: Literal["link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal"]
+    direction: Literal["up", "down", "both"] = "both"
+    trace: Optional[str] = Field(None, description="link: follow a bandwidth trace (CSV or Mahimahi)")
+    cpus: Optional[float] = Field(None, gt=0, le=1024, description="cpu: the new CFS quota in cores")
+    load: Optional[float] = Field(None, ge=0, le=64, description="stress: cores' worth of busy loop (0 stops)")
+    peers: list[str] = Field(default_factory=list, description="partition: cut the target off from these "
+                                                               "(nodes or groups); heal: these, or all")
+
+    @model_validator(mode="after")
+    def _when_and_what(self) -> "Event":
+        if (self.at is None) == (self.at_step is None):
+            raise ValueError("give exactly one of 'at' (seconds) and 'at_step'")
+        link_fields = list(self.set_properties())
+        if self.action == "link":
+            if self.trace is None and not link_fields:
+                raise ValueError(f"a link event needs {', '.join(LINK_PROPERTIES)} or trace")
+            if self.trace is not None and link_fields:
+                raise ValueError("a link event follows either a trace or the fields given, not both")
+        else:
+            extra = link_fields + (["trace"] if self.trace is not None else []) + \
+                (["direction"] if self.direction != "both" else [])
+            extra += [f for f in ("cpus", "load") if getattr(self, f) is not None and self.action != {"cpus": "cpu", "load": "stress"}[f]]
+            extra += ["peers"] if self.peers and self.action not in ("partition", "heal") else []
+            if extra:
+                raise ValueError(f"{', '.join(extra)} do not apply to a {self.action} event")
+        if self.action == "cpu" and self.cpus is None:
+            raise ValueError("a cpu event needs cpus")
+        if self.action == "stress" and self.load is None:
+            raise ValueError("a stress event needs load (0 stops it)")
+        if self.action == "partition" and not self.peers:
+            raise ValueError("a partition event needs peers (the nodes to cut the target off from)")
+        return self
+
+    def change_fields(self) -> dict:
+        if self.action == "link":
+            return {"direction": self.direction, **self.set_properties()}
+        if self.action == "cpu":
+            return {"cpus": self.cpus}
+        if self.action == "stress":
+            return {"load": self.load}
+        if self.action in ("partition", "heal"):
+            return {"peers": list(self.peers)}
+        return {}
+
+
+class Scenario(StrictModel):
+    name: str = "scenario"
+    seed: int = Field(0, ge=0, le=2**31 - 1, description="data order, partition, stream rates, crash draws")
+    runtime: Literal["auto", "netns", "docker", "swarm"] = "auto"
+    placement: dict[str, str] = Field(default_factory=dict, description="runtime swarm: a node, worker group, "
+                                      "'workers' or site -> the host it runs on, by hostname or 'label:KEY=VALUE'")
+    packages: list[str] = Field(default_factory=list, description="runtime docker: Python packages (folders with "
+                                "a pyproject.toml, or wheels) installed into the nodes' image: the plugins' code")
+    network: Network = Field(default_factory=Network)
+    workload: Workload = Field(default_factory=Workload)
+    stop: Stop = Field(default_factory=Stop)
+    algorithm: Algorithm = Field(default_factory=Algorithm)
+    profiles: dict[str, Profile] = Field(default_factory=dict)
+    ps: NodeSpec = Field(default_factory=NodeSpec)
+    evaluator: NodeSpec = Field(default_factory=NodeSpec)
+    workers: list[WorkerGroup] = Field(default_factory=lambda: [WorkerGroup(count=2)])
+    streaming: Optional[Streaming] = None
+    sites: dict[str, Site] = Field(default_factory=dict, description="named LANs; none: one LAN for all")
+    wan: Wan = Field(default_factory=Wan)
+    links: list[NodeLink] = Field(default_factory=list, description="per node pair overrides of the access links")
+    events: list[Event] = Field(default_factory=list, description="the timeline: changes during the run")
+    faults: Faults = Field(default_factory=Faults)
+
+    @field_validator("sites")
+    @classmethod
+    def _sites(cls, v: dict[str, Site]) -> dict[str, Site]:
+        for name in v:
+            if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", name):
+                raise ValueError(f"'{name}' is not a site name (lowercase letters/digits, at most 8, starting with a letter)")
+        return v
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", v):
+            raise ValueError(f"'{v}' is not a scenario name (letters, digits, '-', '_', '.')")
+        return v
+
+    @field_validator("workers")
+    @classmethod
+    def _workers(cls, v: list[WorkerGroup]) -> list[WorkerGroup]:
+        if not v:
+            raise ValueError("at least one worker group is needed")
+        return v
+
+    # -- resolution helpers ------------------------------------------------------------------
+
+    def profile_of(self, ref: Union[str, Profile, None]) -> Profile:
+        if ref is None:
+            return Profile()
+        if isinstance(ref, Profile):
+            return ref
+        return self.profiles[ref]
+
+    def node_profile_ref(self, node: str) -> Union[str, Profile, None]:
+        """The profile reference a node of node_names() is made from."""
+        groups = dict(self.worker_names())
+        if node in groups:
+            return self.workers[groups[node]].profile
+        broker = self.streaming.broker if self.streaming is not None else None
+        refs = {"ps": self.ps.profile, "eval": self.evaluator.profile,
+                "broker": broker.profile if broker else None,
+                "producer": broker.producer_profile if broker else None}
+        return refs.get(node)
+
+    def worker_names(self) -> list[tuple[str, int]]:
+        """(node name, group index) for every worker, in order."""
+        out: list[tuple[str, int]] = []
+        counters: dict[str, int] = {}
+        for gi, g in enumerate(self.workers):
+            prefix = g.name or "w"
+            for _ in range(g.count):
+                i = counters.get(prefix, 0)
+                counters[prefix] = i + 1
+                out.append((f"{prefix}{i}", gi))
+        return out
+
+    def node_names(self) -> list[str]:
+        """Every node the scenario makes."""
+        out = ["ps", "eval"] + [n for n, _ in self.worker_names()]
+        if self.streaming is not None:
+            kind = self.streaming.broker.kind
+            out += {"tansu": ["broker"], "kafka": ["broker", "producer"], "external": ["producer"]}[kind]
+        return out
+
+    @property
+    def n_workers(self) -> int:
+        return sum(g.count for g in self.workers)
