@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -17,9 +17,7 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
         if docker_client(timeout=3) is None:
             pytest.skip("no Docker engine answers (CI starts dockerd)")
     run_dir = tmp_path / "smoke"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--runtime", runtime, "--out", str(run_dir),
-                                        "--verify-links"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = run_up("scenarios/smoke.yaml", run_dir, "--runtime", runtime, "--verify-links", timeout=600)
     assert str(run_dir) in r.stdout.splitlines()[-1]
     assert "worker steps" in r.stdout  # live progress was printed
     summary = json.loads((run_dir / "summary.json").read_text())

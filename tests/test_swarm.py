@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, edgebed_cmd, is_root
+from conftest import REPO, edgebed_cmd, is_root, run_up, start_up
 
 from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
@@ -242,9 +242,7 @@ def _run(tmp_path, sc: dict, *extra: str, env=None):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), *extra, "-o", str(run_dir), "-q"], capture_output=True,
-                       text=True, timeout=900, env=env)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    run_up(path, run_dir, *extra, "-q", timeout=900, env=env)
     return run_dir
 
 
@@ -351,8 +349,7 @@ def test_a_manager_reached_over_ssh(tmp_path, lab, clean_host):
 
 def test_a_missing_swarm_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/nothing.sock")
-    r = subprocess.run(edgebed_cmd() + ["up", str(REPO / "scenarios" / "smoke.yaml"), "--runtime", "swarm",
-                                        "-o", str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
+    r = run_up(REPO / "scenarios" / "smoke.yaml", tmp_path / "run", "--runtime", "swarm", expect=None, timeout=60)
     assert r.returncode != 0
     assert f"no swarm manager answers (DOCKER_HOST unix://{tmp_path}/nothing.sock: no engine answers)" in r.stderr
     assert not (tmp_path / "run").exists() or not any((tmp_path / "run").iterdir())
@@ -480,8 +477,7 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     sc["profiles"]["edge-slow"]["loss"] = 0.01  # w2, w3: without netem, an eBPF filter in the node
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc))
-    runner = subprocess.Popen(edgebed_cmd() + ["up", str(path), "-o", str(tmp_path / "run"), "-q"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    runner = start_up(path, tmp_path / "run", "-q", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     manager = _engine(lab[0].socket)
     steps = tmp_path / "run" / "steps.csv"
 
@@ -630,8 +626,7 @@ def test_a_neighbour_on_the_hosts_network_can_neither_read_nor_steer_the_run(tmp
     sc["stop"]["target_accuracy"] = 0.90
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(sc))
     run_dir = tmp_path / "run"
-    runner = subprocess.Popen(edgebed_cmd() + ["up", str(tmp_path / "s.yaml"), "-o", str(run_dir), "-q"],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    runner = start_up(tmp_path / "s.yaml", run_dir, "-q")
     try:
         deadline = time.monotonic() + 300
         while not ((run_dir / "steps.csv").exists() and len(pd.read_csv(run_dir / "steps.csv")) >= 3):

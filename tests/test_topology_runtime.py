@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up
 
 pytestmark = [needs_root, pytest.mark.root]
 
@@ -78,9 +78,7 @@ def test_p_network_training_run_records_lan_and_wan(tmp_path, clean_host, runtim
 
     _docker_or_skip(runtime)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/topologies/dlion-p-network.yaml", "--runtime", runtime,
-                                        "--out", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up("scenarios/topologies/dlion-p-network.yaml", run_dir, "--runtime", runtime, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] > 10
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -117,9 +115,7 @@ def test_dlion_peer_to_peer_on_docker_sites(tmp_path, clean_host):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO, capture_output=True,
-                       text=True, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["decentralized"] and summary["best_accuracy"] > 0.5
     peers = pd.read_csv(run_dir / "peers.csv")
