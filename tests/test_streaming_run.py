@@ -33,7 +33,8 @@ def test_streaming_run(tmp_path, clean_host, scenario, policy):
         # arrival rate after a 5 s warm-up, from the device's own counters
         warm = b[b.time >= b.time.iloc[0] + 5]
         measured = (warm.arrived.iloc[-1] - warm.arrived.iloc[0]) / (warm.time.iloc[-1] - warm.time.iloc[0])
-        assert measured == pytest.approx(rate, rel=0.05), (node, measured, rate)
+        # loose (an unpaced or stalled producer fails it); the broker's 5% bound: timing_bounds.py --only stream
+        assert measured == pytest.approx(rate, rel=0.25), (node, measured, rate)
         last = b.iloc[-1]
         assert last.arrived == last.trained + last.dropped + last.buffered  # every sample accounted for
         if policy == "persistence":
@@ -76,8 +77,8 @@ def test_rates_follow_a_trace(tmp_path, clean_host):
     w0, w1 = (buf[buf.node == n].sort_values("time") for n in ("w0", "w1"))
     # (from 8 s: a producer that started late catches up on its schedule in the first seconds)
     for (lo, hi), rate in zip([(8, 14.5), (16.5, 29.5), (31.5, 60)], (20, 80, 40)):
-        assert _arrival_rate(w0, lo, hi) == pytest.approx(rate, rel=0.07), (lo, hi)
-        assert _arrival_rate(w1, lo, hi) == pytest.approx(50, rel=0.07), (lo, hi)
+        assert _arrival_rate(w0, lo, hi) == pytest.approx(rate, rel=0.2), (lo, hi)  # 20 -> 80 -> 40: apart
+        assert _arrival_rate(w1, lo, hi) == pytest.approx(50, rel=0.2), (lo, hi)
         # the rate each device was at, as recorded beside its buffer
         assert set(w0[(w0.time > lo) & (w0.time < hi)].rate) == {rate}
     assert set(w1.rate) == {50}

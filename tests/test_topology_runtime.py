@@ -27,24 +27,28 @@ def _docker_or_skip(runtime):
 
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
 def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_host, runtime):
-    """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions."""
+    """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions. Loose
+    bounds (60-105% of the rate: a path shaped by the other link's rate, or not at all, fails); the
+    95% +/- 5 points bound is benchmarks/timing_bounds.py --only topology."""
     from testbed.bench.fidelity import topology_benchmark
 
     _docker_or_skip(runtime)
-    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.10,
+    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.40,
                              runtime=runtime)
     by = {(r["path"], r["direction"]): r for r in res["results"]}
     for d in ("up", "down"):
-        assert by[("lan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("lan", d)]
+        assert 0.6 <= by[("lan", d)]["goodput_ratio"] <= 1.05, by[("lan", d)]
         assert by[("lan", d)]["wan_bytes"] < 1e5  # a transfer inside a site never crosses the WAN
-        assert by[("wan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("wan", d)]
+        assert 0.6 <= by[("wan", d)]["goodput_ratio"] <= 1.05, by[("wan", d)]
         # ...and one across sites all does: ~3 s at 20 Mbit/s plus the warm-up
         assert by[("wan", d)]["wan_bytes"] > 0.9 * 20e6 / 8 * 3
     assert res["ok"], res  # (the per-path bounds above, and a clean teardown)
 
 
 def test_per_destination_classes_shape_one_peer_apart(clean_host):
-    """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address)."""
+    """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address).
+    Loose bounds (a class ignored gives 2.5-5x, a wrong one 0.2x); 95% +/- 6 points is
+    benchmarks/timing_bounds.py --only peer-classes."""
     from testbed.bench.fidelity import _Bench, _transfer
     from testbed.kernel.netlink import in_netns
     from testbed.kernel.shaping import read_htb_class
@@ -64,9 +68,9 @@ def test_per_destination_classes_shape_one_peer_apart(clean_host):
         to_ps, _ = _transfer(bench, w0, ps, 3.0, 1, "ps", lambda: rt.counters()["w0"]["up_bytes"])
         with in_netns(rt.handles["w0"].netns) as ns:
             assert read_htb_class(ns, ns.link_lookup(ifname="eth0")[0])["rate_bps"] == 40e6
-    assert to_w1 / 8e6 == pytest.approx(0.95, abs=0.06)
-    assert back / 16e6 == pytest.approx(0.95, abs=0.06)
-    assert to_ps / 40e6 == pytest.approx(0.95, abs=0.06)  # the loss filter lets classification go on
+    assert 0.6 <= to_w1 / 8e6 <= 1.05
+    assert 0.6 <= back / 16e6 <= 1.05
+    assert 0.6 <= to_ps / 40e6 <= 1.05  # the loss filter lets classification go on
     assert bench.problems == []
 
 
