@@ -3,7 +3,7 @@ measures and compares with the bound the test had; the tests keep only a loose b
 mechanism fails (a missing shaper, a class ignored, a delay applied twice), not noise on a loaded CI
 machine. Root needed (namespaces, tc, cgroups); docker checks need an engine.
 
-    .venv/bin/python benchmarks/timing_bounds.py [--only timeline,stream,topology,peer-classes,smoke-rtt]
+    .venv/bin/python benchmarks/timing_bounds.py [--only timeline,stream,topology,peer-classes,smoke-rtt,swarm-links]
                                                  [--runtime netns|docker] [--out benchmarks/results]
 
 Prints one line per bound and exits 1 if any does not hold; writes timing-bounds-RUNTIME.json."""
@@ -60,25 +60,55 @@ def peer_classes(runtime: str) -> list[tuple[str, float, bool]]:
     return out
 
 
-def smoke_rtt(runtime: str) -> list[tuple[str, float, bool]]:
-    """scenarios/smoke.yaml with --verify-links: each worker's measured round trip at most 8 ms over
-    the configured one (was tests/test_smoke_run.py); 15 s of training is enough for the check."""
+def _link_check(runtime: str, **changes) -> list[dict] | int:
+    """scenarios/smoke.yaml (with `changes`) run with --verify-links: the link check's rows, or the
+    exit code of a run that failed."""
     import yaml
 
     with tempfile.TemporaryDirectory() as tmp:
-        sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
-        sc["stop"] = {"seconds": 15}
+        sc = {**yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text()), "runtime": runtime, **changes}
         path, run_dir = Path(tmp) / "s.yaml", Path(tmp) / "run"
         path.write_text(yaml.safe_dump(sc))
         exe = Path(sys.executable).with_name("edgebed")
-        r = subprocess.run([str(exe), "up", str(path), "--runtime", runtime, "--out", str(run_dir), "--verify-links",
-                            "-q"], cwd=REPO, capture_output=True, text=True, timeout=600)
+        r = subprocess.run([str(exe), "up", str(path), "--out", str(run_dir), "--verify-links", "-q"], cwd=REPO,
+                           capture_output=True, text=True, timeout=900)
         if r.returncode != 0:
-            return [("smoke run", r.returncode, False)]
-        rows = json.loads((run_dir / "meta.json").read_text())["link_check"]["rows"]
-    return [(f"smoke {row['node']} rtt over configured, ms (0 to 8)", 1000 * (row["measured_rtt_s"] -
+            print(r.stdout[-2000:] + r.stderr[-2000:], file=sys.stderr)
+            return r.returncode
+        return json.loads((run_dir / "meta.json").read_text())["link_check"]["rows"]
+
+
+def _rtt_bounds(name: str, rows: list[dict]) -> list[tuple[str, float, bool]]:
+    return [(f"{name} {row['node']} rtt over configured, ms (0 to 8)", 1000 * (row["measured_rtt_s"] -
              row["expected_rtt_s"]), 0 <= row["measured_rtt_s"] - row["expected_rtt_s"] < 0.008)
             for row in rows if row["direction"] == "rtt"]
+
+
+def smoke_rtt(runtime: str) -> list[tuple[str, float, bool]]:
+    """scenarios/smoke.yaml with --verify-links: each worker's measured round trip at most 8 ms over
+    the configured one (was tests/test_smoke_run.py); 15 s of training is enough for the check."""
+    rows = _link_check(runtime, stop={"seconds": 15})
+    return [("smoke run exit code", rows, False)] if isinstance(rows, int) else _rtt_bounds("smoke", rows)
+
+
+def swarm_links(runtime: str) -> list[tuple[str, float, bool]]:
+    """The smoke scenario on the lab of two hosts (made here if none is up, removed after), workers
+    on the second: every cross-host rate within 3% (was tests/test_swarm.py), round trips as smoke-rtt."""
+    from testbed.runtimes import lab
+
+    made = not lab.lab_hosts()
+    if made:
+        lab.lab_up(2)
+    try:
+        rows = _link_check("swarm", stop={"steps": 20},
+                           placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
+    finally:
+        if made:
+            lab.lab_down()
+    if isinstance(rows, int):
+        return [("swarm run exit code", rows, False)]
+    return [(f"swarm {row['node']} {row['direction']} rate ratio (1 +/- 0.03)", row["ratio"],
+             abs(row["ratio"] - 1) <= 0.03) for row in rows if row["direction"] != "rtt"] + _rtt_bounds("swarm", rows)
 
 
 def timeline(runtime: str) -> list[tuple[str, float, bool]]:
@@ -98,12 +128,13 @@ def timeline(runtime: str) -> list[tuple[str, float, bool]]:
             for s, a in got] + [("timeline changes applied (3)", len(got), len(got) == 3)]
 
 
-CHECKS = {"timeline": timeline, "stream": stream, "topology": topology, "peer-classes": peer_classes, "smoke-rtt": smoke_rtt}
+CHECKS = {"timeline": timeline, "stream": stream, "topology": topology, "peer-classes": peer_classes,
+          "smoke-rtt": smoke_rtt, "swarm-links": swarm_links}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=",".join(CHECKS), help="checks, comma-separated: " + ", ".join(CHECKS))
+    ap.add_argument("--only", default=",".join(c for c in CHECKS if c != "swarm-links"), help="checks, comma-separated: " + ", ".join(CHECKS) + " (all but swarm-links by default)")
     ap.add_argument("--runtime", default="netns", choices=["netns", "docker"],
                     help="for topology and smoke-rtt (the others are netns only)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")

@@ -89,6 +89,32 @@ def clean_host(tmp_path):
     assert not after, f"leftover runs: {after}; netns {our_netns()}; cgroups {cgroups.list_runs()}"
 
 
+def _lab_or_skip():
+    import shutil
+
+    if not is_root():
+        pytest.skip("needs root: the lab starts dockerds in network namespaces")
+    for tool in ("dockerd", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the lab needs {tool} (apt install docker.io)")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The lab of two emulated hosts (`edgebed lab up --hosts 2`), one for the whole session: its
+    tests run last (pytest_collection_modifyitems), so it is up only while they run, and the node
+    image is loaded onto its engines once. One already up (made by hand) is used and left up."""
+    from testbed.runtimes import lab as lab_mod
+
+    _lab_or_skip()
+    made = not lab_mod.lab_hosts()
+    if made:
+        lab_mod.lab_up(2)
+    yield lab_mod.lab_hosts()
+    if made:
+        assert lab_mod.lab_down() == []
+
+
 @contextmanager
 def netns_cluster(run_dir, scenario: dict):
     """A netns cluster made from a scenario dict; torn down (and checked) on exit."""
@@ -171,3 +197,5 @@ def pytest_collection_modifyitems(config, items):
         if is_real(item):
             item.add_marker(pytest.mark.real)
             item.add_marker(pytest.mark.slow)
+    # the lab's tests last, together (stable otherwise): the session's lab is up only while they run
+    items.sort(key=lambda item: "lab" in getattr(item, "fixturenames", ()))

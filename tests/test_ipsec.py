@@ -221,7 +221,7 @@ def test_the_probe_command_exits_with_what_it_found():
 
 
 # -- on the lab of two hosts (test_swarm's fixture) ----------------------------------------------
-from test_swarm import _engine, _run, lab  # noqa: E402,F401 (lab: a fixture)
+from test_swarm import _engine, _run  # noqa: E402 (the lab fixture: conftest.py)
 
 
 def _this_kernel() -> int:
