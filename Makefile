@@ -5,7 +5,7 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast bench flower-venv images clean down figures fig-scadles-5 $(FIGURES) gpu-wheels gpu-check
+.PHONY: setup sysdeps demo test test-fast typecheck bench flower-venv images clean down figures fig-scadles-5 $(FIGURES) gpu-wheels gpu-check
 SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
@@ -38,13 +38,21 @@ demo: setup
 	$(BIN)/edgebed up scenarios/smoke.yaml --out $(RUN)
 	$(BIN)/edgebed plot $(RUN)
 
+# The test tiers (README, "Tests"). `make test`: the type check, then every test, real runs included
+# (root and a Docker engine for those; they skip without), the 25 slowest listed, none allowed past
+# 15 min. `make test-fast`: no real run (tests/conftest.py marks real ones `slow` from what they use).
 # Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
-test: setup
+PYTEST_CI ?= --durations=25 --timeout=900
+test: setup typecheck
 	-$(MAKE) --no-print-directory flower-venv
-	$(BIN)/pytest -q -rs
+	$(BIN)/pytest -q -rs $(PYTEST_CI)
 
 test-fast: setup
-	$(BIN)/pytest -q -rs -m "not slow"
+	$(BIN)/pytest -q -rs -m "not slow" --durations=10 --timeout=300
+
+# mypy over testbed/ at the level pyproject.toml's [tool.mypy] sets.
+typecheck: setup
+	$(BIN)/mypy
 
 bench: setup
 	$(BIN)/edgebed bench link --rate 10mbit

@@ -1,4 +1,6 @@
+import inspect
 import os
+import re
 import subprocess
 import sys
 from contextlib import contextmanager
@@ -19,6 +21,38 @@ needs_root = pytest.mark.skipif(not is_root(), reason="needs root: namespaces, v
 def edgebed_cmd() -> list[str]:
     exe = Path(sys.executable).with_name("edgebed")
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
+
+
+def write_scenario(tmp_path: Path, data: dict, name: str = "s.yaml") -> Path:
+    """Scenario dict `data` as a YAML file in tmp_path; its path."""
+    import yaml
+
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def _up_args(scenario, run_dir, extra) -> list[str]:
+    return edgebed_cmd() + ["up", str(scenario), *([] if run_dir is None else ["--out", str(run_dir)]), *extra]
+
+
+def run_up(scenario, run_dir=None, *extra: str, expect: int | None = 0, timeout: float = 600, env=None,
+           cwd=REPO) -> subprocess.CompletedProcess:
+    """`edgebed up SCENARIO --out RUN_DIR EXTRA...` as a subprocess (in the repository, so relative
+    scenario paths work); asserts its exit code is `expect` (None: not checked), the output's tails
+    in the message. A test that calls it is a real run (auto-marked `real` and `slow`)."""
+    r = subprocess.run(_up_args(scenario, run_dir, extra), cwd=cwd, capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    if expect is not None:
+        assert r.returncode == expect, f"exit {r.returncode}, not {expect}\n" + r.stdout[-3000:] + r.stderr[-3000:]
+    return r
+
+
+def start_up(scenario, run_dir=None, *extra: str, env=None, cwd=REPO, **popen) -> subprocess.Popen:
+    """`edgebed up` started in the background (stdout and stderr together in a pipe unless `popen`
+    says otherwise), for a test that acts on the run while it runs."""
+    opts = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
+    return subprocess.Popen(_up_args(scenario, run_dir, extra), cwd=cwd, env=env, **opts)
 
 
 def our_netns() -> list[str]:
@@ -55,6 +89,32 @@ def clean_host(tmp_path):
     assert not after, f"leftover runs: {after}; netns {our_netns()}; cgroups {cgroups.list_runs()}"
 
 
+def _lab_or_skip():
+    import shutil
+
+    if not is_root():
+        pytest.skip("needs root: the lab starts dockerds in network namespaces")
+    for tool in ("dockerd", "nsenter", "unshare"):
+        if shutil.which(tool) is None:
+            pytest.skip(f"the lab needs {tool} (apt install docker.io)")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The lab of two emulated hosts (`edgebed lab up --hosts 2`), one for the whole session: its
+    tests run last (pytest_collection_modifyitems), so it is up only while they run, and the node
+    image is loaded onto its engines once. One already up (made by hand) is used and left up."""
+    from testbed.runtimes import lab as lab_mod
+
+    _lab_or_skip()
+    made = not lab_mod.lab_hosts()
+    if made:
+        lab_mod.lab_up(2)
+    yield lab_mod.lab_hosts()
+    if made:
+        assert lab_mod.lab_down() == []
+
+
 @contextmanager
 def netns_cluster(run_dir, scenario: dict):
     """A netns cluster made from a scenario dict; torn down (and checked) on exit."""
@@ -78,3 +138,64 @@ def netns_cluster(run_dir, scenario: dict):
     finally:
         assert rt.teardown() == []
         assert not [n for n in our_netns() if run_id in n]
+
+
+# -- test tiers -----------------------------------------------------------------------------------
+# A test is `real` (and `slow`) when it brings up something real: root's namespaces, cgroups or tc, a
+# Docker engine, the lab, or a subprocess `edgebed up`. `make test-fast` (-m "not slow") runs the
+# rest. Marked from what a test uses, so a new test is put in its tier without anyone remembering.
+REAL_FIXTURES = {"clean_host", "lab", "cluster", "image", "installed", "two_namespaces", "host_forward_drop"}
+REAL_CALLS = re.compile(r"\b(run_up|start_up|netns_cluster|lab_up|NetnsRuntime|DockerRuntime|SwarmRuntime|"
+                        r"_docker_or_skip|_lab_or_skip)\(|edgebed_cmd\(\) \+ \[\"up\"")
+
+
+def _calls(src: str, names: set[str]) -> bool:
+    return bool(REAL_CALLS.search(src)) or any(re.search(rf"\b{re.escape(n)}\(", src) for n in names)
+
+
+def _real_helpers(module) -> set[str]:
+    """The module's own functions that (transitively) bring something real up."""
+    if module is None:
+        return set()
+    cached = module.__dict__.get("_edgebed_real_helpers")
+    if cached is not None:
+        return cached
+    funcs = {}
+    for name, f in vars(module).items():
+        if inspect.isfunction(f) and f.__module__ == module.__name__ and not name.startswith("test_"):
+            try:
+                funcs[name] = inspect.getsource(f)
+            except (OSError, TypeError):
+                pass
+    real: set[str] = set()
+    while True:
+        more = {n for n, src in funcs.items() if n not in real and _calls(src, real)}
+        if not more:
+            break
+        real |= more
+    module._edgebed_real_helpers = real
+    return real
+
+
+def is_real(item) -> bool:
+    if item.get_closest_marker("real") or item.get_closest_marker("root"):
+        return True
+    if any(str(m.kwargs.get("reason", "")).startswith("needs root") for m in item.iter_markers("skipif")):
+        return True
+    if REAL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    fn = getattr(item, "function", None)
+    try:
+        src = inspect.getsource(fn) if fn is not None else ""
+    except (OSError, TypeError):
+        src = ""
+    return _calls(src, _real_helpers(getattr(item, "module", None)))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if is_real(item):
+            item.add_marker(pytest.mark.real)
+            item.add_marker(pytest.mark.slow)
+    # the lab's tests last, together (stable otherwise): the session's lab is up only while they run
+    items.sort(key=lambda item: "lab" in getattr(item, "fixturenames", ()))

@@ -1,11 +1,10 @@
 """One short real run per algorithm in namespaces: it converges, and it sends what it claims."""
 
 import json
-import subprocess
 
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import needs_root, run_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -22,9 +21,7 @@ def _run(tmp_path, name: str, params: dict, seconds: int = 25, **extra):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir), "-q"], cwd=REPO,
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, "-q", timeout=300)
     from testbed.records.reader import load_run
 
     return json.loads((run_dir / "summary.json").read_text()), load_run(run_dir)

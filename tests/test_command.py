@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import REPO, edgebed_cmd, needs_root, run_up
 from testbed.node.roles.command import environment, placeholders
 from testbed.node.roles.common import RoleConfig
 from testbed.plan import parse_scenario
@@ -103,8 +103,7 @@ def _up(tmp_path, data: dict):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=400)
+    r = run_up(path, run_dir, "-q", expect=None, timeout=400)
     return r, run_dir
 
 

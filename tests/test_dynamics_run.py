@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root, our_netns
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up, start_up
 
 from testbed.records.metrics import TABLES
 
@@ -46,9 +46,7 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
     if runtime == "docker":
         _docker_or_skip()
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/dynamics-smoke.yaml", "--runtime", runtime,
-                                        "--out", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up("scenarios/dynamics-smoke.yaml", run_dir, "--runtime", runtime, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed"
     events = pd.read_csv(run_dir / "events.csv")
@@ -112,9 +110,7 @@ def test_a_killed_worker_does_not_stop_training(tmp_path, clean_host, name):
                      [{"at": "6s", "target": "w1", "action": "kill"}, {"at": "14s", "target": "w1", "action": "restart"}],
                      faults={"worker_timeout": "2s"})
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, "-q", timeout=200)
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"
     steps = pd.read_csv(run_dir / "steps.csv")
     others = steps[steps.node != "w1"]
@@ -186,8 +182,7 @@ def test_bsp_stops_cleanly_when_told_to(tmp_path, clean_host):
     path = _scenario(tmp_path, {"name": "bsp"}, [{"at": "5s", "target": "w2", "action": "kill"}],
                      faults={"worker_timeout": "2s", "on_worker_loss": "stop"})
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
+    r = run_up(path, run_dir, "-q", expect=None, timeout=200)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "stopped" and "worker w2 lost" in summary["reason"], summary
     assert r.returncode == 3  # stopped by a condition the scenario set: not 0, not a failure
@@ -205,8 +200,7 @@ def test_killing_the_ps_ends_the_run_with_records_and_no_leftovers(tmp_path, cle
                                                   {"at": f"{kill_at}s", "target": "ps", "action": "kill"}],
                      seconds=60, runtime=runtime)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
+    r = run_up(path, run_dir, "-q", expect=None, timeout=200)
     assert r.returncode != 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "parameter server was killed" in summary["reason"]
@@ -221,8 +215,7 @@ def test_killing_the_ps_ends_the_run_with_records_and_no_leftovers(tmp_path, cle
 def test_interactive_control_acts_on_the_running_cluster(tmp_path, clean_host):
     path = _scenario(tmp_path, {"name": "asgd"}, [], seconds=30)
     run_dir = tmp_path / "run"
-    p = subprocess.Popen(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = start_up(path, run_dir, "-q", stderr=subprocess.PIPE)
     try:
         deadline = time.time() + 60
         while not (run_dir / "meta.json").exists() and time.time() < deadline:
@@ -256,9 +249,7 @@ def test_partition_and_heal(tmp_path, clean_host):
     path = _scenario(tmp_path, {"name": "asgd"}, [{"at": "5s", "target": "w1", "action": "partition", "peers": ["ps"]},
                                                   {"at": "9s", "target": "w1", "action": "heal"}], seconds=25)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, "-q", timeout=200)
     events = pd.read_csv(run_dir / "events.csv")
     assert list(events.detail.str.split("-> ").str[-1]) == ["cut off from ps", "healed with ps"]
     steps = pd.read_csv(run_dir / "steps.csv")
@@ -273,9 +264,7 @@ def test_crash_per_push_freezes_workers_and_training_goes_on(tmp_path, clean_hos
     freezes it (recorded in events.csv), its steps stop, ASGD trains on with the others."""
     path = _scenario(tmp_path, {"name": "asgd"}, [], faults={"crash_per_push": 0.05}, seconds=20)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, "-q", timeout=200)
     events = pd.read_csv(run_dir / "events.csv")
     crashes = events[events.detail.str.contains("crash after push", na=False)]
     assert len(crashes) >= 1 and set(crashes.action) == {"pause"}
@@ -298,9 +287,7 @@ def test_wan_link_event_changes_the_rate_between_sites(tmp_path, clean_host):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, "-q", timeout=200)
     events = pd.read_csv(run_dir / "events.csv")
     assert events.detail.iloc[0].endswith("a->b+b->a: rate=4000000.0"), events.detail.iloc[0]
     traffic = pd.read_csv(run_dir / "traffic.csv")
@@ -319,8 +306,7 @@ def test_killing_the_broker_ends_the_run_clearly(tmp_path, clean_host):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=200)
+    r = run_up(path, run_dir, "-q", expect=None, timeout=200)
     assert r.returncode != 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "failed" and "stream broker was killed" in summary["reason"], summary

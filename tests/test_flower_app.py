@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import REPO, needs_root, run_up
 
 FLOWER = REPO / ".venv-flower" / "bin" / "flower-superlink"
 ROUNDS = 3
@@ -37,9 +37,7 @@ def test_a_flower_app_finishes_its_rounds_over_the_shaped_links(tmp_path, clean_
         "num-server-rounds=5", f"num-server-rounds={ROUNDS}")
     path, run_dir = tmp_path / "flower.yaml", tmp_path / "run"
     path.write_text(yaml.safe_dump(data))
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], cwd=REPO, capture_output=True,
-                       text=True, timeout=400)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run_up(path, run_dir, "-q", timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["reason"] == "commands", summary
     rec = load_run(run_dir)

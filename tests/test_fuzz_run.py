@@ -8,7 +8,7 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import REPO, needs_root, start_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -60,8 +60,7 @@ def test_a_run_completes_while_a_node_sends_garbage(tmp_path, receiver, algorith
                 "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}}, "workers": [{"count": 3, "profile": "edge"}]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
     run_dir = tmp_path / "run"
-    p = subprocess.Popen(edgebed_cmd() + ["up", str(tmp_path / "s.yaml"), "--out", str(run_dir), "-q"], cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = start_up(tmp_path / "s.yaml", run_dir, "-q")
     deadline = time.time() + 90
     while not (run_dir / "steps.csv").exists() or len((run_dir / "steps.csv").read_text().splitlines()) < 4:
         assert p.poll() is None and time.time() < deadline, "training did not start"

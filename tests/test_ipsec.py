@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, is_root
+from conftest import REPO, is_root, run_up
 
 from testbed.kernel import ipsec
 from testbed.plan import parse_scenario
@@ -221,7 +221,7 @@ def test_the_probe_command_exits_with_what_it_found():
 
 
 # -- on the lab of two hosts (test_swarm's fixture) ----------------------------------------------
-from test_swarm import _engine, _run, lab  # noqa: E402,F401 (lab: a fixture)
+from test_swarm import _engine, _run  # noqa: E402 (the lab fixture: conftest.py)
 
 
 def _this_kernel() -> int:
@@ -248,10 +248,7 @@ def test_encrypt_on_the_lab_runs_only_where_every_kernel_has_esp_and_gcm(tmp_pat
     else:
         path = tmp_path / "s.yaml"
         path.write_text(yaml.safe_dump(sc))
-        from conftest import edgebed_cmd
-
-        r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(tmp_path / "run"), "-q"], capture_output=True,
-                           text=True, timeout=600)
+        r = run_up(path, tmp_path / "run", "-q", expect=None, timeout=600)
         said = [line for line in (r.stdout + r.stderr).splitlines() if "network.encrypt" in line]
         assert r.returncode != 0 and len(said) == 1, r.stdout[-2000:] + r.stderr[-2000:]
         assert f"hosts eb-lab-h1, eb-lab-h2: {ipsec.MISSING[kernel]}" in said[0]

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root, our_netns, our_processes
+from conftest import edgebed_cmd, needs_root, our_netns, our_processes, run_up, start_up
 
 pytestmark = [needs_root, pytest.mark.root]
 
@@ -70,9 +70,7 @@ def _start(tmp_path, runtime="netns", scenario=LONG):
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump(scenario))
     run_dir = tmp_path / "run"
-    p = subprocess.Popen(edgebed_cmd() + ["up", str(scen), "--out", str(run_dir), "-q", "--runtime", runtime],
-                         cwd=REPO,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = start_up(scen, run_dir, "-q", "--runtime", runtime)
     deadline = time.time() + 90
     while time.time() < deadline:
         steps = run_dir / "steps.csv"
@@ -144,9 +142,7 @@ def test_bad_input_starts_nothing(tmp_path, bad, field):
     scen = tmp_path / "bad.yaml"
     scen.write_text(yaml.safe_dump({"name": "bad", **bad}))
     before = our_netns()
-    r = subprocess.run(edgebed_cmd() + ["up", str(scen), "--out", str(tmp_path / "run")], capture_output=True,
-                       text=True, timeout=60)
-    assert r.returncode == 2
+    r = run_up(scen, tmp_path / "run", expect=2, timeout=60)
     lines = [l for l in r.stderr.splitlines() if l.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"error: {field}:"), r.stderr
     assert not (tmp_path / "run").exists()
@@ -154,8 +150,7 @@ def test_bad_input_starts_nothing(tmp_path, bad, field):
 
 
 def test_missing_file_is_one_clear_line(tmp_path):
-    r = subprocess.run(edgebed_cmd() + ["up", str(tmp_path / "nope.yaml")], capture_output=True, text=True)
-    assert r.returncode == 2
+    r = run_up(tmp_path / "nope.yaml", None, expect=2)
     assert r.stderr.strip() == f"error: {tmp_path / 'nope.yaml'}: no such scenario file"
 
 

@@ -11,7 +11,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import REPO, edgebed_cmd, needs_root, run_up
 from testbed import plugins
 from testbed.plan import parse_scenario
 from testbed.runtimes.preflight import plugin_problems
@@ -140,9 +140,7 @@ def test_the_example_plugin_trains_on_the_netns_runtime(installed, tmp_path, cle
     """signSGD (int8 signs on the wire), the tiny CNN and the stripes dataset, all from the
     installed package by their entry point names."""
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(EXAMPLE / "scenario.yaml"), "--runtime", "netns", "-o", str(run_dir),
-                                        "-q"], capture_output=True, text=True, env=installed, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run_up(EXAMPLE / "scenario.yaml", run_dir, "--runtime", "netns", "-q", env=installed, timeout=300)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["best_accuracy"] > 0.6  # 4 classes: chance is 0.25
     rounds = pd.read_csv(run_dir / "server.csv").payload_bytes.dropna()  # a BSP round's pushes, all 4 workers'
@@ -181,9 +179,7 @@ def test_the_example_plugin_trains_on_the_docker_runtime_from_its_package(instal
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "-o", str(run_dir), "-q"], capture_output=True, text=True,
-                       env=installed, timeout=600)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    run_up(path, run_dir, "-q", env=installed, timeout=600)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["runtime"] == "docker" and meta["nodes"]["w0"]["image"].startswith("edgebed/node:u-")
     rounds = pd.read_csv(run_dir / "server.csv").payload_bytes.dropna()

@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -17,9 +17,7 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
         if docker_client(timeout=3) is None:
             pytest.skip("no Docker engine answers (CI starts dockerd)")
     run_dir = tmp_path / "smoke"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/smoke.yaml", "--runtime", runtime, "--out", str(run_dir),
-                                        "--verify-links"], cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = run_up("scenarios/smoke.yaml", run_dir, "--runtime", runtime, "--verify-links", timeout=600)
     assert str(run_dir) in r.stdout.splitlines()[-1]
     assert "worker steps" in r.stdout  # live progress was printed
     summary = json.loads((run_dir / "summary.json").read_text())
@@ -49,7 +47,8 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
     for (w, d), row in rows.items():
         if d == "rtt":  # 2 x (5 or 20 ms) configured; the transport adds ~1-3 ms
             assert row["expected_rtt_s"] == (0.01 if w in ("w0", "w1") else 0.04)
-            assert 0 <= row["measured_rtt_s"] - row["expected_rtt_s"] < 0.008, row
+            # loose: a delay missing or applied twice fails it (at most 8 ms over: timing_bounds.py --only smoke-rtt)
+            assert row["expected_rtt_s"] <= row["measured_rtt_s"] < 1.9 * row["expected_rtt_s"], row
         else:  # generous: the check's own 10% verdict is what it reports, this catches a broken measurement
             # (a 0.2-CPU container's measuring process, started by docker exec, has read as low as 70%)
             assert (0.85 if runtime == "netns" else 0.6) <= row["ratio"] <= (1.1 if runtime == "netns" else 1.15), row

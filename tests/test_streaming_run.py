@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import needs_root, run_up, start_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -19,9 +19,7 @@ def test_streaming_run(tmp_path, clean_host, scenario, policy):
     import pandas as pd
 
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", f"scenarios/{scenario}", "--runtime", "netns", "--out", str(run_dir)],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(f"scenarios/{scenario}", run_dir, "--runtime", "netns", timeout=300)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] > 0
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -35,7 +33,8 @@ def test_streaming_run(tmp_path, clean_host, scenario, policy):
         # arrival rate after a 5 s warm-up, from the device's own counters
         warm = b[b.time >= b.time.iloc[0] + 5]
         measured = (warm.arrived.iloc[-1] - warm.arrived.iloc[0]) / (warm.time.iloc[-1] - warm.time.iloc[0])
-        assert measured == pytest.approx(rate, rel=0.05), (node, measured, rate)
+        # loose (an unpaced or stalled producer fails it); the broker's 5% bound: timing_bounds.py --only stream
+        assert measured == pytest.approx(rate, rel=0.25), (node, measured, rate)
         last = b.iloc[-1]
         assert last.arrived == last.trained + last.dropped + last.buffered  # every sample accounted for
         if policy == "persistence":
@@ -72,16 +71,14 @@ def test_rates_follow_a_trace(tmp_path, clean_host):
     import pandas as pd
 
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/streaming-trace.yaml", "--runtime", "netns",
-                                        "--out", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    r = run_up("scenarios/streaming-trace.yaml", run_dir, "--runtime", "netns", timeout=300)
     assert "then following a trace: w0" in r.stdout
     buf = pd.read_csv(run_dir / "buffer.csv")
     w0, w1 = (buf[buf.node == n].sort_values("time") for n in ("w0", "w1"))
     # (from 8 s: a producer that started late catches up on its schedule in the first seconds)
     for (lo, hi), rate in zip([(8, 14.5), (16.5, 29.5), (31.5, 60)], (20, 80, 40)):
-        assert _arrival_rate(w0, lo, hi) == pytest.approx(rate, rel=0.07), (lo, hi)
-        assert _arrival_rate(w1, lo, hi) == pytest.approx(50, rel=0.07), (lo, hi)
+        assert _arrival_rate(w0, lo, hi) == pytest.approx(rate, rel=0.2), (lo, hi)  # 20 -> 80 -> 40: apart
+        assert _arrival_rate(w1, lo, hi) == pytest.approx(50, rel=0.2), (lo, hi)
         # the rate each device was at, as recorded beside its buffer
         assert set(w0[(w0.time > lo) & (w0.time < hi)].rate) == {rate}
     assert set(w1.rate) == {50}
@@ -132,8 +129,7 @@ def test_external_broker_through_one_relayed_port(tmp_path, clean_host):
     run_dir = tmp_path / "run"
     log = tmp_path / "up.log"
     with open(log, "w") as f:
-        up = subprocess.Popen(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO,
-                              stdout=f, stderr=subprocess.STDOUT, text=True)
+        up = start_up(path, run_dir, stdout=f)
     try:
         seen_on_host, deadline = False, time.monotonic() + 240
         while up.poll() is None and time.monotonic() < deadline:
@@ -162,9 +158,7 @@ def test_external_broker_unreachable_fails_fast(tmp_path, clean_host):
     _skip_without_tansu()
     path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": "10.79.0.1:19092"},
                                       "rates": [30, 60]}, "10.79.0.0/24")
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(tmp_path / "run")], cwd=REPO,
-                       capture_output=True, text=True, timeout=120)
-    assert r.returncode == 1
+    r = run_up(path, tmp_path / "run", expect=1, timeout=120)
     assert ("the streams did not come up: the external broker at 127.0.0.1:19092 (upstream of 10.79.0.1:19092) "
             "did not accept connections within 20 s") in r.stdout + r.stderr
     assert not _host_has_address("10.79.0.1")
@@ -179,8 +173,7 @@ def test_broker_killed_mid_run_fails_the_run(tmp_path, clean_host):
                            "10.80.0.0/24", seconds=120)
     run_dir = tmp_path / "run"
     t0 = time.monotonic()
-    up = subprocess.Popen(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    up = start_up(path, run_dir)
     try:
         deadline = time.monotonic() + 90
         while not (run_dir / "steps.csv").exists() or (run_dir / "steps.csv").stat().st_size < 200:

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root
+from conftest import REPO, needs_root, start_up
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -64,8 +64,7 @@ def test_a_run_writes_scalars_while_it_goes(tmp_path, clean_host):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(sc))
     logdir = tmp_path / "tb"
-    p = subprocess.Popen(edgebed_cmd() + ["up", str(path), "-o", str(tmp_path / "run"), "-q", "--tensorboard",
-                                          str(logdir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    p = start_up(path, tmp_path / "run", "-q", "--tensorboard", str(logdir), stderr=subprocess.PIPE)
     seen_during = []
     try:
         while p.poll() is None:

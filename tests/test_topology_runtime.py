@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up
 
 pytestmark = [needs_root, pytest.mark.root]
 
@@ -27,24 +27,28 @@ def _docker_or_skip(runtime):
 
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
 def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_host, runtime):
-    """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions."""
+    """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions. Loose
+    bounds (60-105% of the rate: a path shaped by the other link's rate, or not at all, fails); the
+    95% +/- 5 points bound is benchmarks/timing_bounds.py --only topology."""
     from testbed.bench.fidelity import topology_benchmark
 
     _docker_or_skip(runtime)
-    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.10,
+    res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.40,
                              runtime=runtime)
     by = {(r["path"], r["direction"]): r for r in res["results"]}
     for d in ("up", "down"):
-        assert by[("lan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("lan", d)]
+        assert 0.6 <= by[("lan", d)]["goodput_ratio"] <= 1.05, by[("lan", d)]
         assert by[("lan", d)]["wan_bytes"] < 1e5  # a transfer inside a site never crosses the WAN
-        assert by[("wan", d)]["goodput_ratio"] == pytest.approx(0.95, abs=0.05), by[("wan", d)]
+        assert 0.6 <= by[("wan", d)]["goodput_ratio"] <= 1.05, by[("wan", d)]
         # ...and one across sites all does: ~3 s at 20 Mbit/s plus the warm-up
         assert by[("wan", d)]["wan_bytes"] > 0.9 * 20e6 / 8 * 3
     assert res["ok"], res  # (the per-path bounds above, and a clean teardown)
 
 
 def test_per_destination_classes_shape_one_peer_apart(clean_host):
-    """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address)."""
+    """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address).
+    Loose bounds (a class ignored gives 2.5-5x, a wrong one 0.2x); 95% +/- 6 points is
+    benchmarks/timing_bounds.py --only peer-classes."""
     from testbed.bench.fidelity import _Bench, _transfer
     from testbed.kernel.netlink import in_netns
     from testbed.kernel.shaping import read_htb_class
@@ -64,9 +68,9 @@ def test_per_destination_classes_shape_one_peer_apart(clean_host):
         to_ps, _ = _transfer(bench, w0, ps, 3.0, 1, "ps", lambda: rt.counters()["w0"]["up_bytes"])
         with in_netns(rt.handles["w0"].netns) as ns:
             assert read_htb_class(ns, ns.link_lookup(ifname="eth0")[0])["rate_bps"] == 40e6
-    assert to_w1 / 8e6 == pytest.approx(0.95, abs=0.06)
-    assert back / 16e6 == pytest.approx(0.95, abs=0.06)
-    assert to_ps / 40e6 == pytest.approx(0.95, abs=0.06)  # the loss filter lets classification go on
+    assert 0.6 <= to_w1 / 8e6 <= 1.05
+    assert 0.6 <= back / 16e6 <= 1.05
+    assert 0.6 <= to_ps / 40e6 <= 1.05  # the loss filter lets classification go on
     assert bench.problems == []
 
 
@@ -78,9 +82,7 @@ def test_p_network_training_run_records_lan_and_wan(tmp_path, clean_host, runtim
 
     _docker_or_skip(runtime)
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", "scenarios/topologies/dlion-p-network.yaml", "--runtime", runtime,
-                                        "--out", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up("scenarios/topologies/dlion-p-network.yaml", run_dir, "--runtime", runtime, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["steps"] > 10
     meta = json.loads((run_dir / "meta.json").read_text())
@@ -117,9 +119,7 @@ def test_dlion_peer_to_peer_on_docker_sites(tmp_path, clean_host):
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(data))
     run_dir = tmp_path / "run"
-    r = subprocess.run(edgebed_cmd() + ["up", str(path), "--out", str(run_dir)], cwd=REPO, capture_output=True,
-                       text=True, timeout=400)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    run_up(path, run_dir, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["decentralized"] and summary["best_accuracy"] > 0.5
     peers = pd.read_csv(run_dir / "peers.csv")
