@@ -268,3 +268,20 @@ def test_swarm_sites_need_only_their_narrow_interface():
                                       spec.topology.site("b").subnet: "eb-abc123-rt-c@eb-abc123-c"}
     assert sites.wan_counters()[("a", "x")]["time"] == 4.0  # the router's clock moved onto the runner's
     assert sites.topology_meta()["routers"]["c"]["host"] == "h2"
+
+
+def test_swarm_sets_a_quota_through_the_nodes_host_engine():
+    from testbed.runtimes.swarm_api import set_container_quota
+
+    posted = []
+    api = SimpleNamespace(_url=lambda path, cid: path.format(cid), _raise_for_status=lambda r: None,
+                          _post_json=lambda url, data: posted.append((url, data)))
+    host = SimpleNamespace(hostname="h2", engine_client=lambda: SimpleNamespace(api=api))
+    set_container_quota("w0", host, "c0", None, 0.5)
+    set_container_quota("w0", host, "c0", 0.02, 0.5)
+    set_container_quota("w0", host, "c0", 0.02, None)
+    assert posted == [("/containers/c0/update", {"NanoCpus": 500_000_000}),
+                      ("/containers/c0/update", {"CpuPeriod": 20000, "CpuQuota": 10000}),
+                      ("/containers/c0/update", {"CpuPeriod": 20000, "CpuQuota": -1})]
+    with pytest.raises(RuntimeError, match="the CPUs of w0 are set by host h2's engine"):
+        set_container_quota("w0", SimpleNamespace(hostname="h2", engine_client=lambda: None), "c0", None, 1.0)

@@ -19,7 +19,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Optional
 
-from testbed.kernel.cgroups import period_us_of, quota_us
+from testbed.kernel.cgroups import period_us_of
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
@@ -29,7 +29,7 @@ from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
 from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
                                         gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
-                                        runner_address, swarm_labels)
+                                        runner_address, set_container_quota, swarm_labels)
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
@@ -404,20 +404,8 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         return f"cpu quota {cpus} cores"
 
     def _set_quota(self, node: str, cpus: Optional[float]) -> None:
-        """`docker update` on the node's host: NanoCpus (the engine's period), or a period/quota
-        pair where the profile has its own period (the two exclude each other)."""
         h = self.handles[node]
-        engine = h.host.engine_client()
-        if engine is None:
-            raise RuntimeError(f"runtime swarm: the CPUs of {node} are set by host {h.host.hostname}'s engine, and "
-                               "it has no node label edgebed.engine")
-        period = h.compute.get("cpu_period_s")
-        if period is None:
-            data = {"NanoCpus": int((cpus or 0) * 1e9)}
-        else:
-            data = {"CpuPeriod": round(period * 1e6), "CpuQuota": quota_us(cpus, round(period * 1e6)) if cpus else -1}
-        api = engine.api  # docker-py's update() has no NanoCpus: the engine's own endpoint
-        api._raise_for_status(api._post_json(api._url("/containers/{0}/update", h.container), data=data))
+        set_container_quota(node, h.host, h.container, h.compute.get("cpu_period_s"), cpus)
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
         """The node drops its traffic with them itself (node.own_link: tc filters, no iptables)."""

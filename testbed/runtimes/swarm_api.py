@@ -10,7 +10,7 @@ import time
 from typing import Any, Callable, Optional
 
 from testbed.kernel import names
-from testbed.kernel.cgroups import CgroupUsage
+from testbed.kernel.cgroups import CgroupUsage, quota_us
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.containers import join_polling, role_ended
 from testbed.runtimes.hosts import SwarmHost, swarm_client
@@ -149,6 +149,22 @@ def gpu_runtime_problems(spec: ClusterSpec, hosts: dict[str, SwarmHost]) -> list
             problems.append(f"runtime swarm: {', '.join(nodes)} need GPUs, and host {hostname}'s engine has no NVIDIA "
                             "container runtime (nvidia-container-toolkit, as the default runtime)")
     return problems
+
+
+def set_container_quota(node: str, host: SwarmHost, container: str, period: Optional[float],
+                        cpus: Optional[float]) -> None:
+    """`docker update` of a node's container on its host: NanoCpus (the engine's period), or a
+    period/quota pair where the profile has its own period (the two exclude each other)."""
+    engine = host.engine_client()
+    if engine is None:
+        raise RuntimeError(f"runtime swarm: the CPUs of {node} are set by host {host.hostname}'s engine, and "
+                           "it has no node label edgebed.engine")
+    if period is None:
+        data = {"NanoCpus": int((cpus or 0) * 1e9)}
+    else:
+        data = {"CpuPeriod": round(period * 1e6), "CpuQuota": quota_us(cpus, round(period * 1e6)) if cpus else -1}
+    api = engine.api  # docker-py's update() has no NanoCpus: the engine's own endpoint
+    api._raise_for_status(api._post_json(api._url("/containers/{0}/update", container), data=data))
 
 
 def _latest_task(service) -> Optional[dict]:
