@@ -82,3 +82,32 @@ def test_python_dash_m_is_the_edgebed_command():
                          env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert all(f" {c} " in out.stdout for c in ("validate", "link", "resume", "bench", "lab"))
+
+
+class _Result:
+    def __init__(self, summary):
+        self.summary = summary
+
+
+@pytest.mark.parametrize("status, reason, code", [("completed", "steps", 0), ("failed", "a node died", 1),
+                                                  ("stopped", "worker_loss", 3), ("stopped", "interrupted", 130)])
+def test_up_runs_the_overridden_scenario_and_exits_by_its_outcome(monkeypatch, tmp_path, status, reason, code):
+    from testbed.run import api
+
+    seen = {}
+
+    def fake_run(sc, run_dir, **kw):
+        seen.update(sc=sc, run_dir=run_dir, **kw)
+        return _Result({"status": status, "reason": reason, "final_accuracy": 0.5, "steps": 7, "wall_seconds": 2.0,
+                        "ps_ingress_bytes": 3e6, "run_dir": str(run_dir)})
+
+    monkeypatch.setattr(api, "run", fake_run)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("name: s\nruntime: auto\nalgorithm: {name: ssp}\n")
+    res = runner.invoke(app, ["up", str(scenario), "--out", str(tmp_path / "run"), "-q", "--runtime", "netns",
+                              "--param", "staleness=2"])
+    assert res.exit_code == code, res.output
+    sc = seen["sc"]
+    assert sc.runtime == "netns" and sc.algorithm.name == "ssp" and sc.algorithm.params == {"staleness": 2}
+    assert seen["run_dir"] == tmp_path / "run" and seen["scenario_path"] == str(scenario)
+    assert f"{status} ({reason}): final evaluation 0.5000, 7 steps, 2.0 s, PS ingress 3.00 MB" in res.output

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Any, Callable, NoReturn, Optional
 
 import typer
 
 from testbed.runtimes import runtime_names
+
+if TYPE_CHECKING:
+    from testbed.scenario.models import Scenario
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:
@@ -23,13 +26,13 @@ def exit_unless_ok(*results: dict) -> None:
         raise typer.Exit(1)
 
 
-def load_checked(path: Path, trace_dirs: list[Path]):
+def load_checked(path: Path, trace_dirs: list[Path]) -> Scenario:
     from testbed.plan import load_scenario
 
     return checked(lambda: load_scenario(path, trace_dirs))
 
 
-def checked(make):
+def checked(make: Callable[[], Scenario]) -> Scenario:
     """The scenario `make()` returns, validated and checked against this machine's engines."""
     from testbed.runtimes.preflight import preflight
     from testbed.scenario.schema import ScenarioError

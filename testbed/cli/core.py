@@ -7,12 +7,15 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from testbed.cli.common import (DOCKER_HOST, SCENARIO_RUNTIMES, TRACE_DIRS, checked, fail, load_checked,
                                 runtime_option, use_docker_host)
+
+if TYPE_CHECKING:
+    from testbed.scenario.models import Scenario
 
 
 def validate(scenario: Path = typer.Argument(..., help="scenario YAML file"),
@@ -63,7 +66,8 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         raise typer.Exit(130 if "interrupted" in str(summary["reason"]) else EXIT_STOPPED)
 
 
-def _overridden(sc, runtime: Optional[str], algorithm: Optional[str], param: list[str], verify_links: bool):
+def _overridden(sc: Scenario, runtime: Optional[str], algorithm: Optional[str], param: list[str],
+                verify_links: bool) -> Scenario:
     """The scenario with `up`'s overrides applied, checked again (or `sc` itself if none is given)."""
     import yaml
 
