@@ -1,4 +1,11 @@
-"""`edgebed up`: make the cluster, run the roles, sample counters, report, always tear down."""
+"""`edgebed up`: make the cluster, run the roles, sample counters, report, always tear down.
+
+`Run.execute` is the sequence: `bring_up` (the runtime opens and makes the planned cluster;
+meta.json), `start_nodes` (streams first, then the roles, then the timeline: events.py),
+`watch` (monitor.py: counters, progress, the conditions that end a run), `tear_down` (every
+step guarded; summary.json: summary.py). Planning stays in plan/ (delays.py, streams.py); what a
+timeline change does to the cluster is the live-ops object's (runtimes.live.LiveOps.apply_change).
+"""
 
 from __future__ import annotations
 

@@ -116,19 +116,6 @@ class LiveOps:
             (cuts.add if cut else cuts.discard)(peer)
         return ("cut off from " if cut else "healed with ") + (", ".join(changed) or "nobody (nothing to change)")
 
-    def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
-        """netfilter rules in the node's namespace: the host's tables never see them."""
-        import shutil
-        import subprocess
-
-        if shutil.which("iptables") is None:
-            raise RuntimeError("partition/heal need iptables (apt install iptables)")
-        netns = self.handles[node].netns
-        for addr in addresses:
-            for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
-                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", "-A" if cut else "-D", chain, flag,
-                                addr, "-j", "DROP"], check=True, capture_output=True, text=True)
-
     # The timeline's actions (run/timeline.py, `edgebed link/cpu/...`) and the operation each is:
     # (ops, node, the change's fields) -> what changed. `restart` is the runner's (it starts a role).
     ACTIONS: dict[str, Callable[["LiveOps", str, dict], str]] = {
@@ -147,3 +134,16 @@ class LiveOps:
         if action not in self.ACTIONS:
             raise ValueError(f"unknown action {action}")
         return self.ACTIONS[action](self, node, fields)
+
+    def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
+        """netfilter rules in the node's namespace: the host's tables never see them."""
+        import shutil
+        import subprocess
+
+        if shutil.which("iptables") is None:
+            raise RuntimeError("partition/heal need iptables (apt install iptables)")
+        netns = self.handles[node].netns
+        for addr in addresses:
+            for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
+                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", "-A" if cut else "-D", chain, flag,
+                                addr, "-j", "DROP"], check=True, capture_output=True, text=True)
