@@ -73,12 +73,12 @@ def _spec(data=None):
     return sc, build_cluster(sc, "abcdef")
 
 
-def test_a_kill_is_marked_on_purpose_and_a_restart_starts_the_role_again():
+def test_a_kill_is_marked_on_purpose_and_a_restart_starts_the_role_again(tmp_path):
     sc, spec = _spec()
     ops = RecordingOps()
     started, live = [], LiveState()
     procs = {"w0": FakeProc(alive=True), "w1": FakeProc(alive=False, exitcode=-9)}
-    events = Events(ops, spec, procs, started.append, live, say=lambda s: None)
+    events = Events(ops, spec, procs, started.append, live, tmp_path, say=lambda s: None)
     assert events.apply(Change(1.0, None, "w1", "kill")) == "kill w1"
     assert live.killed == {"w1"}  # the monitor does not take it for a crash
     assert events.apply(Change(2.0, None, "w0", "restart")) == "kill w0; started again"
@@ -91,8 +91,8 @@ def test_applied_changes_are_recorded_in_events_csv(tmp_path):
     sc, spec = _spec()
     metrics.init_tables(tmp_path)
     said = []
-    events = Events(SimpleNamespace(hub=None), spec, {}, lambda n: None, LiveState(), said.append)
-    tl = events.start(sc, tmp_path, time.time())
+    events = Events(SimpleNamespace(hub=None), spec, {}, lambda n: None, LiveState(), tmp_path, said.append)
+    tl = events.start(sc, time.time())
     events.record(Change(None, 100, "w0", "cpu", {"cpus": 0.5}, "events[0]"), 12.5, "cpu quota 0.5 cores")
     tl.stop()
     lines = (tmp_path / "events.csv").read_text().splitlines()

@@ -19,20 +19,19 @@ class Events:
     """Applies and records the timeline's changes for one run. `start(node)` starts a node's role."""
 
     def __init__(self, runtime, spec: ClusterSpec, procs: dict, start: Callable[[Node], None], live: LiveState,
-                 say: Callable[[str], None]):
+                 run_dir: Path, say: Callable[[str], None]):
         self.runtime, self.spec, self.procs, self.start_role = runtime, spec, procs, start
-        self.live, self.say = live, say
-        self.table = None  # events.csv, open while the timeline runs
+        self.live, self.run_dir, self.say = live, run_dir, say
+        self.table = metrics.open_table(run_dir, "events.csv")  # open while the run goes on
 
-    def start(self, sc: Scenario, run_dir: Path, t0: float) -> Timeline:
+    def start(self, sc: Scenario, t0: float) -> Timeline:
         """The scenario's events, applied by a thread of this process when due, and the requests of
         `edgebed link/kill/...` (timeline.py)."""
         from testbed.records.columns import CONTROL_DIR
 
-        self.table = metrics.open_table(run_dir, "events.csv")
         hub = self.runtime.hub
         timeline = Timeline(expand_events(sc), self.apply, self.record, t0, step=lambda: self.live.step,
-                            control_dir=run_dir / CONTROL_DIR, inbox=hub.take_requests if hub else None)
+                            control_dir=self.run_dir / CONTROL_DIR, inbox=hub.take_requests if hub else None)
         timeline.start()
         return timeline
 

@@ -7,7 +7,7 @@ import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from testbed.plan.cluster import ClusterSpec
 from testbed.records import metrics
@@ -135,7 +135,7 @@ class Monitor:
     sc: Scenario
     spec: ClusterSpec
     procs: dict  # node -> its process (is_alive, exitcode, join)
-    stop_event: object  # set: every node winds down
+    stop_event: Any  # the runtime's stop event (set: every node winds down)
     sampler: Sampler
     live: LiveState
     say: Callable[[str], None]

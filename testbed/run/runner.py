@@ -233,8 +233,8 @@ class Run:
             start_streams(spec, self.stream, self.start_node, self.procs, self.hub.ready, self.say)
         for node in [spec.ps, spec.evaluator] + spec.workers:
             self.start_node(node)
-        events = Events(self.runtime, spec, self.procs, self.start_node, self.live, self.say)
-        self.timeline = events.start(self.sc, self.run_dir, self.t0)
+        events = Events(self.runtime, spec, self.procs, self.start_node, self.live, self.run_dir, self.say)
+        self.timeline = events.start(self.sc, self.t0)
 
     def watch(self) -> tuple[str, str]:
         """From the nodes' start to the run's end: (status, reason)."""
