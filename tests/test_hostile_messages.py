@@ -378,7 +378,7 @@ def test_the_timeline_thread_outlives_an_error_outside_any_change():
 
 
 def test_what_the_channel_dropped_lands_in_the_summary_by_reason():
-    from testbed.run.runner import _control_drops
+    from testbed.run.summary import control_drops
 
     hub = SimpleNamespace(drops={"not a number": 2}, node_drops={"w1": {"not JSON": 1}})
-    assert _control_drops(hub) == {"not a number": 2, "w1 supervisor: not JSON": 1}
+    assert control_drops(hub) == {"not a number": 2, "w1 supervisor: not JSON": 1}

@@ -155,12 +155,12 @@ def test_missing_file_is_one_clear_line(tmp_path):
 
 
 def test_a_dead_node_is_reported_with_how_it_ended():
-    from testbed.run.runner import _exit_reason
+    from testbed.run.monitor import exit_reason
 
-    assert _exit_reason("w3", 1) == "w3 (exit status 1)"
-    assert _exit_reason("w7", -signal.SIGKILL) == \
+    assert exit_reason("w3", 1) == "w3 (exit status 1)"
+    assert exit_reason("w7", -signal.SIGKILL) == \
         "w7 (killed by SIGKILL: out of memory? the kernel's OOM killer sends it (dmesg says))"
-    assert _exit_reason("w1", -signal.SIGSEGV) == "w1 (killed by SIGSEGV)"
+    assert exit_reason("w1", -signal.SIGSEGV) == "w1 (killed by SIGSEGV)"
 
 
 def test_nodes_die_with_a_killed_runner(tmp_path):

@@ -101,11 +101,11 @@ def test_trace_paths_are_relative_to_the_scenario_file(tmp_path, monkeypatch):
 
 
 def test_shipped_trace_scenario_schedules(tmp_path):
-    from testbed.run.runner import _stream_config
+    from testbed.plan.streams import stream_config
 
     sc = load_scenario(REPO / "scenarios" / "streaming-trace.yaml")
     spec = build_cluster(sc, "abcdef")
-    cfg = _stream_config(sc, spec)
+    cfg = stream_config(sc, spec)
     assert cfg["schedules"] == {"w0": {"times": [0.0, 15.0, 30.0], "rates": [20.0, 80.0, 40.0]},
                                 "w1": {"times": [0.0], "rates": [50.0]}}
     assert cfg["rates"] == {"w0": 20.0, "w1": 50.0}

@@ -157,7 +157,7 @@ def test_traffic_rows_carry_when_a_remote_node_read_its_counters(tmp_path):
     from types import SimpleNamespace
 
     from testbed.records.metrics import TABLES
-    from testbed.run.runner import _sample
+    from testbed.run.monitor import Sampler
     from testbed.runtimes.swarm import SwarmRuntime
 
     rt = object.__new__(SwarmRuntime)
@@ -167,7 +167,7 @@ def test_traffic_rows_carry_when_a_remote_node_read_its_counters(tmp_path):
     assert rt._timed("w0", {**reading, "up_bytes": "10"}) is None and rt._timed("w0", None) is None
     fake = SimpleNamespace(counters=lambda: {"w0": {**reading, "time": 1000.5}, "w1": reading},
                            wan_counters=lambda: {("a", "b"): {**reading, "time": 1000.75}}, usage=lambda: {})
-    _sample(fake, None, tmp_path, 995.0, {})
+    Sampler(fake, tmp_path, 995.0, {}).sample()
     columns = TABLES["traffic.csv"]  # the runner writes the header when the run starts
     t = pd.read_csv(tmp_path / "traffic.csv", names=columns).set_index(["node", "direction"]).time
     assert t[("w0", "up")] == t[("w0", "down")] == 5.5 and t[("a", "up")] == 5.75

@@ -110,17 +110,17 @@ def test_without_sites_nothing_changes():
 
 def test_receivers_hold_messages_for_the_wan_path_delay():
     from testbed.node.transport import DelayLine, DelaySpec
-    from testbed.run.runner import _delay_for
+    from testbed.plan.delays import transport_delays
 
     sc = load_scenario(REPO / "scenarios" / "topologies" / "edge-star.yaml")
     spec = build_cluster(sc, "abcdef")
     plans = {n.name: {"uplink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0},
                       "downlink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0}} for n in spec.nodes}
-    ps = _delay_for(spec.ps, plans, spec, wan_by_transport=True)
-    assert ps.paths["w0"] == [pytest.approx(0.05), 0.0] and "eval" not in ps.paths  # eval shares the PS's site
-    w0 = _delay_for(spec.node("w0"), plans, spec, wan_by_transport=True)
-    assert w0.paths["ps"] == [pytest.approx(0.05), 0.0] and w0.paths["w1"] == [pytest.approx(0.10), 0.0]
-    assert _delay_for(spec.ps, plans, spec, wan_by_transport=False).paths == {}  # netem does it
+    ps = transport_delays(spec.ps, plans, spec, wan_by_transport=True)
+    assert ps["paths"]["w0"] == [pytest.approx(0.05), 0.0] and "eval" not in ps["paths"]  # eval shares the PS's site
+    w0 = transport_delays(spec.node("w0"), plans, spec, wan_by_transport=True)
+    assert w0["paths"]["ps"] == [pytest.approx(0.05), 0.0] and w0["paths"]["w1"] == [pytest.approx(0.10), 0.0]
+    assert transport_delays(spec.ps, plans, spec, wan_by_transport=False)["paths"] == {}  # netem does it
     line = DelayLine(DelaySpec(paths={"w0": [0.05, 0.0], "ps": [0.02, 0.0]}))
     line.hold("from w0", "w0", 0.0, 0.0, now=100.0)
     line.hold("from ps", None, 0.0, 0.0, now=100.0)  # a DEALER's sender is the PS
@@ -164,12 +164,12 @@ def test_per_destination_plan_classes_and_filters():
     meta = up.to_meta()["peers"][0]
     assert meta["match"] == f"dst {w1.address}" and meta["class"] == "1:20"
     # the receiver's transport holds w0's messages for the pair's latency (no netem)
-    from testbed.run.runner import _delay_for
+    from testbed.plan.delays import transport_delays
 
     plans = {n.name: {"uplink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0},
                       "downlink": {"transport_delay_s": 0.0, "transport_jitter_s": 0.0}} for n in spec.nodes}
-    assert _delay_for(w1, plans, spec, wan_by_transport=True).paths == {"w0": [0.005, 0.0]}
-    assert _delay_for(w0, plans, spec, wan_by_transport=True).paths == {}  # reverse has no latency
+    assert transport_delays(w1, plans, spec, wan_by_transport=True)["paths"] == {"w0": [0.005, 0.0]}
+    assert transport_delays(w0, plans, spec, wan_by_transport=True)["paths"] == {}  # reverse has no latency
 
 
 def test_placement_gives_every_node_a_host():

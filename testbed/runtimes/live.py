@@ -11,7 +11,7 @@ kill, and the two hooks) is each runtime's: a runtime without one says so by nam
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import Optional
+from typing import Callable, Optional
 
 from testbed.kernel.shaping import DirectionPlan, plan_direction, reshape
 from testbed.scenario.links import Direction, inherit
@@ -115,6 +115,25 @@ class LiveOps:
         for peer in changed:
             (cuts.add if cut else cuts.discard)(peer)
         return ("cut off from " if cut else "healed with ") + (", ".join(changed) or "nobody (nothing to change)")
+
+    # The timeline's actions (run/timeline.py, `edgebed link/cpu/...`) and the operation each is:
+    # (ops, node, the change's fields) -> what changed. `restart` is the runner's (it starts a role).
+    ACTIONS: dict[str, Callable[["LiveOps", str, dict], str]] = {
+        "link": lambda ops, n, f: ops.set_link(n, f["direction"], {k: v for k, v in f.items() if k != "direction"}),
+        "cpu": lambda ops, n, f: ops.set_cpus(n, f["cpus"]),
+        "stress": lambda ops, n, f: ops.set_stress(n, f["load"]),
+        "pause": lambda ops, n, f: ops.freeze(n, True),
+        "resume": lambda ops, n, f: ops.freeze(n, False),
+        "partition": lambda ops, n, f: ops.partition(n, f.get("peers", []), True),
+        "heal": lambda ops, n, f: ops.partition(n, f.get("peers", []), False),
+        "kill": lambda ops, n, f: ops.kill_node(n),
+    }
+
+    def apply_change(self, action: str, node: str, fields: dict) -> str:
+        """One change to the running cluster, by its action's name (ACTIONS): what changed, or raises."""
+        if action not in self.ACTIONS:
+            raise ValueError(f"unknown action {action}")
+        return self.ACTIONS[action](self, node, fields)
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
         """Drop (cut) or pass again the node's traffic with `addresses`, in the node's own namespace."""

@@ -1,0 +1,67 @@
+"""summary.json: how a run ended and what it reached, read from its records."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Optional
+
+from testbed.plan.cluster import ClusterSpec
+from testbed.scenario.schema import Scenario
+
+
+def ps_info(run_dir: Path) -> dict:
+    """RUN/ps.json, what the parameter server (or coordinator) wrote at its end; {} when missing."""
+    try:
+        return json.loads((run_dir / "ps.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters: dict, *, t0: float, status: str,
+              reason: str) -> dict:
+    """The run's summary from its records, ps.json and the last counters (`_first_step_time`: for
+    the runner's startup_seconds, not kept)."""
+    from testbed.records.reader import load_run
+
+    rec = load_run(run_dir)
+    ev = rec.evals.sort_values("step") if len(rec.evals) else rec.evals
+    ps = ps_info(run_dir)
+    target = sc.stop.target_accuracy
+    ttt = None
+    if target is not None and len(ev):
+        hit = ev[ev["accuracy"] >= target]
+        ttt = float(hit["time"].min()) if len(hit) else None
+    return {
+        "status": status,
+        "reason": reason,
+        "final_accuracy": float(ev["accuracy"].iloc[-1]) if len(ev) else None,
+        "best_accuracy": float(ev["accuracy"].max()) if len(ev) else None,
+        "time_to_target_seconds": ttt,
+        "steps": ps.get("version"),
+        "updates_received": ps.get("updates_received"),
+        "worker_steps": int(len(rec.steps)),
+        "_first_step_time": float(rec.steps["time"].min()) if len(rec.steps) else None,
+        "wall_seconds": round(time.time() - t0, 3),
+        "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
+        "ps_ingress_payload_bytes": ps.get("ingress_payload_bytes"),
+        # messages the PS (or coordinator) dropped unread or refused: malformed, or from no node of the run
+        "messages_dropped": sum((ps.get("messages_dropped") or {}).values()),
+        "ps_egress_bytes": counters.get("ps", {}).get("up_bytes"),
+        # wire bytes out of all workers (a decentralized run's whole exchange)
+        "worker_egress_bytes": sum(counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers) if spec else None,
+        "decentralized": bool(ps.get("decentralized", False)),
+        "workers": len(spec.workers) if spec else sc.n_workers,
+        "algorithm": sc.algorithm.name,
+        "run_dir": str(run_dir),
+    }
+
+
+def control_drops(hub) -> dict[str, int]:
+    """What the control channel dropped, by reason: the hub's, and each supervisor's as it last
+    said ("w1 supervisor: not JSON")."""
+    out = dict(hub.drops)
+    for node, counts in sorted(hub.node_drops.items()):
+        out.update({f"{node} supervisor: {reason}": n for reason, n in counts.items()})
+    return out
