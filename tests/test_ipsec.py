@@ -22,9 +22,10 @@ from testbed.scenario.schema import ScenarioError
 # -- the scenario field --------------------------------------------------------------------------
 @pytest.mark.parametrize("runtime", ["auto", "netns", "docker"])
 def test_encrypt_off_swarm_is_refused_in_one_line_naming_the_field(runtime):
-    with pytest.raises(ScenarioError) as e:
-        parse_scenario({"runtime": runtime, "network": {"encrypt": True}})
-    lines = [l for l in str(e.value).splitlines() if "encrypt" in l]
+    from testbed import runtimes
+
+    sc = parse_scenario({"runtime": runtime, "network": {"encrypt": True}})  # the schema takes it; the runtime not
+    lines = [l for l in runtimes.scenario_problems(sc) if "encrypt" in l]
     assert len(lines) == 1 and "network.encrypt: " in lines[0] and "runtime: swarm" in lines[0]
 
 

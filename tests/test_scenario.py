@@ -155,7 +155,7 @@ def test_ps_inline_profile_error():
         ({"profiles": {"p": {"cpuset": "a-b"}}}, "profiles.p.cpuset: 'a-b' is not a cpuset"),
         ({"profiles": {"p": {"gpus": -1}}}, "profiles.p.gpus: -1 is not a GPU count"),
         ({"stop": {"seconds": 0}}, "stop.seconds: '0' is not a duration"),
-        ({"runtime": "vm"}, "runtime: 'vm' is not one of the allowed values"),
+        ({"runtime": "vm"}, "runtime: unknown runtime 'vm' (known: auto, docker, netns, swarm)"),
         ({"network": {"subnet": "10.0.0.0/30"}}, "network.subnet: '10.0.0.0/30' is too small"),
         ({"network": {"subnet": "300.0.0.0/8"}}, "network.subnet: '300.0.0.0/8' is not an IPv4 subnet"),
         ({"name": "bad name!"}, "name: 'bad name!' is not a scenario name"),

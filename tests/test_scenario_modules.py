@@ -37,6 +37,6 @@ def test_cross_check_lines_keep_the_order_of_the_fields():
         validate_schema(data)
     fields = [line.split(":")[0] for line in e.value.lines]
     order = ["streaming.rates", "workers[0].profile", "events[0].target", "network.subnet", "algorithm.name",
-             "placement.ghost", "network.encrypt", "workload.test_size", "profiles.p.uplink"]
+             "placement.ghost", "workload.test_size", "profiles.p.uplink"]
     assert [f for f in order if f in fields] == order, e.value.lines
     assert [f for f in fields if f in order] == sorted((f for f in fields if f in order), key=order.index)

@@ -110,6 +110,9 @@ def plugin_problems(sc: Scenario) -> list[str]:
 
 def preflight(sc: Scenario) -> None:
     """Raise ScenarioError, naming each field, when this machine cannot run `sc`."""
-    lines = runtimes.scenario_problems(sc) + plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
+    lines = runtimes.scenario_problems(sc)
+    if runtimes.unknown_runtime(sc.runtime) is not None:
+        raise ScenarioError(lines)  # nothing else can be asked of a runtime that is not there
+    lines += plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
     if lines:
         raise ScenarioError(lines)

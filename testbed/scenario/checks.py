@@ -4,6 +4,7 @@ one line naming its field: `ScenarioError`, pydantic's errors reworded, `validat
 from __future__ import annotations
 
 import ipaddress
+from importlib.metadata import entry_points
 from typing import Any
 
 from pydantic import ValidationError
@@ -90,8 +91,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
     lines += _event_problems(sc, sc.node_names())
     lines += _worker_problems(sc)
     lines += _algorithm_problems(sc)
-    lines += _placement_problems(sc)
-    lines += _runtime_problems(sc)
+    lines += _placement_problems(sc) + _runtime_name_problems(sc)
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
     return lines + _jitter_problems(sc, refs)
@@ -178,15 +178,13 @@ def _placement_problems(sc: Scenario) -> list[str]:
     return lines
 
 
-def _runtime_problems(sc: Scenario) -> list[str]:
-    lines: list[str] = []
-    if sc.network.encrypt and sc.runtime != "swarm":
-        lines.append("network.encrypt: encrypts runtime swarm's overlay between hosts (runtime: swarm); a netns or "
-                     "docker run's links never leave this machine, so there is no wire to encrypt")
-    if sc.runtime == "netns":  # whether an engine answers is the runtime's preflight (testbed.runtimes.preflight)
-        if uses_kafka_image(sc):
-            lines.append(f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime (runtime: docker or auto)")
-    return lines
+def _runtime_name_problems(sc: Scenario) -> list[str]:
+    """Whether a runtime of that name is registered (its entry point; the runtimes layer is above
+    this one). What that runtime cannot run is its own check (testbed.runtimes.scenario_problems)."""
+    known = sorted({ep.name for ep in entry_points(group="edgebed.runtimes")})
+    if sc.runtime == "auto" or sc.runtime in known:
+        return []
+    return [f"runtime: unknown runtime '{sc.runtime}' (known: {', '.join(['auto', *known])})"]
 
 
 def _jitter_problems(sc: Scenario, refs: list[tuple[str, Any]]) -> list[str]:

@@ -114,7 +114,9 @@ class Event(Direction):
 class Scenario(StrictModel):
     name: str = "scenario"
     seed: int = Field(0, ge=0, le=2**31 - 1, description="data order, partition, stream rates, crash draws")
-    runtime: Literal["auto", "netns", "docker", "swarm"] = "auto"
+    runtime: str = Field("auto", pattern=r"^[a-z][a-z0-9_-]{0,31}$",
+                         description="auto, or a runtime registered in the edgebed.runtimes entry-point group "
+                         "(edgebed's own: netns, docker, swarm); what each cannot run is its own check")
     placement: dict[str, str] = Field(default_factory=dict, description="runtime swarm: a node, worker group, "
                                       "'workers' or site -> the host it runs on, by hostname or 'label:KEY=VALUE'")
     packages: list[str] = Field(default_factory=list, description="runtime docker: Python packages (folders with "
