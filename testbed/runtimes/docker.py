@@ -21,6 +21,7 @@ from testbed.kernel import names
 from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, is_v2, period_us_of, quota_us
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
+from testbed.node import control
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime
 from testbed.runtimes.fabric import Fabric
@@ -418,11 +419,11 @@ class DockerRuntime(Runtime):
         if node.profile.stress is not None:
             stress = [node.profile.stress.cpu / node.profile.stress.processes] * node.profile.stress.processes
         h.generation += 1
-        request = {"cfg": asdict(cfg), "stress": stress, "gen": h.generation}
+        request = dict(cfg=asdict(cfg), stress=stress, gen=h.generation)
         if h.generation == 1:
-            self._request(node.name, {"op": "go", **request}, timeout=GO_TIMEOUT)
+            self._request(node.name, control.Go(**request).to_wire(), timeout=GO_TIMEOUT)
         else:  # a restart: the container's supervisor starts the role again
-            self._request(node.name, {"op": "start", **request})
+            self._request(node.name, control.Start(**request).to_wire())
         proc = RoleProcess(h.container, self.hub.states, node.name, h.generation)
         h.processes.append(proc)
         return proc
@@ -457,16 +458,16 @@ class DockerRuntime(Runtime):
         """SIGKILL the node's role and stress (the container stays, like a netns node's namespace)."""
         if self.handles[node].node.image is not None:
             raise RuntimeError(f"{node} runs a foreign image: kill its container with docker")
-        return self._request(node, {"op": "kill"})
+        return self._request(node, control.Kill().to_wire())
 
     def set_stress(self, node: str, load: float) -> str:
-        return self._request(node, {"op": "stress", "load": load})
+        return self._request(node, control.Stress(load).to_wire())
 
     def start_idle(self, stop_event) -> None:
         """Let every container idle (hosting `start` jobs) until the stop event."""
         for name, h in self.handles.items():
             if h.node.image is None:
-                self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
+                self._request(name, control.Go(idle=True).to_wire(), timeout=GO_TIMEOUT)
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":
         """Run a module-level function inside a node's container (benchmarks)."""
