@@ -83,3 +83,27 @@ def test_the_supervisor_answers_each_request_with_a_typed_reply():
     assert sup._handle({"op": "go", "idle": True}) == control.Reply(True, "idle")
     assert sup._handle({"op": "pause"}) == control.Reply(True, "paused 0 process group(s)")
     assert sup._handle({"op": "start", "gen": 2}) == control.Reply.failed("ValueError: start without a cfg")
+
+
+def test_a_role_config_crosses_as_json_and_as_a_pickle_with_its_parts_typed():
+    """RoleConfig reaches a container as JSON (dataclasses.asdict, docker and swarm) and a netns
+    node as a pickle: both ways its delay, peers and stream come back as the same dataclasses."""
+    import json
+    import pickle
+    from dataclasses import asdict
+
+    from testbed.node.roles.common import PeerLink, RateTrace, RoleConfig, StreamConfig
+    from testbed.node.transport import DelaySpec
+
+    stream = {"bootstrap": "10.0.0.9:9092", "kind": "tansu", "topics": {"w0": "t0"}, "rates": {"w0": 50.0},
+              "schedules": {"w0": {"times": [0.0, 5.0], "rates": [50.0, 20.0]}}}
+    cfg = RoleConfig(node="w0", role="worker", rank=0, run_dir="/r", t0=1.0, scenario={}, ps_address="10.0.0.2",
+                     threads=1, peers={"w1": {"address": "10.0.0.4", "rate_bps": 2e7, "same_site": False}},
+                     stream=stream)
+    assert cfg.peers["w1"] == PeerLink("10.0.0.4", 2e7, False)
+    assert cfg.stream.schedules["w0"] == RateTrace([0.0, 5.0], [50.0, 20.0])
+    assert isinstance(cfg.stream, StreamConfig) and cfg.stream.topics == {"w0": "t0"}
+    again = RoleConfig(**json.loads(json.dumps(asdict(cfg))))
+    assert again == cfg and isinstance(again.delay, DelaySpec)
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+    assert RoleConfig(**{**asdict(cfg), "stream": {}, "peers": {}}).stream is None  # not streaming

@@ -40,12 +40,9 @@ def _role_main(cfg_data: dict, stop) -> None:
     drop_privileges()
     from testbed.node.roles import resolve_target
     from testbed.node.roles.common import RoleConfig
-    from testbed.node.transport import DelaySpec
 
     os.setpgid(0, 0)  # its own process group: a kill takes whatever the role started too
-    cfg_data = dict(cfg_data)
-    cfg_data["delay"] = DelaySpec(**cfg_data["delay"])
-    cfg = RoleConfig(**cfg_data)
+    cfg = RoleConfig(**cfg_data)  # its delay, peers and stream dataclasses again
     try:
         resolve_target(cfg.target)(cfg=cfg, stop_event=stop)
     finally:

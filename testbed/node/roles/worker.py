@@ -189,12 +189,12 @@ def start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     from testbed.data.streaming.rates import RateSchedule
 
     st = sc.streaming
-    sched = cfg.stream["schedules"][cfg.node]
-    schedule = RateSchedule(sched["times"], sched["rates"])
+    sched = cfg.stream.schedules[cfg.node]
+    schedule = RateSchedule(sched.times, sched.rates)
     buf = StreamBuffer(st.buffer, schedule.rate_at(0.0), cap_samples=st.buffer_cap, sample_bytes_hint=sample_bytes)
     table = channel.open_table(cfg, "buffer.csv")
     policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
-    feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
+    feeder = StreamFeeder(cfg.stream.bootstrap, cfg.stream.topics[cfg.node], buf, cfg.t0,
                           on_snapshot=lambda row: table.write(node=cfg.node, **row), schedule=schedule,
                           batch_policy=policy)
     feeder.start()
