@@ -96,3 +96,27 @@ def test_strategy_is_abstract_and_a_decentralized_one_takes_no_push():
         NoPush()
     with pytest.raises(StrategyError, match="decentralized"):
         make_strategy("gaia").server_on_push(server(), "w0", G, 0)
+
+
+def test_a_compressor_in_a_scenario_is_checked_with_its_field_path():
+    from testbed.plan import parse_scenario
+    from testbed.scenario.schema import ScenarioError
+
+    base = {"profiles": {"edge": {"cpus": 0.5}}, "workers": [{"count": 2, "profile": "edge"}]}
+    sc = parse_scenario({**base, "algorithm": {"name": "ssp", "params": {"compressor": "adacomp"}}})
+    assert isinstance(make_strategy(sc.algorithm.name, sc.algorithm.params).compressor, PerTensorTopC)
+    with pytest.raises(ScenarioError, match=r"algorithm.params.compressor.name: 'zip' is not one of"):
+        parse_scenario({**base, "algorithm": {"name": "ssp", "params": {"compressor": {"name": "zip"}}}})
+    with pytest.raises(ScenarioError, match=r"algorithm.params.compressor.c: Input should be less than or equal to 1"):
+        parse_scenario({**base, "algorithm": {"name": "asgd", "params": {"compressor": {"name": "top_c", "c": 2}}}})
+
+
+def test_a_push_header_is_typed_and_a_malformed_one_refused():
+    from testbed.strategies import PushMeta
+
+    meta = PushMeta(base_version=3, step=4, batch_size=32, loss=0.5)
+    assert PushMeta.from_wire(meta.to_wire()) == meta
+    assert PushMeta.from_wire({"base_version": 1, "loss": None}) == PushMeta(base_version=1)  # a NaN loss is null
+    for bad in ({}, {"base_version": "1"}, {"base_version": True}, {"base_version": 1, "loss": "low"}):
+        with pytest.raises((KeyError, ValueError)):
+            PushMeta.from_wire(bad)

@@ -19,7 +19,7 @@ each citing the equations of its paper that it implements.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Optional
 
 import torch
@@ -42,6 +42,35 @@ class NoParams(StrategyParams):
     pass
 
 
+def _number(value, kind: type):
+    """A header's number as `kind`, None where it has none (null: a loss that was not a number)."""
+    if value is None:
+        return None
+    if type(value) not in (int, float):  # a bool or a string is no number
+        raise ValueError(f"{value!r} is not a number")
+    return kind(value)
+
+
+@dataclass(frozen=True)
+class PushMeta:
+    """What a worker says with each push (its header's meta): the model version it computed on,
+    its step, and that step's samples and loss (None: not a number, or not said)."""
+
+    base_version: int = 0
+    step: int = 0
+    batch_size: Optional[int] = None
+    loss: Optional[float] = None
+
+    def to_wire(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, meta: dict) -> "PushMeta":
+        """From a push's header (a malformed one raises before anything changes at the PS)."""
+        return cls(base_version=_number(meta["base_version"], int), step=_number(meta.get("step", 0), int) or 0,
+                   batch_size=_number(meta.get("batch_size"), int), loss=_number(meta.get("loss"), float))
+
+
 @dataclass
 class ServerState:
     """What the PS knows. `version` counts model updates applied (the global step)."""
@@ -52,7 +81,7 @@ class ServerState:
     version: int = 0
     updates_received: int = 0
     workers: list[str] = field(default_factory=list)  # every worker's name (some may not have pushed yet)
-    push_meta: dict = field(default_factory=dict)  # the meta of the push being handled (e.g. batch_size)
+    push_meta: PushMeta = field(default_factory=PushMeta)  # what the push being handled said (e.g. batch_size)
     # Per-push log the PS writes to server.csv: (worker, staleness, lr applied).
     log: list[tuple[str, int, float]] = field(default_factory=list)
 

@@ -56,7 +56,7 @@ class ScaDLES(BSP):
         return None if self.params.cr is None else AdaptiveTopC(self.params.cr, self.params.delta)
 
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
-        self._samples[worker] = int(server.push_meta.get("batch_size") or 1)
+        self._samples[worker] = server.push_meta.batch_size or 1
         # a compressed push may leave whole tensors out: they count as zero in the weighted sum
         return super().server_on_push(server, worker, sparse.densify(payload, server.shapes(), fill_missing=True),
                                       base_version)

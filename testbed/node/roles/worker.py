@@ -16,7 +16,7 @@ from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, device_step, load_params, setup_torch, worker_setup
 from testbed.node.wire import Message
 from testbed.scenario.schema import Scenario
-from testbed.strategies import WorkerContext, make_strategy
+from testbed.strategies import PushMeta, WorkerContext, make_strategy
 
 
 class Worker:
@@ -86,8 +86,7 @@ class Worker:
             self.local_update()
         else:
             before = self.ep.bytes_received
-            sent += self.ep.send(Message("push", payload, {"base_version": self.version, "step": step,
-                                                           "batch_size": len(yb), "loss": loss}))
+            sent += self.ep.send(Message("push", payload, PushMeta(self.version, step, len(yb), loss).to_wire()))
             reply = self.wait_reply()
             received += self.ep.bytes_received - before
             if self.crash is not None and self.crash.random() < self.sc.faults.crash_per_push:
