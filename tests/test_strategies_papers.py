@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from testbed.strategies import ServerState, WorkerContext, make_strategy, sparse
+from testbed.strategies.base import PushMeta
 
 
 def ctx(step=1, base=0, worker="w0"):
@@ -183,13 +184,13 @@ def test_scadles_weights_by_streamed_samples_and_scales_the_lr():
     """Eq. 4a-4c: devices that trained on 10 and 30 samples; B = 20 * 2 = 40."""
     s = make_strategy("scadles", {"base_batch": 20})
     srv = server({"x": torch.zeros(2)}, lr=0.1, workers=("w0", "w1"))
-    srv.push_meta = {"batch_size": 10}
+    srv.push_meta = PushMeta(batch_size=10)
     assert s.server_on_push(srv, "w0", {"x": torch.tensor([1.0, 0.0])}, 0) == []
-    srv.push_meta = {"batch_size": 30}
+    srv.push_meta = PushMeta(batch_size=30)
     assert s.server_on_push(srv, "w1", {"x": torch.tensor([0.0, 1.0])}, 0) == ["w0", "w1"]
     # g~ = 0.25 (1, 0) + 0.75 (0, 1); eta_scaled = 0.1 * 40 / 40 = 0.1
     assert srv.params["x"].tolist() == pytest.approx([-0.025, -0.075])
-    srv.push_meta = {"batch_size": 60}
+    srv.push_meta = PushMeta(batch_size=60)
     s.server_on_push(srv, "w0", {"x": torch.tensor([1.0, 0.0])}, 1)
     s.server_on_push(srv, "w1", {"x": torch.tensor([1.0, 0.0])}, 1)
     # 120 samples this step: eta_scaled = 0.1 * 120 / 40 = 0.3
@@ -200,9 +201,9 @@ def test_scadles_weights_by_streamed_samples_and_scales_the_lr():
 def test_scadles_unweighted_is_the_plain_mean():
     s = make_strategy("scadles", {"weighted": False, "lr_scaling": False})
     srv = server({"x": torch.zeros(1)}, lr=1.0, workers=("w0", "w1"))
-    srv.push_meta = {"batch_size": 10}
+    srv.push_meta = PushMeta(batch_size=10)
     s.server_on_push(srv, "w0", {"x": torch.tensor([1.0])}, 0)
-    srv.push_meta = {"batch_size": 90}
+    srv.push_meta = PushMeta(batch_size=90)
     s.server_on_push(srv, "w1", {"x": torch.tensor([3.0])}, 0)
     assert srv.params["x"].tolist() == [-2.0]
 
@@ -272,7 +273,7 @@ def test_selsync_vote_completes_when_a_worker_leaves():
 def test_scadles_accepts_a_push_that_leaves_tensors_out():
     s = make_strategy("scadles", {"lr_scaling": False, "weighted": False})
     srv = server({"a": torch.zeros(2), "b": torch.zeros(2)}, lr=1.0, workers=("w0", "w1"))
-    srv.push_meta = {"batch_size": 1}
+    srv.push_meta = PushMeta(batch_size=1)
     s.server_on_push(srv, "w0", sparse.encode({"a": (torch.tensor([1], dtype=torch.int32), torch.tensor([2.0]))}), 0)
     s.server_on_push(srv, "w1", {"a": torch.tensor([0.0, 2.0]), "b": torch.tensor([4.0, 0.0])}, 0)
     assert srv.params["a"].tolist() == [0.0, -2.0] and srv.params["b"].tolist() == [-2.0, 0.0]
@@ -365,10 +366,10 @@ def test_adsp_online_search_goes_up_while_the_reward_improves():
         k = ps.k
         seen.append(k)
         t = second - (ps.search.trial_start or 0.0)
-        srv.push_meta = {"loss": 1 / (speed.get(k, 0.01) * t + 1 / (level - 0.1)) + 0.1}
+        srv.push_meta = PushMeta(loss=1 / (speed.get(k, 0.01) * t + 1 / (level - 0.1)) + 0.1)
         ps.server_on_push(srv, "w0", {"x": torch.zeros(1)}, 0)
         if ps.search.trial_start == now[0]:  # a new trial starts where the last ended
-            level = srv.push_meta["loss"]
+            level = srv.push_meta.loss
     assert seen[30] == 1 and seen[90] == 2 and seen[150] == 3 and seen[210] == 4
     assert ps.k == 3 and seen[-1] == 3
     assert [e["decision"] for e in ps.search.log] == ["try next", "try next", "try next", "keep 3"]

@@ -52,8 +52,8 @@ class DataInjection:
         self.backlog = 4 * self.quota
         self.inbox = transport.peer_inbox(zctx, cfg.node, cfg.delay, seed=seed)
         self.inbox.senders = transport.known_senders(cfg.peers, cfg.addresses)
-        self.outbox = {p: transport.peer_outbox(zctx, info["address"], cfg.node, cfg.delay)
-                       for p, info in cfg.peers.items()}
+        self.outbox = {p: transport.peer_outbox(zctx, link.address, cfg.node, cfg.delay)
+                       for p, link in cfg.peers.items()}
         self.links = channel.open_table(cfg, "peers.csv")
         self.queue: deque = deque()  # (x, y) one sample each
         self.t0 = cfg.t0

@@ -20,9 +20,10 @@ import os
 import signal
 import sys
 import time
+from typing import Any, Callable
 
 from testbed.kernel.privileges import drop_privileges
-from testbed.node import channel, channel_keys, untrusted
+from testbed.node import channel, channel_keys, control, untrusted
 from testbed.plan.cluster import stress_loads
 from testbed.scenario.units import parse_cpuset
 
@@ -39,12 +40,9 @@ def _role_main(cfg_data: dict, stop) -> None:
     drop_privileges()
     from testbed.node.roles import resolve_target
     from testbed.node.roles.common import RoleConfig
-    from testbed.node.transport import DelaySpec
 
     os.setpgid(0, 0)  # its own process group: a kill takes whatever the role started too
-    cfg_data = dict(cfg_data)
-    cfg_data["delay"] = DelaySpec(**cfg_data["delay"])
-    cfg = RoleConfig(**cfg_data)
+    cfg = RoleConfig(**cfg_data)  # its delay, peers and stream dataclasses again
     try:
         resolve_target(cfg.target)(cfg=cfg, stop_event=stop)
     finally:
@@ -85,11 +83,12 @@ class RoleSupervisor:
 
     A kill (a timeline event, `edgebed kill`) takes the children, as a crash would, and leaves
     the container -- its namespace and shaped link -- for a restart, which is what the netns
-    runtime does too. Requests (op go | start | kill | stress, numbered) come down the control
+    runtime does too. Requests (go | start | kill | stress | ..., numbered) come down the control
     channel, repeated until answered: each is acted on once and answered (an "ack" up); the
     role's state (gen, running, exitcode) goes up as a "state" message for the runner's view of
     it (runtimes.docker.RoleProcess). The container ends when the role ends on its own (finished,
-    or crashed: the exit code is the role's), or at the run's stop.
+    or crashed: the exit code is the role's), or at the run's stop. Requests and answers are
+    typed (node.control); HANDLERS is the one table from a request's type to its handler.
     """
 
     POLL = 0.02  # s: a request is acted on well within the timeline's 100 ms
@@ -106,7 +105,7 @@ class RoleSupervisor:
         self.gen = 0
         self.stress: list = []
         self._reap: list = []  # killed, not yet joined
-        self._answers: dict[int, str] = {}  # seq -> answer: a repeated request is answered, not redone
+        self._answers: dict[int, control.Reply] = {}  # seq -> answer: a repeated request is answered, not redone
         self.dropped = untrusted.Drops(f"supervisor of {node}")  # requests it could not read, by reason
         self.jobs: dict[str, object] = {}  # measuring jobs running: slot to report the end in -> process
         self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
@@ -121,14 +120,16 @@ class RoleSupervisor:
         """What this supervisor dropped, with its acks and states (the hub keeps it for summary.json)."""
         return {"dropped": dict(self.dropped)} if self.dropped else {}
 
-    def _start(self, req: dict) -> None:
-        if req.get("cpuset"):  # a runtime without a cpuset of its own (swarm): the role inherits this
-            os.sched_setaffinity(0, parse_cpuset(req["cpuset"]))
-        self.gen = int(req.get("gen", self.gen + 1))
-        self.role = self._ctx.Process(target=_role_main, args=(req["cfg"], self.stop), name=f"role-{self.node}")
+    def _start(self, req: control.Go) -> None:
+        if req.cfg is None:
+            raise ValueError(f"{req.op} without a cfg")
+        if req.cpuset:  # a runtime without a cpuset of its own (swarm): the role inherits this
+            os.sched_setaffinity(0, parse_cpuset(req.cpuset))
+        self.gen = self.gen + 1 if req.gen is None else req.gen
+        self.role = self._ctx.Process(target=_role_main, args=(req.cfg, self.stop), name=f"role-{self.node}")
         self.role.start()
         self._send_state(True)
-        self._set_stress(req.get("stress", []))
+        self._set_stress(req.stress)
 
     def _set_stress(self, loads: list[float]) -> int:
         old = self._kill(self.stress)
@@ -189,80 +190,119 @@ class RoleSupervisor:
                                              "cpu_seconds": cg.cpu_seconds(), "memory_bytes": cg.memory_bytes(),
                                              "throttled_seconds": throttled, "time": time.time()})
 
-    def _handle(self, req: dict) -> str:
-        op = req.get("op")
-        if op == "kill":
-            n = self._kill([self.role] + self.stress)
-            self.stress = []
-            if self.role is not None:
-                self._send_state(False, -9)
-                self.role = None
-            return f"killed {n} process group(s)"
-        if op in ("go", "start"):
-            if req.get("idle"):
-                return "idle"
-            if self.role is not None and self.role.is_alive():
-                return "already running"
-            self._start(req)
-            return "started"
-        if op == "exec":
-            job = self._ctx.Process(target=_job_main, args=(req["target"], req["kwargs"]), daemon=True)
-            job.start()
-            self.jobs[req["done"]] = job
-            return "started"
-        if op == "counters":  # with when they were read: the runner's rates divide by the node's own times
-            return json.dumps({**self.link.counters(), "time": time.time()})
-        if op == "clock":
-            return repr(time.time())  # the runner compares it with its own (runtimes.swarm.measure_offset)
-        if op == "kernel":  # what this host's kernel can shape with, tried in the node's own namespace
-            from dataclasses import asdict
+    # -- requests (node.control), one handler each ----------------------------------------
+    def _on_kill(self, req: control.Kill) -> str:
+        n = self._kill([self.role] + self.stress)
+        self.stress = []
+        if self.role is not None:
+            self._send_state(False, -9)
+            self.role = None
+        return f"killed {n} process group(s)"
 
-            from pyroute2 import IPRoute
+    def _on_go(self, req: control.Go) -> str:  # go and start
+        if req.idle:
+            return "idle"
+        if self.role is not None and self.role.is_alive():
+            return "already running"
+        self._start(req)
+        return "started"
 
-            from testbed.kernel.shaping import probe_links
+    def _on_exec(self, req: control.Exec) -> str:
+        job = self._ctx.Process(target=_job_main, args=(req.target, req.kwargs), daemon=True)
+        job.start()
+        self.jobs[req.done] = job
+        return "started"
 
-            with IPRoute() as ipr:
-                return json.dumps(asdict(probe_links(ipr)))
-        if op in ("shape", "reshape"):
-            from testbed.node.own_link import OwnLink
+    def _on_counters(self, req: control.Counters) -> str:
+        # with when they were read: the runner's rates divide by the node's own times
+        return json.dumps({**self._own_link(req).counters(), "time": time.time()})
 
-            if op == "shape":
-                self.link = OwnLink()
-                return self.link.shape(req["address"], req["uplink"], req["downlink"], req.get("routes"))
-            return self.link.reshape(req["which"], req["old"], req["new"])
-        if op == "cut":
-            return self.link.cut(req["addresses"], bool(req["cut"]))
-        if op in ("route", "reshape_wan", "wan_counters"):  # a site's router (node.own_router)
-            return self._route(op, req)
-        if op in ("pause", "resume"):
-            sig = signal.SIGSTOP if op == "pause" else signal.SIGCONT
-            return f"{op}d {self._signal([self.role] + self.stress, sig)} process group(s)"
-        if op == "stress":
-            loads = stress_loads(float(req["load"]))
-            old = self._set_stress(loads)
-            return f"stress {req['load']} cores in {len(loads)} process(es) (was {old})"
-        return f"unknown request {op!r}"
+    def _on_clock(self, req: control.Clock) -> str:
+        return repr(time.time())  # the runner compares it with its own (runtimes.swarm.measure_offset)
 
-    def _route(self, op: str, req: dict) -> str:
+    def _on_kernel(self, req: control.Kernel) -> str:
+        """What this host's kernel can shape with, tried in the node's own namespace."""
+        from dataclasses import asdict
+
+        from pyroute2 import IPRoute
+
+        from testbed.kernel.shaping import probe_links
+
+        with IPRoute() as ipr:
+            return json.dumps(asdict(probe_links(ipr)))
+
+    def _on_shape(self, req: control.Shape) -> str:
+        from testbed.node.own_link import OwnLink
+
+        self.link = OwnLink()
+        return self.link.shape(req.address, req.uplink, req.downlink, req.routes)
+
+    @staticmethod
+    def _made(req: control.Request, thing, what: str):
+        """`thing` (the node's own link or router), or an error: the request came before `what`."""
+        if thing is None:
+            raise RuntimeError(f"{req.op} before {what}")
+        return thing
+
+    def _own_link(self, req: control.Request):
+        return self._made(req, self.link, "the node's link was shaped")
+
+    def _on_reshape(self, req: control.Reshape) -> str:
+        return self._own_link(req).reshape(req.which, req.old, req.new)
+
+    def _on_cut(self, req: control.Cut) -> str:
+        return self._own_link(req).cut(req.addresses, req.cut)
+
+    def _on_route(self, req: control.Route) -> str:  # a site's router (node.own_router)
         from testbed.node.own_router import OwnRouter
 
-        if op == "route":
-            self.router = OwnRouter()
-            return self.router.route(req["lan"], req["wan"], req["routes"])
-        if op == "reshape_wan":
-            return self.router.reshape(req["peer"], req["old"], req["new"])
-        return json.dumps(self.router.counters())
+        self.router = OwnRouter()
+        return self.router.route(req.lan, req.wan, req.routes)
+
+    def _own_router(self, req: control.Request):
+        return self._made(req, self.router, "the node was made a router")
+
+    def _on_reshape_wan(self, req: control.ReshapeWan) -> str:
+        return self._own_router(req).reshape(req.peer, req.old, req.new)
+
+    def _on_wan_counters(self, req: control.WanCounters) -> str:
+        return json.dumps(self._own_router(req).counters())
+
+    def _on_pause(self, req: control.Request) -> str:  # pause and resume
+        sig = signal.SIGSTOP if req.op == "pause" else signal.SIGCONT
+        return f"{req.op}d {self._signal([self.role] + self.stress, sig)} process group(s)"
+
+    def _on_stress(self, req: control.Stress) -> str:
+        loads = stress_loads(float(req.load))
+        old = self._set_stress(loads)
+        return f"stress {req.load} cores in {len(loads)} process(es) (was {old})"
+
+    # the one table from a request's type to its handler
+    HANDLERS: dict[type[control.Request], Callable[[RoleSupervisor, Any], str]] = {
+        control.Go: _on_go, control.Start: _on_go, control.Kill: _on_kill, control.Exec: _on_exec,
+        control.Counters: _on_counters, control.Clock: _on_clock, control.Kernel: _on_kernel,
+        control.Shape: _on_shape, control.Reshape: _on_reshape, control.Cut: _on_cut, control.Route: _on_route,
+        control.ReshapeWan: _on_reshape_wan, control.WanCounters: _on_wan_counters, control.Pause: _on_pause,
+        control.Resume: _on_pause, control.Stress: _on_stress}
+
+    def _handle(self, data: dict) -> control.Reply:
+        """Act on a request once: its reply, ok or failed (never the supervisor's end)."""
+        try:
+            req = control.parse_request(data)
+        except untrusted.Refused as e:
+            return control.Reply.failed(e.reason)
+        try:
+            return control.Reply(True, self.HANDLERS[type(req)](self, req))
+        except Exception as e:  # answer, never die: the runner waits for the answer
+            return control.Reply.failed(f"{type(e).__name__}: {str(e)[:500]}")
 
     def _answer(self, req: dict) -> None:
-        seq = req["seq"]
+        seq = req.pop("seq")
         if seq not in self._answers:
-            try:
-                self._answers[seq] = self._handle(req)
-            except Exception as e:  # answer, never die: the runner waits for the answer
-                self._answers[seq] = f"failed: {type(e).__name__}: {str(e)[:500]}"
+            self._answers[seq] = self._handle(req)
             if len(self._answers) > KEPT_ANSWERS:
                 del self._answers[next(iter(self._answers))]  # the oldest
-        channel.send_json(self.up, "ack", {"node": self.node, "seq": seq, "detail": self._answers[seq],
+        channel.send_json(self.up, "ack", {"node": self.node, "seq": seq, **self._answers[seq].to_wire(),
                                            **self._drop_counts()})
 
     def _request(self, payload: bytes):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from typing import Callable, Optional
 
+from testbed.node import control
 from testbed.runtimes.state import run_labels
 
 GO_TIMEOUT = 180.0  # s for a new container's supervisor to answer its first request (python starting)
@@ -88,13 +89,13 @@ class SupervisedNodes:
         return [] if stress is None else [stress.cpu / stress.processes] * stress.processes
 
     def set_stress(self, node: str, load: float) -> str:
-        return self._request(node, {"op": "stress", "load": load})
+        return self._request(node, control.Stress(load).to_wire())
 
     def start_idle(self, stop_event) -> None:
         """Let every node's supervisor idle (hosting `start` jobs) until the stop event."""
         for name, h in self.handles.items():
             if h.node.image is None:  # a foreign image runs its own entrypoint
-                self._request(name, {"op": "go", "idle": True}, timeout=GO_TIMEOUT)
+                self._request(name, control.Go(idle=True).to_wire(), timeout=GO_TIMEOUT)
 
     def join_processes(self, grace: float) -> None:
         """Wait up to `grace` s in all for every node process (each gets at least 0.1 s)."""

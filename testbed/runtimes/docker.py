@@ -19,6 +19,7 @@ from testbed.kernel import names
 from testbed.kernel.cgroups import period_us_of, quota_us
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
+from testbed.node import control
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
@@ -263,11 +264,11 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
             h.processes.append(proc)
             return proc
         h.generation += 1
-        request = {"cfg": asdict(cfg), "stress": self.stress_of(node), "gen": h.generation}
+        request = dict(cfg=asdict(cfg), stress=self.stress_of(node), gen=h.generation)
         if h.generation == 1:
-            self._request(node.name, {"op": "go", **request}, timeout=GO_TIMEOUT)
+            self._request(node.name, control.Go(**request).to_wire(), timeout=GO_TIMEOUT)
         else:  # a restart: the container's supervisor starts the role again
-            self._request(node.name, {"op": "start", **request})
+            self._request(node.name, control.Start(**request).to_wire())
         proc = RoleProcess(h.container, self.hub.states, node.name, h.generation)
         h.processes.append(proc)
         return proc
@@ -302,7 +303,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         """SIGKILL the node's role and stress (the container stays, like a netns node's namespace)."""
         if self.handles[node].node.image is not None:
             raise RuntimeError(f"{node} runs a foreign image: kill its container with docker")
-        return self._request(node, {"op": "kill"})
+        return self._request(node, control.Kill().to_wire())
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":
         """Run a module-level function inside a node's container (benchmarks)."""

@@ -21,7 +21,7 @@ from typing import Any, Callable, Optional
 
 from testbed.kernel.cgroups import period_us_of
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
-from testbed.node import untrusted
+from testbed.node import control, untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
@@ -318,19 +318,19 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         h.uplink = plan_direction(node.link.uplink, h.caps, node.link.uplink_peers)
         h.downlink = plan_direction(node.link.downlink, h.caps, node.link.downlink_peers)
         routes = self.fabric.node_routes(node.site) if self.fabric is not None else {}
-        self._request(node.name, {"op": "shape", "address": node.address, "uplink": asdict(h.uplink),
-                                  "downlink": asdict(h.downlink), "routes": routes}, timeout=GO_TIMEOUT)
+        self._request(node.name, control.Shape(node.address, asdict(h.uplink), asdict(h.downlink), routes).to_wire(),
+                      timeout=GO_TIMEOUT)
         self._publish_delays(node.name)
         h.clock = self.clock_offset(node.name)
 
     def clock_offset(self, name: str) -> tuple[float, float]:
         """(offset, rtt) of a node's or router's clock against the runner's (measure_offset)."""
-        return measure_offset(lambda: self._request(name, {"op": "clock"}))
+        return measure_offset(lambda: self._request(name, control.Clock().to_wire()))
 
     def ask_kernel(self, name: str) -> KernelCaps:
         """What the kernel of a node's or router's host can shape with, tried in its namespace (the
         first request it gets: it may still be starting)."""
-        answer = self.ask(name, {"op": "kernel"})
+        answer = self.ask(name, control.Kernel().to_wire())
         try:
             return KernelCaps(**untrusted.loads(answer))
         except (ValueError, TypeError):
@@ -352,8 +352,9 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         h = self.handles[node.name]
         h.generation += 1
         cfg = replace(cfg, t0=cfg.t0 + h.clock[0])  # its records' times on the runner's time axis
-        request = {"cfg": asdict(cfg), "stress": self.stress_of(node), "gen": h.generation, "cpuset": node.profile.cpuset}
-        self._request(node.name, {"op": "go" if h.generation == 1 else "start", **request}, timeout=GO_TIMEOUT)
+        request = (control.Go if h.generation == 1 else control.Start)(
+            cfg=asdict(cfg), stress=self.stress_of(node), gen=h.generation, cpuset=node.profile.cpuset)
+        self._request(node.name, request.to_wire(), timeout=GO_TIMEOUT)
         proc = TaskRoleProcess(self, node.name, h.generation)
         h.processes.append(proc)
         return proc
@@ -378,7 +379,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         name = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
         done = self.mailbox("job") / "exit"
         self.grant_slots(node, {**kwargs, "done": str(done)})
-        self._request(node, {"op": "exec", "target": name, "kwargs": kwargs, "done": str(done)})
+        self._request(node, control.Exec(name, kwargs, str(done)).to_wire())
         job = SwarmJob(self, node, done)
         self.handles[node].processes.append(job)
         return job
@@ -389,13 +390,13 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             raise ValueError(f"{node}: loss without netem (its host's kernel has none) is an eBPF filter, which "
                              "needs CAP_SYS_ADMIN in the node: runtime swarm grants it to nodes whose links have "
                              "loss from the start")
-        self._request(node, {"op": "reshape", "which": which, "old": asdict(old), "new": asdict(new)})
+        self._request(node, control.Reshape(which, asdict(old), asdict(new)).to_wire())
 
     def freeze(self, node: str, frozen: bool) -> str:
-        return self._request(node, {"op": "pause" if frozen else "resume"})
+        return self._request(node, (control.Pause() if frozen else control.Resume()).to_wire())
 
     def kill_node(self, node: str) -> str:
-        return self._request(node, {"op": "kill"})
+        return self._request(node, control.Kill().to_wire())
 
     def set_cpus(self, node: str, cpus: Optional[float]) -> str:
         """The container's quota, changed by its host's engine in place (a service update would
@@ -409,7 +410,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
         """The node drops its traffic with them itself (node.own_link: tc filters, no iptables)."""
-        self._request(node, {"op": "cut", "addresses": addresses, "cut": cut})
+        self._request(node, control.Cut(addresses, cut).to_wire())
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict]:
@@ -422,7 +423,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         if self.hub is None:
             return {}
         out = {n: c for n, s in self.hub.stats.items() if n in self.handles and (c := self._timed(n, s))}
-        for node, answer in self.hub.ask_all(list(self.handles), {"op": "counters"}).items():
+        for node, answer in self.hub.ask_all(list(self.handles), control.Counters().to_wire()).items():
             fresh = self._timed(node, parsed_answer(answer))
             if fresh:
                 out[node] = fresh
@@ -439,7 +440,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def link_counter(self, node: str, key: str) -> int:
         """Read now by the node itself (its periodic report may be STATS_EVERY old)."""
-        value = untrusted.loads(self._request(node, {"op": "counters"}))
+        value = untrusted.loads(self._request(node, control.Counters().to_wire()))
         if not isinstance(value, dict) or type(value.get(key)) is not int:
             raise RuntimeError(f"{node}: its link counters came back malformed")
         return value[key]

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any, Optional, Protocol
 
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
+from testbed.node import control
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.fabric import WanLinks
 from testbed.runtimes.hub import parsed_answer
@@ -108,8 +109,7 @@ class SwarmSites(WanLinks):
                 wan.append({"peer": peer, "address": self.wan_address[(site.name, peer)], "plan": asdict(plan)})
             routes = {self.topo.site(other).subnet: self.wan_address[(next_hop, site.name)]
                       for other, next_hop in self._next_hops(site.name).items()}
-            self.rt.ask(router_name(site.name), {"op": "route", "lan": self.lan_address[site.name], "wan": wan,
-                                                 "routes": routes})
+            self.rt.ask(router_name(site.name), control.Route(self.lan_address[site.name], wan, routes).to_wire())
 
     def _take_addresses(self) -> None:
         """The swarm's addresses into the plan (meta.json's topology): routers and WAN link ends."""
@@ -135,11 +135,11 @@ class SwarmSites(WanLinks):
         return self.router_caps.get(site, self.caps)
 
     def _reshape_wan(self, src: str, dst: str, old: DirectionPlan, new: DirectionPlan) -> None:
-        self.rt.ask(router_name(src), {"op": "reshape_wan", "peer": dst, "old": asdict(old), "new": asdict(new)})
+        self.rt.ask(router_name(src), control.ReshapeWan(dst, asdict(old), asdict(new)).to_wire())
 
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         out = {}
-        answers = self.rt.ask_all([router_name(s) for s in self.services], {"op": "wan_counters"})
+        answers = self.rt.ask_all([router_name(s) for s in self.services], control.WanCounters().to_wire())
         for name, answer in answers.items():
             per_peer = parsed_answer(answer)
             if not isinstance(per_peer, dict):

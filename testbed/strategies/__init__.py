@@ -6,7 +6,7 @@ the entry point group `edgebed.strategies` (pyproject.toml), or a plugin's impor
 
 from __future__ import annotations
 
-from testbed.strategies.base import ServerState, Strategy, StrategyError, WorkerContext
+from testbed.strategies.base import Compressor, PushMeta, ServerState, Strategy, StrategyError, WorkerContext
 
 
 def get_strategy_class(name: str) -> type[Strategy]:
@@ -34,5 +34,5 @@ def make_strategy(name: str, params: dict | None = None, seed: int = 0) -> Strat
     return strategy
 
 
-__all__ = ["Strategy", "StrategyError", "ServerState", "WorkerContext", "get_strategy_class", "make_strategy",
-           "strategies"]
+__all__ = ["Compressor", "PushMeta", "Strategy", "StrategyError", "ServerState", "WorkerContext", "get_strategy_class",
+           "make_strategy", "strategies"]

@@ -32,17 +32,15 @@ import torch
 from pydantic import Field
 
 from testbed.strategies import sparse
-from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors, WorkerContext
+from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors
+from testbed.strategies.compressors import PerTensorTopC, select_grad
+
+__all__ = ["AdaComp", "AdaCompParams", "select_grad"]
 
 
 class AdaCompParams(StrategyParams):
     c: float = Field(0.01, gt=0, le=1, description="fraction of each tensor's entries sent (largest |g|)")
     history: int = Field(1000, ge=1, le=1_000_000, description="updates whose indices the PS keeps (d)")
-
-
-def select_grad(grads: Tensors, c: float) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Alg. 1 SELECT_GRAD: per tensor, the ceil(c * numel) largest |entries|."""
-    return {n: sparse.top_k_flat(g, sparse.top_k_count(g.numel(), c)) for n, g in grads.items()}
 
 
 class AdaComp(Strategy):
@@ -58,8 +56,9 @@ class AdaComp(Strategy):
         self.touches: dict[str, torch.Tensor] = {}  # per tensor: how often each entry was updated so far
         self.pulled: dict[str, tuple[int, dict[str, torch.Tensor]]] = {}  # worker -> (version, touches then)
 
-    def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Tensors:
-        return sparse.encode(select_grad(grads, self.params.c))
+    def make_compressor(self) -> PerTensorTopC:
+        """Alg. 1 on the worker (compressors.PerTensorTopC, usable under other protocols too)."""
+        return PerTensorTopC(self.params.c)
 
     def staleness(self, name: str, idx: torch.Tensor, numel: int, pulled_at: int) -> torch.Tensor:
         """Eq. 3 for the entries `idx` of tensor `name`: touches by updates u >= pulled_at."""

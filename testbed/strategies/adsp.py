@@ -253,8 +253,8 @@ class ADSP(Strategy):
         return {"commit_interval": period_left / rate, "commit_rate": rate}
 
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
-        if server.push_meta.get("loss") is not None:  # the reward's (time, loss) samples (null: not a number)
-            self.search.observe(self.clock(), float(server.push_meta["loss"]))
+        if server.push_meta.loss is not None:  # the reward's (time, loss) samples (null: not a number)
+            self.search.observe(self.clock(), server.push_meta.loss)
         self.checkpoint()
         self.commits[worker] = self.commits.get(worker, 0) + 1
         eta = self.params.global_lr or 1.0 / max(1, server.n_workers)

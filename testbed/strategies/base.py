@@ -6,6 +6,11 @@ communication hooks (worker-side transformation of gradients before they travel)
 worker side   `worker_payload(grads, ctx)` -> tensors to push, or None to apply locally
 server side   `server_on_push(server, worker, payload, base_version)` -> workers to answer now
 
+`Strategy` is an ABC: `server_on_push` is what every strategy must say (a decentralized one says
+there is no PS); the other hooks are optional, with defaults. What a push keeps of the update is
+a `Compressor` (compressors.py) held apart from the protocol, as DDP's comm hooks keep theirs:
+`worker_payload` compresses with it and `dense_update` decodes with it on the PS.
+
 The parameter server owns the model as a dict of tensors (`ServerState.params`) and
 answers a worker with the full dense model. One file per algorithm in this package,
 each citing the equations of its paper that it implements.
@@ -13,7 +18,8 @@ each citing the equations of its paper that it implements.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
 from typing import ClassVar, Optional
 
 import torch
@@ -36,6 +42,35 @@ class NoParams(StrategyParams):
     pass
 
 
+def _number(value, kind: type):
+    """A header's number as `kind`, None where it has none (null: a loss that was not a number)."""
+    if value is None:
+        return None
+    if type(value) not in (int, float):  # a bool or a string is no number
+        raise ValueError(f"{value!r} is not a number")
+    return kind(value)
+
+
+@dataclass(frozen=True)
+class PushMeta:
+    """What a worker says with each push (its header's meta): the model version it computed on,
+    its step, and that step's samples and loss (None: not a number, or not said)."""
+
+    base_version: int = 0
+    step: int = 0
+    batch_size: Optional[int] = None
+    loss: Optional[float] = None
+
+    def to_wire(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_wire(cls, meta: dict) -> "PushMeta":
+        """From a push's header (a malformed one raises before anything changes at the PS)."""
+        return cls(base_version=_number(meta["base_version"], int), step=_number(meta.get("step", 0), int) or 0,
+                   batch_size=_number(meta.get("batch_size"), int), loss=_number(meta.get("loss"), float))
+
+
 @dataclass
 class ServerState:
     """What the PS knows. `version` counts model updates applied (the global step)."""
@@ -46,7 +81,7 @@ class ServerState:
     version: int = 0
     updates_received: int = 0
     workers: list[str] = field(default_factory=list)  # every worker's name (some may not have pushed yet)
-    push_meta: dict = field(default_factory=dict)  # the meta of the push being handled (e.g. batch_size)
+    push_meta: PushMeta = field(default_factory=PushMeta)  # what the push being handled said (e.g. batch_size)
     # Per-push log the PS writes to server.csv: (worker, staleness, lr applied).
     log: list[tuple[str, int, float]] = field(default_factory=list)
 
@@ -56,6 +91,26 @@ class ServerState:
             for name, u in update.items():
                 self.params[name].sub_(u.to(self.params[name].dtype), alpha=lr)
         self.version += 1
+
+    def shapes(self) -> dict[str, torch.Size]:
+        return {n: p.shape for n, p in self.params.items()}
+
+
+class Compressor(ABC):
+    """What a worker's push keeps of its update, and how the PS reads it back: one object per
+    strategy instance, holding the compression's own state (compressors.py has the built-ins)."""
+
+    name: ClassVar[str] = ""
+    # whether the last payload was compressed (steps.csv `compressed`); None: always, not recorded
+    last_compressed: Optional[bool] = None
+
+    @abstractmethod
+    def compress(self, grads: Tensors) -> Tensors:
+        """Worker side: the payload standing for this step's update."""
+
+    @abstractmethod
+    def decompress(self, payload: Tensors, shapes: dict[str, torch.Size], fill_missing: bool = False) -> Tensors:
+        """Server side: the dense update (a tensor the push left out: absent, or zeros with fill_missing)."""
 
 
 @dataclass
@@ -70,8 +125,9 @@ class WorkerContext:
     sync: Optional[bool] = None  # the outcome of this step's vote, for strategies that vote
 
 
-class Strategy:
-    """Base class. Subclasses set `name`, `summary`, `Params` and override the hooks."""
+class Strategy(ABC):
+    """Base class. Subclasses set `name`, `summary`, `Params`, implement `server_on_push` and
+    override the optional hooks they need."""
 
     name: ClassVar[str] = ""
     summary: ClassVar[str] = ""
@@ -85,14 +141,25 @@ class Strategy:
     last_compressed: Optional[bool] = None
 
     seed: int = 0  # the run's seed (make_strategy sets it): the same on the PS and every worker
+    # what a push keeps of the update (compressors.py); None: dense pushes
+    compressor: Optional[Compressor] = None
 
     def __init__(self, params: Optional[dict] = None):
         self.params = self.Params(**(params or {}))
+        self.compressor = self.make_compressor()
+
+    def make_compressor(self) -> Optional[Compressor]:
+        """The compressor this strategy's pushes go through (default: none, dense pushes)."""
+        return None
 
     # -- worker side --------------------------------------------------------------------
     def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Optional[Tensors]:
-        """Tensors to push for this step (default: the dense gradients)."""
-        return grads
+        """Tensors to push for this step (default: the gradients, through the compressor if any)."""
+        if self.compressor is None:
+            return grads
+        payload = self.compressor.compress(grads)
+        self.last_compressed = self.compressor.last_compressed
+        return payload
 
     def worker_vote(self, grads: Tensors, ctx: WorkerContext) -> Optional[bool]:
         """A flag to share with every worker before this step's payload (SelSync's "synchronize
@@ -105,8 +172,16 @@ class Strategy:
         worker voted, return (workers to tell, outcome)."""
         return None
 
+    @abstractmethod
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
-        raise NotImplementedError
+        """Take a worker's push (made on model `base_version`); return the workers to answer now."""
+
+    def dense_update(self, server: ServerState, payload: Tensors, fill_missing: bool = False) -> Tensors:
+        """A push as the dense update it stands for: decoded by the compressor, if any (a tensor
+        the push left out: absent, or zeros with fill_missing)."""
+        if self.compressor is None:
+            return payload
+        return self.compressor.decompress(payload, server.shapes(), fill_missing=fill_missing)
 
     def server_reply_meta(self, server: ServerState, worker: str) -> dict:
         """Extra meta for the model the PS sends `worker` (e.g. ADSP's commit rate)."""

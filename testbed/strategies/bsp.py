@@ -2,7 +2,8 @@
 
 Every step the PS waits for one gradient from each worker, averages them and applies
 W <- W - lr * (1/N) sum_i g_i (the synchronous baseline of AdaComp Sec. II, SelSync Eq. 1,
-ADSP Sec. II-A), then sends the new model to all workers.
+ADSP Sec. II-A), then sends the new model to all workers. With a compressor (compressors.py)
+each push is decoded to its dense update (zeros where it sent nothing) before the mean.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Optional
 import torch
 
 from testbed.strategies.base import ServerState, Strategy, Tensors
+from testbed.strategies.compressors import Compressible, Compressing
 
 
 def average(payloads: list[Tensors], weights: Optional[list[float]] = None) -> Tensors:
@@ -26,10 +28,11 @@ def average(payloads: list[Tensors], weights: Optional[list[float]] = None) -> T
     return out
 
 
-class BSP(Strategy):
+class BSP(Compressing, Strategy):
     name = "bsp"
     summary = "bulk-synchronous: PS waits for all workers each step, averages gradients, broadcasts"
     synchronous = True
+    Params = Compressible
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -58,7 +61,7 @@ class BSP(Strategy):
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
         if worker in self._pending:
             raise RuntimeError(f"BSP: {worker} pushed twice in step {server.version}")
-        self._pending[worker] = payload
+        self._pending[worker] = self.dense_update(server, payload, fill_missing=True)
         return self._complete(server)
 
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:

@@ -28,7 +28,7 @@ from typing import Callable, ClassVar, Optional
 import torch
 
 from testbed.strategies import sparse
-from testbed.strategies.base import Strategy, Tensors
+from testbed.strategies.base import ServerState, Strategy, StrategyError, Tensors
 
 
 @dataclass
@@ -105,6 +105,9 @@ class PeerStrategy(Strategy):
         self.residuals = Residuals()
         # per link, the last step's selection: (entries sent, contribution threshold); peers.csv
         self.link_log: dict[str, tuple[int, Optional[float]]] = {}
+
+    def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
+        raise StrategyError(f"{self.name} is decentralized: workers exchange directly, no PS takes pushes")
 
     def batch_size(self, ctx: PeerContext) -> int:
         return ctx.base_batch

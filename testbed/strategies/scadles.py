@@ -22,13 +22,14 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 from pydantic import Field
 
 from testbed.strategies import sparse
-from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
+from testbed.strategies.base import ServerState, StrategyParams, Tensors
 from testbed.strategies.bsp import BSP, average
-from testbed.strategies.comp_asgd import top_c_whole_model
+from testbed.strategies.compressors import AdaptiveTopC, compression_loss
+
+__all__ = ["ScaDLES", "ScaDLESParams", "compression_loss"]
 
 
 class ScaDLESParams(StrategyParams):
@@ -37,13 +38,6 @@ class ScaDLESParams(StrategyParams):
     base_batch: int = Field(64, ge=1, description="per-device batch of the lr rule's B = base_batch * N")
     cr: Optional[float] = Field(None, gt=0, le=1, description="Top-k fraction for adaptive compression (None: off)")
     delta: float = Field(0.3, ge=0, description="send Top-k when the relative squared-norm loss is <= delta")
-
-
-def compression_loss(g: Tensors, kept: dict[str, tuple[torch.Tensor, torch.Tensor]]) -> float:
-    """| |g|^2 - |Topk(g)|^2 | / |g|^2 over the whole update (ScaDLES Sec. IV)."""
-    total = sum(float(t.detach().to(torch.float32).pow(2).sum()) for t in g.values())
-    top = sum(float(v.pow(2).sum()) for _, v in kept.values())
-    return abs(total - top) / total if total > 0 else 0.0
 
 
 class ScaDLES(BSP):
@@ -57,18 +51,15 @@ class ScaDLES(BSP):
         super().__init__(params)
         self._samples: dict[str, int] = {}
 
-    def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Tensors:
-        if self.params.cr is None:
-            return grads
-        kept = top_c_whole_model(grads, self.params.cr)
-        self.last_compressed = compression_loss(grads, kept) <= self.params.delta
-        return sparse.encode(kept) if self.last_compressed else grads
+    def make_compressor(self) -> Optional[AdaptiveTopC]:
+        """Sec. IV's adaptive Top-k on the worker (compressors.AdaptiveTopC); None: dense pushes."""
+        return None if self.params.cr is None else AdaptiveTopC(self.params.cr, self.params.delta)
 
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
-        self._samples[worker] = int(server.push_meta.get("batch_size") or 1)
+        self._samples[worker] = server.push_meta.batch_size or 1
         # a compressed push may leave whole tensors out: they count as zero in the weighted sum
-        return super().server_on_push(server, worker, sparse.densify(
-            payload, {n: p.shape for n, p in server.params.items()}, fill_missing=True), base_version)
+        return super().server_on_push(server, worker, sparse.densify(payload, server.shapes(), fill_missing=True),
+                                      base_version)
 
     def aggregate(self, server: ServerState) -> tuple[Tensors, float]:
         workers = sorted(self._pending)

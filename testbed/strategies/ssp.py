@@ -4,21 +4,24 @@ Workers push gradients asynchronously and the PS applies each one at once (W <- 
 but a worker may not run more than `staleness` clocks (its own push count) ahead of the
 slowest worker still training: a push that would put it further ahead is applied, and the
 worker is answered only once the slowest catches up. staleness 0 is BSP-like lock-step
-(without averaging); a large bound is ASGD without the staleness-scaled lr.
+(without averaging); a large bound is ASGD without the staleness-scaled lr. With a compressor
+(`compressor: {name: adacomp, c: 0.01}`, compressors.py) each push carries only what the
+compressor keeps (AdaComp's per-layer top-c, say) and the PS applies the decoded update.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors
+from testbed.strategies.base import ServerState, Strategy, Tensors
+from testbed.strategies.compressors import Compressible, Compressing
 
 
-class SSPParams(StrategyParams):
+class SSPParams(Compressible):
     staleness: int = Field(3, ge=0, le=10_000, description="clocks a worker may run ahead of the slowest")
 
 
-class SSP(Strategy):
+class SSP(Compressing, Strategy):
     name = "ssp"
     summary = "stale synchronous: apply each push at once; block a worker more than s clocks ahead of the slowest"
     paper = "Ho et al. 2013; baseline in SelSync and ADSP"
@@ -46,7 +49,7 @@ class SSP(Strategy):
         for w in server.workers:  # every worker starts at clock 0, even before its first push
             self.clock.setdefault(w, 0)
         self.clock[worker] = self.clock.get(worker, 0) + 1
-        server.apply(payload, server.lr)
+        server.apply(self.dense_update(server, payload), server.lr)
         server.log.append((worker, server.version - 1 - base_version, server.lr))
         self.blocked.add(worker)
         return self._release()

@@ -6,6 +6,7 @@ import os
 import sys
 import tempfile
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from testbed.node import channel
@@ -30,7 +31,8 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
     from testbed.data.streaming.producer import produce_stream
 
     sc = cfg.scenario_model()
-    bootstrap = cfg.stream["bootstrap"]
+    stream = cfg.stream
+    bootstrap = stream.bootstrap
     address, port = bootstrap.rsplit(":", 1)
     tansu = None
     if cfg.role == "broker":
@@ -44,14 +46,14 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
             if tansu is None:
                 os.unlink(log.name)
     else:
-        wait = 150.0 if cfg.stream["kind"] == "kafka" else 20.0
+        wait = 150.0 if stream.kind == "kafka" else 20.0
         if not wait_for_port(address, int(port), wait, stop_event):
-            raise BrokerError(f"{cfg.stream['kind']} broker at {bootstrap} did not accept connections within "
+            raise BrokerError(f"{stream.kind} broker at {bootstrap} did not accept connections within "
                               f"{wait:.0f} s" + (" (the relay at the run's gateway did not answer)"
-                                                  if cfg.stream["kind"] == "external" else ""))
+                                                  if stream.kind == "external" else ""))
     producers = []
     try:
-        topics = cfg.stream["topics"]
+        topics = stream.topics
         create_topics(bootstrap, list(topics.values()))
         from testbed.data.datasets import shared_dataset
 
@@ -61,7 +63,7 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
         for rank, worker in enumerate(cfg.workers):
             p = ctx.Process(target=produce_stream, name=f"producer-{worker}",
                             args=(bootstrap, topics[worker], ds.train_x[shards[rank]],
-                                  ds.train_y[shards[rank]], cfg.stream["schedules"][worker], stop_event,
+                                  ds.train_y[shards[rank]], asdict(stream.schedules[worker]), stop_event,
                                   sc.seed * 1000 + rank, cfg.t0))
             p.start()
             producers.append(p)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
@@ -20,8 +21,44 @@ from testbed.scenario.schema import Scenario
 
 
 @dataclass
+class PeerLink:
+    """Another worker as this worker's link to it sees it (plan.cluster.peer_table): where it
+    listens, the path's bottleneck rate (None: nothing on the path is shaped), and whether it
+    shares this worker's site (LAN) or is across a WAN."""
+
+    address: str = ""
+    rate_bps: Optional[float] = None
+    same_site: bool = True
+
+
+@dataclass
+class RateTrace:
+    """A device's stream rate over the run: `rates[i]` samples/s from `times[i]` seconds on."""
+
+    times: list[float]
+    rates: list[float]
+
+
+@dataclass
+class StreamConfig:
+    """A streaming run's data plane (ScaDLES): the broker, each device's topic, its nominal rate
+    and its rate over the run."""
+
+    bootstrap: str  # the broker's ADDRESS:PORT
+    kind: str  # the broker: tansu | kafka | external
+    topics: dict[str, str]
+    rates: dict[str, float]
+    schedules: dict[str, RateTrace]
+
+    def __post_init__(self):
+        self.schedules = {w: s if isinstance(s, RateTrace) else RateTrace(**s) for w, s in self.schedules.items()}
+
+
+@dataclass
 class RoleConfig:
-    """Everything a role needs, picklable (it crosses the forkserver)."""
+    """Everything a role needs, picklable (it crosses the forkserver) and a mapping of plain values
+    as `dataclasses.asdict` (it reaches a container as JSON): built again from that mapping, its
+    parts are dataclasses again (`__post_init__`)."""
 
     node: str
     role: str
@@ -33,10 +70,10 @@ class RoleConfig:
     threads: int
     delay: transport.DelaySpec = field(default_factory=transport.DelaySpec)
     workers: list[str] = field(default_factory=list)
-    # Decentralized strategies: every other worker -> {address, rate_bps, same_site}
-    peers: dict = field(default_factory=dict)
-    # Streaming (ScaDLES): bootstrap, per-worker topic and rate, the broker's ready file.
-    stream: dict = field(default_factory=dict)
+    # Decentralized strategies: every other worker -> its link
+    peers: dict[str, PeerLink] = field(default_factory=dict)
+    # Streaming (ScaDLES): the broker and every device's topic and rate; None when not streaming
+    stream: Optional[StreamConfig] = None
     # What runs the role, `module:function` (testbed.node.roles.role_target): the algorithm picks it.
     target: str = ""
     # Every node of the run -> its address: receivers hear a node only from its own address.
@@ -49,6 +86,14 @@ class RoleConfig:
     # Where a command workload's program writes its output: a file of the runner's (netns: the same
     # host), or "" for the node's own output (a container's log, saved at teardown).
     log_path: str = ""
+
+    def __post_init__(self):
+        """The parts given as mappings (the runner's tables, or JSON in a container) as dataclasses."""
+        if isinstance(self.delay, Mapping):
+            self.delay = transport.DelaySpec(**self.delay)
+        self.peers = {n: p if isinstance(p, PeerLink) else PeerLink(**p) for n, p in self.peers.items()}
+        if isinstance(self.stream, Mapping):
+            self.stream = StreamConfig(**self.stream) if self.stream else None
 
     def scenario_model(self) -> Scenario:
         return Scenario.model_validate(self.scenario)

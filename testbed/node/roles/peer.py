@@ -43,8 +43,7 @@ class PeerWorker:
         setup_torch(cfg, sc)
         self.data = worker_setup(cfg, sc)
         self.strategy = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed)
-        self.peers = {name: PeerInfo(name, info.get("rate_bps"), bool(info.get("same_site", True)))
-                      for name, info in cfg.peers.items()}
+        self.peers = {name: PeerInfo(name, link.rate_bps, link.same_site) for name, link in cfg.peers.items()}
         self.params = dict(self.data.model.named_parameters())
         self.model_entries = sum(p.numel() for p in self.params.values())  # what a dense gradient carries
         self.zctx = zmq.Context()
@@ -52,8 +51,8 @@ class PeerWorker:
         self.inbox = transport.peer_inbox(self.zctx, cfg.node, cfg.delay, seed=sc.seed,
                                           max_frame=frame_limit(self.data.model))
         self.inbox.senders = transport.known_senders(cfg.peers, cfg.addresses)
-        self.outbox = {p: transport.peer_outbox(self.zctx, info["address"], cfg.node, cfg.delay)
-                       for p, info in cfg.peers.items()}
+        self.outbox = {p: transport.peer_outbox(self.zctx, link.address, cfg.node, cfg.delay)
+                       for p, link in cfg.peers.items()}
         self.log = channel.open_table(cfg, "steps.csv")
         self.links = channel.open_table(cfg, "peers.csv")
         self.replicas = replica_schedule(sc)

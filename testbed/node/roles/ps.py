@@ -13,7 +13,7 @@ from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
                                        setup_torch)
 from testbed.node.wire import Message
-from testbed.strategies import ServerState, make_strategy
+from testbed.strategies import PushMeta, ServerState, make_strategy
 
 # What handling a malformed message (missing meta keys, tensors of the wrong name or shape, a number
 # out of range) raises: "refused". Anything else a handler raises is counted as a handler error.
@@ -162,12 +162,13 @@ class ParameterServer(ServingRole):
         if self.reason is not None:
             return
         server = self.server
-        base_version = int(msg.meta["base_version"])  # a malformed push is refused before anything changes
+        meta = PushMeta.from_wire(msg.meta)  # a malformed push is refused before anything changes
+        base_version = meta.base_version
         self.ingress_payload += nbytes
         server.updates_received += 1
         self.members.waiting.add(sender)
         before = len(server.log)
-        server.push_meta = msg.meta
+        server.push_meta = meta
         answer = self.strategy.server_on_push(server, sender, msg.tensors, base_version)
         for w, staleness, lr in server.log[before:]:
             self.log.write(time=self.cfg.now(), version=server.version, worker=w, staleness=staleness, lr=lr,

@@ -16,7 +16,7 @@ from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, device_step, load_params, setup_torch, worker_setup
 from testbed.node.wire import Message
 from testbed.scenario.schema import Scenario
-from testbed.strategies import WorkerContext, make_strategy
+from testbed.strategies import PushMeta, WorkerContext, make_strategy
 
 
 class Worker:
@@ -86,8 +86,7 @@ class Worker:
             self.local_update()
         else:
             before = self.ep.bytes_received
-            sent += self.ep.send(Message("push", payload, {"base_version": self.version, "step": step,
-                                                           "batch_size": len(yb), "loss": loss}))
+            sent += self.ep.send(Message("push", payload, PushMeta(self.version, step, len(yb), loss).to_wire()))
             reply = self.wait_reply()
             received += self.ep.bytes_received - before
             if self.crash is not None and self.crash.random() < self.sc.faults.crash_per_push:
@@ -189,12 +188,12 @@ def start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     from testbed.data.streaming.rates import RateSchedule
 
     st = sc.streaming
-    sched = cfg.stream["schedules"][cfg.node]
-    schedule = RateSchedule(sched["times"], sched["rates"])
+    sched = cfg.stream.schedules[cfg.node]
+    schedule = RateSchedule(sched.times, sched.rates)
     buf = StreamBuffer(st.buffer, schedule.rate_at(0.0), cap_samples=st.buffer_cap, sample_bytes_hint=sample_bytes)
     table = channel.open_table(cfg, "buffer.csv")
     policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
-    feeder = StreamFeeder(cfg.stream["bootstrap"], cfg.stream["topics"][cfg.node], buf, cfg.t0,
+    feeder = StreamFeeder(cfg.stream.bootstrap, cfg.stream.topics[cfg.node], buf, cfg.t0,
                           on_snapshot=lambda row: table.write(node=cfg.node, **row), schedule=schedule,
                           batch_policy=policy)
     feeder.start()
