@@ -4,6 +4,7 @@ brings something real up, marked by tests/conftest.py from what the test uses.""
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 
@@ -14,8 +15,14 @@ def _collected(*args: str) -> list[str]:
     return [line for line in r.stdout.splitlines() if "::" in line]
 
 
-def test_the_fast_tier_has_no_real_run_and_keeps_the_unit_tests():
-    fast, real = set(_collected("-m", "not slow")), set(_collected("-m", "real"))
+@pytest.fixture(scope="module")
+def tiers() -> tuple[list[str], list[str]]:
+    """The fast tier's tests and the real ones, each in the order they run."""
+    return _collected("-m", "not slow"), _collected("-m", "real")
+
+
+def test_the_fast_tier_has_no_real_run_and_keeps_the_unit_tests(tiers):
+    fast, real = set(tiers[0]), set(tiers[1])
     assert not fast & real and len(real) >= 100
     assert {"tests/test_api.py::test_run_in_python_gives_the_records_as_dataframes",  # needs_root + clean_host
             "tests/test_swarm.py::test_hosts_lists_the_lab",  # the lab fixture
@@ -33,11 +40,10 @@ def test_the_fast_tier_has_no_real_run_and_keeps_the_unit_tests():
             } <= fast
 
 
-def test_the_labs_tests_run_last_together():
+def test_the_labs_tests_run_last_together(tiers):
     """One lab for the session, up only while its tests run: they come after every other test."""
-    order = _collected("tests/test_ipsec.py", "tests/test_swarm.py", "tests/test_api.py")
+    order = tiers[1]
     first_lab = order.index("tests/test_ipsec.py::test_encrypt_on_the_lab_runs_only_where_every_kernel_has_esp_and_gcm")
     assert order.index("tests/test_swarm.py::test_hosts_lists_the_lab") > first_lab
-    assert order.index("tests/test_swarm.py::test_the_spread_puts_nodes_where_most_cpus_are_left") < first_lab
-    assert order.index("tests/test_api.py::test_the_sweep_notebook_runs") < first_lab
+    assert order.index("tests/test_tensorboard.py::test_a_run_writes_scalars_while_it_goes") < first_lab
     assert len(order) - first_lab == 12  # 2 in test_ipsec, 10 in test_swarm
