@@ -149,6 +149,9 @@ REAL_CALLS = re.compile(r"\b(run_up|start_up|netns_cluster|lab_up|NetnsRuntime|D
                         r"_docker_or_skip|_lab_or_skip)\(|edgebed_cmd\(\) \+ \[\"up\"")
 
 
+UNIT_TIMEOUT_S = 300  # (pytest-timeout) a test with no real run that takes this long is stuck
+
+
 def _calls(src: str, names: set[str]) -> bool:
     return bool(REAL_CALLS.search(src)) or any(re.search(rf"\b{re.escape(n)}\(", src) for n in names)
 
@@ -197,5 +200,7 @@ def pytest_collection_modifyitems(config, items):
         if is_real(item):
             item.add_marker(pytest.mark.real)
             item.add_marker(pytest.mark.slow)
+        elif item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))  # `make test`'s --timeout is for real runs
     # the lab's tests last, together (stable otherwise): the session's lab is up only while they run
     items.sort(key=lambda item: "lab" in getattr(item, "fixturenames", ()))

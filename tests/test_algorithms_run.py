@@ -3,8 +3,7 @@
 import json
 
 import pytest
-import yaml
-from conftest import needs_root, run_up
+from conftest import needs_root, run_up, write_scenario
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -18,8 +17,7 @@ def _run(tmp_path, name: str, params: dict, seconds: int = 25, **extra):
             "stop": {"seconds": seconds}, "algorithm": {"name": name, "params": params},
             "profiles": {"edge": {"cpus": 0.35, "bandwidth": "100mbit"}},
             "workers": [{"count": 3, "profile": "edge"}], **extra}
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     run_dir = tmp_path / "run"
     run_up(path, run_dir, "-q", timeout=300)
     from testbed.records.reader import load_run

@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root, run_up
+from conftest import REPO, edgebed_cmd, needs_root, run_up, write_scenario
 from testbed.node.roles.command import environment, placeholders
 from testbed.node.roles.common import RoleConfig
 from testbed.plan import parse_scenario
@@ -98,10 +98,7 @@ def test_stopping_a_program_stops_what_it_started(tmp_path):
 
 
 def _up(tmp_path, data: dict):
-    import yaml
-
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     run_dir = tmp_path / "run"
     r = run_up(path, run_dir, "-q", expect=None, timeout=400)
     return r, run_dir

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up, start_up
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up, start_up, write_scenario
 
 from testbed.records.metrics import TABLES
 
@@ -96,8 +96,7 @@ def _scenario(tmp_path, algorithm: dict, events: list, faults: dict | None = Non
             "workers": [{"count": 3, "profile": "edge"}], "events": events}
     if faults:
         data["faults"] = faults
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     return str(path)
 
 
@@ -284,8 +283,7 @@ def test_wan_link_event_changes_the_rate_between_sites(tmp_path, clean_host):
     data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
     data.update(runtime="netns", stop={"seconds": 22},
                 events=[{"at": "8s", "target": "wan:a-b", "action": "link", "rate": "4mbit"}])
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     run_dir = tmp_path / "run"
     run_up(path, run_dir, "-q", timeout=200)
     events = pd.read_csv(run_dir / "events.csv")
@@ -303,8 +301,7 @@ def test_wan_link_event_changes_the_rate_between_sites(tmp_path, clean_host):
 def test_killing_the_broker_ends_the_run_clearly(tmp_path, clean_host):
     data = yaml.safe_load((REPO / "scenarios/streaming-smoke.yaml").read_text())
     data.update(runtime="netns", stop={"seconds": 60}, events=[{"at": "8s", "target": "broker", "action": "kill"}])
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     run_dir = tmp_path / "run"
     r = run_up(path, run_dir, "-q", expect=None, timeout=200)
     assert r.returncode != 0

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, is_root, run_up
+from conftest import REPO, is_root, run_up, write_scenario
 
 from testbed.kernel import ipsec
 from testbed.plan import parse_scenario
@@ -247,8 +247,7 @@ def test_encrypt_on_the_lab_runs_only_where_every_kernel_has_esp_and_gcm(tmp_pat
         run_dir = _run(tmp_path, sc)
         assert (run_dir / "summary.json").is_file()
     else:
-        path = tmp_path / "s.yaml"
-        path.write_text(yaml.safe_dump(sc))
+        path = write_scenario(tmp_path, sc)
         r = run_up(path, tmp_path / "run", "-q", expect=None, timeout=600)
         said = [line for line in (r.stdout + r.stderr).splitlines() if "network.encrypt" in line]
         assert r.returncode != 0 and len(said) == 1, r.stdout[-2000:] + r.stderr[-2000:]

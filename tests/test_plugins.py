@@ -11,7 +11,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root, run_up
+from conftest import REPO, edgebed_cmd, needs_root, run_up, write_scenario
 from testbed import plugins
 from testbed.plan import parse_scenario
 from testbed.runtimes.preflight import plugin_problems
@@ -176,8 +176,7 @@ def test_the_example_plugin_trains_on_the_docker_runtime_from_its_package(instal
 
     data = yaml.safe_load((EXAMPLE / "scenario.yaml").read_text())
     data.update(runtime="docker", packages=[str(EXAMPLE)], stop={"seconds": 15})
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     run_dir = tmp_path / "run"
     run_up(path, run_dir, "-q", env=installed, timeout=600)
     meta = json.loads((run_dir / "meta.json").read_text())

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, edgebed_cmd, run_up, start_up
+from conftest import REPO, edgebed_cmd, run_up, start_up, write_scenario
 
 from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
@@ -218,8 +218,7 @@ def _ours_on(host) -> dict:
 
 def _run(tmp_path, sc: dict, *extra: str, env=None):
     """`edgebed up` of scenario dict `sc` (plus options); the run directory, after checking it ran."""
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(sc))
+    path = write_scenario(tmp_path, sc)
     run_dir = tmp_path / "run"
     run_up(path, run_dir, *extra, "-q", timeout=900, env=env)
     return run_dir
@@ -457,8 +456,7 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "workers": "eb-lab-h2"})
     sc["profiles"]["edge-slow"]["loss"] = 0.01  # w2, w3: without netem, an eBPF filter in the node
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(sc))
+    path = write_scenario(tmp_path, sc)
     runner = start_up(path, tmp_path / "run", "-q", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     manager = _engine(lab[0].socket)
     steps = tmp_path / "run" / "steps.csv"

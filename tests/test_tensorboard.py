@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import REPO, needs_root, start_up
+from conftest import REPO, needs_root, start_up, write_scenario
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402
@@ -61,8 +61,7 @@ def test_a_run_writes_scalars_while_it_goes(tmp_path, clean_host):
 
     sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
     sc.update(runtime="netns", stop={"seconds": 30})
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(sc))
+    path = write_scenario(tmp_path, sc)
     logdir = tmp_path / "tb"
     p = start_up(path, tmp_path / "run", "-q", "--tensorboard", str(logdir), stderr=subprocess.PIPE)
     seen_during = []

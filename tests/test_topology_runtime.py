@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up
+from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up, write_scenario
 
 pytestmark = [needs_root, pytest.mark.root]
 
@@ -116,8 +116,7 @@ def test_dlion_peer_to_peer_on_docker_sites(tmp_path, clean_host):
     data = yaml.safe_load((REPO / "scenarios" / "topologies" / "dlion-p-network.yaml").read_text())
     data.update(runtime="docker", stop={"seconds": 25},
                 algorithm={"name": "dlion", "params": {"total_batch": 64, "link_share": 0.2}})
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(data))
+    path = write_scenario(tmp_path, data)
     run_dir = tmp_path / "run"
     run_up(path, run_dir, timeout=400)
     summary = json.loads((run_dir / "summary.json").read_text())
