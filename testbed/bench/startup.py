@@ -3,12 +3,32 @@
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import Callable
 
 from testbed.bench.harness import _mem_available, _save, run_for_records
 from testbed.plan import parse_scenario
+
+
+class _LowestMemory:
+    """The host's MemAvailable at its lowest, sampled every 0.25 s from a thread until stop()."""
+
+    def __init__(self) -> None:
+        self.before = _mem_available()
+        self.lowest = self.before
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.25):
+            self.lowest = min(self.lowest, _mem_available())
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | None = None,
@@ -19,8 +39,6 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
     trains the small CNN (adacomp_cnn) for a window that grows with N (10 s + 0.3 s a worker: a
     budget of updates would end the run before the last workers start), and the run counts how
     many workers trained in it (all of them: the machine holds the cluster)."""
-    import threading
-
     import pandas as pd
 
     sc = parse_scenario({"name": f"startup-{workers}", "runtime": runtime,
@@ -28,23 +46,13 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
                          "stop": {"seconds": window or 10 + 0.3 * workers}, "algorithm": {"name": "asgd"},
                          "profiles": {"edge": {"bandwidth": "100mbit", **({"cpus": cpus} if cpus else {})}},
                          "workers": [{"count": workers, "profile": "edge"}]})
-    before = _mem_available()
-    lowest = [before]
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.wait(0.25):
-            lowest[0] = min(lowest[0], _mem_available())
-
-    watcher = threading.Thread(target=watch, daemon=True)
-    watcher.start()
+    watcher = _LowestMemory()
     t = time.time()
     try:
         summary, records = run_for_records(sc, "bench-startup", "steps.csv", "resources.csv")
     finally:
         total = time.time() - t
-        done.set()
-        watcher.join()
+        watcher.stop()
     steps, res = records["steps.csv"], records["resources.csv"]
     stepped = int(steps.node.nunique()) if len(steps) else 0
     # every worker's first step, from `edgebed up` (steps.csv times count from the run's t0)
@@ -54,7 +62,7 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
         all_stepping = round(summary["startup_seconds"] - float(first_of_each.min()) + float(first_of_each.max()), 3)
     peaks = res[res.node.str.match(r"^w\d+$")].groupby("node").memory_bytes.max() if len(res) else pd.Series()
     per_worker = float(peaks.mean()) if len(peaks) else None
-    host_used = before - lowest[0]
+    host_used = watcher.before - watcher.lowest
     ok = summary["status"] == "completed" and summary["startup_seconds"] is not None and stepped == workers
     say(f"{runtime}: {workers} workers: first training step after {summary['startup_seconds']} s, every "
         f"worker's after {all_stepping} s, "
