@@ -12,6 +12,7 @@ from importlib import metadata
 from typing import Callable, Optional
 
 from testbed.runtimes.errors import RuntimeUnavailable  # noqa: F401  (raised here, caught by the CLI)
+from testbed.scenario import checks
 
 GROUP = "edgebed.runtimes"
 AUTO = "auto"  # a scenario's `runtime: auto`: the first runtime, by rank, that can run here
@@ -28,10 +29,8 @@ def runtime_names() -> list[str]:
 
 
 def unknown_runtime(name: str) -> Optional[str]:
-    """One line if `name` is neither `auto` nor a registered runtime, else None."""
-    if name == AUTO or name in _entry_points():
-        return None
-    return f"runtime: unknown runtime '{name}' (known: {', '.join([AUTO, *runtime_names()])})"
+    """One line if `name` is neither `auto` nor a registered runtime (validation's line), else None."""
+    return checks.unknown_runtime(name, _entry_points())
 
 
 def runtime_class(name: str):

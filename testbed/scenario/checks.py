@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 from importlib.metadata import entry_points
-from typing import Any
+from typing import Any, Iterable, Optional
 
 from pydantic import ValidationError
 
@@ -178,13 +178,20 @@ def _placement_problems(sc: Scenario) -> list[str]:
     return lines
 
 
+def unknown_runtime(name: str, registered: Optional[Iterable[str]] = None) -> Optional[str]:
+    """One line if `name` is neither `auto` nor a registered runtime, else None: `registered`, or
+    the `edgebed.runtimes` entry point group's names (read here: the runtimes layer is above this
+    one). What that runtime cannot run is its own check (testbed.runtimes.scenario_problems)."""
+    names = registered if registered is not None else (ep.name for ep in entry_points(group="edgebed.runtimes"))
+    known = sorted(set(names))
+    if name == "auto" or name in known:
+        return None
+    return f"runtime: unknown runtime '{name}' (known: {', '.join(['auto', *known])})"
+
+
 def _runtime_name_problems(sc: Scenario) -> list[str]:
-    """Whether a runtime of that name is registered (its entry point; the runtimes layer is above
-    this one). What that runtime cannot run is its own check (testbed.runtimes.scenario_problems)."""
-    known = sorted({ep.name for ep in entry_points(group="edgebed.runtimes")})
-    if sc.runtime == "auto" or sc.runtime in known:
-        return []
-    return [f"runtime: unknown runtime '{sc.runtime}' (known: {', '.join(['auto', *known])})"]
+    line = unknown_runtime(sc.runtime)
+    return [] if line is None else [line]
 
 
 def _jitter_problems(sc: Scenario, refs: list[tuple[str, Any]]) -> list[str]:
