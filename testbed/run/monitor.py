@@ -100,7 +100,8 @@ class Sampler:
             for name, use in self.runtime.usage().items():
                 res.write(time=now, node=name, cpu_seconds=use.cpu_seconds, memory_bytes=use.memory_bytes,
                           throttled_seconds=use.throttled_seconds, gpu_memory_bytes=use.gpu_memory_bytes,
-                          gpu_util=use.gpu_util)
+                          gpu_util=use.gpu_util, cpu_quota=use.cpu_quota, wait_seconds=use.wait_seconds,
+                          nr_periods=use.nr_periods, nr_throttled=use.nr_throttled)
         finally:
             traffic.close()
             res.close()

@@ -49,6 +49,12 @@ class NodeUsage:
     throttled_seconds: Optional[float]
     gpu_memory_bytes: Optional[int] = None  # its processes' on the GPUs (NVML), where it has GPUs
     gpu_util: Optional[int] = None  # % of a GPU's SMs its busiest process used, NVML's latest sample
+    # The fidelity monitor's inputs (records.fidelity): the quota now in cores (None: unlimited),
+    # time runnable but waiting, CFS periods and those throttled.
+    cpu_quota: Optional[float] = None
+    wait_seconds: Optional[float] = None
+    nr_periods: Optional[int] = None
+    nr_throttled: Optional[int] = None
 
 
 @runtime_checkable
@@ -285,7 +291,9 @@ class Runtime(LiveOps, ABC):
             thr = h.cgroup.throttled() or {}
             throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
             out[name] = NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled,
-                                  *node_gpu_use(h, gpu_use))
+                                  *node_gpu_use(h, gpu_use), cpu_quota=h.cgroup.quota_cores(),
+                                  wait_seconds=h.cgroup.wait_seconds(), nr_periods=thr.get("nr_periods"),
+                                  nr_throttled=thr.get("nr_throttled"))
         return out
 
     # -- teardown --------------------------------------------------------------------------
