@@ -215,3 +215,25 @@ def test_a_promise_source_added_first_wins():
         assert R.promised_cpus(spec.workers[0]) == 1.5 and R.promised_cpus(spec.ps) == 0.5
     finally:
         R.PROMISE_SOURCES.pop(0)
+
+
+def test_shaping_csv_gives_the_links_intervals(tmp_path):
+    from testbed.records.columns import SHAPING_COLUMNS
+    from testbed.records.metrics import format_row
+
+    rows = [{"time": 0.0, "node": "w0", "direction": "up", "rate_bps": 20e6, "bytes": 0, "overlimits": 0},
+            {"time": 1.0, "node": "w0", "direction": "up", "rate_bps": 20e6, "bytes": 2_450_000, "overlimits": 40},
+            {"time": 2.0, "node": "w0", "direction": "up", "rate_bps": 20e6, "bytes": 3_700_000, "overlimits": 90},
+            {"time": 0.0, "node": "w0", "direction": "down", "rate_bps": None, "bytes": 0},
+            {"time": 1.0, "node": "w0", "direction": "down", "rate_bps": None, "bytes": 100}]
+    with open(tmp_path / "shaping.csv", "wb") as f:
+        f.write((",".join(SHAPING_COLUMNS) + "\n").encode())
+        for r in rows:
+            f.write(format_row(SHAPING_COLUMNS, r))
+    ivs = {(iv.name, iv.start): iv for iv in F.assess_run(tmp_path)}
+    assert ivs[("w0/up", 0.0)].verdict == "faithful" and ivs[("w0/up", 0.0)].got == pytest.approx(19.6e6)
+    assert ivs[("w0/up", 1.0)].verdict == "shortfall" and ivs[("w0/up", 1.0)].got == pytest.approx(10e6)
+    assert ivs[("w0/down", 0.0)].verdict == "unshaped"
+    fid = F.summarize(list(ivs.values()))
+    assert fid["links"]["w0/up"]["shortfall_seconds"] == pytest.approx(1.0) and not fid["faithful"]
+    assert "w0/up 1s" in F.one_line(fid)

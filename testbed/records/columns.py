@@ -25,6 +25,11 @@ BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "b
 # peers.csv, decentralized strategies: one row per step and link; `entries` = gradient entries the
 # link carried, `threshold` = the smallest |entry| it carried (DLion's contribution threshold)
 PEER_COLUMNS: list[str] = ["time", "node", "peer", "step", "kind", "bytes", "entries", "threshold"]
+# shaping.csv, one row per shaped access-link direction about every second (the fidelity monitor's
+# link input): the HTB class's rate then (bit/s, empty: it never limits) and its cumulative counters,
+# backlog = bytes queued at that moment
+SHAPING_COLUMNS: list[str] = ["time", "node", "direction", "rate_bps", "bytes", "packets", "drops", "overlimits",
+                               "backlog"]
 # fidelity.csv (records.fidelity), written at the run's end: one row per judged interval of a node
 # (got/promised in cores, wait = share of the interval runnable but waiting) or a link direction
 # (bit/s; wait = 1 when saturated); verdict faithful/idle/starved/unlimited/unknown or

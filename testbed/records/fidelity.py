@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Iterable, Optional
 
-from testbed.records.columns import FIDELITY_COLUMNS, RESOURCE_COLUMNS
+from testbed.records.columns import FIDELITY_COLUMNS, RESOURCE_COLUMNS, SHAPING_COLUMNS
 
 # Got "clearly less" than promised: under 90% of the quota. CFS gives a busy cgroup its quota to
 # within a few percent per second, and a 1 s sample's edges move a period or two of 100 ms in or
@@ -198,12 +198,30 @@ def cpu_samples(run_dir: Path) -> dict[str, list[CpuSample]]:
     return out
 
 
-def assess_run(run_dir: Path, links: Optional[dict[str, list[LinkSample]]] = None) -> list[Interval]:
-    """Every node's intervals (from resources.csv) and every link direction's (`links`)."""
+def link_samples(run_dir: Path) -> dict[str, list[LinkSample]]:
+    """shaping.csv as each link direction's ("w0/up") samples; {} for a run without one."""
+    from testbed.records.reader import read_csv_records
+
+    schema = {c: "float" for c in SHAPING_COLUMNS}
+    schema.update(time="time", node="name", direction="name")
+    df = read_csv_records(Path(run_dir) / "shaping.csv", schema)  # type: ignore[arg-type]
+    out: dict[str, list[LinkSample]] = {}
+    for row in df.itertuples(index=False):
+        counts = [_num(v) for v in (row.bytes, row.overlimits, row.drops, row.backlog)]
+        if counts[0] is None:
+            continue
+        b, ol, dr, bl = (int(c or 0) for c in counts)
+        out.setdefault(f"{row.node}/{row.direction}", []).append(
+            LinkSample(float(row.time), b, _num(row.rate_bps), overlimits=ol, drops=dr, backlog=bl))
+    return out
+
+
+def assess_run(run_dir: Path) -> list[Interval]:
+    """Every node's intervals (resources.csv) and every shaped link direction's (shaping.csv)."""
     out = []
     for node, samples in sorted(cpu_samples(run_dir).items()):
         out += node_intervals(node, samples)
-    for name, link in sorted((links or {}).items()):
+    for name, link in sorted(link_samples(run_dir).items()):
         out += link_intervals(name, link)
     return out
 

@@ -239,6 +239,11 @@ class Runtime(LiveOps, ABC):
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
+    def link_stats(self) -> dict[str, dict]:
+        """Per "node/up" and "node/down": the access class's rate_bps (None: unshaped), bytes,
+        packets, drops, overlimits, backlog (shaping.read_htb_stats); {} where not readable here."""
+        return {}
+
     def channel_urls(self) -> tuple[str, str]:
         """(up, down) of the control channel as a node sees them (testbed.node.channel)."""
         return self.control.urls()
