@@ -35,6 +35,15 @@ def test_a_node_that_wanted_cpu_and_got_less_than_its_quota_is_starved():
     assert ivs[1].wait == pytest.approx(0.5)
 
 
+def test_a_node_that_bursts_at_its_quota_then_idles_is_not_starved():
+    # a BSP worker at quota 0.2: 0.6 s computing (throttled 0.48 s of it), 0.4 s at the barrier
+    s = [F.CpuSample(0, 0.0, 0.2, 0.0, 0.0), F.CpuSample(1, 0.12, 0.2, 0.5, 0.48),
+         F.CpuSample(2, 0.24, 0.2, 1.2, 0.96)]  # then the host made it wait 0.2 s more
+    ivs = F.node_intervals("w3", s)
+    assert ivs[0].verdict == "idle" and ivs[0].wait == pytest.approx(0.02)
+    assert ivs[1].verdict == "starved" and ivs[1].wait == pytest.approx(0.22)
+
+
 def test_an_idle_node_is_not_flagged():
     ivs = F.node_intervals("w0", cpu_run([(0.02, 0.0), (0.1, 0.05), (0.0, 0.0)]))
     assert [iv.verdict for iv in ivs] == ["idle"] * 3

@@ -31,7 +31,7 @@ PEER_COLUMNS: list[str] = ["time", "node", "peer", "step", "kind", "bytes", "ent
 SHAPING_COLUMNS: list[str] = ["time", "node", "direction", "rate_bps", "bytes", "packets", "drops", "overlimits",
                                "backlog"]
 # fidelity.csv (records.fidelity), written at the run's end: one row per judged interval of a node
-# (got/promised in cores, wait = share of the interval runnable but waiting) or a link direction
+# (got/promised in cores, wait = share of the interval waiting for a CPU, throttling excluded) or a link direction
 # (bit/s; wait = 1 when saturated); verdict faithful/idle/starved/unlimited/unknown or
 # faithful/unsaturated/shortfall/unshaped
 FIDELITY_COLUMNS: list[str] = ["kind", "name", "start", "end", "got", "promised", "wait", "verdict"]

@@ -5,14 +5,16 @@ A node is promised its CFS quota (`cpu_quota`, read from its cgroup each second,
 by calibration or changed by the timeline is covered). Between two samples of resources.csv it
   - kept its promise ("faithful") when it got at least GOT_SHARE of its quota;
   - was "idle" (by choice: waiting on the network or its peers) when it got less, but its tasks
-    spent under WANT_WAIT of the interval runnable and not running;
+    spent under WANT_WAIT of the interval waiting for a CPU;
   - was "starved" when it got less than GOT_SHARE of its quota although its tasks waited for a
     CPU at least WANT_WAIT of the interval: it wanted CPU the host did not have, so it ran slower
     than the device it stands for;
   - is "unlimited" (no quota: nothing promised) or "unknown" (no waiting time readable) otherwise.
-A quota-bound node that hit its quota waits too (its throttled tasks stay runnable), but it got
-its quota: faithful. Waiting time is the cgroup's PSI `some` total where it has cpu.pressure, else
-the sum of its threads' run-queue delay (a second of waiting by two threads counts two).
+Waiting for a CPU is the time the cgroup's tasks were runnable and not running (its PSI `some`
+total where it has cpu.pressure, else the sum of its threads' run-queue delay: a second of waiting
+by two threads counts two) less the time its quota throttled it (cpu.stat): a node that bursts
+at its quota and then idles (a BSP worker at the barrier) got less than its quota over the
+interval and waited while throttled, and is idle, not starved.
 
 A link is promised its HTB rate. An interval is "saturated" when its class was over its rate
 (overlimits grew), dropped packets or held a backlog; a saturated interval in which the link
@@ -53,6 +55,7 @@ class CpuSample:
     cpu_seconds: Optional[float]
     cpu_quota: Optional[float]
     wait_seconds: Optional[float]
+    throttled_seconds: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +106,16 @@ def node_verdict(got: float, quota: Optional[float], wait: Optional[float]) -> s
     return "starved" if wait >= WANT_WAIT else "idle"
 
 
+def _waited(a: CpuSample, b: CpuSample, dt: float) -> Optional[float]:
+    """The share of the interval a..b the node's tasks waited for a CPU, its quota's throttling excluded."""
+    if a.wait_seconds is None or b.wait_seconds is None:
+        return None
+    throttled = 0.0
+    if a.throttled_seconds is not None and b.throttled_seconds is not None:
+        throttled = max(0.0, b.throttled_seconds - a.throttled_seconds)
+    return max(0.0, b.wait_seconds - a.wait_seconds - throttled) / dt
+
+
 def node_intervals(name: str, samples: Iterable[CpuSample]) -> list[Interval]:
     """Each pair of consecutive samples judged; a counter that went back (a restarted node's new
     cgroup) or an interval too short leaves that pair out."""
@@ -113,8 +126,7 @@ def node_intervals(name: str, samples: Iterable[CpuSample]) -> list[Interval]:
         used = b.cpu_seconds - a.cpu_seconds  # type: ignore[operator]
         if dt < MIN_INTERVAL_S or used < 0:
             continue
-        waited = (b.wait_seconds - a.wait_seconds) if a.wait_seconds is not None and b.wait_seconds is not None else None
-        wait = max(0.0, waited) / dt if waited is not None else None
+        wait = _waited(a, b, dt)
         got = used / dt
         out.append(Interval("node", name, a.time, b.time, got, b.cpu_quota, wait, node_verdict(got, b.cpu_quota, wait)))
     return out
@@ -194,7 +206,8 @@ def cpu_samples(run_dir: Path) -> dict[str, list[CpuSample]]:
     out: dict[str, list[CpuSample]] = {}
     for row in df.itertuples(index=False):
         out.setdefault(str(row.node), []).append(
-            CpuSample(float(row.time), _num(row.cpu_seconds), _num(row.cpu_quota), _num(row.wait_seconds)))
+            CpuSample(float(row.time), _num(row.cpu_seconds), _num(row.cpu_quota), _num(row.wait_seconds),
+                      _num(row.throttled_seconds)))
     return out
 
 
