@@ -191,7 +191,8 @@ class RoleSupervisor:
                                              "throttled_seconds": throttled, "time": time.time(),
                                              # the fidelity monitor's (records.fidelity)
                                              "cpu_quota": cg.quota_cores(), "wait_seconds": cg.wait_seconds(),
-                                             "nr_periods": thr.get("nr_periods"), "nr_throttled": thr.get("nr_throttled")})
+                                             "nr_periods": thr.get("nr_periods"),
+                                             "nr_throttled": thr.get("nr_throttled")})
 
     # -- requests (node.control), one handler each ----------------------------------------
     def _on_kill(self, req: control.Kill) -> str:
