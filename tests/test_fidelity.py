@@ -246,3 +246,14 @@ def test_shaping_csv_gives_the_links_intervals(tmp_path):
     fid = F.summarize(list(ivs.values()))
     assert fid["links"]["w0/up"]["shortfall_seconds"] == pytest.approx(1.0) and not fid["faithful"]
     assert "w0/up 1s" in F.one_line(fid)
+
+
+def test_a_swarm_node_reports_its_quota_and_waiting_with_its_stats():
+    from testbed.runtimes.swarm_api import HubCgroup
+
+    stats = {"w0": {"cpu_seconds": 3.0, "throttled_seconds": 0.5, "cpu_quota": 0.8, "wait_seconds": 1.25,
+                    "nr_periods": 40, "nr_throttled": 7}}
+    cg = HubCgroup(stats, "w0")
+    assert cg.quota_cores() == 0.8 and cg.wait_seconds() == 1.25
+    assert cg.throttled() == {"throttled_time": 500_000_000, "nr_periods": 40, "nr_throttled": 7}
+    assert HubCgroup({"w0": {"cpu_seconds": 1.0}}, "w0").quota_cores() is None  # an older node: not judged
