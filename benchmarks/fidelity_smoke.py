@@ -3,7 +3,7 @@
 (its quotas add up to 2 cores, this machine's all) several times, and a run that promises more
 CPU than the machine has (4 workers at 0.8 core, a PS and an evaluator at 0.1: 3.4 cores).
 
-Each run is `edgebed up SCENARIO --runtime netns`; per node it reports the quota, the intervals
+Each run is `edgebed up SCENARIO --runtime netns` (or `--runtime docker`); per node it reports the quota, the intervals
 judged, the starved seconds, the mean CPU got and the mean share of time waiting for a CPU, and
 whether `up` warned before the start. Needs root; run it alone on the machine (under
 `flock /tmp/edgebed-heavy.lock`), since anything else running competes for the same cores.
@@ -64,12 +64,12 @@ def node_table(run_dir: Path) -> dict:
     return out
 
 
-def one_run(scenario: Path, out: Path) -> dict:
+def one_run(scenario: Path, out: Path, runtime: str) -> dict:
     started = time.time()
-    r = subprocess.run([EB, "up", str(scenario), "--runtime", "netns", "--out", str(out)], cwd=REPO,
+    r = subprocess.run([EB, "up", str(scenario), "--runtime", runtime, "--out", str(out)], cwd=REPO,
                        capture_output=True, text=True, timeout=900)
     summary = json.loads((out / "summary.json").read_text())
-    return {"scenario": scenario.name, "exit": r.returncode, "status": summary.get("status"),
+    return {"scenario": scenario.name, "runtime": runtime, "exit": r.returncode, "status": summary.get("status"),
             "wall_s": round(time.time() - started, 1), "steps": summary.get("steps"),
             "faithful": summary["fidelity"]["faithful"],
             "warning": next((ln for ln in r.stdout.splitlines() if "promised" in ln), None),
@@ -81,7 +81,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=3, help="smoke runs")
     ap.add_argument("--oversubscribed", type=int, default=1, help="runs of the 3.4-core scenario")
-    ap.add_argument("--out", default=str(REPO / "benchmarks/results/fidelity-smoke.json"))
+    ap.add_argument("--runtime", default="netns", help="netns | docker")
+    ap.add_argument("--out", default=None, help="default benchmarks/results/fidelity-smoke-RUNTIME.json")
     args = ap.parse_args()
     runs = []
     with tempfile.TemporaryDirectory(prefix="eb-fidelity-") as tmp:
@@ -89,15 +90,16 @@ def main() -> None:
         over.write_text(OVERSUBSCRIBED)
         plan = [REPO / "scenarios/smoke.yaml"] * args.reps + [over] * args.oversubscribed
         for i, sc in enumerate(plan):
-            res = one_run(sc, Path(tmp) / f"run{i}")
+            res = one_run(sc, Path(tmp) / f"run{i}", args.runtime)
             runs.append(res)
             print(f"{res['scenario']}: {res['status']}, {res['wall_s']} s, {res['verdict_line']}", flush=True)
             for node, e in sorted(res["nodes"].items()):
                 print(f"  {node:10s} quota {e['promised']}  judged {e['judged']:3d}  starved {e['starved_s']:5.1f} s  "
                       f"got {e['mean_got']:.3f}  wait {e['mean_wait']:.3f}  {e['verdicts']}", flush=True)
-    Path(args.out).write_text(json.dumps({"benchmark": "fidelity-smoke", "date": time.strftime("%Y-%m-%d"),
-                                          "runs": runs}, indent=1))
-    print(f"-> {args.out}")
+    out = args.out or str(REPO / f"benchmarks/results/fidelity-smoke-{args.runtime}.json")
+    Path(out).write_text(json.dumps({"benchmark": "fidelity-smoke", "date": time.strftime("%Y-%m-%d"),
+                                     "runtime": args.runtime, "runs": runs}, indent=1))
+    print(f"-> {out}")
 
 
 if __name__ == "__main__":
