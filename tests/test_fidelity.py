@@ -67,10 +67,10 @@ def test_a_restarted_node_and_a_short_interval_are_left_out():
 
 
 def link_run(carried_bps, rate=20e6, over=True):
-    out, total, ol = [F.LinkSample(0.0, 0, rate)], 0, 0
+    out, total, ol = [F.LinkSample(0.0, 0, rate, backlog=3000 if over else 0)], 0, 0
     for t, bps in enumerate(carried_bps, start=1):
         total, ol = total + int(bps / 8), ol + (5 if over else 0)
-        out.append(F.LinkSample(float(t), total, rate, overlimits=ol))
+        out.append(F.LinkSample(float(t), total, rate, overlimits=ol, backlog=3000 if over else 0))
     return out
 
 
@@ -85,6 +85,9 @@ def test_an_idle_link_is_not_flagged():
     assert [iv.verdict for iv in ivs] == ["unsaturated"] * 3
     drops = [F.LinkSample(0, 0, 20e6), F.LinkSample(1, 10**6, 20e6, drops=3)]  # drops alone: saturated
     assert F.link_intervals("w0/up", drops)[0].verdict == "shortfall"
+    # one burst over the rate inside the interval (queue empty at a sample): not saturated
+    burst = [F.LinkSample(0, 0, 20e6), F.LinkSample(1, 10**6, 20e6, overlimits=9, backlog=4000)]
+    assert F.link_intervals("w0/up", burst)[0].verdict == "unsaturated"
     assert F.link_intervals("x", [F.LinkSample(0, 0, None), F.LinkSample(1, 10, None)])[0].verdict == "unshaped"
 
 
@@ -230,9 +233,9 @@ def test_shaping_csv_gives_the_links_intervals(tmp_path):
     from testbed.records.columns import SHAPING_COLUMNS
     from testbed.records.metrics import format_row
 
-    rows = [{"time": 0.0, "node": "w0", "direction": "up", "rate_bps": 20e6, "bytes": 0, "overlimits": 0},
-            {"time": 1.0, "node": "w0", "direction": "up", "rate_bps": 20e6, "bytes": 2_450_000, "overlimits": 40},
-            {"time": 2.0, "node": "w0", "direction": "up", "rate_bps": 20e6, "bytes": 3_700_000, "overlimits": 90},
+    up = {"node": "w0", "direction": "up", "rate_bps": 20e6, "backlog": 9000}
+    rows = [{"time": 0.0, "bytes": 0, "overlimits": 0, **up}, {"time": 1.0, "bytes": 2_450_000, "overlimits": 40, **up},
+            {"time": 2.0, "bytes": 3_700_000, "overlimits": 90, **up},
             {"time": 0.0, "node": "w0", "direction": "down", "rate_bps": None, "bytes": 0},
             {"time": 1.0, "node": "w0", "direction": "down", "rate_bps": None, "bytes": 100}]
     with open(tmp_path / "shaping.csv", "wb") as f:

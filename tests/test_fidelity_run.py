@@ -23,7 +23,9 @@ def test_four_workers_at_0_8_cores_on_two_cores_are_flagged_starved(tmp_path, cl
                      "eval_interval": 1000},
         "stop": {"seconds": 12},
         "algorithm": {"name": "asgd"},  # no barrier: each worker computes all the time
-        "profiles": {"small": {"cpus": 0.1}, "device": {"cpus": 0.8, "uplink": "20mbit"}},
+        # each device busy beyond its quota (stress in its own cgroup): it always wants its 0.8 core
+        "profiles": {"small": {"cpus": 0.1},
+                     "device": {"cpus": 0.8, "uplink": "20mbit", "stress": {"cpu": 1.0}}},
         "ps": {"profile": "small"}, "evaluator": {"profile": "small"},
         "workers": [{"count": 4, "profile": "device"}]})
     run_dir = tmp_path / "run"
@@ -40,9 +42,10 @@ def test_four_workers_at_0_8_cores_on_two_cores_are_flagged_starved(tmp_path, cl
         assert node["starved_seconds"] >= 3, (w, node)  # of ~12 s, most after the start
         for _, _, got, promised, wait in node["intervals"]:
             assert got < 0.9 * promised and wait >= 0.1
+        assert node["starved_seconds"] >= 0.5 * node["judged"]
     assert "NOT faithful" in r.stdout and "starved" in r.stdout
-    # the shaped uplinks were sampled (shaping.csv) and judged, unsaturated (the workers are CPU-bound)
-    assert fid["links"]["w0/up"]["promised"] == 20e6 and fid["links"]["w0/up"]["shortfall_seconds"] == 0
+    # the shaped uplinks were sampled (shaping.csv) and judged
+    assert fid["links"]["w0/up"]["promised"] == 20e6 and fid["links"]["w0/up"]["judged"] >= 5
     from testbed.records.plotting import plot_run
 
     assert (run_dir / "plots" / "fidelity.png") in plot_run(run_dir)
