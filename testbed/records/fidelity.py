@@ -20,7 +20,9 @@ A link is promised its HTB rate. An interval is "saturated" when its class dropp
 was over its rate (overlimits grew) and held a backlog at both of the interval's samples: a push
 shorter than the interval (one burst over the rate) does not make it saturated, a sustained flow
 does. A saturated interval in which the link carried under LINK_SHARE of its rate is a
-"shortfall" (the host could not move the bytes the link should have).
+"shortfall" (the host could not move the bytes the link should have). Judged from ~1 s samples
+this overflags bursty traffic: idle gaps between pushes inside a saturated-looking interval lower
+what it carried (BENCHMARKS.md, fidelity monitor); a finer clock or the offered load would fix it.
 """
 
 from __future__ import annotations
