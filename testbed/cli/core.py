@@ -59,6 +59,10 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
             raise
         fail(f"error: the run failed: {type(e).__name__}: {e} (EDGEBED_DEBUG=1 for the traceback)", 1)
     typer.echo(_outcome(summary, sc.stop.target_accuracy))
+    if summary.get("fidelity"):
+        from testbed.records.fidelity import one_line
+
+        typer.echo(one_line(summary["fidelity"]))
     typer.echo(summary["run_dir"])
     if summary["status"] == "failed":
         raise typer.Exit(1)

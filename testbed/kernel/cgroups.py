@@ -97,6 +97,40 @@ class CgroupUsage:
         except (OSError, AttributeError, ValueError, IndexError):
             return PERIOD_US
 
+    def quota_cores(self) -> Optional[float]:
+        """The CFS quota in cores as the cgroup has it now (cpu.max, or cfs_quota_us over its
+        period): what the node is promised, however it was set. None: unlimited or unreadable."""
+        try:
+            if is_v2():
+                quota, period = self._file("cpu", "cpu.max").read_text().split()[:2]
+                return None if quota == "max" else int(quota) / int(period)
+            q = int(self._file("cpu", "cpu.cfs_quota_us").read_text())
+            return None if q < 0 else q / self.period_us()
+        except (OSError, AttributeError, ValueError, IndexError, ZeroDivisionError):
+            return None
+
+    def wait_seconds(self) -> Optional[float]:
+        """Cumulative time the cgroup's tasks were runnable but not running: its PSI `some` total
+        (cpu.pressure, where the cgroup has one), else the sum of its threads' run-queue delay
+        (/proc/TID/schedstat's second field: a thread that exited takes its share with it)."""
+        try:
+            for line in self._file("cpu", "cpu.pressure").read_text().splitlines():
+                if line.startswith("some "):
+                    return int(line.rsplit("total=", 1)[1]) / 1e6
+        except (OSError, AttributeError, ValueError, IndexError):
+            pass
+        try:
+            tids = self._file("cpu", "cgroup.threads" if is_v2() else "tasks").read_text().split()
+        except (OSError, AttributeError):
+            return None
+        total = 0
+        for tid in tids:
+            try:
+                total += int(Path(f"/proc/{int(tid)}/schedstat").read_text().split()[1])
+            except (OSError, ValueError, IndexError):
+                continue  # ended between the two reads
+        return total / 1e9
+
     # -- changes during a run (timeline.py) ------------------------------------------------
     def set_cpus(self, cpus: Optional[float]) -> None:
         """A new CFS quota in cores (None: unlimited), over the period the cgroup already has."""

@@ -273,6 +273,25 @@ def read_htb_class(ipr, ifindex: int) -> Optional[dict]:
     return None
 
 
+def read_htb_stats(ipr, ifindex: int) -> Optional[dict]:
+    """The access class's rate now (bit/s; None when it never limits) and its counters: bytes and
+    packets it sent, drops and overlimits (cumulative), backlog (bytes queued now); None without
+    an HTB class (the fidelity monitor's per-link input)."""
+    for msg in ipr.get_classes(index=ifindex):
+        if msg.get("kind") != "htb" or msg["handle"] != HTB_CLASS:
+            continue
+        opts = msg.get("options")
+        params = opts.get("TCA_HTB_PARMS") if opts is not None else None
+        st = msg.get_attr("TCA_STATS")
+        if params is None or st is None:
+            return None
+        rate = (opts.get("TCA_HTB_RATE64") or params["rate"]) * 8
+        return {"rate_bps": None if rate >= UNLIMITED_BPS else rate, "bytes": st["bytes"],
+                "packets": st["packets"], "drops": st["drop"], "overlimits": st["overlimits"],
+                "backlog": st["backlog"]}
+    return None
+
+
 def qdisc_kinds(ipr, ifindex: int) -> list[str]:
     return [m.get("kind") for m in ipr.get_qdiscs(index=ifindex)]
 

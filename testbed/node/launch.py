@@ -188,7 +188,11 @@ class RoleSupervisor:
         throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
         channel.send_json(self.up, "stats", {"node": self.node, **(self.link.counters() or {}),
                                              "cpu_seconds": cg.cpu_seconds(), "memory_bytes": cg.memory_bytes(),
-                                             "throttled_seconds": throttled, "time": time.time()})
+                                             "throttled_seconds": throttled, "time": time.time(),
+                                             # the fidelity monitor's (records.fidelity)
+                                             "cpu_quota": cg.quota_cores(), "wait_seconds": cg.wait_seconds(),
+                                             "nr_periods": thr.get("nr_periods"),
+                                             "nr_throttled": thr.get("nr_throttled")})
 
     # -- requests (node.control), one handler each ----------------------------------------
     def _on_kill(self, req: control.Kill) -> str:

@@ -14,7 +14,10 @@ TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "del
 EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
 SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
 RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds",
-                                "gpu_memory_bytes", "gpu_util"]  # GPU: where NVML shows the node's processes
+                                "gpu_memory_bytes", "gpu_util",  # GPU: where NVML shows the node's processes
+                                # fidelity (records.fidelity): quota in cores now, runnable-but-waiting
+                                # seconds, CFS periods and throttled periods (cumulative)
+                                "cpu_quota", "wait_seconds", "nr_periods", "nr_throttled"]
 # stream.csv, one row per step; `buffered` = samples left right after the step's take
 STREAM_STEP_COLUMNS: list[str] = ["time", "node", "step", "wait_seconds", "batch_size", "buffered"]
 # buffer.csv, one row per device about every second (between takes); `rate` = its nominal rate then
@@ -22,6 +25,16 @@ BUFFER_COLUMNS: list[str] = ["time", "node", "arrived", "trained", "dropped", "b
 # peers.csv, decentralized strategies: one row per step and link; `entries` = gradient entries the
 # link carried, `threshold` = the smallest |entry| it carried (DLion's contribution threshold)
 PEER_COLUMNS: list[str] = ["time", "node", "peer", "step", "kind", "bytes", "entries", "threshold"]
+# shaping.csv, one row per shaped access-link direction about every second (the fidelity monitor's
+# link input): the HTB class's rate then (bit/s, empty: it never limits) and its cumulative counters,
+# backlog = bytes queued at that moment
+SHAPING_COLUMNS: list[str] = ["time", "node", "direction", "rate_bps", "bytes", "packets", "drops", "overlimits",
+                               "backlog"]
+# fidelity.csv (records.fidelity), written at the run's end: one row per judged interval of a node
+# (got/promised in cores, wait = share of the interval waiting for a CPU, throttling excluded) or a link direction
+# (bit/s; wait = 1 when saturated); verdict faithful/idle/starved/unlimited/unknown or
+# faithful/unsaturated/shortfall/unshaped
+FIDELITY_COLUMNS: list[str] = ["kind", "name", "start", "end", "got", "promised", "wait", "verdict"]
 # report.csv, a command workload's own metrics (edgebed.report): one row per metric and call
 REPORT_COLUMNS: list[str] = ["time", "node", "step", "key", "value"]
 

@@ -16,6 +16,7 @@ from typing import Any, Iterable
 
 from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, REPORT_COLUMNS,
                                      RESOURCE_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
+from testbed.records.columns import SHAPING_COLUMNS
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,
@@ -28,6 +29,7 @@ TABLES: dict[str, list[str]] = {
     "buffer.csv": BUFFER_COLUMNS,  # ~1 s per device: its stream buffer's counters
     "peers.csv": PEER_COLUMNS,  # decentralized strategies: what each worker sent on each link
     "report.csv": REPORT_COLUMNS,  # command workloads: what their programs reported (edgebed.report)
+    "shaping.csv": SHAPING_COLUMNS,  # ~1 s per shaped link direction: its HTB class's rate and counters
 }
 
 

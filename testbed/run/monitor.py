@@ -97,10 +97,12 @@ class Sampler:
         try:
             self._access(traffic, counters, now)
             self._wan(traffic, now)
+            self._shaping(now)
             for name, use in self.runtime.usage().items():
                 res.write(time=now, node=name, cpu_seconds=use.cpu_seconds, memory_bytes=use.memory_bytes,
                           throttled_seconds=use.throttled_seconds, gpu_memory_bytes=use.gpu_memory_bytes,
-                          gpu_util=use.gpu_util)
+                          gpu_util=use.gpu_util, cpu_quota=use.cpu_quota, wait_seconds=use.wait_seconds,
+                          nr_periods=use.nr_periods, nr_throttled=use.nr_throttled)
         finally:
             traffic.close()
             res.close()
@@ -113,6 +115,22 @@ class Sampler:
                 traffic.write(time=at, node=name, link="access", direction=d, bytes=c[f"{d}_bytes"],
                               delta_bytes=c[f"{d}_bytes"] - prev[f"{d}_bytes"], packets=c[f"{d}_packets"])
             self.last[name] = c
+
+    def _shaping(self, now: float) -> None:
+        """Each shaped access-link direction's HTB class: its rate and counters (shaping.csv)."""
+        try:
+            stats = self.runtime.link_stats()
+        except Exception:
+            return
+        if not stats:
+            return
+        table = metrics.open_table(self.run_dir, "shaping.csv")
+        try:
+            for key, st in stats.items():
+                node, direction = key.rsplit("/", 1)
+                table.write(time=now, node=node, direction=direction, **st)
+        finally:
+            table.close()
 
     def _wan(self, traffic, now: float) -> None:
         # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,

@@ -29,6 +29,7 @@ from testbed.plan.streams import stream_config
 from testbed.records import metrics
 from testbed.run import meta as run_meta
 from testbed.run.events import Events
+from testbed.run.fidelity import oversubscription_warnings
 from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
@@ -185,6 +186,7 @@ class Run:
             for n in spec.nodes:
                 meta["nodes"][n.name]["site"] = n.site
         warnings = ([] if runtime.caps.netem else [run_meta.no_netem_warning(node_meta)]) + runtime.warnings
+        warnings += oversubscription_warnings(spec)  # promised CPU over a host's cores (run/fidelity.py)
         if warnings:
             meta["warnings"] = warnings
         return meta

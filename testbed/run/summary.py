@@ -54,8 +54,18 @@ def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters
         "decentralized": bool(ps.get("decentralized", False)),
         "workers": len(spec.workers) if spec else sc.n_workers,
         "algorithm": sc.algorithm.name,
+        "fidelity": fidelity_of(run_dir),
         "run_dir": str(run_dir),
     }
+
+
+def fidelity_of(run_dir: Path) -> dict:
+    """summary.json's `fidelity` (records.fidelity's rule over resources.csv); fidelity.csv beside it."""
+    from testbed.records import fidelity
+
+    intervals = fidelity.assess_run(run_dir)
+    fidelity.write_table(run_dir, intervals)
+    return fidelity.summarize(intervals)
 
 
 def control_drops(hub) -> dict[str, int]:

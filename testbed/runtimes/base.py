@@ -49,6 +49,12 @@ class NodeUsage:
     throttled_seconds: Optional[float]
     gpu_memory_bytes: Optional[int] = None  # its processes' on the GPUs (NVML), where it has GPUs
     gpu_util: Optional[int] = None  # % of a GPU's SMs its busiest process used, NVML's latest sample
+    # The fidelity monitor's inputs (records.fidelity): the quota now in cores (None: unlimited),
+    # time runnable but waiting, CFS periods and those throttled.
+    cpu_quota: Optional[float] = None
+    wait_seconds: Optional[float] = None
+    nr_periods: Optional[int] = None
+    nr_throttled: Optional[int] = None
 
 
 @runtime_checkable
@@ -233,6 +239,11 @@ class Runtime(LiveOps, ABC):
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
+    def link_stats(self) -> dict[str, dict]:
+        """Per "node/up" and "node/down": the access class's rate_bps (None: unshaped), bytes,
+        packets, drops, overlimits, backlog (shaping.read_htb_stats); {} where not readable here."""
+        return {}
+
     def channel_urls(self) -> tuple[str, str]:
         """(up, down) of the control channel as a node sees them (testbed.node.channel)."""
         return self.control.urls()
@@ -285,7 +296,9 @@ class Runtime(LiveOps, ABC):
             thr = h.cgroup.throttled() or {}
             throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
             out[name] = NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled,
-                                  *node_gpu_use(h, gpu_use))
+                                  *node_gpu_use(h, gpu_use), cpu_quota=h.cgroup.quota_cores(),
+                                  wait_seconds=h.cgroup.wait_seconds(), nr_periods=thr.get("nr_periods"),
+                                  nr_throttled=thr.get("nr_throttled"))
         return out
 
     # -- teardown --------------------------------------------------------------------------

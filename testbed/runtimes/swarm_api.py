@@ -34,7 +34,14 @@ class HubCgroup(CgroupUsage):
 
     def throttled(self) -> Optional[dict]:
         t = self._get("throttled_seconds")
-        return None if t is None else {"throttled_time": int(t * 1e9)}
+        periods = {k: self._get(k) for k in ("nr_periods", "nr_throttled") if self._get(k) is not None}
+        return None if t is None else {"throttled_time": int(t * 1e9), **periods}
+
+    def quota_cores(self) -> Optional[float]:
+        return self._get("cpu_quota")
+
+    def wait_seconds(self) -> Optional[float]:
+        return self._get("wait_seconds")
 
 
 class TaskRoleProcess:
