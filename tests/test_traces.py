@@ -299,3 +299,13 @@ def test_netns_htb_rate_follows_the_trace_in_place(tmp_path):
         assert seen == pytest.approx([10e6, 2e6, 7e6, 1e6, 10e6], rel=0.01)  # looped at the end
         with rt._link_iface("w0", "down") as (ipr, ifindex):
             assert read_htb_class(ipr, ifindex)["rate_bps"] == pytest.approx(7e6, rel=0.01)  # offset 200 ms, tick 4
+
+
+def test_bench_fidelity_metrics():
+    from testbed.bench.trace import fidelity, pearson
+
+    trace = [1e6, 2e6, 3e6, 2e6]
+    assert fidelity(trace, trace)["mae_fraction"] == 0.0 and pearson(trace, trace) == pytest.approx(1.0)
+    f = fidelity(trace, [1.1e6, 2.1e6, 3.1e6, 2.1e6])  # 0.1 Mbit/s off everywhere, on a 2 Mbit/s mean
+    assert f["mae_fraction"] == pytest.approx(0.05) and f["pearson"] == pytest.approx(1.0)
+    assert pearson(trace, [3e6, 2e6, 1e6, 2e6]) == pytest.approx(-1.0)
