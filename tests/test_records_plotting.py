@@ -263,7 +263,8 @@ def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixtu
     # streaming.png needs a streaming run's buffer.csv, wan.png WAN links, links.png worker-to-worker
     # traffic (peers.csv), link_check.png a --verify-links run: this run has none of them
     assert [p.name for p in written] == [f for f in PLOT_FILES
-                                         if f not in ("streaming.png", "wan.png", "links.png", "link_check.png")]
+                                         if f not in ("streaming.png", "wan.png", "links.png", "link_check.png",
+                                                      "link_rates.png")]
     for p in written:
         assert p.parent == run / "plots"
         _assert_png(p)

@@ -309,3 +309,26 @@ def test_bench_fidelity_metrics():
     f = fidelity(trace, [1.1e6, 2.1e6, 3.1e6, 2.1e6])  # 0.1 Mbit/s off everywhere, on a 2 Mbit/s mean
     assert f["mae_fraction"] == pytest.approx(0.05) and f["pearson"] == pytest.approx(1.0)
     assert pearson(trace, [3e6, 2e6, 1e6, 2e6]) == pytest.approx(-1.0)
+
+
+def test_plot_shows_configured_beside_measured_per_traced_link(tmp_path):
+    from testbed.records.columns import LINK_RATE_COLUMNS
+    from testbed.records.plot_network import _link_rates_figure
+    from testbed.records.plot_style import _style_for
+    from testbed.records.plotting import plot_run
+    from testbed.records.reader import load_run
+    from tests.test_records_plotting import make_run
+
+    run = make_run(tmp_path)
+    rows = [(t / 10, "w0", "up", 1e6 * (1 + t % 3), t / 10) for t in range(0, 400)]
+    rows += [(0.0, "w1", "down", 5e6, 3.0), (20.0, "w1", "down", 2e6, 23.0)]
+    (run / "link_rates.csv").write_text(",".join(LINK_RATE_COLUMNS) + "\n" +
+                                        "".join(",".join(map(str, r)) + "\n" for r in rows))
+    assert "link_rates.png" in [p.name for p in plot_run(run)]
+    rec = load_run(run)
+    fig = _link_rates_figure(rec, _style_for(rec))
+    axes = fig.axes
+    assert [a.get_title(loc="left") for a in axes] == ["w0 up", "w1 down"]
+    configured = axes[1].lines[0].get_ydata()
+    assert list(configured[:2]) == [5.0, 2.0]  # Mbit/s, as set
+    assert len(axes[0].lines) == 2  # configured and measured (traffic.csv) on the same panel
