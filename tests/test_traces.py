@@ -332,3 +332,23 @@ def test_plot_shows_configured_beside_measured_per_traced_link(tmp_path):
     configured = axes[1].lines[0].get_ydata()
     assert list(configured[:2]) == [5.0, 2.0]  # Mbit/s, as set
     assert len(axes[0].lines) == 2  # configured and measured (traffic.csv) on the same panel
+
+
+def test_burst_loss_switches_the_links_loss_on_state_changes_only():
+    sc = parse_scenario({"name": "t", "seed": 1, "profiles": {"lossy": {"uplink": {
+        "burst_loss": {"p": 0.2, "r": 0.5, "good_loss": 0.0, "bad_loss": 0.3}}}},
+        "workers": [{"count": 1, "profile": "lossy"}]})
+    (n,) = replays_of(build_cluster(sc, "abc"), sc.seed)
+    assert n.node == "w0" and n.schedules == {} and set(n.losses) == {"up"}
+    n.applied_loss["up"] = 0.0
+    calls = []
+    replay = TraceReplay([n], lambda *a: None, lambda *row: None, t0=0.0,
+                         set_loss=lambda node, which, p: calls.append((node, which, p)))
+    for k in range(1, 201):
+        replay.run_once(k * 0.1)
+    assert calls and all(c[:2] == ("w0", "up") and c[2] in (0.0, 0.3) for c in calls)
+    assert all(a[2] != b[2] for a, b in zip(calls, calls[1:]))  # a call per change of state, none in between
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"name": "t", "profiles": {"x": {"uplink": {"burst_loss": {"p": 0.2, "r": 0}}}},
+                        "workers": [{"count": 1, "profile": "x"}]})
+    assert any("burst_loss.r" in line for line in e.value.lines)

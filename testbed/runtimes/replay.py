@@ -9,10 +9,12 @@ due now, never a burst of the ticks it missed. It runs where the runner is, for 
 netns and docker change the class from the host; swarm sends the change to the node's own process
 (own_link), which makes it in place in its namespace.
 
-Bursty loss without netem: `GilbertElliott` switches a direction between a good and a bad state
-at each tick (a two-state Markov chain); the bpf loss filter's probability is set to the state's
-loss. The state holds for whole ticks, so bursts are counted in ticks (100 ms), not packets:
-netem's `loss gemodel` (per packet) where a kernel has netem is finer.
+Bursty loss (`burst_loss: {p, r, good_loss, bad_loss}`): `GilbertElliott` moves a direction
+between a good and a bad state at each tick (a two-state Markov chain) and the link's loss is set
+to the state's (`set_link(loss=)`: netem's loss where the kernel has netem; here, without netem,
+the bpf drop filter, replaced on each change of state, the HTB class untouched). The state holds
+for whole ticks, so bursts last whole ticks (100 ms by default), not a number of packets as in
+netem's per-packet `loss gemodel`; within a tick, drops are independent at the state's rate.
 """
 
 from __future__ import annotations
@@ -34,26 +36,39 @@ DIRECTIONS = (("up", "uplink"), ("down", "downlink"))
 
 @dataclass
 class NodeReplay:
-    """One node's traced directions ("up"/"down" -> schedule) and what each was last set to."""
+    """One node's traced directions ("up"/"down" -> schedule), its bursty-loss chains, and what
+    each was last set to."""
 
     node: str
     schedules: dict[str, TraceSchedule]
     applied: dict[str, float] = field(default_factory=dict)
+    losses: dict[str, "GilbertElliott"] = field(default_factory=dict)
+    applied_loss: dict[str, float] = field(default_factory=dict)
 
     def due(self, t: float) -> dict[str, float]:
         """The rates due `t` seconds after the nodes' start that differ from what is set."""
         rates = {w: s.rate_at(t) for w, s in self.schedules.items()}
         return {w: r for w, r in rates.items() if self.applied.get(w) != r}
 
+    def loss_due(self) -> dict[str, float]:
+        """Each bursty-loss chain one tick on: the losses that differ from what is set."""
+        losses = {w: ge.step() for w, ge in self.losses.items()}
+        return {w: p for w, p in losses.items() if self.applied_loss.get(w) != p}
+
 
 def replays_of(spec, seed: int) -> list[NodeReplay]:
-    """The traced nodes of a cluster (plan.cluster.ClusterSpec): their schedules from their links."""
+    """The traced nodes of a cluster (plan.cluster.ClusterSpec): their schedules from their links,
+    a Gilbert-Elliott chain per direction with `burst_loss` (seeded per node and direction)."""
     out = []
     for node in spec.nodes:
-        scheds = {w: direction_schedule(getattr(node.link, name), w, seed, node.name) for w, name in DIRECTIONS}
+        dirs = {w: getattr(node.link, name) for w, name in DIRECTIONS}
+        scheds = {w: direction_schedule(d, w, seed, node.name) for w, d in dirs.items()}
         present = {w: s for w, s in scheds.items() if s is not None}
-        if present:
-            out.append(NodeReplay(node.name, present, {w: s.rate_at(0.0) for w, s in present.items()}))
+        losses = {w: GilbertElliott(d.burst_loss.p, d.burst_loss.r, d.burst_loss.good_loss, d.burst_loss.bad_loss,
+                                    rng=random.Random(f"{seed}:{node.name}:{w}:loss"))
+                  for w, d in dirs.items() if getattr(d, "burst_loss", None) is not None}
+        if present or losses:
+            out.append(NodeReplay(node.name, present, {w: s.rate_at(0.0) for w, s in present.items()}, losses))
     return out
 
 
@@ -64,8 +79,10 @@ class TraceReplay:
 
     def __init__(self, nodes: list[NodeReplay], set_rates: Callable[[str, dict[str, float]], None],
                  record: Callable[[float, str, str, float, float], None], t0: float,
-                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None):
+                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
+                 set_loss: Optional[Callable[[str, str, float], None]] = None):
         self.nodes, self.set_rates, self.record, self.t0, self.clock = nodes, set_rates, record, t0, clock
+        self.set_loss = set_loss  # (node, "up"/"down", probability): the bursty-loss chains' state
         self.tick = min((s.resolution for n in nodes for s in n.schedules.values()), default=0.1)
         self._stop = threading.Event()
         self._sleep = sleep or (lambda s: self._stop.wait(s))
@@ -77,6 +94,7 @@ class TraceReplay:
         """Apply what is due at run time `t` (seconds since the nodes started)."""
         self.counts["ticks"] += 1
         for n in self.nodes:
+            self._step_losses(n)
             rates = n.due(t)
             if not rates:
                 continue
@@ -92,6 +110,20 @@ class TraceReplay:
             for which, rate in rates.items():
                 sched = n.schedules[which]
                 self.record(t, n.node, which, rate, (t + sched.offset) % sched.duration if sched.loop else t + sched.offset)
+
+    def _step_losses(self, n: NodeReplay) -> None:
+        set_loss = self.set_loss
+        if set_loss is None:
+            return
+        for which, p in n.loss_due().items():
+            try:
+                set_loss(n.node, which, p)
+                n.applied_loss[which] = p
+                self.counts["changes"] += 1
+            except Exception as e:  # as a rate change: counted, said, the replay goes on
+                self.counts["failed"] += 1
+                if len(self.errors) < 20:
+                    self.errors.append(f"{n.node} loss: {type(e).__name__}: {e}")
 
     def _loop(self) -> None:
         k = 1  # tick 0 is the bring-up's rate
@@ -136,7 +168,9 @@ def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional
     for n in nodes:
         for which, rate in n.applied.items():
             record(0.0, n.node, which, rate, n.schedules[which].offset)
-    replay = TraceReplay(nodes, runtime.set_rates, record, t0)
+        n.applied_loss.update({which: 0.0 for which in n.losses})  # the chains start good (no loss set yet)
+    replay = TraceReplay(nodes, runtime.set_rates, record, t0,
+                         set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}))
     replay.start()
     return replay
 

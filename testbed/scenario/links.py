@@ -14,6 +14,16 @@ from testbed.scenario.fields import Delay, Probability, Rate, Seconds, StrictMod
 from testbed.scenario.traces import MAX_RESOLUTION_S, MIN_RESOLUTION_S
 
 
+class BurstLoss(StrictModel):
+    """Bursty loss, a two-state Gilbert-Elliott chain stepped every replay tick: good -> bad with
+    probability `p`, bad -> good with `r`; each state drops with its own probability."""
+
+    p: float = Field(..., gt=0, le=1, description="per tick, the chance to go from good to bad")
+    r: float = Field(..., gt=0, le=1, description="per tick, the chance to go from bad to good")
+    good_loss: float = Field(0.0, ge=0, le=1)
+    bad_loss: float = Field(1.0, ge=0, le=1)
+
+
 class Direction(StrictModel):
     """One direction of a link. Unset properties are inherited (`inherit`)."""
 
@@ -28,6 +38,8 @@ class Direction(StrictModel):
     trace_offset: Union[Literal["random"], Seconds] = Field(default=None, description="where in the trace a node starts: "
                                                             "seconds, or random (per node, from the scenario's seed)")
     trace_resolution: Seconds = Field(default=None, description="how often the rate changes (default 100ms)")
+    burst_loss: Optional[BurstLoss] = Field(default=None, description="Gilbert-Elliott loss, its state stepped "
+                                            "every trace_resolution (replaces `loss`)")
 
     @field_validator("trace_resolution")
     @classmethod
@@ -46,7 +58,7 @@ def trace_resolution(v: Optional[float]) -> Optional[float]:
     return v
 
 
-TRACE_FIELDS: tuple[str, ...] = ("trace", "trace_loop", "trace_offset", "trace_resolution")
+TRACE_FIELDS: tuple[str, ...] = ("trace", "trace_loop", "trace_offset", "trace_resolution", "burst_loss")
 LINK_PROPERTIES: tuple[str, ...] = tuple(f for f in Direction.model_fields if f not in TRACE_FIELDS)
 
 

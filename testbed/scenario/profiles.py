@@ -10,7 +10,8 @@ from pydantic import Field, field_validator, model_validator
 
 from testbed.kernel import cgroups
 from testbed.scenario.fields import Bytes, Seconds, StrictModel
-from testbed.scenario.links import TRACE_FIELDS, BothDirections, Direction, as_direction, inherit, trace_resolution
+from testbed.scenario.links import (TRACE_FIELDS, BothDirections, BurstLoss, Direction, as_direction, inherit,
+                                   trace_resolution)
 
 
 class Stress(StrictModel):
@@ -56,6 +57,7 @@ class Profile(BothDirections):
     trace_loop: Optional[bool] = None
     trace_offset: Union[Literal["random"], Seconds] = None
     trace_resolution: Seconds = None
+    burst_loss: Optional[BurstLoss] = None
 
     @field_validator("uplink", "downlink", mode="before")
     @classmethod
