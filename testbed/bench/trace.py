@@ -158,7 +158,40 @@ def trace_benchmark(*, seconds: float = 30.0, repetitions: int = 3, runtime: str
                         f"goodput {(r['goodput_bps'] or 0) / 1e6:6.2f}")
         if bench.problems:
             say(f"teardown problems: {bench.problems}")
-    return _save(_summary(results, seconds, repetitions, runtime), out_dir, f"trace-{runtime}.json", say)
+    out = _save(_summary(results, seconds, repetitions, runtime), out_dir, f"trace-{runtime}.json", say)
+    if out_dir is not None:
+        say(f"wrote {draw_trace_figure(out, Path(out_dir).parent / 'plots' / f'bench-trace-{runtime}.png')}")
+    return out
+
+
+def draw_trace_figure(result: dict, path: Path) -> Path:
+    """Per trace, its first section: the rate the trace set per 100 ms window, the UDP flow's wire
+    rate and the TCP flow's, over time."""
+    from matplotlib.figure import Figure
+
+    labels = list(dict.fromkeys(r["trace"] for r in result["results"]))
+    fig = Figure(figsize=(11, 2.8 * len(labels)), layout="constrained")
+    axes = fig.subplots(len(labels), 1, squeeze=False)[:, 0]
+    for ax, label in zip(axes, labels):
+        for flow, color in (("udp", "tab:blue"), ("tcp", "tab:orange")):
+            r = next((x for x in result["results"] if x["trace"] == label and x["flow"] == flow), None)
+            if r is None:
+                continue
+            w = r["windows"]
+            t = [0.1 * k for k in range(len(w["trace_bps"]))]
+            if flow == "udp":
+                ax.step(t, [v / 1e6 for v in w["trace_bps"]], where="post", color="0.2", lw=1.0, label="trace")
+            ax.plot(t, [v / 1e6 for v in w["wire_bps"]], color=color, lw=0.9, alpha=0.8,
+                    label=f"{flow.upper()} wire (MAE {100 * r['mae_fraction']:.1f}%, r {r['pearson']:.3f})")
+        ax.set_title(f"{label}", fontsize=9, loc="left")
+        ax.set_ylabel("Mbit/s")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper right")
+    axes[-1].set_xlabel("seconds into the section (100 ms windows)")
+    fig.suptitle(f"edgebed bench trace ({result['runtime']}): the link's wire rate against the replayed trace")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    return path
 
 
 def _summary(results: list[dict], seconds: float, repetitions: int, runtime: str) -> dict:
