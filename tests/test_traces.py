@@ -11,7 +11,8 @@ import pytest
 
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.runtimes.replay import GilbertElliott, NodeReplay, TraceReplay, replays_of
+from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay
+from testbed.runtimes.replay import replays_of
 from testbed.scenario.loading import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import (CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates,
@@ -29,14 +30,14 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_mahimahi_binned_at_the_resolution_plain_and_gzipped(tmp_path):
-    # 0-99 ms: 3 deliveries, 100-199 ms: 1, 200-299 ms: none (a trickle), 300 ms: 2
-    text = "\n".join(["0", "5", "99", "150", "300", "300"]) + "\n"
+    # 0-99 ms: 3 deliveries, 100-199 ms: 1, 200-299 ms: none (a trickle), 400 ms (the end, the period): 2
+    text = "\n".join(["0", "5", "99", "150", "400", "400"]) + "\n"
     plain = _write(tmp_path, "a.up", text)
     gz = tmp_path / "b.down.gz"
     gz.write_bytes(gzip.compress(text.encode()))
     for p in (plain, gz):
         rates = read_trace_rates(p, 0.1)
-        assert rates == pytest.approx((3 * 12000 / 0.1, 1 * 12000 / 0.1, 8000.0, 2 * 12000 / 0.1))
+        assert rates == pytest.approx((3 * 12000 / 0.1, 1 * 12000 / 0.1, 8000.0, 2 * 12000 / 0.1))  # 4 ticks
     assert [r for _, r, _ in read_link_trace(plain)] == [6 * 12000.0]  # events keep per-second bins
 
 
@@ -352,3 +353,76 @@ def test_burst_loss_switches_the_links_loss_on_state_changes_only():
         parse_scenario({"name": "t", "profiles": {"x": {"uplink": {"burst_loss": {"p": 0.2, "r": 0}}}},
                         "workers": [{"count": 1, "profile": "x"}]})
     assert any("burst_loss.r" in line for line in e.value.lines)
+
+
+# -- swarm: the node replays its own schedules ---------------------------------------------------------
+
+
+def test_schedules_travel_to_a_node_and_bad_ones_are_refused():
+    from testbed.node import control
+    from testbed.node.trace_replay import schedules_from_wire, schedules_to_wire
+
+    scheds = {"up": TraceSchedule((1e6, 2.5e6), 0.1, loop=False, offset=0.1), "down": TraceSchedule((3e6,), 0.2)}
+    wire = schedules_to_wire(scheds)
+    assert schedules_from_wire(wire) == scheds
+    req = control.parse_request({"op": "replay", "schedules": wire, "t0": 12.5})
+    assert isinstance(req, control.Replay) and req.t0 == 12.5
+    for bad, field in (({"up": {"rates": [-1], "resolution": 0.1}}, "schedules.up.rates"),
+                       ({"up": {"rates": [1e6], "resolution": 0.001}}, "schedules.up.resolution"),
+                       ({"up": {"rates": [1e6], "resolution": 0.1, "offset": 5}}, "schedules.up.offset"),
+                       ({"sideways": {}}, "schedules: keys")):
+        with pytest.raises(ValueError, match=field):
+            schedules_from_wire(bad)
+
+
+def test_the_supervisor_keeps_the_clock_and_changes_its_own_link():
+    import time
+    from types import SimpleNamespace
+
+    from testbed.node import control
+    from testbed.node.launch import RoleSupervisor
+    from testbed.node.trace_replay import schedules_to_wire
+
+    applied = []
+    link = SimpleNamespace(set_rates=lambda rates: applied.append(dict(rates)))
+    sup = SimpleNamespace(replay=None, _own_link=lambda req: link)
+    wire = schedules_to_wire({"up": TraceSchedule((1e6, 2e6, 3e6), 0.02), "down": TraceSchedule((5e6, 6e6), 0.02)})
+    detail = RoleSupervisor._on_replay(sup, control.Replay(wire, time.time()))
+    try:
+        assert detail == "replaying down, up every 0.02 s"
+        deadline = time.time() + 3
+        while len(applied) < 4 and time.time() < deadline:
+            time.sleep(0.01)
+    finally:
+        sup.replay.stop()
+    assert applied[0] == {"up": 2e6, "down": 6e6}  # tick 1: both directions from one clock reading
+    assert all(set(a) <= {"up", "down"} for a in applied) and len(applied) >= 4
+
+
+def test_start_replay_lets_a_self_replaying_node_change_its_own_link(tmp_path):
+    from testbed.records.columns import LINK_RATES_FILE
+    from testbed.runtimes.replay import start_replay
+
+    sc = parse_scenario({"name": "t", "profiles": {"lte": {"trace": "verizon-lte-short"}},
+                         "workers": [{"count": 2, "profile": "lte"}]})
+    spec = build_cluster(sc, "abc")
+    handed, changed = {}, []
+
+    class Runtime:
+        def replay_on_node(self, node, schedules, t0):
+            handed[node] = schedules
+            return node == "w0"  # as swarm would for every node; w1 left to the runner's clock
+
+        def set_rates(self, node, rates):
+            changed.append(node)
+
+    replay = start_replay(Runtime(), spec, sc.seed, tmp_path, t0=0.0)
+    try:
+        replay.stop()
+        replay.run_once(0.1)
+    finally:
+        replay.stop()
+    assert set(handed) == {"w0", "w1"} and len(handed["w0"]["up"]["rates"]) == 1400
+    assert changed and set(changed) == {"w1"}  # w0 changes its own link
+    rows = (tmp_path / LINK_RATES_FILE).read_text().splitlines()
+    assert rows[0] == "time,node,direction,rate_bps,trace_time" and {r.split(",")[1] for r in rows[1:]} == {"w0", "w1"}

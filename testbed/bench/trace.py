@@ -31,7 +31,8 @@ from typing import Callable, Optional
 from testbed.bench.harness import _Bench, _save
 from testbed.bench.links import _udp_sink
 from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
-from testbed.runtimes.replay import TraceReplay, replays_of
+from testbed.node.trace_replay import TraceReplay
+from testbed.runtimes.replay import replays_of
 
 # (label, the trace w0's uplink replays): a library path picks that direction's file
 TRACES = (("att-lte-driving", "mahimahi/ATT-LTE-driving.down"),

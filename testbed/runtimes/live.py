@@ -87,6 +87,12 @@ class LiveOps:
             setattr(h, WHICH[which], new)
             dirs[which] = dirs[which].model_copy(update={"rate": float(rate)})
 
+    def replay_on_node(self, node: str, schedules: dict, t0: float) -> bool:
+        """Hand a node its trace schedules (node.trace_replay.schedules_to_wire) to replay itself,
+        by its own clock from run time `t0`; False: this runtime's nodes do not (the runner's
+        clock drives `set_rates`)."""
+        return False
+
     def _reshape(self, node: str, which: str, old: DirectionPlan, new: DirectionPlan) -> None:
         """Install `new` in place of `old` on one direction of a node's link."""
         with self._link_iface(node, which) as (ipr, ifindex):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import difflib
 import gzip
+import math
 import random
 import re
 from dataclasses import dataclass
@@ -196,15 +197,16 @@ def _mahimahi_ms(p: Path, text: str) -> list[int]:
     return out
 
 
-def _binned(ms: list[int], width: float) -> list[Row]:
-    """Delivery opportunities counted per `width` seconds, as rates (an empty bin: a trickle)."""
+def _binned(ms: list[int], width: float, bins: Optional[int] = None) -> list[Row]:
+    """Delivery opportunities counted per `width` seconds, as rates (an empty bin: a trickle);
+    with `bins`, deliveries at the trace's very end are counted in its last bin."""
     counts: dict[int, int] = {}
     w_ms = width * 1000
     for m in ms:
-        k = int(m // w_ms)
+        k = int(m // w_ms) if bins is None else min(int(m // w_ms), bins - 1)
         counts[k] = counts.get(k, 0) + 1
     return [(k * width, max(MIN_RATE_BPS, counts.get(k, 0) * MTU_BITS / width), None)
-            for k in range(max(counts) + 1)]
+            for k in range(bins if bins is not None else max(counts) + 1)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -230,8 +232,8 @@ def trace_rates(path: str | Path, resolution: float = DEFAULT_RESOLUTION_S) -> l
     text = _read_text(p)
     if _kind(p) == "mahimahi":
         ms = _mahimahi_ms(p, text)
-        duration = (max(ms) + 1) / 1000
-        rows = _binned(ms, resolution)
+        duration = max(ms) / 1000  # Mahimahi repeats a trace with its last timestamp as the period
+        rows = _binned(ms, resolution, max(1, math.ceil(duration / resolution - 1e-9)))
     else:
         rows = read_link_trace(p)
         span = rows[-1][0] - rows[0][0]
