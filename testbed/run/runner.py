@@ -302,8 +302,9 @@ class Run:
         return summary
 
     def _stop_timeline(self) -> None:
-        if self.replay is not None:
-            self.replay.stop()
+        replay = getattr(self, "replay", None)  # (absent on a run stopped before its nodes started)
+        if replay is not None:
+            replay.stop()
         if self.timeline is not None:
             self.timeline.stop()
             if self.timeline.errors:
@@ -331,8 +332,9 @@ class Run:
             summary["control_dropped"] = control_drops(self.hub)
         if self.timeline is not None:  # changes applied, failed, and requests refused
             summary["timeline"] = dict(self.timeline.counts)
-        if self.replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late
-            summary["trace_replay"] = {**self.replay.counts, "errors": self.replay.errors[:5]}
+        replay = getattr(self, "replay", None)
+        if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late
+            summary["trace_replay"] = {**replay.counts, "errors": replay.errors[:5]}
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)
         summary["startup_seconds"] = round(self.t0 - self.t_invoked + first, 3) if first is not None else None
