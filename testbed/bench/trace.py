@@ -31,14 +31,14 @@ from typing import Callable, Optional
 from testbed.bench.harness import _Bench, _save
 from testbed.bench.links import _udp_sink
 from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
-from testbed.node.trace_replay import TraceReplay
+from testbed.node.trace_replay import TraceReplay, schedules_to_wire
 from testbed.runtimes.replay import replays_of
 
 # (label, the trace w0's uplink replays): a library path picks that direction's file
 TRACES = (("att-lte-driving", "mahimahi/ATT-LTE-driving.down"),
           ("verizon-lte-short", "mahimahi/Verizon-LTE-short.down"),
           ("norway-hsdpa-bus", "norway-bus"))
-PAYLOAD = 1472  # a 1500-byte IP packet, as Mahimahi's delivery opportunities
+PAYLOAD = 1400  # datagrams that fit every runtime's MTU unfragmented (swarm's overlay: 1450)
 TARGET_MAE, TARGET_PEARSON = 0.05, 0.9
 
 
@@ -83,23 +83,38 @@ def fidelity(trace: list[float], wire: list[float]) -> dict:
 
 
 def _replay_windows(rt, replay: TraceReplay, seconds: float) -> tuple[list[float], list[float]]:
-    """Drive the replay tick by tick for `seconds` and read w0's uplink wire counter at each tick
-    (before the tick's change): per window, (the rate set for it, the wire rate measured)."""
+    """Replay for `seconds` and read w0's uplink wire counter at each tick: per window, (the rate
+    set for it, the wire rate measured). Where the node replays its own trace (swarm: it keeps
+    the clock), it is handed the schedule and the counter is read 3 ms after each of its ticks;
+    else this loop is the clock, reading the counter and then making the tick's change."""
     tick = replay.tick
     sched = replay.nodes[0].schedules["up"]
-    t0 = time.time()
+    t0 = time.time() + 0.3
+    remote = rt.replay_on_node("w0", schedules_to_wire({"up": sched}), t0)
+    lag = 0.003 if remote else 0.0
     set_at, wire = [], []
+    time.sleep(max(0.0, t0 + lag - time.time()))
     last_bytes, last_t = rt.link_counter("w0", "up_bytes"), time.time()
     for k in range(1, int(seconds / tick) + 1):
-        delay = t0 + k * tick - time.time()
+        delay = t0 + k * tick + lag - time.time()
         if delay > 0:
             time.sleep(delay)
         b, t = rt.link_counter("w0", "up_bytes"), time.time()
         set_at.append(sched.rate_at((k - 1) * tick))
         wire.append((b - last_bytes) * 8 / max(t - last_t, 1e-6))
         last_bytes, last_t = b, t
-        replay.run_once(k * tick)
+        if not remote:
+            replay.run_once(k * tick)
     return set_at, wire
+
+
+def _await_traffic(rt, timeout: float = 30.0) -> None:
+    """Until the flow's first packets cross w0's uplink (a container's job starts its python in
+    seconds): the measured windows start with the flow."""
+    start = rt.link_counter("w0", "up_bytes")
+    deadline = time.monotonic() + timeout
+    while rt.link_counter("w0", "up_bytes") - start < 3000 and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, seconds: float) -> dict:
@@ -122,6 +137,7 @@ def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, second
                                           "seconds": seconds + warm, "flows": 1, "linger": 0.5})
     rt.set_rates("w0", {"up": sched.rate_at(0.0)})
     replay.nodes[0].applied = {"up": sched.rate_at(0.0)}
+    _await_traffic(rt)
     trace, wire = _replay_windows(rt, replay, seconds + warm)
     src.join(seconds + 40)
     sink.join(seconds + 40)
