@@ -128,13 +128,13 @@ def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, second
         sink = rt.start("ps", _udp_sink, {"port": BENCH_PORT, "seconds": seconds + 30, "result_path": str(result)})
         time.sleep(0.3)
         src = rt.start("w0", udp_cbr_source, {"addr": spec.ps.address, "port": BENCH_PORT, "rate_bps": 1.3 * peak,
-                                              "seconds": seconds + warm + 0.5})
+                                              "seconds": seconds + warm + 3})
     else:
         sink = rt.start("ps", tcp_sink, {"port": BENCH_PORT + 1, "seconds": seconds, "flows": 1,
                                          "result_path": str(result), "warm": warm})
         time.sleep(0.3)
         src = rt.start("w0", tcp_source, {"addr": spec.ps.address, "port": BENCH_PORT + 1,
-                                          "seconds": seconds + warm, "flows": 1, "linger": 0.5})
+                                          "seconds": seconds + warm + 3, "flows": 1, "linger": 0.5})
     rt.set_rates("w0", {"up": sched.rate_at(0.0)})
     replay.nodes[0].applied = {"up": sched.rate_at(0.0)}
     _await_traffic(rt)
