@@ -145,10 +145,10 @@ def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, second
     out = {"flow": flow, **fidelity(trace[skip:], wire[skip:]), "peak_bps": peak,
            "windows": {"trace_bps": trace[skip:], "wire_bps": [round(w) for w in wire[skip:]]}}
     try:
-        got = json.loads(Path(result).read_text())
+        got = json.loads(result.read_text())
         good = got["received"] * PAYLOAD * 8 / (seconds + warm) if flow == "udp" else got["bytes"] * 8 / got["seconds"]
         out["goodput_bps"] = good
-    except (OSError, ValueError, KeyError, ZeroDivisionError):
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
         out["goodput_bps"] = None
     return out
 
