@@ -146,7 +146,8 @@ def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, second
            "windows": {"trace_bps": trace[skip:], "wire_bps": [round(w) for w in wire[skip:]]}}
     try:
         got = json.loads(result.read_text())
-        good = got["received"] * PAYLOAD * 8 / (seconds + warm) if flow == "udp" else got["bytes"] * 8 / got["seconds"]
+        # UDP: what the sink got over the whole flow (it sends for seconds + warm + 3 s)
+        good = got["received"] * PAYLOAD * 8 / (seconds + warm + 3) if flow == "udp" else got["bytes"] * 8 / got["seconds"]
         out["goodput_bps"] = good
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
         out["goodput_bps"] = None
