@@ -19,6 +19,7 @@ EXAMPLES = [
     control.Shape("10.0.0.2", {"rate_bps": 1e6}, {}, None), control.Reshape("up", {}, {"rate_bps": 2e6}),
     control.Cut(["10.0.0.3"], True), control.Route("10.1.0.1", [{"peer": "b"}], {"10.2.0.0/24": "10.9.0.2"}),
     control.ReshapeWan("b", {}, {}), control.WanCounters(),
+    control.Replay({"up": {"rates": [1000000], "resolution": 0.1, "loop": True, "offset": 0.0}}, 12.5),
 ]
 
 

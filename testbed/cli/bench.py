@@ -299,3 +299,18 @@ def bench_soak(minutes: int = typer.Option(30, help="length of the run; one faul
                          out_dir=out, run_dir=run_dir, say=typer.echo)
     exit_unless_ok(res)
 
+
+
+@bench_app.command("trace")
+def bench_trace(quick: bool = typer.Option(False, "--quick", help="10 s per trace, one repetition"),
+                seconds: float = typer.Option(30.0, help="seconds per section (each flow, each repetition)"),
+                repetitions: int = typer.Option(3, help="sections of each trace replayed"),
+                runtime: str = runtime_option("netns", "netns | docker | swarm (on the lab: edgebed lab up)"),
+                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """A link replaying 3 recorded traces at 10 Hz: wire rate vs the trace per 100 ms (UDP, TCP)."""
+    from testbed.bench.trace import trace_benchmark
+
+    if quick:
+        seconds, repetitions = 10.0, 1
+    _run_refusable(trace_benchmark, seconds=seconds, repetitions=repetitions, runtime=runtime, out_dir=out,
+                   say=typer.echo)

@@ -121,6 +121,16 @@ class Reshape(Request):
 
 
 @dataclass(frozen=True)
+class Replay(Request):
+    """Replay link traces on the node's own link from run time `t0` (wall clock): per direction,
+    its rates per tick (node.trace_replay.schedules_to_wire)."""
+
+    op = "replay"
+    schedules: dict
+    t0: float
+
+
+@dataclass(frozen=True)
 class Cut(Request):
     op = "cut"
     addresses: list[str]
@@ -152,7 +162,7 @@ class WanCounters(Request):
 
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (
     Go, Start, Kill, Pause, Resume, Stress, Exec, Counters, Clock, Kernel, Shape, Reshape, Cut, Route, ReshapeWan,
-    WanCounters)}
+    WanCounters, Replay)}
 
 
 def _fits(value: Any, kind: Any) -> bool:

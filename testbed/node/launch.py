@@ -109,6 +109,7 @@ class RoleSupervisor:
         self.dropped = untrusted.Drops(f"supervisor of {node}")  # requests it could not read, by reason
         self.jobs: dict[str, object] = {}  # measuring jobs running: slot to report the end in -> process
         self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
+        self.replay = None  # node.trace_replay.TraceReplay, when the node replays its link traces itself
         self.router = None  # node.own_router.OwnRouter, when the node is a site's router (runtime swarm)
         self._next_stats = 0.0
 
@@ -254,6 +255,18 @@ class RoleSupervisor:
     def _on_reshape(self, req: control.Reshape) -> str:
         return self._own_link(req).reshape(req.which, req.old, req.new)
 
+    def _on_replay(self, req: control.Replay) -> str:
+        """Keep the trace's clock here and change this node's own link in place each tick."""
+        from testbed.node.trace_replay import NodeReplay, TraceReplay, schedules_from_wire
+
+        link = self._own_link(req)
+        if self.replay is not None:
+            self.replay.stop()
+        self.replay = TraceReplay([NodeReplay("self", schedules_from_wire(req.schedules))],
+                                  lambda _node, rates: link.set_rates(rates), lambda *row: None, req.t0)
+        self.replay.start()
+        return f"replaying {', '.join(sorted(req.schedules))} every {self.replay.tick:g} s"
+
     def _on_cut(self, req: control.Cut) -> str:
         return self._own_link(req).cut(req.addresses, req.cut)
 
@@ -287,7 +300,7 @@ class RoleSupervisor:
         control.Counters: _on_counters, control.Clock: _on_clock, control.Kernel: _on_kernel,
         control.Shape: _on_shape, control.Reshape: _on_reshape, control.Cut: _on_cut, control.Route: _on_route,
         control.ReshapeWan: _on_reshape_wan, control.WanCounters: _on_wan_counters, control.Pause: _on_pause,
-        control.Resume: _on_pause, control.Stress: _on_stress}
+        control.Resume: _on_pause, control.Stress: _on_stress, control.Replay: _on_replay}
 
     def _handle(self, data: dict) -> control.Reply:
         """Act on a request once: its reply, ok or failed (never the supervisor's end)."""

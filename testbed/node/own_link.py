@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from testbed.kernel.netlink import disable_offloads
-from testbed.kernel.shaping import DirectionPlan, PeerPlan, apply_direction, reshape
+from testbed.kernel.shaping import DirectionPlan, PeerPlan, apply_direction, change_rate, reshape
 
 IFB = "ifb0"
 IFB_QUEUE = 1000  # packets, a veth's default
@@ -108,6 +108,16 @@ class OwnLink:
         with IPRoute() as ipr, _bpf_permission():
             reshape(ipr, self.ifindex if which == "up" else self.ifb, plan_from_dict(old), plan_from_dict(new))
         return f"{which} reshaped"
+
+    def set_rates(self, rates: dict[str, float]) -> None:
+        """A trace replay's tick: the HTB class's rate of each direction changed in place."""
+        from pyroute2 import IPRoute
+
+        if self.ifindex is None or self.ifb is None:
+            raise RuntimeError("the link is not shaped yet")
+        with IPRoute() as ipr:
+            for which, rate in rates.items():
+                change_rate(ipr, self.ifindex if which == "up" else self.ifb, rate)
 
     def cut(self, addresses: list[str], cut: bool) -> str:
         """Drop everything to and from `addresses` (cut), or stop dropping it (heal): u32 filters

@@ -15,6 +15,7 @@ from typing import Literal, Optional
 from testbed.plan.topology import Topology, node_site, plan_topology
 from testbed.scenario.links import Direction, inherit
 from testbed.scenario.schema import Profile, Scenario
+from testbed.scenario.traces import with_trace_start
 
 Role = Literal["ps", "worker", "evaluator", "broker", "kafka", "producer"]
 """broker: the embedded Tansu broker and the producers; kafka: Apache Kafka from its image;
@@ -121,6 +122,7 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
         if site is not None:
             lan = sc.profile_of(sc.sites[site].lan)
             up, down = inherit(up, lan.resolved_direction("uplink")), inherit(down, lan.resolved_direction("downlink"))
+        up, down = with_trace_start(up, "up", sc.seed, name), with_trace_start(down, "down", sc.seed, name)
         address = str(next(site_hosts[site] if site is not None else hosts))
         spec.nodes.append(Node(name, role, rank, address, _profile_label(ref), prof, Link(name, up, down), group,
                                site, image))

@@ -149,3 +149,41 @@ def _link_check_figure(rec: RunRecords, style: _Style) -> Figure | None:
     tol = 100 * float(check.get("tolerance", 0.1))
     fig.suptitle(f"{rec.name}: link check after bring-up (tolerance {tol:.0f}%)")
     return fig
+
+
+MAX_TRACED_PANELS = 8
+
+
+def _link_rates_figure(rec: RunRecords, style: _Style) -> Figure | None:
+    """Traced links (link_rates.csv): the rate each was set to (a step per tick) beside the rate it
+    carried (traffic.csv), per node and direction: the trace the run experienced."""
+    from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
+    from testbed.records.reader import read_csv_records
+
+    path = rec.run_dir / LINK_RATES_FILE
+    if not path.exists():
+        return None
+    set_rates = read_csv_records(path, {c: ("str" if c in ("node", "direction") else "float") for c in LINK_RATE_COLUMNS})
+    if set_rates.empty:
+        return None
+    carried = traffic_rates(rec.traffic)
+    carried = carried[~carried["link"].astype(str).str.startswith("wan:")]
+    keys = sorted(set_rates.groupby(["node", "direction"]).groups, key=lambda k: (_natural_key(k[0]), k[1]))
+    shown = keys[:MAX_TRACED_PANELS]
+    fig = Figure(figsize=(11, 1.9 * len(shown) + 1), layout="constrained")
+    axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, (node, direction) in zip(axes, shown):
+        s = set_rates[(set_rates["node"] == node) & (set_rates["direction"] == direction)].sort_values("time")
+        ax.step(s["time"], s["rate_bps"] / 1e6, where="post", color="0.45", lw=0.9, label="configured (trace)")
+        c = carried[(carried["node"] == node) & (carried["direction"] == direction)].dropna(subset=["mbps"])
+        if not c.empty:
+            ax.plot(c["time"], c["mbps"], color=style.color(node), lw=1.4, label="measured (traffic.csv)")
+        ax.set_ylabel("Mbit/s")
+        ax.set_title(f"{node} {direction}", fontsize=9, loc="left")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8, loc="upper right")
+    axes[-1].set_xlabel("wall time (s)")
+    more = f" (first {len(shown)} of {len(keys)})" if len(keys) > len(shown) else ""
+    fig.suptitle(f"{rec.name}: traced links, configured vs measured{more}")
+    return fig

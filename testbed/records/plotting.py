@@ -21,8 +21,10 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from testbed.records.plot_devices import devices_figure
 from testbed.records.plot_fidelity import fidelity_figure
-from testbed.records.plot_network import _link_check_figure, _links_figure, _traffic_figure
+from testbed.records.plot_network import (_link_check_figure, _link_rates_figure, _links_figure,
+                                          _traffic_figure)
 from testbed.records.plot_style import _DPI, _profile_labels, _run_labels, _sorted_nodes, _style_for, _Style
 from testbed.records.plot_topology import topology_figure, wan_figure
 from testbed.records.plot_training import _accuracy_figure, _loss_figure, _steps_figure, _streaming_figure
@@ -31,7 +33,7 @@ from testbed.records.reader import RunRecords, load_run
 __all__ = ["plot_run", "plot_compare", "plot_progress_compare", "PLOT_FILES", "COMPARE_FILE", "PROGRESS_FILE"]
 
 PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png", "topology.png", "wan.png",
-              "links.png", "link_check.png", "fidelity.png")
+              "links.png", "link_check.png", "link_rates.png", "fidelity.png", "devices.png")
 COMPARE_FILE = "compare_accuracy.png"
 PROGRESS_FILE = "compare_progress.png"
 
@@ -55,7 +57,9 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
         "wan.png": wan_figure,
         "links.png": _links_figure,
         "link_check.png": _link_check_figure,
+        "link_rates.png": _link_rates_figure,
         "fidelity.png": fidelity_figure,  # CPU got against promised, starved intervals shaded
+        "devices.png": devices_figure,  # step and link rate per catalog device
     }
     written: list[Path] = []
     with warnings.catch_warnings():

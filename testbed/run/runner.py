@@ -35,6 +35,7 @@ from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
 from testbed.runtimes import auto_note, runtime_class, select_runtime
 from testbed.runtimes.preflight import preflight
+from testbed.runtimes.replay import start_replay
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class
@@ -106,6 +107,7 @@ class Run:
         self.stop_event = None
         self.procs: dict = {}
         self.timeline = None
+        self.replay = None  # recorded link traces, replayed every tick (runtimes.replay)
         self.relay = None  # an external broker's port, relayed from the run's gateway
         self.tensorboard: Optional[Path] = None  # where the records go as TensorBoard scalars, if anywhere
         self._tensorboard = None  # records.tensorboard.BackgroundFollower
@@ -232,6 +234,7 @@ class Run:
             self.start_node(node)
         events = Events(self.runtime, spec, self.procs, self.start_node, self.live, self.run_dir, self.say)
         self.timeline = events.start(self.sc, self.t0)
+        self.replay = start_replay(self.runtime, spec, self.sc.seed, self.run_dir, self.t0)
 
     def watch(self) -> tuple[str, str]:
         """From the nodes' start to the run's end: (status, reason)."""
@@ -301,6 +304,9 @@ class Run:
         return summary
 
     def _stop_timeline(self) -> None:
+        replay = getattr(self, "replay", None)  # (absent on a run stopped before its nodes started)
+        if replay is not None:
+            replay.stop()
         if self.timeline is not None:
             self.timeline.stop()
             if self.timeline.errors:
@@ -328,6 +334,9 @@ class Run:
             summary["control_dropped"] = control_drops(self.hub)
         if self.timeline is not None:  # changes applied, failed, and requests refused
             summary["timeline"] = dict(self.timeline.counts)
+        replay = getattr(self, "replay", None)
+        if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late
+            summary["trace_replay"] = {**replay.counts, "errors": replay.errors[:5]}
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)
         summary["startup_seconds"] = round(self.t0 - self.t_invoked + first, 3) if first is not None else None

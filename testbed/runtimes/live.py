@@ -11,9 +11,10 @@ kill, and the two hooks) is each runtime's: a runtime without one says so by nam
 from __future__ import annotations
 
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Callable, Optional
 
-from testbed.kernel.shaping import DirectionPlan, plan_direction, reshape
+from testbed.kernel.shaping import DirectionPlan, htb_burst, plan_direction, reshape
 from testbed.scenario.links import Direction, inherit
 
 WHICH = {"up": "uplink", "down": "downlink"}
@@ -73,6 +74,24 @@ class LiveOps:
             done.append(which)
         self._publish_delays(node)
         return f"{'+'.join(done)}: " + ", ".join(f"{k}={v}" for k, v in fields.items())
+
+    def set_rates(self, node: str, rates: dict[str, float]) -> None:
+        """A trace replay's tick (runtimes.replay): each direction's rate changed in place, the
+        rest of its plan as it is (no delays to publish, no filters touched)."""
+        h = self.handles[node]
+        dirs = self._directions(node)
+        for which, rate in rates.items():
+            old: DirectionPlan = getattr(h, WHICH[which])
+            new = replace(old, rate_bps=float(rate), burst_bytes=htb_burst(rate))
+            self._reshape(node, which, old, new)
+            setattr(h, WHICH[which], new)
+            dirs[which] = dirs[which].model_copy(update={"rate": float(rate)})
+
+    def replay_on_node(self, node: str, schedules: dict, t0: float) -> bool:
+        """Hand a node its trace schedules (node.trace_replay.schedules_to_wire) to replay itself,
+        by its own clock from run time `t0`; False: this runtime's nodes do not (the runner's
+        clock drives `set_rates`)."""
+        return False
 
     def _reshape(self, node: str, which: str, old: DirectionPlan, new: DirectionPlan) -> None:
         """Install `new` in place of `old` on one direction of a node's link."""

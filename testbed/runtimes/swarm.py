@@ -392,6 +392,11 @@ class SwarmRuntime(SupervisedNodes, Runtime):
                              "loss from the start")
         self._request(node, control.Reshape(which, asdict(old), asdict(new)).to_wire())
 
+    def replay_on_node(self, node: str, schedules: dict, t0: float) -> bool:
+        """The node keeps its trace's clock and changes its own link (node.trace_replay)."""
+        self._request(node, control.Replay(schedules, t0).to_wire())
+        return True
+
     def freeze(self, node: str, frozen: bool) -> str:
         return self._request(node, (control.Pause() if frozen else control.Resume()).to_wire())
 

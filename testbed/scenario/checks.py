@@ -13,6 +13,7 @@ from testbed.scenario.loader import excerpt
 from testbed.scenario.models import Scenario
 from testbed.scenario.profiles import Profile, cpu_quota_problem
 from testbed.scenario.streaming import split_host_port
+from testbed.scenario.trace_checks import trace_problems
 from testbed.scenario.traces import read_link_trace
 
 MAX_WORKERS = 1024  # in all groups together (the namespace runtime has run 256 at once)
@@ -94,7 +95,7 @@ def _cross_checks(sc: Scenario) -> list[str]:
     lines += _placement_problems(sc) + _runtime_name_problems(sc)
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
-    return lines + _jitter_problems(sc, refs)
+    return lines + _jitter_problems(sc, refs) + trace_problems(sc, refs)
 
 
 def _streaming_problems(sc: Scenario) -> list[str]:

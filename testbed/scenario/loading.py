@@ -14,6 +14,7 @@ import yaml
 from testbed.scenario.checks import ScenarioError
 from testbed.scenario.loader import LoadError, excerpt, load_yaml_file
 from testbed.scenario.models import Scenario
+from testbed.scenario.traces import is_library_ref
 
 
 def read_scenario_file(path: Union[str, Path], trace_dirs: Sequence[Union[str, Path]] = ()) -> Any:
@@ -29,6 +30,7 @@ def read_scenario_file(path: Union[str, Path], trace_dirs: Sequence[Union[str, P
     except LoadError as e:
         raise ScenarioError([f"{p}: {e}"]) from None
     data = _resolve_event_traces(_resolve_trace_paths(data, p.parent), p.parent)
+    _resolve_link_traces(data, p.parent)
     outside = traces_outside(data, [p.parent, *map(Path, trace_dirs)])
     if outside:
         raise ScenarioError(outside)
@@ -60,7 +62,41 @@ def _trace_fields(data: Any) -> list[tuple[str, str]]:
     for i, ev in enumerate(events if isinstance(events, list) else []):
         if isinstance(ev, dict) and isinstance(ev.get("trace"), str) and ev["trace"].strip():
             out.append((f"events[{i}].trace", ev["trace"]))
+    return out + [(f, d[k]) for f, d, k in _link_trace_slots(data) if not is_library_ref(d[k])]
+
+
+def _link_trace_slots(data: Any) -> list[tuple[str, dict, str]]:
+    """(field, mapping, key) of every link `trace:` in the raw fields: named and inline profiles
+    (workers, ps, evaluator, sites' LANs), both-direction and per-direction."""
+    if not isinstance(data, dict):
+        return []
+    profiles: list[tuple[str, Any]] = []
+    if isinstance(data.get("profiles"), dict):
+        profiles += [(f"profiles.{n}", p) for n, p in data["profiles"].items()]
+    workers, sites = data.get("workers"), data.get("sites")
+    for i, w in enumerate(workers if isinstance(workers, list) else []):
+        profiles.append((f"workers[{i}].profile", w.get("profile") if isinstance(w, dict) else None))
+    for role in ("ps", "evaluator"):
+        profiles.append((f"{role}.profile", data[role].get("profile") if isinstance(data.get(role), dict) else None))
+    for n, site in (sites if isinstance(sites, dict) else {}).items():
+        profiles.append((f"sites.{n}.lan", site.get("lan") if isinstance(site, dict) else None))
+    out = []
+    for where, prof in profiles:
+        if not isinstance(prof, dict):
+            continue
+        for field, holder in ((where, prof), (f"{where}.uplink", prof.get("uplink")),
+                              (f"{where}.downlink", prof.get("downlink"))):
+            if isinstance(holder, dict) and isinstance(holder.get("trace"), str) and holder["trace"].strip():
+                out.append((f"{field}.trace", holder, "trace"))
     return out
+
+
+def _resolve_link_traces(data: Any, base: Path) -> None:
+    """A link trace that is not the library's is a file taken from the scenario's folder."""
+    for _, holder, key in _link_trace_slots(data):
+        t = holder[key].strip()
+        if not is_library_ref(t) and not Path(t).is_absolute():
+            holder[key] = str((base / t).resolve())
 
 
 def _resolve_trace_paths(data: Any, base: Path) -> Any:

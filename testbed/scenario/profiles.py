@@ -10,7 +10,8 @@ from pydantic import Field, field_validator, model_validator
 
 from testbed.kernel import cgroups
 from testbed.scenario.fields import Bytes, Seconds, StrictModel
-from testbed.scenario.links import BothDirections, Direction, as_direction, inherit
+from testbed.scenario.links import (TRACE_FIELDS, BothDirections, BurstLoss, Direction, as_direction, inherit,
+                                   trace_resolution)
 
 
 class Stress(StrictModel):
@@ -51,11 +52,22 @@ class Profile(BothDirections):
     gpu_memory: Bytes = Field(None, description="the most GPU memory the node may allocate (past it, it fails)")
     gpu_share: Optional[float] = Field(None, gt=0, le=1, description="the fraction of the GPU's compute the "
                                        "node may use (paced steps; MPS threads for a command workload)")
+    # a recorded trace for both directions (a catalog name picks .up for the uplink, .down for the downlink)
+    trace: Optional[str] = Field(None, min_length=1, max_length=300)
+    trace_loop: Optional[bool] = None
+    trace_offset: Union[Literal["random"], Seconds] = None
+    trace_resolution: Seconds = None
+    burst_loss: Optional[BurstLoss] = None
 
     @field_validator("uplink", "downlink", mode="before")
     @classmethod
     def _dir(cls, v: Any) -> Any:
         return as_direction(v)
+
+    @field_validator("trace_resolution")
+    @classmethod
+    def _resolution(cls, v: Optional[float]) -> Optional[float]:
+        return trace_resolution(v)
 
     @field_validator("cpuset")
     @classmethod
@@ -92,7 +104,7 @@ class Profile(BothDirections):
 
     def resolved_direction(self, which: Literal["uplink", "downlink"]) -> Direction:
         """The direction with the profile-wide properties filled in."""
-        return inherit(getattr(self, which), self.both())
+        return inherit(getattr(self, which), self.both(), Direction(**{f: getattr(self, f) for f in TRACE_FIELDS}))
 
 
 # --- nodes ---------------------------------------------------------------------------------

@@ -1,0 +1,185 @@
+"""Replaying recorded link traces: every tick (a trace's resolution, 100 ms by default) each
+traced node's rates are set in place (the HTB class's rate: `LiveOps.set_rates`, never a qdisc
+rebuilt), up and down of a node from one schedule read at one instant of one clock, so the two
+directions cannot drift apart. A trace loops or holds its last rate at its end; each node starts
+at its own offset (scenario/traces.py: `TraceSchedule`, `node_offset`).
+
+The engine is clock-driven and catches up by skipping: a tick that comes late applies the rate
+due now, never a burst of the ticks it missed. On netns and docker it runs in the runner, which
+changes the classes from the host; on swarm it runs in each node's own supervisor (control.Replay:
+`schedules_from_wire`), which changes its own link's classes (own_link.OwnLink.set_rates).
+
+Bursty loss (`burst_loss: {p, r, good_loss, bad_loss}`): `GilbertElliott` moves a direction
+between a good and a bad state at each tick (a two-state Markov chain) and the link's loss is set
+to the state's (`set_link(loss=)`: netem's loss where the kernel has netem; here, without netem,
+the bpf drop filter, replaced on each change of state, the HTB class untouched). The state holds
+for whole ticks, so bursts last whole ticks (100 ms by default), not a number of packets as in
+netem's per-packet `loss gemodel`; within a tick, drops are independent at the state's rate.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from testbed.scenario.traces import TraceSchedule
+
+
+@dataclass
+class NodeReplay:
+    """One node's traced directions ("up"/"down" -> schedule), its bursty-loss chains, and what
+    each was last set to."""
+
+    node: str
+    schedules: dict[str, TraceSchedule]
+    applied: dict[str, float] = field(default_factory=dict)
+    losses: dict[str, "GilbertElliott"] = field(default_factory=dict)
+    applied_loss: dict[str, float] = field(default_factory=dict)
+
+    def due(self, t: float) -> dict[str, float]:
+        """The rates due `t` seconds after the nodes' start that differ from what is set."""
+        rates = {w: s.rate_at(t) for w, s in self.schedules.items()}
+        return {w: r for w, r in rates.items() if self.applied.get(w) != r}
+
+    def loss_due(self) -> dict[str, float]:
+        """Each bursty-loss chain one tick on: the losses that differ from what is set."""
+        losses = {w: ge.step() for w, ge in self.losses.items()}
+        return {w: p for w, p in losses.items() if self.applied_loss.get(w) != p}
+
+
+class TraceReplay:
+    """Sets each traced node's rates when due. `set_rates(node, {"up": bit/s, ...})` changes them
+    in place; `record(t, node, which, rate, trace_time)` writes one down. `clock` is wall time
+    and `t0` the nodes' start."""
+
+    def __init__(self, nodes: list[NodeReplay], set_rates: Callable[[str, dict[str, float]], None],
+                 record: Callable[[float, str, str, float, float], None], t0: float,
+                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
+                 set_loss: Optional[Callable[[str, str, float], None]] = None):
+        self.nodes, self.set_rates, self.record, self.t0, self.clock = nodes, set_rates, record, t0, clock
+        self.set_loss = set_loss  # (node, "up"/"down", probability): the bursty-loss chains' state
+        self.tick = min((s.resolution for n in nodes for s in n.schedules.values()), default=0.1)
+        self._stop = threading.Event()
+        self._sleep = sleep or (lambda s: self._stop.wait(s))
+        self._thread: Optional[threading.Thread] = None
+        self.counts = {"ticks": 0, "changes": 0, "failed": 0, "late_ticks": 0}
+        self.errors: list[str] = []
+
+    def run_once(self, t: float) -> None:
+        """Apply what is due at run time `t` (seconds since the nodes started)."""
+        self.counts["ticks"] += 1
+        for n in self.nodes:
+            self._step_losses(n)
+            rates = n.due(t)
+            if not rates:
+                continue
+            try:
+                self.set_rates(n.node, rates)
+            except Exception as e:  # one node's failure must not stop the others' replay
+                self.counts["failed"] += 1
+                if len(self.errors) < 20:
+                    self.errors.append(f"{n.node}: {type(e).__name__}: {e}")
+                continue
+            n.applied.update(rates)
+            self.counts["changes"] += len(rates)
+            for which, rate in rates.items():
+                sched = n.schedules[which]
+                self.record(t, n.node, which, rate, (t + sched.offset) % sched.duration if sched.loop else t + sched.offset)
+
+    def _step_losses(self, n: NodeReplay) -> None:
+        set_loss = self.set_loss
+        if set_loss is None:
+            return
+        for which, p in n.loss_due().items():
+            try:
+                set_loss(n.node, which, p)
+                n.applied_loss[which] = p
+                self.counts["changes"] += 1
+            except Exception as e:  # as a rate change: counted, said, the replay goes on
+                self.counts["failed"] += 1
+                if len(self.errors) < 20:
+                    self.errors.append(f"{n.node} loss: {type(e).__name__}: {e}")
+
+    def _loop(self) -> None:
+        k = 1  # tick 0 is the bring-up's rate
+        while not self._stop.is_set():
+            due = self.t0 + k * self.tick
+            wait = due - self.clock()
+            if wait > 0:
+                self._sleep(wait)
+                if self._stop.is_set():
+                    return
+            elif -wait > self.tick:  # late by a tick or more: skip to the one due now
+                skipped = int(-wait / self.tick)
+                self.counts["late_ticks"] += skipped
+                k += skipped
+            self.run_once(k * self.tick)
+            k += 1
+
+    def start(self) -> None:
+        if self.nodes:
+            self._thread = threading.Thread(target=self._loop, name="edgebed-trace-replay", daemon=True)
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+
+@dataclass
+class GilbertElliott:
+    """Two-state bursty loss: from good to bad with probability `p` per tick, from bad to good
+    with `r`; loss `good_loss` in the good state, `bad_loss` in the bad one (netem's gemodel
+    parameters p, r, 1-k, 1-h, with the state kept per tick)."""
+
+    p: float
+    r: float
+    good_loss: float = 0.0
+    bad_loss: float = 1.0
+    bad: bool = False
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+
+    def step(self) -> float:
+        """Move one tick on; the loss probability of the state it is now in."""
+        if self.rng.random() < (self.r if self.bad else self.p):
+            self.bad = not self.bad
+        return self.bad_loss if self.bad else self.good_loss
+
+    def mean_loss(self) -> float:
+        """The long-run loss: the bad state's share (p / (p + r)) of bad_loss, the rest of good_loss."""
+        share = self.p / (self.p + self.r) if self.p + self.r > 0 else 0.0
+        return share * self.bad_loss + (1 - share) * self.good_loss
+
+
+MAX_TICKS = 200_000  # a schedule's ticks a node takes (a week at 100 ms would be 6 M: loop a shorter one)
+
+
+def schedules_to_wire(schedules: dict[str, TraceSchedule]) -> dict:
+    """A node's schedules as a control message carries them (rates in whole bit/s)."""
+    return {w: {"rates": [int(r) for r in s.rates], "resolution": s.resolution, "loop": s.loop, "offset": s.offset}
+            for w, s in schedules.items()}
+
+
+def schedules_from_wire(data: dict) -> dict[str, TraceSchedule]:
+    """The schedules of a control message, checked (ValueError naming the direction and field)."""
+    from testbed.scenario.traces import MAX_RATE_BPS, MAX_RESOLUTION_S, MIN_RESOLUTION_S
+
+    out = {}
+    for which, d in data.items():
+        if which not in ("up", "down") or not isinstance(d, dict):
+            raise ValueError("schedules: keys are up and down, each a mapping")
+        rates, res, offset = d.get("rates"), d.get("resolution"), d.get("offset", 0.0)
+        if not isinstance(rates, list) or not 0 < len(rates) <= MAX_TICKS or \
+                not all(type(r) in (int, float) and 0 <= r <= MAX_RATE_BPS for r in rates):
+            raise ValueError(f"schedules.{which}.rates: not a list of 1-{MAX_TICKS} rates in bit/s")
+        if not isinstance(res, (int, float)) or isinstance(res, bool) or not MIN_RESOLUTION_S <= res <= MAX_RESOLUTION_S:
+            raise ValueError(f"schedules.{which}.resolution: not within {MIN_RESOLUTION_S}-{MAX_RESOLUTION_S} s")
+        if not isinstance(offset, (int, float)) or isinstance(offset, bool) or not 0 <= offset <= len(rates) * res:
+            raise ValueError(f"schedules.{which}.offset: not within the trace")
+        out[which] = TraceSchedule(tuple(float(r) for r in rates), float(res), d.get("loop") is not False,
+                                   float(offset))
+    return out

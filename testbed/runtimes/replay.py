@@ -1,0 +1,70 @@
+"""The runner's side of trace replay (node.trace_replay has the engine): each traced node's
+schedules from its links, and the replay started on a runtime, each change written to
+RUN/link_rates.csv. A runtime whose nodes shape their own links from inside (swarm) hands each
+node its schedules (`LiveOps.replay_on_node`): the node's own process then keeps the clock and
+changes its HTB classes in place; the runner keeps the same clock only to record the rates."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Optional
+
+from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay, schedules_to_wire
+from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
+from testbed.records.metrics import CsvLog
+from testbed.scenario.traces import direction_schedule
+
+DIRECTIONS = (("up", "uplink"), ("down", "downlink"))
+
+
+def replays_of(spec, seed: int) -> list[NodeReplay]:
+    """The traced nodes of a cluster (plan.cluster.ClusterSpec): their schedules from their links,
+    a Gilbert-Elliott chain per direction with `burst_loss` (seeded per node and direction)."""
+    out = []
+    for node in spec.nodes:
+        dirs = {w: getattr(node.link, name) for w, name in DIRECTIONS}
+        scheds = {w: direction_schedule(d, w, seed, node.name) for w, d in dirs.items()}
+        present = {w: s for w, s in scheds.items() if s is not None}
+        losses = {w: GilbertElliott(d.burst_loss.p, d.burst_loss.r, d.burst_loss.good_loss, d.burst_loss.bad_loss,
+                                    rng=random.Random(f"{seed}:{node.name}:{w}:loss"))
+                  for w, d in dirs.items() if getattr(d, "burst_loss", None) is not None}
+        if present or losses:
+            out.append(NodeReplay(node.name, present, {w: s.rate_at(0.0) for w, s in present.items()}, losses))
+    return out
+
+
+def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional[TraceReplay]:
+    """Replay the cluster's link traces on `runtime` (its `set_rates`), each change written to
+    RUN/link_rates.csv (the bring-up's rates as its first rows); None when no link has a trace."""
+    nodes = replays_of(spec, seed)
+    if not nodes:
+        return None
+    path = Path(run_dir) / LINK_RATES_FILE
+    path.write_text(",".join(LINK_RATE_COLUMNS) + "\n")
+    table = CsvLog(path, LINK_RATE_COLUMNS)
+
+    def record(t: float, node: str, which: str, rate: float, trace_time: float) -> None:
+        table.write(time=t, node=node, direction=which, rate_bps=rate, trace_time=trace_time)
+
+    for n in nodes:
+        for which, rate in n.applied.items():
+            record(0.0, n.node, which, rate, n.schedules[which].offset)
+        n.applied_loss.update({which: 0.0 for which in n.losses})  # the chains start good (no loss set yet)
+    remote = {n.node for n in nodes if n.schedules and _on_node(runtime, n, t0)}
+
+    def set_rates(node: str, rates: dict[str, float]) -> None:
+        if node not in remote:  # a node replaying itself changes its own link: the runner only records
+            runtime.set_rates(node, rates)
+
+    replay = TraceReplay(nodes, set_rates, record, t0,
+                         set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}))
+    replay.start()
+    return replay
+
+
+
+
+def _on_node(runtime, n: NodeReplay, t0: float) -> bool:
+    """Whether the node replays its own schedules (swarm), told here; else the runner's clock does."""
+    return bool(runtime.replay_on_node(n.node, schedules_to_wire(n.schedules), t0))
