@@ -67,10 +67,11 @@ def test_a_restarted_node_and_a_short_interval_are_left_out():
 
 
 def link_run(carried_bps, rate=20e6, over=True):
-    out, total, ol = [F.LinkSample(0.0, 0, rate, backlog=3000 if over else 0)], 0, 0
+    """Samples of a link carrying `carried_bps` per second; `over`: its queue overflowed each second."""
+    out, total, ol, drops = [F.LinkSample(0.0, 0, rate, backlog=3000 if over else 0)], 0, 0, 0
     for t, bps in enumerate(carried_bps, start=1):
-        total, ol = total + int(bps / 8), ol + (5 if over else 0)
-        out.append(F.LinkSample(float(t), total, rate, overlimits=ol, backlog=3000 if over else 0))
+        total, ol, drops = total + int(bps / 8), ol + (5 if over else 0), drops + (2 if over else 0)
+        out.append(F.LinkSample(float(t), total, rate, overlimits=ol, backlog=3000 if over else 0, drops=drops))
     return out
 
 
@@ -88,6 +89,10 @@ def test_an_idle_link_is_not_flagged():
     # one burst over the rate inside the interval (queue empty at a sample): not saturated
     burst = [F.LinkSample(0, 0, 20e6), F.LinkSample(1, 10**6, 20e6, overlimits=9, backlog=4000)]
     assert F.link_intervals("w0/up", burst)[0].verdict == "unsaturated"
+    # pushes with idle gaps between them, a backlog at both samples, no drop (a healthy BSP
+    # uplink's 1 s samples looked like this): not saturated, not a shortfall
+    pushes = [F.LinkSample(0, 0, 20e6, backlog=5000), F.LinkSample(1, 10**6, 20e6, overlimits=300, backlog=8000)]
+    assert F.link_intervals("w0/up", pushes)[0].verdict == "unsaturated"
     assert F.link_intervals("x", [F.LinkSample(0, 0, None), F.LinkSample(1, 10, None)])[0].verdict == "unshaped"
 
 
@@ -234,8 +239,9 @@ def test_shaping_csv_gives_the_links_intervals(tmp_path):
     from testbed.records.metrics import format_row
 
     up = {"node": "w0", "direction": "up", "rate_bps": 20e6, "backlog": 9000}
-    rows = [{"time": 0.0, "bytes": 0, "overlimits": 0, **up}, {"time": 1.0, "bytes": 2_450_000, "overlimits": 40, **up},
-            {"time": 2.0, "bytes": 3_700_000, "overlimits": 90, **up},
+    rows = [{"time": 0.0, "bytes": 0, "overlimits": 0, "drops": 0, **up},
+            {"time": 1.0, "bytes": 2_450_000, "overlimits": 40, "drops": 3, **up},
+            {"time": 2.0, "bytes": 3_700_000, "overlimits": 90, "drops": 7, **up},
             {"time": 0.0, "node": "w0", "direction": "down", "rate_bps": None, "bytes": 0},
             {"time": 1.0, "node": "w0", "direction": "down", "rate_bps": None, "bytes": 100}]
     with open(tmp_path / "shaping.csv", "wb") as f:
