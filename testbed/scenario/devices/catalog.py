@@ -108,7 +108,7 @@ def parse_entries(data: Any, where: str, line_of: Callable[[str], str] = lambda 
     return out
 
 
-def _field_message(err: dict) -> str:
+def _field_message(err: Any) -> str:
     loc = ".".join(str(p) for p in err.get("loc", ()))
     msg = str(err.get("msg", "")).removeprefix("Value error, ")
     if err.get("type") == "extra_forbidden":
