@@ -299,3 +299,16 @@ def bench_soak(minutes: int = typer.Option(30, help="length of the run; one faul
                          out_dir=out, run_dir=run_dir, say=typer.echo)
     exit_unless_ok(res)
 
+
+
+@bench_app.command("device")
+def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, one model, the idle host (CI)"),
+                 runtime: str = runtime_option("netns", ONE_HOST),
+                 repetitions: int = typer.Option(3, help="timed repetitions per measurement"),
+                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Device profiles: measured step time against the device's target (3 devices x 3 models), on
+    this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile."""
+    from testbed.bench.device import device_benchmark
+
+    _run_refusable(device_benchmark, quick=quick, runtime=runtime, out_dir=out, say=typer.echo,
+                   repetitions=repetitions)
