@@ -342,3 +342,17 @@ def test_calibrate_devices_refuses_before_any_quota_is_set():
     with pytest.raises(run_devices.DeviceRefused, match=r"^w0: device laptop-apple-m1 is faster than host"):
         run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
     assert rt.quotas == {}
+
+
+def test_measure_steps_counts_the_flops_of_forward_and_backward():
+    """The node's job (testbed/node/calibrate.py) on a small MLP, outside any node: its FLOPs are
+    the dense layers' multiply-adds, x2, forward and backward (no input gradient at layer 1)."""
+    from testbed.node.calibrate import measure_steps
+
+    r = measure_steps("mlp", "mnist5k", batch_size=8, repetitions=3, min_rep_s=0.005)
+    macs = 784 * 200 + 200 * 200 + 200 * 10  # 1x28x28, 10 classes
+    backward = 2 * macs + 2 * (200 * 200 + 200 * 10)  # weight grads of all three, input grads of two
+    assert r["flops_per_step"] == 8 * (2 * macs + backward)
+    assert r["repetitions"] == 3 and len(r["step_s"]) == 3 and len(r["cpu_s"]) == 3
+    assert all(x > 0 for x in r["step_s"] + r["cpu_s"])
+    assert r["threads"] == 1 and r["batch_size"] == 8 and r["cpus"] >= 1
