@@ -274,8 +274,9 @@ def test_quotas_adding_up_past_the_host_warn_once_per_host():
 class FakeRuntime:
     """A runtime whose calibration job answers at once with a fixed measurement."""
 
-    def __init__(self, cpu_s: float, wall_s: float):
+    def __init__(self, cpu_s: float, wall_s: float, under_quota: float = 0.0):
         self.cpu_s, self.wall_s, self.quotas, self.puts = cpu_s, wall_s, {}, {}
+        self.under_quota = under_quota  # the step time the check under the quota measures
 
     def mailbox(self, name):
         rt = self
@@ -303,8 +304,9 @@ class FakeRuntime:
         import json
 
         assert target == run_devices.CALIBRATE_TARGET and kwargs["threads"] == 1
+        wall = self.under_quota if kwargs["result_path"].endswith("-verify.json") else self.wall_s
         self.puts[kwargs["result_path"]] = json.dumps({
-            "model": kwargs["model"], "flops_per_step": 10**8, "step_s": [self.wall_s] * 5, "cpu_s": [self.cpu_s] * 5,
+            "model": kwargs["model"], "flops_per_step": 10**8, "step_s": [wall] * 5, "cpu_s": [self.cpu_s] * 5,
             "cpus": 2, "host": "h1"})
 
         class Done:
@@ -324,7 +326,7 @@ def test_calibrate_devices_sets_quotas_threads_and_meta():
                          "workers": [{"count": 1, "profile": "pi"}, {"count": 1, "profile": "fixed", "name": "f"}]})
     spec = build_cluster(sc, "abc123")
     rt = FakeRuntime(cpu_s=0.004, wall_s=0.004)
-    cals, warnings = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None)
+    cals, warnings = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None, verify=False)
     assert set(cals) == {"w0"} and warnings == []
     assert rt.quotas == {"w0": pytest.approx(0.004 * 7.2e9 / 1e8)}
     assert spec.node("w0").device_cpus == rt.quotas["w0"] and spec.node("w0").threads == 1
@@ -356,3 +358,17 @@ def test_measure_steps_counts_the_flops_of_forward_and_backward():
     assert r["repetitions"] == 3 and len(r["step_s"]) == 3 and len(r["cpu_s"]) == 3
     assert all(x > 0 for x in r["step_s"] + r["cpu_s"])
     assert r["threads"] == 1 and r["batch_size"] == 8 and r["cpus"] >= 1
+
+
+def test_the_check_under_the_quota_corrects_it_once():
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4"}}, "workers": [{"count": 1, "profile": "pi"}]})
+    target = 1e8 / 7.2e9
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=1.1 * target)  # 10% slow under the quota
+    cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
+    first = 0.004 / target
+    assert cals["w0"]["first_quota_cores"] == pytest.approx(first)
+    assert cals["w0"]["correction"] == pytest.approx(1.1)
+    assert rt.quotas["w0"] == pytest.approx(1.1 * first) and cals["w0"]["quota_cores"] == rt.quotas["w0"]
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=10 * target)  # a wild check: bounded
+    cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
+    assert cals["w0"]["correction"] == run_devices.MAX_CORRECTION

@@ -63,7 +63,7 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     assert cal["model"] == "adacomp_cnn" and cal["repetitions"] == 5 and len(cal["cpu_s"]) == 5
     assert cal["flops_per_step"] > 1e8
     assert dev["target_step_s"] == pytest.approx(cal["flops_per_step"] / (0.72 * 4 * 1e9))
-    assert dev["quota_cores"] == pytest.approx(cal["cpu_s_median"] / dev["target_step_s"])
+    assert dev["first_quota_cores"] == pytest.approx(cal["cpu_s_median"] / dev["target_step_s"])
     assert seen[0] == pytest.approx(dev["quota_cores"], rel=0.01)  # the quota actually in the cgroup
     assert seen[1] == 2**30  # the Pi 3B's 1 GB as the memory limit
     assert meta["nodes"]["w0"]["cpu_basis"].startswith("device")
@@ -71,5 +71,7 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     assert "w0: device raspberry-pi-3b on host" in out
     steps = pd.read_csv(Path(run_dir) / "steps.csv")
     compute = steps[steps.node == "w0"].compute_seconds.iloc[4:].median()
-    # unthrottled this host takes a fraction of the target; at the quota, about the target
-    assert compute == pytest.approx(dev["target_step_s"], rel=0.2), (compute, dev)
+    # unthrottled this host takes a fraction of the target; at the quota about the target, a little
+    # more: the worker's messages are paid from the same quota (edgebed bench device times the steps alone)
+    assert 0.9 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
+    assert dev["correction"] == pytest.approx(dev["quota_cores"] / dev["first_quota_cores"])

@@ -3,8 +3,8 @@ host, and keep that speed when the host gets slower, where a `cpus:` node does n
 
 One cluster per host condition, every node pinned to CPU 0 (cpuset "0"): a node per catalog
 device and one `cpus: 1.0` node (a whole host core, host-relative). Per device and per
-calibration model the node is calibrated as at bring-up (testbed/run/devices.py), its quota set,
-then a job in the node times training steps of each model (repetitions of whole steps, each at
+calibration model the node is calibrated as at bring-up (testbed/run/devices.py: measured unthrottled, quota set, checked
+under the quota and corrected once), then a job in the node times training steps of each model (repetitions of whole steps, each at
 least `min_rep_s`): the measured step time against the device's target for that model (FLOPs /
 device speed). The calibration model's own row is the 5% criterion; the other rows are the
 error of a calibration made on another model.
@@ -136,6 +136,7 @@ class DeviceBench:
                              "refused": refused})
                 continue
             rt.set_cpus(node.name, cal.quota_cores)
+            run_devices.refine_quota(rt, self.sc, node, cal)  # as at bring-up
             for run_model in self.models if self.cross else (cal_model,):
                 m = _measure(bench, rt, node.name, self.sc, run_model, self.repetitions, self.min_rep_s)
                 row = {**_row(device, cal, m, speed.step_seconds(m["flops_per_step"])), "condition": condition}
@@ -177,7 +178,7 @@ def _verdict(rows: list[dict], conditions: tuple[str, ...]) -> dict:
 
 
 def device_benchmark(*, quick: bool = False, runtime: str = "netns", out_dir: Path | None = None,
-                     say: Callable[[str], None] = print, repetitions: int = 3, min_rep_s: float = 2.0,
+                     say: Callable[[str], None] = print, repetitions: int = 3, min_rep_s: float = 1.5,
                      dataset: str = "mnist5k") -> dict:
     """The full run: 3 devices x 3 calibration models x 3 run models on the idle host, the own
     model again on the slow host. `quick`: one device, one model, the idle host (CI)."""

@@ -47,7 +47,8 @@ def count_flops(step) -> int:
 def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None, batch_size: int = 32,
                   threads: int = 1, repetitions: int = 5, min_rep_s: float = 0.2) -> dict:
     """Per repetition, the wall and CPU seconds of one training step (SGD, cross-entropy) of
-    `model` on a batch of `dataset`; each repetition runs whole steps for at least `min_rep_s`."""
+    `model` on a batch of `dataset`; each repetition runs whole steps for at least `min_rep_s`,
+    after a warm-up of as long (a fresh process's first steps are slower, more so under a quota)."""
     import torch
 
     from testbed.data.models import build_model
@@ -65,10 +66,13 @@ def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None
         opt.step()
 
     flops = count_flops(step)
-    t = time.perf_counter()
-    for _ in range(WARMUP_STEPS):
+    t, warm = time.perf_counter(), 0
+    while warm < WARMUP_STEPS or time.perf_counter() - t < min_rep_s:  # first touches, allocator, caches
         step()
-    per_step = max(1e-6, (time.perf_counter() - t) / WARMUP_STEPS)
+        warm += 1
+    t = time.perf_counter()
+    step()
+    per_step = max(1e-6, time.perf_counter() - t)
     steps = max(1, int(min_rep_s / per_step + 0.999))
     wall, cpu = [], []
     for _ in range(repetitions):

@@ -36,6 +36,8 @@ CALIBRATE_TARGET = "testbed.node.calibrate:run_calibration"
 CALIBRATION_TIMEOUT_S = 300.0
 REPETITIONS = 5
 MIN_REP_S = 0.2
+VERIFY_REPETITIONS, VERIFY_REP_S = 3, 0.5  # the check under the quota (refine_quota)
+MAX_CORRECTION = 1.5
 
 
 class DeviceRefused(RuntimeError):
@@ -165,21 +167,54 @@ def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Sp
     return plan_quota(cal, speed)
 
 
-def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec,
-                      say: Callable[[str], None]) -> tuple[dict[str, dict], list[str]]:
+def refuse_if_short(cal: Calibration) -> None:
+    line = shortfall_line(cal) or floor_line(cal)
+    if line:
+        raise DeviceRefused(line)
+
+
+def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Calibration:
+    """One closed-loop round: time steps under the quota just set, and scale the quota by
+    measured / target (within MAX_CORRECTION either way), so what a quota costs on this host
+    (caches refilled after each throttled slice) is in it. Sets the new quota."""
+    slot = runtime.mailbox("calibrate") / f"{node.name}-verify.json"
+    kwargs = dict(result_path=str(slot), model=model or cal.model, dataset=sc.workload.dataset, seed=sc.seed,
+                  test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
+                  repetitions=VERIFY_REPETITIONS, min_rep_s=VERIFY_REP_S)
+    proc = runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate")
+    proc.join(CALIBRATION_TIMEOUT_S)
+    if not slot.exists():
+        raise RuntimeError(f"{node.name}: the calibration's check under the quota did not report "
+                           f"(exit code {proc.exitcode})")
+    r = untrusted.loads(slot.read_text())
+    measured = statistics.median(float(x) for x in r["step_s"])
+    factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
+    first = cal.quota_cores
+    cal.quota_cores = first * factor
+    cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
+    cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
+                     check_step_s_median=measured, correction=factor)
+    runtime.set_cpus(node.name, cal.quota_cores)
+    return cal
+
+
+def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callable[[str], None],
+                      verify: bool = True) -> tuple[dict[str, dict], list[str]]:
     """Calibrate every device node, one at a time (a node measures an otherwise idle cluster),
-    set its quota; (meta.json's `device` per node, warnings). DeviceRefused before any quota
-    is set when a device is faster than its host can give."""
+    set its quota, check it under that quota and correct it once (refine_quota); (meta.json's
+    `device` per node, warnings). DeviceRefused, before any role starts, when a device is
+    faster than its host can give."""
     cals = []
     for node, label, speed in device_nodes(sc, spec):
         cal = calibrate_node(runtime, sc, node, label, speed)
-        line = shortfall_line(cal) or floor_line(cal)
-        if line:
-            raise DeviceRefused(line)
+        refuse_if_short(cal)
+        runtime.set_cpus(cal.node, cal.quota_cores)
+        if verify:
+            refine_quota(runtime, sc, node, cal)
+            refuse_if_short(cal)
+        spec.node(cal.node).device_cpus = cal.quota_cores
         cals.append(cal)
     for cal in cals:
-        runtime.set_cpus(cal.node, cal.quota_cores)
-        spec.node(cal.node).device_cpus = cal.quota_cores
         say(f"{cal.node}: device {cal.device} on host {cal.host}: {cal.model} step {cal.target_step_s * 1e3:.1f} ms "
             f"(host: {cal.cpu_median * 1e3:.1f} ms CPU, spread {spread(cal.cpu_s):.0%}) -> quota "
             f"{cal.quota_cores:.3f} cores, {cal.threads} thread(s)")
