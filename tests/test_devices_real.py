@@ -70,8 +70,9 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     assert meta["nodes"]["ps"]["cpu_basis"].startswith("host-relative")
     assert "w0: device raspberry-pi-3b on host" in out
     steps = pd.read_csv(Path(run_dir) / "steps.csv")
-    compute = steps[steps.node == "w0"].compute_seconds.iloc[4:].median()
-    # unthrottled this host takes a fraction of the target; at the quota about the target, a little
-    # more: the worker's messages are paid from the same quota (edgebed bench device times the steps alone)
-    assert 0.9 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
+    # the mean: a step's compute time comes in whole 100 ms CFS periods (one or two at this quota)
+    compute = steps[steps.node == "w0"].compute_seconds.iloc[4:].mean()
+    # unthrottled this host takes a tenth of the target; at the quota about the target (the worker's
+    # messages are paid from the same quota; edgebed bench device times the steps alone)
+    assert 0.8 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
     assert dev["correction"] == pytest.approx(dev["quota_cores"] / dev["first_quota_cores"])
