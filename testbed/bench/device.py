@@ -179,25 +179,30 @@ def _verdict(rows: list[dict], conditions: tuple[str, ...]) -> dict:
 
 def device_benchmark(*, quick: bool = False, runtime: str = "netns", out_dir: Path | None = None,
                      say: Callable[[str], None] = print, repetitions: int = 3, min_rep_s: float = 1.5,
-                     dataset: str = "mnist5k") -> dict:
-    """The full run: 3 devices x 3 calibration models x 3 run models on the idle host, the own
-    model again on the slow host. `quick`: one device, one model, the idle host (CI)."""
-    devices, models = (DEVICES[1:2], MODELS[:1]) if quick else (DEVICES, MODELS)
+                     dataset: str = "mnist5k", devices: tuple[str, ...] = DEVICES, cross: bool = True) -> dict:
+    """The full run: 3 devices x 3 calibration models x 3 run models on the idle host (`cross`;
+    else each on its own model), the own model again on the slow host. `quick`: one device, one
+    model, the idle host (CI). The JSON is written after each host condition."""
+    models = MODELS[:1] if quick else MODELS
+    devices = DEVICES[1:2] if quick else devices
     conditions = ("idle",) if quick else ("idle", "slow")
     if quick:
         repetitions, min_rep_s = 3, 1.0
     rows: list[dict] = []
     t = time.monotonic()
-    for condition in conditions:
-        b = DeviceBench(devices, models, cross=condition == "idle" and not quick, repetitions=repetitions,
+    name = f"device-{runtime}{'-quick' if quick else ''}{'' if cross or quick else '-own'}.json"
+    out: dict = {}
+    for i, condition in enumerate(conditions):
+        b = DeviceBench(devices, models, cross=cross and condition == "idle" and not quick, repetitions=repetitions,
                         min_rep_s=min_rep_s, dataset=dataset, say=say)
         rows += b.run(runtime, condition)
-    verdict = _verdict(rows, conditions)
-    say(f"own-model max |error| {verdict['own_model_max_abs_error']}; ok {verdict['ok']}")
-    out = {"benchmark": "device", "runtime": runtime, "quick": quick, "devices": list(devices),
-           "device_speeds": {d: builtin()[d].speed.model_dump() for d in devices}, "models": list(models),
-           "conditions": list(conditions), "repetitions": repetitions, "min_rep_s": min_rep_s, "dataset": dataset,
-           "cpuset": "0", "host_cpus": os.cpu_count(), "tolerance": TOLERANCE, "rows": rows, **verdict,
-           "seconds": round(time.monotonic() - t, 1), "kernel": os.uname().release,
-           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"device-{runtime}{'-quick' if quick else ''}.json", say)
+        verdict = _verdict(rows, conditions[:i + 1])
+        out = {"benchmark": "device", "runtime": runtime, "quick": quick, "devices": list(devices),
+               "device_speeds": {d: builtin()[d].speed.model_dump() for d in devices}, "models": list(models),
+               "conditions": list(conditions[:i + 1]), "repetitions": repetitions, "min_rep_s": min_rep_s,
+               "dataset": dataset, "cpuset": "0", "host_cpus": os.cpu_count(), "tolerance": TOLERANCE, "rows": rows,
+               **verdict, "seconds": round(time.monotonic() - t, 1), "kernel": os.uname().release,
+               "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+        _save(out, out_dir, name, say)
+    say(f"own-model max |error| {out['own_model_max_abs_error']}; ok {out['ok']}")
+    return out
