@@ -44,8 +44,8 @@ def tables(res: dict) -> str:
     if host:
         out += ["", "Host-relative `cpus: 1.0` on the same CPU:", "", "| host | model | measured ms | spread |",
                 "|---|---|---|---|"]
-        out += [f"| {r['condition']} | {r['run_model']} | {_ms(r['step_s_median'])} | {r['step_s_spread']:.1%} |"
-                for r in host]
+        out += [f"| {r['condition']} | {r['run_model']} | {_ms(r['step_s_median'])} | "
+                f"{'' if 'step_s_spread' not in r else format(r['step_s_spread'], '.1%')} |" for r in host]
     if "device_ratio_slow_over_idle" in res:
         dr, cr = res["device_ratio_slow_over_idle"], res["cpus_ratio_slow_over_idle"]
         out += ["", "Step time, slow host / idle host: `device:` "
@@ -65,10 +65,11 @@ def plot(res: dict, path: Path) -> None:
     for cond, marker in (("idle", "o"), ("slow", "s")):
         pts = [r for r in rows if r["condition"] == cond]
         if pts:
+            yerr = ([[(r["step_s_median"] - min(r["step_s"])) * 1e3 for r in pts],
+                     [(max(r["step_s"]) - r["step_s_median"]) * 1e3 for r in pts]]
+                    if all("step_s" in r for r in pts) else None)
             ax.errorbar([r["target_step_s"] * 1e3 for r in pts], [r["step_s_median"] * 1e3 for r in pts],
-                        yerr=[[(r["step_s_median"] - min(r["step_s"])) * 1e3 for r in pts],
-                              [(max(r["step_s"]) - r["step_s_median"]) * 1e3 for r in pts]],
-                        fmt=marker, label=f"device nodes, {cond} host", alpha=0.8)
+                        yerr=yerr, fmt=marker, label=f"device nodes, {cond} host", alpha=0.8)
     lim = max(r["target_step_s"] for r in rows) * 1e3 * 1.1
     ax.plot([0, lim], [0, lim], "k-", lw=0.8, label="target")
     ax.fill_between([0, lim], [0, lim * 0.95], [0, lim * 1.05], color="grey", alpha=0.2, label="±5%")
