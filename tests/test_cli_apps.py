@@ -19,7 +19,7 @@ TOP = ["validate", "up", "build", "plot", "reproduce", "hosts", "place", "status
        "tensorboard", "models", "datasets", "kernel", "link", "cpu", "stress", "kill", "restart", "pause",
        "partition", "heal", "resume", "bench", "lab"]
 BENCH = ["link", "loss", "delay", "startup", "ddp", "flower-app", "stream", "topology", "cpu", "update", "overhead",
-         "mininet", "flower", "stress", "wire", "all", "soak", "trace"]
+         "mininet", "flower", "stress", "wire", "all", "soak", "trace", "device"]
 
 
 def _commands(group) -> list[str]:

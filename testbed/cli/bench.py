@@ -314,3 +314,21 @@ def bench_trace(quick: bool = typer.Option(False, "--quick", help="10 s per trac
         seconds, repetitions = 10.0, 1
     _run_refusable(trace_benchmark, seconds=seconds, repetitions=repetitions, runtime=runtime, out_dir=out,
                    say=typer.echo)
+
+
+@bench_app.command("device")
+def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, one model, the idle host (CI)"),
+                 runtime: str = runtime_option("netns", ONE_HOST),
+                 repetitions: int = typer.Option(3, help="timed repetitions per measurement"),
+                 devices: str = typer.Option(",".join(("raspberry-pi-3b", "raspberry-pi-4", "jetson-nano-cpu")),
+                                             help="catalog devices, comma-separated"),
+                 cross: bool = typer.Option(True, "--cross/--no-cross", help="also run each calibration on the "
+                                            "other models (idle host)"),
+                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """Device profiles: measured step time against the device's target (3 devices x 3 models), on
+    this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile."""
+    from testbed.bench.device import device_benchmark
+
+    _run_refusable(device_benchmark, quick=quick, runtime=runtime, out_dir=out, say=typer.echo,
+                   repetitions=repetitions, devices=tuple(d.strip() for d in devices.split(",") if d.strip()),
+                   cross=cross)

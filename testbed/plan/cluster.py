@@ -54,10 +54,12 @@ class Node:
     site: Optional[str] = None  # its LAN (None: the one LAN of a scenario without sites)
     image: Optional[str] = None  # a foreign image with its own entrypoint (kafka); None: edgebed's node image
     host: str = ""  # the machine it runs on (placement.py; set when the plan is made)
+    device_cpus: Optional[float] = None  # a device profile's quota, once its host is calibrated (run/devices.py)
 
     @property
     def threads(self) -> int:
-        return max(1, math.ceil(self.profile.cpus)) if self.profile.cpus else 1
+        cpus = self.profile.cpus or self.device_cpus
+        return max(1, math.ceil(cpus)) if cpus else 1
 
 
 @dataclass

@@ -27,6 +27,7 @@ from testbed.plan.delays import transport_delays
 from testbed.plan.placement import place
 from testbed.plan.streams import stream_config
 from testbed.records import metrics
+from testbed.run import devices as run_devices
 from testbed.run import meta as run_meta
 from testbed.run.events import Events
 from testbed.run.fidelity import oversubscription_warnings
@@ -103,6 +104,7 @@ class Run:
         self.runtime = None
         self.spec: Optional[ClusterSpec] = None
         self.node_meta: dict = {}
+        self.calibrations: dict = {}  # meta.json's `device` of each node with a device profile (run/devices.py)
         self.last_counters: dict = {}
         self.stop_event = None
         self.procs: dict = {}
@@ -162,6 +164,8 @@ class Run:
         if self.hub is not None and sc.workload.command is not None:
             self.hub.open_reports()  # its programs report from any node (edgebed.report)
         self.records_address, self.control_address = self.runtime.channel_urls()
+        self.calibrations, device_warnings = run_devices.calibrate_devices(self.runtime, sc, self.spec, say)
+        self.runtime.warnings.extend(device_warnings)
         self.node_meta = self.runtime.node_meta()
         self.meta = self.describe()
         (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
@@ -183,6 +187,7 @@ class Run:
             "nodes": run_meta.nodes_meta(sc, spec, node_meta),
             "links": {name: {"uplink": m["uplink"], "downlink": m["downlink"]} for name, m in node_meta.items()},
         }
+        run_devices.describe(spec, self.calibrations, meta["nodes"])
         if spec.topology is not None:
             meta["topology"] = {**run_meta.topology_meta(spec), **(runtime.topology_meta() or {})}
             for n in spec.nodes:

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional
 
 from pydantic import ValidationError
 
+from testbed.scenario.devices.catalog import catalog, unknown_device_line
 from testbed.scenario.loader import excerpt
 from testbed.scenario.models import Scenario
 from testbed.scenario.profiles import Profile, cpu_quota_problem
@@ -95,7 +96,35 @@ def _cross_checks(sc: Scenario) -> list[str]:
     lines += _placement_problems(sc) + _runtime_name_problems(sc)
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
-    return lines + _jitter_problems(sc, refs) + trace_problems(sc, refs)
+    return lines + _jitter_problems(sc, refs) + trace_problems(sc, refs) + _device_problems(sc, refs)
+
+
+def _device_problems(sc: Scenario, refs: list[tuple[str, Any]]) -> list[str]:
+    """`device:` names a catalog entry (edgebed's, a plugin's or the scenario's `devices:`); the
+    scenario's own entries do not shadow the catalog's."""
+    try:
+        known = catalog()
+    except ValueError as e:  # a plugin's entries
+        return [str(e)]
+    lines = [f"devices.{n}: a device of that name is in the catalog already; give yours another name"
+             for n in sc.devices or {} if n in known]
+    known = {**known, **(sc.devices or {})}
+    checked = [(f"profiles.{n}", p) for n, p in sc.profiles.items()]
+    checked += [(w, ref) for w, ref in refs if isinstance(ref, Profile)]
+    for where, prof in checked:
+        if prof.device is not None and prof.device not in known:
+            lines.append(unknown_device_line(f"{where}.device", prof.device, known))
+    return lines
+
+
+def apply_devices(sc: Scenario) -> Scenario:
+    """A device's memory becomes its profiles' memory limit unless they set one."""
+    known = {**catalog(), **(sc.devices or {})}
+    profiles = list(sc.profiles.values()) + [ref for _, ref in profile_refs(sc) if isinstance(ref, Profile)]
+    for prof in profiles:
+        if prof.device is not None and prof.memory is None:
+            prof.memory = known[prof.device].memory
+    return sc
 
 
 def _streaming_problems(sc: Scenario) -> list[str]:
@@ -300,4 +329,4 @@ def validate_schema(data: Any) -> Scenario:
     lines = _cross_checks(sc)
     if lines:
         raise ScenarioError(lines)
-    return sc
+    return apply_devices(sc)

@@ -12,6 +12,7 @@ from typing import Any, Sequence, Union
 import yaml
 
 from testbed.scenario.checks import ScenarioError
+from testbed.scenario.devices.catalog import read_device_file
 from testbed.scenario.loader import LoadError, excerpt, load_yaml_file
 from testbed.scenario.models import Scenario
 from testbed.scenario.traces import is_library_ref
@@ -34,6 +35,23 @@ def read_scenario_file(path: Union[str, Path], trace_dirs: Sequence[Union[str, P
     outside = traces_outside(data, [p.parent, *map(Path, trace_dirs)])
     if outside:
         raise ScenarioError(outside)
+    return _read_devices(data, p.parent, [p.parent, *map(Path, trace_dirs)])
+
+
+def _read_devices(data: Any, base: Path, roots: Sequence[Path]) -> Any:
+    """`devices: FILE`: the entries of a YAML file in the scenario's folder (the traces' rule),
+    read into the scenario, so RUN/scenario.yaml carries them."""
+    name = data.get("devices") if isinstance(data, dict) else None
+    if not isinstance(name, str):
+        return data
+    path = Path(os.path.realpath(base / name.strip()))
+    if not any(path == Path(os.path.realpath(r)) or Path(os.path.realpath(r)) in path.parents for r in roots):
+        raise ScenarioError([f"devices: {excerpt(name)} is outside the scenario's folder ({excerpt(str(roots[0]))}); "
+                             "a devices file is read from there only (or --trace-dir DIR)"])
+    try:
+        data["devices"] = read_device_file(path)
+    except ValueError as e:
+        raise ScenarioError(str(e).splitlines()) from None
     return data
 
 

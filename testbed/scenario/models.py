@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Literal, Optional, Union
+from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
+from testbed.scenario.devices.catalog import Device, check_name
 from testbed.scenario.fields import Seconds, StrictModel
 from testbed.scenario.links import LINK_PROPERTIES, Direction
 from testbed.scenario.profiles import NodeLink, NodeSpec, Profile, Site, Wan, WorkerGroup
@@ -135,6 +136,21 @@ class Scenario(StrictModel):
     links: list[NodeLink] = Field(default_factory=list, description="per node pair overrides of the access links")
     events: list[Event] = Field(default_factory=list, description="the timeline: changes during the run")
     faults: Faults = Field(default_factory=Faults)
+    devices: Optional[dict[str, Device]] = Field(None, description="the scenario's own catalog entries (name -> "
+                                                 "cores, memory, gflops, source, derivation), or a YAML file of "
+                                                 "them in the scenario's folder")
+
+    @field_validator("devices", mode="before")
+    @classmethod
+    def _devices(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            raise ValueError("a devices file is read from the scenario's folder when the scenario is read from a "
+                             "file (edgebed up/validate FILE); here, give the entries inline")
+        for name in v if isinstance(v, dict) else ():
+            bad = check_name(name)
+            if bad:
+                raise ValueError(f"an entry's name {bad}")
+        return v
 
     @field_validator("sites")
     @classmethod

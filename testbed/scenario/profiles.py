@@ -9,6 +9,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from testbed.kernel import cgroups
+from testbed.scenario.devices.catalog import Speed, check_name
 from testbed.scenario.fields import Bytes, Seconds, StrictModel
 from testbed.scenario.links import (TRACE_FIELDS, BothDirections, BurstLoss, Direction, as_direction, inherit,
                                    trace_resolution)
@@ -43,6 +44,10 @@ class Profile(BothDirections):
     cpu_period: Seconds = Field(None, description="the CFS period the quota is counted over (default 100ms, "
                                 "Docker's too): a shorter one throttles in shorter slices")
     cpuset: Optional[str] = Field(None, description="CPUs to pin to, e.g. '0' or '0-1'")
+    device: Optional[str] = Field(None, description="a device of the catalog (edgebed devices): the node is "
+                                  "calibrated on its host and runs at the device's speed (not with cpus)")
+    speed: Optional[Speed] = Field(None, description="the speed in the catalog's unit, {gflops: per core, cores: N} "
+                                   "(not with cpus or device)")
     memory: Bytes = None
     uplink: Optional[Direction] = None
     downlink: Optional[Direction] = None
@@ -76,6 +81,14 @@ class Profile(BothDirections):
             raise ValueError(f"'{v}' is not a cpuset (e.g. '0', '0-1', '0,2')")
         return v
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: Optional[str]) -> Optional[str]:
+        bad = check_name(v) if v is not None else None
+        if bad:
+            raise ValueError(f"the value {bad}")
+        return v
+
     @field_validator("gpus")
     @classmethod
     def _gpus(cls, v: Any) -> Any:
@@ -85,7 +98,16 @@ class Profile(BothDirections):
 
     @model_validator(mode="after")
     def _quota(self) -> "Profile":
+        if self.cpus is not None and (self.device is not None or self.speed is not None):
+            which = "device" if self.device is not None else "speed"
+            raise ValueError(f"{which}: a device's quota comes from calibrating its host; not together with cpus "
+                             "(a share of whatever host runs the node): keep one")
+        if self.device is not None and self.speed is not None:
+            raise ValueError("speed: the device names its speed; give device or speed, not both")
         if self.cpu_period is not None:
+            if self.cpus is None and self.is_device():
+                raise ValueError("cpu_period: goes with cpus; a device's calibrated quota runs over the default "
+                                 "100ms period")
             if self.cpus is None:
                 raise ValueError("cpu_period: a CFS period needs a quota (cpus)")
             if not MIN_CPU_PERIOD_S <= self.cpu_period <= MAX_CPU_PERIOD_S:
@@ -98,6 +120,10 @@ class Profile(BothDirections):
             if getattr(self, cap) is not None and not self.has_gpus():
                 raise ValueError(f"{cap}: caps a GPU, and this profile has none (gpus:)")
         return self
+
+    def is_device(self) -> bool:
+        """Whether the node's speed is in device terms (calibrated per host), not a host share."""
+        return self.device is not None or self.speed is not None
 
     def has_gpus(self) -> bool:
         return self.gpus not in (None, 0, [])

@@ -1,0 +1,94 @@
+"""A node's measure of its host (issue 33, calibration): timed training steps of the run's own
+model, in the node's own cgroup and on its own host, handed to the runner over the mailbox.
+
+Run as a job (`runtime.start(node, "testbed.node.calibrate:run_calibration", ...)`) after the
+node's bootstrap has dropped privileges: torch is imported here, never before. The runner
+(testbed/run/devices.py) turns the result into the node's CPU quota: the quota that makes a step
+take the device's time is the step's CPU seconds divided by that time.
+
+The same function, run again once the quota is set, measures the step time the node gets
+(`edgebed bench device`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import time
+from typing import Any
+
+from testbed.node import mailbox
+
+WARMUP_STEPS = 2
+
+
+def _batch(dataset: str, seed: int, test_size: Any, batch_size: int):
+    import torch
+
+    from testbed.data.datasets import shared_dataset
+
+    ds = shared_dataset(dataset, seed=seed, test_size=test_size)
+    n = min(batch_size, len(ds.train_y))
+    x = torch.from_numpy(ds.train_x[:n].copy())
+    y = torch.from_numpy(ds.train_y[:n].copy())
+    return ds, x, y
+
+
+def count_flops(step) -> int:
+    """FLOPs of one call of `step` (forward and backward), as FlopCounterMode counts them."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with FlopCounterMode(display=False) as counter:
+        step()
+    return int(counter.get_total_flops())
+
+
+def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None, batch_size: int = 32,
+                  threads: int = 1, repetitions: int = 5, min_rep_s: float = 0.2) -> dict:
+    """Per repetition, the wall and CPU seconds of one training step (SGD, cross-entropy) of
+    `model` on a batch of `dataset`; each repetition runs whole steps for at least `min_rep_s`,
+    after a warm-up of as long (a fresh process's first steps are slower, more so under a quota)."""
+    import torch
+
+    from testbed.data.models import build_model
+
+    torch.set_num_threads(threads)
+    ds, x, y = _batch(dataset, seed, test_size, batch_size)
+    torch.manual_seed(seed)
+    net = build_model(model, tuple(ds.input_shape), ds.num_classes)
+    opt = torch.optim.SGD(net.parameters(), lr=0.01)
+    loss_fn = torch.nn.CrossEntropyLoss()
+
+    def step() -> None:
+        opt.zero_grad()
+        loss_fn(net(x), y).backward()
+        opt.step()
+
+    flops = count_flops(step)
+    t, warm = time.perf_counter(), 0
+    while warm < WARMUP_STEPS or time.perf_counter() - t < min_rep_s:  # first touches, allocator, caches
+        step()
+        warm += 1
+    t = time.perf_counter()
+    step()
+    per_step = max(1e-6, time.perf_counter() - t)
+    steps = max(1, int(min_rep_s / per_step + 0.999))
+    wall, cpu = [], []
+    for _ in range(repetitions):
+        t, c = time.perf_counter(), time.process_time()
+        done = 0
+        while done < steps or time.perf_counter() - t < min_rep_s:
+            step()
+            done += 1
+        wall.append((time.perf_counter() - t) / done)
+        cpu.append((time.process_time() - c) / done)
+    return {"model": model, "dataset": dataset, "batch_size": int(len(y)), "threads": threads,
+            "flops_per_step": flops, "step_s": wall, "cpu_s": cpu, "repetitions": repetitions,
+            "step_s_median": statistics.median(wall), "cpu_s_median": statistics.median(cpu),
+            "cpus": len(os.sched_getaffinity(0)), "host": socket.gethostname()}
+
+
+def run_calibration(result_path: str, **kwargs: Any) -> None:
+    """A job's entry point: measure_steps(**kwargs), its result put into the runner's slot."""
+    mailbox.write_text(result_path, json.dumps(measure_steps(**kwargs)))

@@ -1,0 +1,243 @@
+"""Device profiles at bring-up (issue 33): each node whose profile says `device:` or `speed:` is
+calibrated on the host that runs it, in its own cgroup, before any role starts, and given the
+CPU quota that makes its training step take the device's time.
+
+The node measures (testbed/node/calibrate.py, a job after its privileges are dropped): the FLOPs
+of one training step of the run's model (FlopCounterMode), and over several repetitions the
+wall and CPU seconds of a step, on one thread, with no quota. The runner (here, the owner of the
+cgroups) computes
+
+    target step time  T = FLOPs / (device gflops per core * cores * 1e9)
+    quota             q = (median CPU seconds per step) / T        cores
+    threads             = ceil(q), at most the CPUs the node may run on
+
+and sets q through the runtime's `set_cpus` (netns, docker: the node's cgroup; swarm: the
+container's host engine). A host slower per CPU-second gives a larger q; a host whose CPU is
+shared gives the same q (the quota is CPU time) as long as the node can get it. What the node
+can get is the CPUs it may run on times the share of a CPU it got while calibrating (CPU/wall):
+a device asking for more is refused with one line naming the node, the host and the shortfall.
+Quotas on one host adding up to more than its CPUs are one warning.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Optional
+
+from testbed.node import untrusted
+from testbed.plan.cluster import ClusterSpec, Node
+from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
+from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
+from testbed.scenario.schema import Scenario
+
+CALIBRATE_TARGET = "testbed.node.calibrate:run_calibration"
+CALIBRATION_TIMEOUT_S = 300.0
+REPETITIONS = 5
+MIN_REP_S = 0.2
+VERIFY_REPETITIONS, VERIFY_REP_S = 3, 0.5  # the check under the quota (refine_quota)
+MAX_CORRECTION = 1.5
+
+
+class DeviceRefused(RuntimeError):
+    """A device faster than its host can give (one line)."""
+
+
+@dataclass
+class Calibration:
+    """A node's calibration and the quota that follows from it (meta.json's `device`)."""
+
+    node: str
+    host: str
+    device: str
+    gflops_per_core: float
+    cores: int
+    model: str
+    flops_per_step: int
+    step_s: list[float]
+    cpu_s: list[float]
+    host_cpus: int
+    target_step_s: float = 0.0
+    quota_cores: float = 0.0
+    threads: int = 1
+    available_cores: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_s)
+
+    @property
+    def wall_median(self) -> float:
+        return statistics.median(self.step_s)
+
+    def meta(self) -> dict:
+        d = asdict(self)
+        d.pop("node")
+        d["calibration"] = {"model": d.pop("model"), "flops_per_step": d.pop("flops_per_step"),
+                            "repetitions": len(self.step_s), "threads": 1,
+                            "step_s": d.pop("step_s"), "cpu_s": d.pop("cpu_s"),
+                            "step_s_median": self.wall_median, "step_s_spread": spread(self.step_s),
+                            "cpu_s_median": self.cpu_median, "cpu_s_spread": spread(self.cpu_s)}
+        d.update(d.pop("extra"))
+        d["unit"] = "effective GFLOP/s per core, PyTorch fp32 CPU training"
+        return d
+
+
+def spread(xs: list[float]) -> float:
+    """(max - min) / median of repetitions: the relative spread."""
+    m = statistics.median(xs)
+    return (max(xs) - min(xs)) / m if m > 0 else 0.0
+
+
+def plan_quota(cal: Calibration, speed: Speed) -> Calibration:
+    """Fill in the target step time, the quota, the threads and what the host can give."""
+    cal.target_step_s = speed.step_seconds(cal.flops_per_step)
+    cal.quota_cores = cal.cpu_median / cal.target_step_s
+    share = min(1.0, cal.cpu_median / cal.wall_median) if cal.wall_median > 0 else 1.0
+    cal.available_cores = cal.host_cpus * share
+    cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
+    return cal
+
+
+def shortfall_line(cal: Calibration) -> Optional[str]:
+    """One line when the device needs more CPU than the node can get on its host, else None."""
+    if cal.quota_cores <= cal.available_cores:
+        return None
+    short = cal.quota_cores - cal.available_cores
+    return (f"{cal.node}: device {cal.device} is faster than host {cal.host} can give: it needs "
+            f"{cal.quota_cores:.2f} cores of this host for {cal.model}, the node can get {cal.available_cores:.2f} "
+            f"(short by {short:.2f} cores, {short / cal.quota_cores:.0%}); pick a slower device or a faster host")
+
+
+def floor_line(cal: Calibration) -> Optional[str]:
+    """One line when the quota is below the kernel's least (1 ms per 100 ms period), else None."""
+    least = MIN_CPU_QUOTA_S / DEFAULT_CPU_PERIOD_S
+    if cal.quota_cores >= least:
+        return None
+    return (f"{cal.node}: device {cal.device} is too slow to emulate on host {cal.host}: it needs {cal.quota_cores:.4f} "
+            f"cores, under the kernel's least quota ({least:g} cores)")
+
+
+def oversubscribed_lines(cals: list[Calibration]) -> list[str]:
+    """One warning per host whose device quotas add up to more CPUs than it has."""
+    by_host: dict[str, list[Calibration]] = {}
+    for c in cals:
+        by_host.setdefault(c.host, []).append(c)
+    lines = []
+    for host, cs in by_host.items():
+        total = sum(c.quota_cores for c in cs)
+        cpus = max(c.host_cpus for c in cs)
+        if total > cpus + 1e-9:
+            lines.append(f"host {host}: the device quotas of {len(cs)} node(s) add up to {total:.2f} cores, more than "
+                         f"its {cpus}: the devices run slower than their catalog speed when all train at once")
+    return lines
+
+
+def device_nodes(sc: Scenario, spec: ClusterSpec) -> list[tuple[Node, str, Speed]]:
+    """(node, device label, speed) of every node whose profile is in device terms."""
+    known: dict[str, Device] = catalog(sc.devices)
+    out = []
+    for n in spec.nodes:
+        got = resolve_speed(n.profile.device, n.profile.speed, known)
+        if got is not None:
+            out.append((n, *got))
+    return out
+
+
+def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",
+                   repetitions: int = REPETITIONS, min_rep_s: float = MIN_REP_S) -> Calibration:
+    """Run the calibration job in `node` (no quota on it yet) and plan its quota."""
+    slot = runtime.mailbox("calibrate") / f"{node.name}.json"
+    kwargs = dict(result_path=str(slot), model=model or sc.workload.model, dataset=sc.workload.dataset, seed=sc.seed,
+                  test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
+                  repetitions=repetitions, min_rep_s=min_rep_s)
+    proc = runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate")
+    proc.join(CALIBRATION_TIMEOUT_S)
+    if not slot.exists():
+        raise RuntimeError(f"{node.name}: the calibration job did not report (exit code {proc.exitcode})")
+    r = untrusted.loads(slot.read_text())
+    cal = Calibration(node=node.name, host=node.host or str(r.get("host", "")), device=label,
+                      gflops_per_core=speed.gflops, cores=speed.cores, model=str(r["model"]),
+                      flops_per_step=int(r["flops_per_step"]), step_s=[float(x) for x in r["step_s"]],
+                      cpu_s=[float(x) for x in r["cpu_s"]], host_cpus=max(1, int(r["cpus"])))
+    if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
+        raise RuntimeError(f"{node.name}: the calibration measured no work (model {cal.model})")
+    return plan_quota(cal, speed)
+
+
+def refuse_if_short(cal: Calibration) -> None:
+    line = shortfall_line(cal) or floor_line(cal)
+    if line:
+        raise DeviceRefused(line)
+
+
+def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Calibration:
+    """One closed-loop round: time steps under the quota just set, and scale the quota by
+    measured / target (within MAX_CORRECTION either way), so what a quota costs on this host
+    (caches refilled after each throttled slice) is in it. Sets the new quota."""
+    slot = runtime.mailbox("calibrate") / f"{node.name}-verify.json"
+    kwargs = dict(result_path=str(slot), model=model or cal.model, dataset=sc.workload.dataset, seed=sc.seed,
+                  test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
+                  repetitions=VERIFY_REPETITIONS, min_rep_s=VERIFY_REP_S)
+    proc = runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate")
+    proc.join(CALIBRATION_TIMEOUT_S)
+    if not slot.exists():
+        raise RuntimeError(f"{node.name}: the calibration's check under the quota did not report "
+                           f"(exit code {proc.exitcode})")
+    r = untrusted.loads(slot.read_text())
+    measured = statistics.median(float(x) for x in r["step_s"])
+    factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
+    first = cal.quota_cores
+    cal.quota_cores = first * factor
+    cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
+    cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
+                     check_step_s_median=measured, correction=factor)
+    runtime.set_cpus(node.name, cal.quota_cores)
+    return cal
+
+
+def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callable[[str], None],
+                      verify: bool = True) -> tuple[dict[str, dict], list[str]]:
+    """Calibrate every device node, one at a time (a node measures an otherwise idle cluster),
+    set its quota, check it under that quota and correct it once (refine_quota); (meta.json's
+    `device` per node, warnings). DeviceRefused, before any role starts, when a device is
+    faster than its host can give."""
+    cals = []
+    for node, label, speed in device_nodes(sc, spec):
+        cal = calibrate_node(runtime, sc, node, label, speed)
+        refuse_if_short(cal)
+        runtime.set_cpus(cal.node, cal.quota_cores)
+        if verify:
+            refine_quota(runtime, sc, node, cal)
+            refuse_if_short(cal)
+        spec.node(cal.node).device_cpus = cal.quota_cores
+        cals.append(cal)
+    for cal in cals:
+        say(f"{cal.node}: device {cal.device} on host {cal.host}: {cal.model} step {cal.target_step_s * 1e3:.1f} ms "
+            f"(host: {cal.cpu_median * 1e3:.1f} ms CPU, spread {spread(cal.cpu_s):.0%}) -> quota "
+            f"{cal.quota_cores:.3f} cores, {cal.threads} thread(s)")
+    return {c.node: c.meta() for c in cals}, oversubscribed_lines(cals)
+
+
+def compute_basis(node: Node) -> Optional[str]:
+    """meta.json's word on what a node's CPU limit is relative to."""
+    if node.profile.is_device():
+        return "device (calibrated on its host)"
+    if node.profile.cpus is not None:
+        return "host-relative (cpus: a share of whatever host runs the node)"
+    return None
+
+
+def describe(spec: ClusterSpec, calibrations: dict[str, dict], nodes_meta: dict) -> None:
+    """Add each node's `device` (calibration, quota) and `cpu_basis` to meta.json's nodes."""
+    for n in spec.nodes:
+        entry = nodes_meta.get(n.name)
+        if entry is None:
+            continue
+        basis = compute_basis(n)
+        if basis is not None:
+            entry["cpu_basis"] = basis
+        if n.name in calibrations:
+            entry["device"] = calibrations[n.name]

@@ -1,0 +1,374 @@
+"""Device profiles (issue 33): the catalog, its unit, users' entries, the bad-input lines, and the
+quota that follows from a calibration (a fake one: no node, no torch run)."""
+
+import math
+from importlib import metadata
+
+import pytest
+import yaml
+
+from testbed.plan import parse_scenario
+from testbed.plan.cluster import build_cluster
+from testbed.run import devices as run_devices
+from testbed.scenario.checks import ScenarioError, validate_schema
+from testbed.scenario.devices import catalog as cat
+from testbed.scenario.loading import read_scenario_file, scenario_to_yaml
+
+
+def errors(data) -> list[str]:
+    with pytest.raises(ScenarioError) as e:
+        validate_schema(data)
+    return e.value.lines
+
+
+def one_profile(**profile) -> dict:
+    return {"profiles": {"edge": profile}, "workers": [{"count": 1, "profile": "edge"}]}
+
+
+# --- the catalog ------------------------------------------------------------------------------
+
+
+def test_catalog_has_the_devices_the_issue_names_each_cited():
+    devices = cat.builtin()
+    assert len(devices) >= 8
+    for name in ("raspberry-pi-4", "raspberry-pi-3b", "jetson-nano-cpu"):
+        assert name in devices
+    assert sum(n.startswith("pixel-") for n in devices) >= 2
+    assert any(n.startswith("laptop-") for n in devices) and any(n.startswith("server-") for n in devices)
+    for name, d in devices.items():
+        assert len(d.source) > 40, name  # a citation, not a word
+        assert d.derivation.strip(), name
+        assert d.memory is not None and d.memory >= 2**30, name
+        assert d.estimate, f"{name}: every shipped speed is derived, not measured on the device"
+
+
+def test_every_derivation_ends_in_the_entry_s_number():
+    """The derivation's arithmetic gives the catalog's number (no number without its working)."""
+    for name, d in cat.builtin().items():
+        assert f"= {d.gflops:g}" in d.derivation, name
+
+
+def test_catalog_readme_lists_every_source():
+    from importlib import resources
+
+    readme = resources.files("testbed.scenario.devices").joinpath("README.md").read_text()
+    for name in cat.builtin():
+        assert f"| {name} |" in readme, name
+
+
+def test_the_unit_s_arithmetic():
+    s = cat.Speed(gflops=1.8, cores=4)
+    assert s.total_gflops == pytest.approx(7.2)
+    # a 72 MFLOP step on 7.2 GFLOP/s takes 10 ms
+    assert s.step_seconds(72e6) == pytest.approx(0.010)
+    pi3, pi4 = cat.builtin()["raspberry-pi-3b"].speed, cat.builtin()["raspberry-pi-4"].speed
+    assert pi3.step_seconds(1e9) / pi4.step_seconds(1e9) == pytest.approx(1.8 / 0.72)
+
+
+# --- profiles ------------------------------------------------------------------------------
+
+
+def test_device_profile_takes_the_device_s_memory_unless_set():
+    sc = validate_schema(one_profile(device="raspberry-pi-3b"))
+    assert sc.profiles["edge"].memory == 2**30
+    sc = validate_schema(one_profile(device="raspberry-pi-3b", memory="512MiB"))
+    assert sc.profiles["edge"].memory == 512 * 2**20
+    # the resolved scenario (RUN/scenario.yaml) validates again, unchanged
+    again = validate_schema(yaml.safe_load(scenario_to_yaml(sc)))
+    assert again.profiles["edge"].device == "raspberry-pi-3b" and again.profiles["edge"].memory == 512 * 2**20
+
+
+def test_inline_worker_profile_with_a_device():
+    sc = validate_schema({"workers": [{"count": 2, "profile": {"device": "pixel-4"}}]})
+    assert sc.workers[0].profile.memory == 6 * 2**30
+
+
+def test_unknown_device_names_the_field_and_the_closest():
+    assert errors(one_profile(device="raspbery-pi-4")) == [
+        "profiles.edge.device: unknown device 'raspbery-pi-4' (closest: raspberry-pi-4, raspberry-pi-3b)"]
+    line, = errors({"workers": [{"profile": {"device": "zzzz"}}]})
+    assert line.startswith("workers[0].profile.device: unknown device 'zzzz' (known: ")
+    assert "raspberry-pi-4" in line
+
+
+def test_device_name_of_the_wrong_shape_is_not_quoted():
+    line, = errors(one_profile(device="../../etc/passwd"))
+    assert line.startswith("profiles.edge.device: ") and "passwd" not in line
+
+
+def test_device_or_speed_with_cpus_is_one_line():
+    line, = errors(one_profile(device="raspberry-pi-4", cpus=0.5))
+    assert line.startswith("profiles.edge: device: ") and "cpus" in line
+    line, = errors(one_profile(speed={"gflops": 2, "cores": 2}, cpus=0.5))
+    assert line.startswith("profiles.edge: speed: ")
+    line, = errors(one_profile(speed={"gflops": 2, "cores": 2}, device="pixel-4"))
+    assert line.startswith("profiles.edge: speed: ")
+    line, = errors(one_profile(device="pixel-4", cpu_period="20ms"))
+    assert line.startswith("profiles.edge: cpu_period: ")
+
+
+def test_speed_in_the_unit_directly():
+    sc = validate_schema(one_profile(speed={"gflops": 2.5, "cores": 2}))
+    assert sc.profiles["edge"].speed.total_gflops == 5.0
+    assert sc.profiles["edge"].memory is None  # a bare speed names no memory
+    line, = errors(one_profile(speed={"gflops": -1}))
+    assert line.startswith("profiles.edge.speed.gflops: ")
+
+
+# --- users' entries ------------------------------------------------------------------------
+
+BOARD = {"cores": 2, "memory": "1GiB", "gflops": 1.5, "source": "timed on the board, 2026-11-27",
+         "derivation": "FlopCounterMode FLOPs / median step time"}
+
+
+def test_inline_user_entry():
+    sc = validate_schema({**one_profile(device="my-board"), "devices": {"my-board": BOARD}})
+    assert sc.profiles["edge"].memory == 2**30
+    assert cat.catalog(sc.devices)["my-board"].speed.total_gflops == 3.0
+
+
+def test_user_entry_without_a_source_is_one_line():
+    board = {k: v for k, v in BOARD.items() if k != "source"}
+    line, = errors({**one_profile(device="my-board"), "devices": {"my-board": board}})
+    assert line.startswith("devices.my-board: source: missing")
+
+
+def test_user_entry_may_not_shadow_the_catalog():
+    assert errors({"devices": {"raspberry-pi-4": BOARD}}) == [
+        "devices.raspberry-pi-4: a device of that name is in the catalog already; give yours another name"]
+
+
+def test_malformed_entries_name_their_field():
+    lines = errors({"devices": {"b": {**BOARD, "gflops": "fast", "colour": "red"}}})
+    assert any(x.startswith("devices.b.gflops: ") for x in lines)
+    assert "devices.b.colour: unknown field" in lines
+    line, = errors({"devices": {"Bad Name": BOARD}})
+    assert line.startswith("devices: an entry's name is not a device name")
+
+
+def test_devices_file_beside_the_scenario(tmp_path):
+    (tmp_path / "devices.yaml").write_text(yaml.safe_dump({"my-board": BOARD}))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"devices": "devices.yaml", **one_profile(device="my-board")}))
+    sc = validate_schema(read_scenario_file(tmp_path / "s.yaml"))
+    assert sc.devices["my-board"].gflops == 1.5
+    # carried into the resolved scenario: RUN/scenario.yaml needs no file
+    assert "my-board" in yaml.safe_load(scenario_to_yaml(sc))["devices"]
+
+
+def test_devices_file_errors_name_file_line_and_field(tmp_path):
+    good = yaml.safe_dump({"my-board": BOARD})
+    bad = yaml.safe_dump({"other": {**BOARD, "source": ""}})
+    (tmp_path / "devices.yaml").write_text(good + bad)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"devices": "devices.yaml"}))
+    with pytest.raises(ScenarioError) as e:
+        read_scenario_file(tmp_path / "s.yaml")
+    line, = e.value.lines
+    other_line = (good + bad).splitlines().index("other:") + 1
+    assert line.startswith(f"devices.yaml line {other_line}: devices.other.source: missing")
+
+
+def test_devices_file_outside_the_folder_is_refused(tmp_path):
+    (tmp_path / "s.yaml").write_text("devices: ../../etc/passwd\n")
+    with pytest.raises(ScenarioError) as e:
+        read_scenario_file(tmp_path / "s.yaml")
+    assert e.value.lines[0].startswith("devices: '../../etc/passwd' is outside the scenario's folder")
+
+
+def test_devices_file_that_is_not_yaml_or_too_big(tmp_path):
+    (tmp_path / "devices.yaml").write_text("a: [\n")
+    (tmp_path / "s.yaml").write_text("devices: devices.yaml\n")
+    with pytest.raises(ScenarioError) as e:
+        read_scenario_file(tmp_path / "s.yaml")
+    assert e.value.lines[0].startswith("devices: devices.yaml: not valid YAML")
+    (tmp_path / "devices.yaml").write_text("#" * (cat.MAX_FILE_BYTES + 1))
+    with pytest.raises(ScenarioError) as e:
+        read_scenario_file(tmp_path / "s.yaml")
+    assert "larger than" in e.value.lines[0]
+
+
+def test_plugin_entries(monkeypatch):
+    class EP:
+        name, value = "acme", "acme.devices:CATALOG"
+
+        def load(self):
+            return lambda: {"acme-board": BOARD}
+
+    real = metadata.entry_points
+    monkeypatch.setattr(cat.metadata, "entry_points",
+                        lambda group=None, **kw: [EP()] if group == cat.ENTRY_POINT_GROUP else real(group=group, **kw))
+    cat.plugins.cache_clear()
+    try:
+        sc = validate_schema(one_profile(device="acme-board"))
+        assert sc.profiles["edge"].memory == 2**30
+        assert "acme-board" in cat.catalog()
+    finally:
+        cat.plugins.cache_clear()
+
+
+# --- quota from a calibration (fake) ---------------------------------------------------------
+
+
+def fake_cal(cpu_s: float, wall_s: float, flops: int = 10**8, cpus: int = 2, node: str = "w0", host: str = "h1"):
+    return run_devices.Calibration(node=node, host=host, device="raspberry-pi-4", gflops_per_core=1.8, cores=4,
+                                   model="adacomp_cnn", flops_per_step=flops, step_s=[wall_s] * 5,
+                                   cpu_s=[cpu_s * 0.98, cpu_s, cpu_s, cpu_s * 1.02, cpu_s], host_cpus=cpus)
+
+
+def test_quota_from_a_calibration():
+    speed = cat.builtin()["raspberry-pi-4"].speed  # 7.2 GFLOP/s in all
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.004, wall_s=0.004), speed)
+    target = 1e8 / 7.2e9  # 13.9 ms
+    assert cal.target_step_s == pytest.approx(target)
+    assert cal.quota_cores == pytest.approx(0.004 / target)  # 0.288 cores
+    assert cal.threads == 1
+    assert cal.available_cores == pytest.approx(2.0)
+    assert run_devices.shortfall_line(cal) is None
+    meta = cal.meta()
+    assert meta["calibration"]["repetitions"] == 5
+    assert meta["calibration"]["cpu_s_median"] == pytest.approx(0.004)
+    assert meta["calibration"]["cpu_s_spread"] == pytest.approx(0.04)
+    assert meta["quota_cores"] == pytest.approx(cal.quota_cores)
+
+
+def test_a_slower_host_gets_a_larger_quota_a_shared_one_the_same():
+    speed = cat.Speed(gflops=1.0, cores=1)
+    fast = run_devices.plan_quota(fake_cal(cpu_s=0.01, wall_s=0.01), speed)
+    slow = run_devices.plan_quota(fake_cal(cpu_s=0.02, wall_s=0.02), speed)  # half the work per CPU second
+    shared = run_devices.plan_quota(fake_cal(cpu_s=0.01, wall_s=0.02), speed)  # half a CPU free
+    assert slow.quota_cores == pytest.approx(2 * fast.quota_cores)
+    assert shared.quota_cores == pytest.approx(fast.quota_cores)
+    assert shared.available_cores == pytest.approx(1.0)  # 2 CPUs at half each
+
+
+def test_multicore_device_threads():
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.1, flops=10**9, cpus=8), cat.Speed(gflops=5, cores=4))
+    assert cal.quota_cores == pytest.approx(2.0)  # 20 GFLOP/s from a 10 GFLOP/s core
+    assert cal.threads == 2
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.1, flops=10**9, cpus=8), cat.Speed(gflops=6, cores=4))
+    assert cal.threads == math.ceil(2.4)
+
+
+def test_device_faster_than_its_host_is_one_line():
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.2, flops=10**9, cpus=2), cat.Speed(gflops=5, cores=4))
+    # needs 2.0 cores; 2 CPUs at the half it got while calibrating: 1.0
+    assert run_devices.shortfall_line(cal) == (
+        "w0: device raspberry-pi-4 is faster than host h1 can give: it needs 2.00 cores of this host for "
+        "adacomp_cnn, the node can get 1.00 (short by 1.00 cores, 50%); pick a slower device or a faster host")
+
+
+def test_quota_under_the_kernel_s_floor_is_one_line():
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.0001, wall_s=0.0001, flops=10**9), cat.Speed(gflops=1, cores=1))
+    assert cal.quota_cores < 0.01
+    assert run_devices.floor_line(cal).startswith("w0: device raspberry-pi-4 is too slow to emulate on host h1")
+
+
+def test_quotas_adding_up_past_the_host_warn_once_per_host():
+    speed = cat.Speed(gflops=1.0, cores=1)
+    cals = [run_devices.plan_quota(fake_cal(cpu_s=0.08, wall_s=0.08, node=f"w{i}"), speed) for i in range(4)]
+    assert all(c.quota_cores == pytest.approx(0.8) for c in cals)
+    line, = run_devices.oversubscribed_lines(cals)
+    assert line.startswith("host h1: the device quotas of 4 node(s) add up to 3.20 cores, more than its 2")
+    assert run_devices.oversubscribed_lines(cals[:2]) == []
+
+
+class FakeRuntime:
+    """A runtime whose calibration job answers at once with a fixed measurement."""
+
+    def __init__(self, cpu_s: float, wall_s: float, under_quota: float = 0.0):
+        self.cpu_s, self.wall_s, self.quotas, self.puts = cpu_s, wall_s, {}, {}
+        self.under_quota = under_quota  # the step time the check under the quota measures
+
+    def mailbox(self, name):
+        rt = self
+
+        class Slot:
+            def __init__(self, key):
+                self.key = key
+
+            def __str__(self):
+                return self.key
+
+            def exists(self):
+                return self.key in rt.puts
+
+            def read_text(self):
+                return rt.puts[self.key]
+
+        class Box:
+            def __truediv__(self, key):
+                return Slot(f"{name}/{key}")
+
+        return Box()
+
+    def start(self, node, target, kwargs, label=""):
+        import json
+
+        assert target == run_devices.CALIBRATE_TARGET and kwargs["threads"] == 1
+        wall = self.under_quota if kwargs["result_path"].endswith("-verify.json") else self.wall_s
+        self.puts[kwargs["result_path"]] = json.dumps({
+            "model": kwargs["model"], "flops_per_step": 10**8, "step_s": [wall] * 5, "cpu_s": [self.cpu_s] * 5,
+            "cpus": 2, "host": "h1"})
+
+        class Done:
+            exitcode = 0
+
+            def join(self, timeout=None):
+                pass
+
+        return Done()
+
+    def set_cpus(self, node, cpus):
+        self.quotas[node] = cpus
+
+
+def test_calibrate_devices_sets_quotas_threads_and_meta():
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4"}, "fixed": {"cpus": 0.5}},
+                         "workers": [{"count": 1, "profile": "pi"}, {"count": 1, "profile": "fixed", "name": "f"}]})
+    spec = build_cluster(sc, "abc123")
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004)
+    cals, warnings = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None, verify=False)
+    assert set(cals) == {"w0"} and warnings == []
+    assert rt.quotas == {"w0": pytest.approx(0.004 * 7.2e9 / 1e8)}
+    assert spec.node("w0").device_cpus == rt.quotas["w0"] and spec.node("w0").threads == 1
+    nodes = {n.name: {} for n in spec.nodes}
+    run_devices.describe(spec, cals, nodes)
+    assert nodes["w0"]["device"]["calibration"]["model"] == sc.workload.model
+    assert nodes["w0"]["cpu_basis"].startswith("device")
+    assert nodes["f0"]["cpu_basis"].startswith("host-relative")
+    assert "device" not in nodes["f0"] and "cpu_basis" not in nodes["ps"]
+
+
+def test_calibrate_devices_refuses_before_any_quota_is_set():
+    sc = parse_scenario({"profiles": {"big": {"device": "laptop-apple-m1"}}, "workers": [{"count": 1, "profile": "big"}]})
+    rt = FakeRuntime(cpu_s=0.05, wall_s=0.05)  # a 2 GFLOP/s host core: the M1 needs 30 of them
+    with pytest.raises(run_devices.DeviceRefused, match=r"^w0: device laptop-apple-m1 is faster than host"):
+        run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
+    assert rt.quotas == {}
+
+
+def test_measure_steps_counts_the_flops_of_forward_and_backward():
+    """The node's job (testbed/node/calibrate.py) on a small MLP, outside any node: its FLOPs are
+    the dense layers' multiply-adds, x2, forward and backward (no input gradient at layer 1)."""
+    from testbed.node.calibrate import measure_steps
+
+    r = measure_steps("mlp", "mnist5k", batch_size=8, repetitions=3, min_rep_s=0.005)
+    macs = 784 * 200 + 200 * 200 + 200 * 10  # 1x28x28, 10 classes
+    backward = 2 * macs + 2 * (200 * 200 + 200 * 10)  # weight grads of all three, input grads of two
+    assert r["flops_per_step"] == 8 * (2 * macs + backward)
+    assert r["repetitions"] == 3 and len(r["step_s"]) == 3 and len(r["cpu_s"]) == 3
+    assert all(x > 0 for x in r["step_s"] + r["cpu_s"])
+    assert r["threads"] == 1 and r["batch_size"] == 8 and r["cpus"] >= 1
+
+
+def test_the_check_under_the_quota_corrects_it_once():
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4"}}, "workers": [{"count": 1, "profile": "pi"}]})
+    target = 1e8 / 7.2e9
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=1.1 * target)  # 10% slow under the quota
+    cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
+    first = 0.004 / target
+    assert cals["w0"]["first_quota_cores"] == pytest.approx(first)
+    assert cals["w0"]["correction"] == pytest.approx(1.1)
+    assert rt.quotas["w0"] == pytest.approx(1.1 * first) and cals["w0"]["quota_cores"] == rt.quotas["w0"]
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=10 * target)  # a wild check: bounded
+    cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
+    assert cals["w0"]["correction"] == run_devices.MAX_CORRECTION

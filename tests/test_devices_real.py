@@ -1,0 +1,78 @@
+"""A device profile on the netns runtime, for real: calibrated at bring-up, its quota in the
+node's cgroup, its calibration in meta.json, its training steps at the device's speed."""
+
+import json
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from conftest import needs_root, start_up, write_scenario
+from testbed.kernel import cgroups
+
+SCENARIO = {
+    "name": "device-real", "runtime": "netns", "seed": 1,
+    "workload": {"model": "adacomp_cnn", "dataset": "mnist5k", "batch_size": 32, "eval_interval": 1000},
+    "stop": {"steps": 24, "seconds": 120},
+    "algorithm": {"name": "asgd"},
+    "profiles": {"pi": {"device": "raspberry-pi-3b"}, "dc": {"cpus": 0.5}},
+    "ps": {"profile": "dc"}, "evaluator": {"profile": "dc"},
+    "workers": [{"count": 1, "profile": "pi"}],
+}
+
+
+def _quota_in_cgroup(run_id: str, node: str) -> tuple[float, int]:
+    """(cores, memory limit) read from the node's cgroup files."""
+    rel = f"{cgroups.TOP}/{run_id}/{node}"
+    if cgroups.is_v2():
+        quota, period = (cgroups.ROOT / rel / "cpu.max").read_text().split()
+        return int(quota) / int(period), int((cgroups.ROOT / rel / "memory.max").read_text())
+    cpu, mem = cgroups._v1_mount("cpu"), cgroups._v1_mount("memory")
+    quota = int((cpu / rel / "cpu.cfs_quota_us").read_text())
+    period = int((cpu / rel / "cpu.cfs_period_us").read_text())
+    return quota / period, int((mem / rel / "memory.limit_in_bytes").read_text())
+
+
+@needs_root
+@pytest.mark.timeout(240)
+def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
+    run_dir = tmp_path / "run"
+    proc = start_up(write_scenario(tmp_path, SCENARIO), run_dir)
+    try:
+        meta_path, seen = run_dir / "meta.json", None
+        deadline = time.monotonic() + 120
+        while seen is None and time.monotonic() < deadline and proc.poll() is None:
+            if meta_path.exists():
+                try:
+                    meta = json.loads(meta_path.read_text())
+                    seen = _quota_in_cgroup(meta["run_id"], "w0")
+                except (ValueError, OSError):
+                    pass
+            time.sleep(0.1)
+        out, _ = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert seen is not None, "the node's cgroup was never seen while the run ran"
+    meta = json.loads(meta_path.read_text())
+    dev = meta["nodes"]["w0"]["device"]
+    cal = dev["calibration"]
+    assert dev["device"] == "raspberry-pi-3b" and dev["gflops_per_core"] == 0.72 and dev["cores"] == 4
+    assert cal["model"] == "adacomp_cnn" and cal["repetitions"] == 5 and len(cal["cpu_s"]) == 5
+    assert cal["flops_per_step"] > 1e8
+    assert dev["target_step_s"] == pytest.approx(cal["flops_per_step"] / (0.72 * 4 * 1e9))
+    assert dev["first_quota_cores"] == pytest.approx(cal["cpu_s_median"] / dev["target_step_s"])
+    assert seen[0] == pytest.approx(dev["quota_cores"], rel=0.01)  # the quota actually in the cgroup
+    assert seen[1] == 2**30  # the Pi 3B's 1 GB as the memory limit
+    assert meta["nodes"]["w0"]["cpu_basis"].startswith("device")
+    assert meta["nodes"]["ps"]["cpu_basis"].startswith("host-relative")
+    assert "w0: device raspberry-pi-3b on host" in out
+    steps = pd.read_csv(Path(run_dir) / "steps.csv")
+    # the mean: a step's compute time comes in whole 100 ms CFS periods (one or two at this quota)
+    compute = steps[steps.node == "w0"].compute_seconds.iloc[4:].mean()
+    # unthrottled this host takes a tenth of the target; at the quota about the target (the worker's
+    # messages are paid from the same quota; edgebed bench device times the steps alone)
+    assert 0.8 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
+    assert dev["correction"] == pytest.approx(dev["quota_cores"] / dev["first_quota_cores"])
