@@ -266,3 +266,15 @@ def test_a_swarm_node_reports_its_quota_and_waiting_with_its_stats():
     assert cg.quota_cores() == 0.8 and cg.wait_seconds() == 1.25
     assert cg.throttled() == {"throttled_time": 500_000_000, "nr_periods": 40, "nr_throttled": 7}
     assert HubCgroup({"w0": {"cpu_seconds": 1.0}}, "w0").quota_cores() is None  # an older node: not judged
+
+
+def test_a_calibrated_device_quota_is_what_a_node_is_promised():
+    from testbed.run.fidelity import oversubscription_warnings, promised_cpus
+
+    spec = spec_of([0.1, 0.1, 0.1])  # ps and evaluator 0.1 each, two workers
+    assert oversubscription_warnings(spec, {HERE: 2}) == []
+    for w in spec.workers:
+        w.device_cpus = 1.0  # set by calibration at bring-up (run/devices.py)
+    assert promised_cpus(spec.workers[0]) == 1.0 and promised_cpus(spec.ps) == 0.1
+    line, = oversubscription_warnings(spec, {HERE: 2})
+    assert "2.2 cores" in line  # 2 x 1.0 + ps + evaluator

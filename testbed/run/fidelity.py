@@ -19,9 +19,14 @@ def profile_cpus(node: Node) -> Optional[float]:
     return stress.cpu if stress is not None else None
 
 
-# Where a node's promised cores are known, asked in order (the first answer counts). A quota set
-# at bring-up (a calibrated `device:` profile) goes first by inserting its own source here.
-PROMISE_SOURCES: list[Callable[[Node], Optional[float]]] = [profile_cpus]
+def calibrated_cpus(node: Node) -> Optional[float]:
+    """A `device:` profile's quota, set once its host was calibrated (run/devices.py)."""
+    return node.device_cpus
+
+
+# Where a node's promised cores are known, asked in order (the first answer counts): a quota set
+# at bring-up by calibration, else the profile's.
+PROMISE_SOURCES: list[Callable[[Node], Optional[float]]] = [calibrated_cpus, profile_cpus]
 
 
 def promised_cpus(node: Node) -> Optional[float]:
