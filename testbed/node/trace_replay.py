@@ -22,7 +22,9 @@ from __future__ import annotations
 import random
 import threading
 import time
+import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.scenario.traces import TraceSchedule
@@ -80,14 +82,20 @@ class TraceReplay:
                 self.set_rates(n.node, rates)
             except Exception as e:  # one node's failure must not stop the others' replay
                 self.counts["failed"] += 1
-                if len(self.errors) < 20:
-                    self.errors.append(f"{n.node}: {type(e).__name__}: {e}")
+                self._said(f"{n.node}", e)
                 continue
             n.applied.update(rates)
             self.counts["changes"] += len(rates)
             for which, rate in rates.items():
                 sched = n.schedules[which]
                 self.record(t, n.node, which, rate, (t + sched.offset) % sched.duration if sched.loop else t + sched.offset)
+
+    def _said(self, where: str, e: Exception) -> None:
+        """A failed change in summary.json, with the line that raised it (a rare one is a race to find)."""
+        if len(self.errors) < 20:
+            tb = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ is not None else []
+            at = f" at {Path(tb[0].filename).name}:{tb[0].lineno}" if tb else ""
+            self.errors.append(f"{where}: {type(e).__name__}: {e}{at}")
 
     def _step_losses(self, n: NodeReplay) -> None:
         set_loss = self.set_loss
@@ -100,8 +108,7 @@ class TraceReplay:
                 self.counts["changes"] += 1
             except Exception as e:  # as a rate change: counted, said, the replay goes on
                 self.counts["failed"] += 1
-                if len(self.errors) < 20:
-                    self.errors.append(f"{n.node} loss: {type(e).__name__}: {e}")
+                self._said(f"{n.node} loss", e)
 
     def _loop(self) -> None:
         k = 1  # tick 0 is the bring-up's rate

@@ -1,0 +1,59 @@
+"""scenarios/devices/heterogeneous-fleet.yaml, short: calibrated catalog devices on recorded traces
+train, and the records and figures show each device and each trace."""
+
+import json
+
+import pandas as pd
+import pytest
+import yaml
+from conftest import REPO, edgebed_cmd, needs_root, run_up, write_scenario
+
+pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
+
+FLEET = REPO / "scenarios" / "devices" / "heterogeneous-fleet.yaml"
+
+
+def test_the_fleet_validates_under_both_algorithms():
+    import subprocess
+
+    for extra in ([], ["--algorithm", "bsp"]):
+        r = subprocess.run(edgebed_cmd() + ["validate", str(FLEET), *extra], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0 and "8 workers" in r.stdout, r.stdout + r.stderr
+
+
+def test_a_short_fleet_run_calibrates_each_device_and_replays_each_trace(tmp_path, clean_host):
+    """One worker of each of the 4 devices (calibration takes a few seconds per device node), ASGD, 15 s."""
+    sc = yaml.safe_load(FLEET.read_text())
+    sc.update(runtime="netns", stop={"seconds": 15})
+    for group in sc["workers"]:
+        group["count"] = 1
+    run_dir = tmp_path / "run"
+    run_up(write_scenario(tmp_path, sc), run_dir, "-q", timeout=600)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["worker_steps"] > 0
+    meta = json.loads((run_dir / "meta.json").read_text())
+    workers = {"pi30": "raspberry-pi-3b", "pi40": "raspberry-pi-4", "nano0": "jetson-nano-cpu", "phone0": "pixel-2"}
+    quotas = {}
+    for node, device in workers.items():
+        d = meta["nodes"][node]["device"]
+        assert d["device"] == device and d["calibration"]["model"] == "adacomp_cnn"
+        assert d["calibration"]["repetitions"] >= 3 and d["calibration"]["flops_per_step"] > 0
+        quotas[node] = d["quota_cores"]
+    # a slower device gets less of the host: the Pi 3B's quota is the smallest, the Pixel 2's the largest
+    assert min(quotas, key=quotas.get) == "pi30" and max(quotas, key=quotas.get) == "phone0", quotas
+    assert meta["nodes"]["ps"]["cpu_basis"].startswith("host-relative")
+    # every worker's two directions followed its trace: many rates, changed in place every tick
+    rates = pd.read_csv(run_dir / "link_rates.csv")
+    for node in workers:
+        for direction in ("up", "down"):
+            mine = rates[(rates.node == node) & (rates.direction == direction)]
+            assert mine.rate_bps.nunique() > 10, (node, direction, mine.rate_bps.describe())
+    replay = summary["trace_replay"]
+    assert replay["failed"] == 0 and replay["changes"] > 0, replay
+    assert "fidelity" in summary and set(summary["fidelity"]["nodes"]) >= set(workers)
+    import subprocess
+
+    p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    for name in ("devices.png", "link_rates.png", "fidelity.png"):
+        assert (run_dir / "plots" / name).stat().st_size > 10_000, name
