@@ -17,7 +17,7 @@ from testbed.scenario.loading import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import (CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates,
                                      trace_file)
-from tests.conftest import needs_root, netns_cluster, write_scenario
+from conftest import needs_root, netns_cluster, write_scenario
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -318,7 +318,7 @@ def test_plot_shows_configured_beside_measured_per_traced_link(tmp_path):
     from testbed.records.plot_style import _style_for
     from testbed.records.plotting import plot_run
     from testbed.records.reader import load_run
-    from tests.test_records_plotting import make_run
+    from test_records_plotting import make_run
 
     run = make_run(tmp_path)
     rows = [(t / 10, "w0", "up", 1e6 * (1 + t % 3), t / 10) for t in range(0, 400)]
