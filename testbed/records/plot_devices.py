@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from testbed.records.plot_style import _draw_events, _natural_key
+from testbed.records.plot_style import _finish_time_axes, _natural_key
 from testbed.records.reader import RunRecords, traffic_rates
 
 STEP_WINDOW_S = 5.0  # steps counted per window: a device's rate, not each step's jitter
@@ -71,10 +71,7 @@ def devices_figure(rec: RunRecords, style: Any = None) -> Figure | None:
     for ax in (ax_up, ax_down):
         ax.set_ylabel("Mbit/s")
     ax_down.set_xlabel("wall time (s)")
-    for i, ax in enumerate((ax_steps, ax_up, ax_down)):
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        _draw_events(ax, rec.events, labels=i == 0)
+    _finish_time_axes((ax_steps, ax_up, ax_down), rec.events)
     counts = pd.Series(list(devices.values())).value_counts()
     handles = [Line2D([], [], color=color[d], lw=2, label=f"{d} ({counts[d]})") for d in names]
     ax_steps.legend(handles=handles, fontsize=8, loc="upper right", title="device (workers)", title_fontsize=8)

@@ -7,7 +7,7 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from testbed.records.plot_style import _PS_COLOR, _draw_events, _natural_key, _Style
+from testbed.records.plot_style import _PS_COLOR, _finish_time_axes, _natural_key, _Style
 from testbed.records.reader import RunRecords, finite_float, traffic_rates
 
 
@@ -52,10 +52,7 @@ def _traffic_figure(rec: RunRecords, style: _Style) -> Figure | None:
     ax_down.set_ylabel("Mbit/s")
     ax_cum.set_ylabel("MB")
     ax_cum.set_xlabel("wall time (s)")
-    for i, ax in enumerate((ax_up, ax_down, ax_cum)):
-        ax.set_ylim(bottom=0)
-        ax.grid(alpha=0.3)
-        _draw_events(ax, rec.events, labels=i == 0)
+    _finish_time_axes((ax_up, ax_down, ax_cum), rec.events)
     style_handles = [
         Line2D([], [], color="0.3", ls="-", label="up"),
         Line2D([], [], color="0.3", ls="--", label="down"),

@@ -58,6 +58,14 @@ def _draw_events(ax: Axes, events: pd.DataFrame, labels: bool = True) -> None:
             )  # fmt: skip
 
 
+def _finish_time_axes(axes: Sequence[Axes], events: pd.DataFrame) -> None:
+    """Stacked time axes: from zero, a grid, the scenario's events (labelled on the top one)."""
+    for i, ax in enumerate(axes):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        _draw_events(ax, events, labels=i == 0)
+
+
 def _status_suffix(summary: dict[str, Any]) -> str:
     status = summary.get("status")
     if not status or status == "completed":
