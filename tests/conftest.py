@@ -61,10 +61,23 @@ def our_netns() -> list[str]:
 
 
 def our_processes() -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True, text=True).stdout
-    # not the heavy lock's waiters nor the lab's engines (edgebed-heavy.lock, edgebed-lab in their args)
-    return [l for l in out.splitlines() if "edgebed-" in l and "ps -eo" not in l
-            and "edgebed-heavy.lock" not in l and "edgebed-lab" not in l]
+    """Processes of edgebed's runs left on the host, as "pid args" lines.
+
+    Not the heavy lock's waiters nor the lab's engines (edgebed-heavy.lock, edgebed-lab in their
+    args), and not this process's own children: a netns cluster made in the test process
+    (netns_cluster) leaves its forkserver here until pytest exits, and its args carry the
+    editable install's "__editable__.edgebed-0.1.0" path hook, not a run's name.
+    """
+    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
+    mine, lines = str(os.getpid()), []
+    for line in out.splitlines()[1:]:
+        pid, ppid, args = (line.split(None, 2) + ["", ""])[:3]
+        named = args.replace("__editable__.edgebed-", "")
+        if ppid == mine or "ps -eo" in args or "edgebed-heavy.lock" in args or "edgebed-lab" in args:
+            continue
+        if "edgebed-" in named:
+            lines.append(f"{pid} {args}")
+    return lines
 
 
 @pytest.fixture
