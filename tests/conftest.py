@@ -208,6 +208,11 @@ def is_real(item) -> bool:
     return _calls(src, _real_helpers(getattr(item, "module", None)))
 
 
+# the test files whose tests use the lab (a session fixture): `make test`'s lanes give each file's
+# tests to one lane together, so one lab is brought up, once
+LAB_FILES = ("tests/test_swarm.py", "tests/test_ipsec.py")
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if is_real(item):
@@ -215,5 +220,23 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         elif item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(UNIT_TIMEOUT_S))  # `make test`'s --timeout is for real runs
+    uses_lab = {item.nodeid for item in items if "lab" in getattr(item, "fixturenames", ())}
+    strays = sorted(n for n in uses_lab if n.split("::", 1)[0] not in LAB_FILES)
+    if strays:
+        raise pytest.UsageError(f"tests using the lab outside LAB_FILES (tests/conftest.py): {strays}")
     # the lab's tests last, together (stable otherwise): the session's lab is up only while they run
-    items.sort(key=lambda item: "lab" in getattr(item, "fixturenames", ()))
+    items.sort(key=lambda item: item.nodeid in uses_lab)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s lanes (pytest-xdist): the lab's files are one unit of work, the largest, so one
+    lane starts on them at once while the other lanes share out every other test, one at a time.
+    (pytest-xdist's own --dist loadgroup marks no longer group anything under pytest 9.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class LabTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return "lab" if nodeid.split("::", 1)[0] in LAB_FILES else nodeid
+
+    return LabTogether(config, log)

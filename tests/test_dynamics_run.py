@@ -36,11 +36,14 @@ def _docker_or_skip() -> None:
     ensure_node_image(client, say=lambda s: None)
 
 
-def _our_containers() -> list[str]:
+def _leftovers(run_dir) -> list[str]:
+    """The run's namespaces and containers still there (only this run's: tests run side by side)."""
     from testbed.runtimes.docker import docker_client
 
+    run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
     client = docker_client(timeout=3)
-    return [c.name for c in client.containers.list(all=True, filters={"label": "edgebed"})] if client else []
+    containers = [c.name for c in client.containers.list(all=True, filters={"label": "edgebed"})] if client else []
+    return [n for n in our_netns() + containers if run_id in n]
 
 
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
@@ -212,7 +215,7 @@ def test_killing_the_ps_ends_the_run_with_records_and_no_leftovers(tmp_path, cle
     rec = load_run(run_dir)
     assert len(rec.steps) > 10 and rec.steps.time.max() < kill_at + 2  # records up to the crash, readable
     assert "stress 1.5 cores in 2 process(es)" in rec.events.detail.iloc[0]
-    assert not our_netns() and not _our_containers()
+    assert _leftovers(run_dir) == []
 
 
 def test_interactive_control_acts_on_the_running_cluster(tmp_path, clean_host):
@@ -314,4 +317,4 @@ def test_killing_the_broker_ends_the_run_clearly(tmp_path, clean_host):
     assert summary["wall_seconds"] < 45
     steps = pd.read_csv(run_dir / "steps.csv")
     assert len(steps) > 0 and steps.time.max() < 12  # records up to the kill, readable
-    assert not our_netns()
+    assert _leftovers(run_dir) == []

@@ -4,6 +4,7 @@ second host killed and restarted by the timeline, clocks, and nothing left on ei
 Placement and clock-offset logic are tested without any engine."""
 
 import json
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -222,6 +223,32 @@ def _run(tmp_path, sc: dict, *extra: str, env=None):
     run_dir = tmp_path / "run"
     run_up(path, run_dir, *extra, "-q", timeout=900, env=env)
     return run_dir
+
+
+@pytest.mark.serial  # lab down acts on the machine's lab: never beside a lane whose lab is up
+@pytest.mark.root
+def test_lab_down_removes_the_veth_of_a_bring_up_that_failed_before_its_namespace():
+    """A host's veth is made in this machine's namespace and then moved into the host's: a bring-up
+    that failed in between (two made at once: File exists) left eb-lab-h1 there for good."""
+    from pyroute2 import IPRoute
+
+    from testbed.runtimes import lab as lab_mod
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root: makes a veth")
+    if lab_mod.lab_hosts():
+        pytest.skip("a lab is up on this machine: lab down would remove it")
+    with IPRoute() as ipr:
+        try:
+            ipr.link("add", ifname="eb-lab-h7", kind="veth", peer={"ifname": "eb-lab-h7-p"})
+            ipr.link("add", ifname="eb-labx-h7", kind="veth", peer={"ifname": "eb-labx-h7p"})  # not the lab's shape
+            assert lab_mod.lab_down() == []
+            names = {link.get_attr("IFLA_IFNAME") for link in ipr.get_links()}
+            assert "eb-lab-h7" not in names and "eb-lab-h7-p" not in names and "eb-labx-h7" in names  # left alone
+        finally:
+            for name in ("eb-lab-h7", "eb-labx-h7"):
+                for idx in ipr.link_lookup(ifname=name):
+                    ipr.link("del", index=idx)
 
 
 def test_smoke_across_two_hosts_with_a_worker_killed_and_restarted_on_the_second(tmp_path, lab, clean_host):

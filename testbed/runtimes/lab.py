@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -295,10 +296,19 @@ def _remove_cgroups(name: str) -> None:
                 pass
 
 
+# the lab's veth ends that can sit in this machine's namespace: the runner's port, and a host's end
+# before it moves into the host's namespace (a bring-up that failed there leaves it behind)
+ROOT_LINK = re.compile(r"eb-lab-(r|h[1-9][0-9]?)(-p)?")
+
+
 def _remove_runner_port() -> None:
     from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
-        idx = ipr.link_lookup(ifname="eb-lab-r")
-        if idx:
-            ipr.link("del", index=idx[0])
+        for link in ipr.get_links():
+            name = link.get_attr("IFLA_IFNAME") or ""
+            if ROOT_LINK.fullmatch(name):
+                try:
+                    ipr.link("del", index=link["index"])
+                except Exception:  # its peer went first: deleting one end of a veth removes both
+                    pass
