@@ -19,6 +19,7 @@ trace's; goodput sits below by the headers (Kollaps#47) and, for TCP, by its own
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import socket
@@ -82,6 +83,28 @@ def fidelity(trace: list[float], wire: list[float]) -> dict:
             "wire_mean_bps": statistics.fmean(wire)}
 
 
+def wire_rates(reads: list[tuple[float, int]], t0: float, tick: float, n: int) -> list[float]:
+    """Bit/s per window [t0 + (k-1) tick, t0 + k tick], k = 1..n, from the counter's reads (time,
+    bytes) interpolated at the windows' edges: a read that comes late (a busy core) moves no bytes
+    from one window into the next, and a pair of reads a millisecond apart makes no spike."""
+    times = [t for t, _ in reads]
+
+    def bytes_at(t: float) -> float:
+        i = min(max(bisect.bisect_right(times, t), 1), len(reads) - 1)
+        (ta, ba), (tb, bb) = reads[i - 1], reads[i]
+        return ba + (bb - ba) * (t - ta) / (tb - ta) if tb > ta else float(bb)
+
+    edges = [bytes_at(t0 + k * tick) for k in range(n + 1)]
+    return [(edges[k] - edges[k - 1]) * 8 / tick for k in range(1, n + 1)]
+
+
+def _read(rt) -> tuple[float, int]:
+    """(when, bytes) of w0's uplink counter: the time halfway through the read (a netlink dump)."""
+    before = time.time()
+    b = rt.link_counter("w0", "up_bytes")
+    return (before + time.time()) / 2, b
+
+
 def _replay_windows(rt, replay: TraceReplay, seconds: float) -> tuple[list[float], list[float]]:
     """Replay for `seconds` and read w0's uplink wire counter at each tick: per window, (the rate
     set for it, the wire rate measured). Where the node replays its own trace (swarm: it keeps
@@ -92,20 +115,17 @@ def _replay_windows(rt, replay: TraceReplay, seconds: float) -> tuple[list[float
     t0 = time.time() + 0.3
     remote = rt.replay_on_node("w0", schedules_to_wire({"up": sched}), t0)
     lag = 0.003 if remote else 0.0
-    set_at, wire = [], []
+    n = int(seconds / tick)
     time.sleep(max(0.0, t0 + lag - time.time()))
-    last_bytes, last_t = rt.link_counter("w0", "up_bytes"), time.time()
-    for k in range(1, int(seconds / tick) + 1):
+    reads = [_read(rt)]
+    for k in range(1, n + 2):  # one read past the last window's end
         delay = t0 + k * tick + lag - time.time()
         if delay > 0:
             time.sleep(delay)
-        b, t = rt.link_counter("w0", "up_bytes"), time.time()
-        set_at.append(sched.rate_at((k - 1) * tick))
-        wire.append((b - last_bytes) * 8 / max(t - last_t, 1e-6))
-        last_bytes, last_t = b, t
+        reads.append(_read(rt))
         if not remote:
             replay.run_once(k * tick)
-    return set_at, wire
+    return [sched.rate_at((k - 1) * tick) for k in range(1, n + 1)], wire_rates(reads, t0 + lag, tick, n)
 
 
 def _await_traffic(rt, timeout: float = 30.0) -> None:

@@ -1,0 +1,24 @@
+"""`edgebed bench trace`'s windows: wire rates from counter reads taken at jittered times."""
+
+import pytest
+
+from testbed.bench.trace import wire_rates
+
+
+def test_two_reads_a_moment_apart_make_no_spike():
+    """5 Mbit/s with frames leaving in bursts; the read for 0.3 s comes 1 ms early and the next
+    0.5 ms after it, around a burst of 6 kB. Rates over each pair of reads (the old way) show a
+    spike of 6.5x (247 Mbit/s on a 5 Mbit/s trace was measured so); the windows' edges do not."""
+    reads = [(0.0, 0), (0.1, 62500), (0.2, 125000), (0.299, 186875), (0.3005, 193000), (0.4, 250000)]
+    windows = wire_rates(reads, 0.0, 0.1, 4)
+    assert windows == pytest.approx([5e6] * 4, rel=0.06)
+    assert sum(windows) * 0.1 / 8 == pytest.approx(250000)  # every byte in exactly one window
+    per_pair = [(b1 - b0) * 8 / (t1 - t0) for (t0, b0), (t1, b1) in zip(reads, reads[1:])]
+    assert max(per_pair) > 6 * 5e6
+
+
+def test_window_edges_between_reads_and_past_the_last_one():
+    reads = [(0.0, 0), (0.1, 12500), (0.2, 25000)]
+    assert wire_rates(reads, 0.0, 0.1, 2) == pytest.approx([1e6, 1e6])
+    assert wire_rates(reads, 0.05, 0.1, 1) == pytest.approx([1e6])  # both edges between reads
+    assert wire_rates(reads, 0.15, 0.1, 1) == pytest.approx([1e6])  # its end past the last read
