@@ -46,7 +46,7 @@ def test_a_short_fleet_run_calibrates_each_device_and_replays_each_trace(tmp_pat
     assert meta["nodes"]["ps"]["cpu_basis"].startswith("host-relative")
     # every worker's two directions follow their traces (a row per change); a direction may sit in
     # an outage of its recorded trace for the whole short run (AT&T's LTE uplink at the Pi 3B's
-    # seeded offset: 8 kbit/s throughout), the others change many times
+    # seeded offset: the trickle throughout), the others change many times
     rates = pd.read_csv(run_dir / "link_rates.csv")
     changing = 0
     for node in workers:

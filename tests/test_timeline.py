@@ -53,7 +53,7 @@ def test_link_traces_csv_and_mahimahi(tmp_path: Path):
     # second 0: 100 delivery opportunities (1.2 Mbit/s), second 1: none (an outage), second 2: 10
     mahi.write_text("\n".join([str(i * 10) for i in range(100)] + [str(2000 + i) for i in range(10)]) + "\n")
     rows = read_link_trace(mahi)
-    assert rows == [(0.0, 100 * 1500 * 8, None), (1.0, 8000.0, None), (2.0, 10 * 1500 * 8, None)]
+    assert rows == [(0.0, 100 * 1500 * 8, None), (1.0, 1500 * 8, None), (2.0, 10 * 1500 * 8, None)]  # the outage: 1 frame/s
     sc = _sc([{"at": "10s", "target": "w0", "action": "link", "direction": "down", "trace": str(csv)}])
     changes = expand_events(sc)
     assert [(c.time, c.fields.get("rate"), c.fields.get("latency")) for c in changes] == [
@@ -151,7 +151,7 @@ def test_shipped_trace_loads():
 
     rows = read_link_trace(REPO / "scenarios" / "traces" / "lte-synthetic.up")
     assert len(rows) == 30 and [t for t, _, _ in rows] == [float(i) for i in range(30)]
-    assert rows[12][1] == rows[13][1] == 8000.0  # the outage: a trickle, HTB cannot go to 0
+    assert rows[12][1] == rows[13][1] == 12000.0  # the outage: a trickle of one frame a second (traces.trickle)
     assert all(1e6 <= r <= 25e6 for t, r, _ in rows if t not in (12.0, 13.0))
 
 

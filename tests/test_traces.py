@@ -30,14 +30,14 @@ def _write(tmp_path: Path, name: str, text: str) -> Path:
 
 
 def test_mahimahi_binned_at_the_resolution_plain_and_gzipped(tmp_path):
-    # 0-99 ms: 3 deliveries, 100-199 ms: 1, 200-299 ms: none (a trickle), 400 ms (the end, the period): 2
+    # 0-99 ms: 3 deliveries, 100-199 ms: 1, 200-299 ms: none (the trickle: as if 1), 400 ms (the end, the period): 2
     text = "\n".join(["0", "5", "99", "150", "400", "400"]) + "\n"
     plain = _write(tmp_path, "a.up", text)
     gz = tmp_path / "b.down.gz"
     gz.write_bytes(gzip.compress(text.encode()))
     for p in (plain, gz):
         rates = read_trace_rates(p, 0.1)
-        assert rates == pytest.approx((3 * 12000 / 0.1, 1 * 12000 / 0.1, 8000.0, 2 * 12000 / 0.1))  # 4 ticks
+        assert rates == pytest.approx((3 * 12000 / 0.1, 1 * 12000 / 0.1, 12000 / 0.1, 2 * 12000 / 0.1))  # 4 ticks
     assert [r for _, r, _ in read_link_trace(plain)] == [6 * 12000.0]  # events keep per-second bins
 
 

@@ -28,7 +28,6 @@ MBPS_SUFFIX = ".mbps"
 MTU_BITS = 1500 * 8
 MAX_TRACE_SECONDS = 7 * 86400  # a Mahimahi trace longer than a week is a wrong timestamp
 MAX_RATE_BPS = 100e9  # a trace rate above 100 Gbit/s is a wrong unit, not a link
-MIN_RATE_BPS = 8000.0  # an outage keeps a trickle (HTB cannot be set to 0)
 MIN_RESOLUTION_S, MAX_RESOLUTION_S = 0.01, 10.0
 DEFAULT_RESOLUTION_S = 0.1
 
@@ -197,15 +196,24 @@ def _mahimahi_ms(p: Path, text: str) -> list[int]:
     return out
 
 
+def trickle(width: float) -> float:
+    """The least rate a trace sets, for ticks of `width` seconds: one full frame per tick (Mahimahi's
+    rate for a bin with one delivery opportunity). HTB cannot be set to 0, and it charges a frame's
+    whole time on the wire against its class at the rate in force when the frame leaves: under this
+    rate a frame outlasts its tick, and after an outage the link stayed shut for that frame's time
+    (1.5 s at the 8 kbit/s trickle used before: `edgebed bench trace`, AT&T LTE driving)."""
+    return MTU_BITS / width
+
+
 def _binned(ms: list[int], width: float, bins: Optional[int] = None) -> list[Row]:
-    """Delivery opportunities counted per `width` seconds, as rates (an empty bin: a trickle);
+    """Delivery opportunities counted per `width` seconds, as rates (an empty bin: the trickle);
     with `bins`, deliveries at the trace's very end are counted in its last bin."""
     counts: dict[int, int] = {}
     w_ms = width * 1000
     for m in ms:
         k = int(m // w_ms) if bins is None else min(int(m // w_ms), bins - 1)
         counts[k] = counts.get(k, 0) + 1
-    return [(k * width, max(MIN_RATE_BPS, counts.get(k, 0) * MTU_BITS / width), None)
+    return [(k * width, max(trickle(width), counts.get(k, 0) * MTU_BITS / width), None)
             for k in range(bins if bins is not None else max(counts) + 1)]
 
 
@@ -251,7 +259,7 @@ def _sample_steps(rows: list[Row], resolution: float, duration: float) -> list[f
         t = rows[0][0] + k * resolution
         while j + 1 < len(rows) and rows[j + 1][0] <= t + 1e-9:
             j += 1
-        out.append(max(MIN_RATE_BPS, rows[j][1]))
+        out.append(max(trickle(resolution), rows[j][1]))
     return out
 
 
