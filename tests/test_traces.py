@@ -170,7 +170,7 @@ def test_replay_sets_both_directions_of_a_node_at_each_tick_and_only_changes():
         replay.run_once(k * 0.1)
     assert calls == [("w0", {"up": 2.0}), ("w0", {"down": 30.0}), ("w0", {"up": 4.0, "down": 40.0}),
                      ("w0", {"up": 1.0, "down": 10.0})]  # tick 4 loops to the start
-    assert replay.counts == {"ticks": 4, "changes": 6, "failed": 0, "late_ticks": 0}
+    assert replay.counts == {"ticks": 4, "changes": 6, "failed": 0, "late_ticks": 0, "ended": 0}
     assert rows[0][1:4] == ("w0", "up", 2.0)
 
 

@@ -317,7 +317,7 @@ class Run:
         if self.timeline is not None:  # changes applied, failed, and requests refused
             summary["timeline"] = dict(self.timeline.counts)
         replay = getattr(self, "replay", None)
-        if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late
+        if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late, nodes ended
             summary["trace_replay"] = {**replay.counts, "errors": replay.errors[:5]}
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)
