@@ -98,14 +98,15 @@ class _Bench:
                  preload: tuple[str, ...] = ()):
         import tempfile
 
-        self._signals = ExitStack()
-        self._signals.enter_context(interrupting_signals())  # before anything exists that `down` would have to find
         self.run_id = secrets.token_hex(3)
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"edgebed-bench-{self.run_id}-"))
         self.rt = None
         self.state: RunState | None = None
         self.problems: list[str] = []
+        self.scratch: Path | None = None
+        self._signals = ExitStack()
+        self._signals.enter_context(interrupting_signals())  # before anything exists that `down` would have to find
         try:
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"edgebed-bench-{self.run_id}-"))
             self._open(profile, runtime, workers, scenario, list(preload))
         except BaseException:  # refused, or interrupted on the way: nothing is left of it
             self._remove()
@@ -164,7 +165,8 @@ class _Bench:
                     self.problems = self.rt.teardown()
                 elif self.state is not None:  # saved, the runtime not opened: the state file goes
                     self.problems = cleanup_run(self.run_id, self.state, stop_runner=False)
-                shutil.rmtree(self.scratch, ignore_errors=True)
+                if self.scratch is not None:
+                    shutil.rmtree(self.scratch, ignore_errors=True)
         finally:
             self._signals.close()
 
