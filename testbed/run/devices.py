@@ -19,9 +19,10 @@ a device asking for more is refused with one line naming the node, the host and 
 Quotas on one host adding up to more than its CPUs are one warning.
 
 Nodes calibrate side by side where that changes nothing of what each measures: a calibration
-job runs one thread with no quota (a core), a check runs under its quota, so jobs whose cores add
-up to at most their host's CPUs each get what they would get alone (calibration_batches; a host
-whose CPUs are not known here, or a node pinned to a cpuset, measures alone). meta.json names
+job runs one thread with no quota (a core), a check runs one thread under its quota, so at most
+as many jobs as the host has CPUs, their cores adding up to at most that, each get what they would
+get alone (calibration_batches; a host whose CPUs are not known here, or a node pinned to a
+cpuset, measures alone). meta.json names
 the nodes each one was measured beside (`calibrated_beside`, `checked_beside`).
 """
 
@@ -236,24 +237,26 @@ def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model
 
 
 def calibration_batches(demands: list[tuple[Node, float]], host_cores: dict[str, int]) -> list[list[Node]]:
-    """The nodes in groups that calibrate side by side: on each host a group's demands (the cores
-    each job may take) add up to at most the host's CPUs (`host_cores`, by node.host; "" is this
-    machine), so each job gets what it would get alone, as its measurement assumes. A node on a
-    host whose CPUs are not known here (another machine of a swarm) or pinned to a cpuset (its
-    jobs would share those CPUs) goes alone. First fit, in the nodes' order."""
-    groups: list[tuple[list[Node], dict[str, float]]] = []
+    """The nodes in groups that calibrate side by side: on each host a group has at most as many
+    jobs as the host has CPUs and their demands (the cores each job may take) add up to at most
+    that, so each job gets what it would get alone, as its measurement assumes (a CPU of its own:
+    a throttled job never waits for one when its quota refills). `host_cores` by node.host ("" is
+    this machine). A node on a host whose CPUs are not known here (another machine of a swarm) or
+    pinned to a cpuset (its jobs would share those CPUs) goes alone. First fit, in the nodes' order."""
+    groups: list[tuple[list[Node], dict[str, list[float]]]] = []
     for node, need in demands:
         cores = host_cores.get(node.host)
         if cores is None or node.profile.cpuset is not None:
-            groups.append(([node], {node.host: float("inf")}))  # full: nothing joins it
+            groups.append(([node], {node.host: [float("inf")]}))  # full: nothing joins it
             continue
-        for members, used in groups:
-            if used.get(node.host, 0.0) + need <= cores + 1e-9:
+        for members, taken in groups:
+            mine = taken.setdefault(node.host, [])
+            if len(mine) < cores and sum(mine) + need <= cores + 1e-9:
                 members.append(node)
-                used[node.host] = used.get(node.host, 0.0) + need
+                mine.append(need)
                 break
         else:
-            groups.append(([node], {node.host: need}))
+            groups.append(([node], {node.host: [need]}))
     return [members for members, _ in groups]
 
 
@@ -277,18 +280,21 @@ def this_host_cores() -> dict[str, int]:
 
 
 def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callable[[str], None],
-                      verify: bool = True, host_cores: Optional[dict[str, int]] = None) -> tuple[dict[str, dict], list[str]]:
+                      verify: bool = True,
+                      host_cores: Optional[dict[str, int]] = None) -> tuple[dict[str, dict], list[str]]:
     """Calibrate every device node with no quota (one thread: a core each), set its quota, check
     it under that quota and correct it once (finish_check); (meta.json's `device` per node,
     warnings). Nodes measure side by side as long as their jobs' cores fit their host's CPUs
-    (calibration_batches: a core each for the calibration, the quota for the check), one group
-    after another. DeviceRefused, before any role starts, when a device is faster than its host can give."""
+    (calibration_batches: a core each for the calibration, the quota for the check, at most a job
+    per CPU), one group after another. DeviceRefused, before any role starts, when a device is
+    faster than its host can give."""
     found = device_nodes(sc, spec)
     what = {n.name: (label, speed) for n, label, speed in found}
     cores = this_host_cores() if host_cores is None else host_cores
     cals: dict[str, Calibration] = {}
     for group in calibration_batches([(n, 1.0) for n, _, _ in found], cores):
-        done = _each([start_calibration(runtime, sc, n) for n in group], lambda j: finish_calibration(j, *what[j.node.name]))
+        done = _each([start_calibration(runtime, sc, n) for n in group],
+                     lambda j: finish_calibration(j, *what[j.node.name]))
         for cal in done:
             refuse_if_short(cal)
         for cal in done:
