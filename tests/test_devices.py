@@ -372,3 +372,77 @@ def test_the_check_under_the_quota_corrects_it_once():
     rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=10 * target)  # a wild check: bounded
     cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
     assert cals["w0"]["correction"] == run_devices.MAX_CORRECTION
+
+
+class SideBySideRuntime(FakeRuntime):
+    """A FakeRuntime whose jobs run until joined: it notes which ran at the same time, per phase."""
+
+    def __init__(self, cpu_s: float, wall_s: float, under_quota: float = 0.0):
+        super().__init__(cpu_s, wall_s, under_quota)
+        self.running: set[str] = set()
+        self.together: dict[str, list[set[str]]] = {"calibrate": [], "check": []}
+
+    def start(self, node, target, kwargs, label=""):
+        super().start(node, target, kwargs, label)
+        phase = "check" if kwargs["result_path"].endswith("-verify.json") else "calibrate"
+        self.running.add(node)
+        self.together[phase].append(set(self.running))
+        rt = self
+
+        class Running:
+            exitcode = 0
+
+            def join(self, timeout=None):
+                rt.running.discard(node)
+
+        return Running()
+
+
+def _fleet(count: int, **profile):
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4", **profile}},
+                         "workers": [{"count": count, "profile": "pi"}]})
+    return sc, build_cluster(sc, "abc123")
+
+
+def test_devices_calibrate_side_by_side_while_their_cores_fit_the_host():
+    sc, spec = _fleet(5)
+    target = 1e8 / 7.2e9
+    rt = SideBySideRuntime(cpu_s=0.004, wall_s=0.004, under_quota=target)  # quota 0.288 cores each
+    serial_rt = SideBySideRuntime(cpu_s=0.004, wall_s=0.004, under_quota=target)
+    cals, _ = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None, host_cores={"": 2})
+    # a core each with no quota: two at a time on 2 CPUs (was one at a time)
+    assert [len(s) for s in rt.together["calibrate"]] == [1, 2, 1, 2, 1]
+    assert [len(s) for s in rt.together["check"]] == [1, 2, 1, 2, 1]  # 0.288 cores each, but a CPU each
+    assert cals["w0"]["calibrated_beside"] == ["w1"] and cals["w4"]["calibrated_beside"] == []
+    assert cals["w2"]["checked_beside"] == ["w3"]
+    # the same quotas and meta as one at a time (a host whose CPUs are not known: each node alone)
+    serial, _ = run_devices.calibrate_devices(serial_rt, sc, _fleet(5)[1], say=lambda s: None, host_cores={})
+    assert max(len(s) for p in serial_rt.together.values() for s in p) == 1
+    strip = ("calibrated_beside", "checked_beside")
+    assert {n: {k: v for k, v in m.items() if k not in strip} for n, m in cals.items()} == \
+        {n: {k: v for k, v in m.items() if k not in strip} for n, m in serial.items()}
+    assert rt.quotas == serial_rt.quotas
+
+
+def test_calibration_groups_keep_each_host_within_its_cpus():
+    sc, spec = _fleet(4)
+    nodes = spec.workers
+    groups = run_devices.calibration_batches([(n, q) for n, q in zip(nodes, (0.9, 0.9, 0.5, 0.3))], {"": 2})
+    assert [[n.name for n in g] for g in groups] == [["w0", "w1"], ["w2", "w3"]]  # a job per CPU
+    groups = run_devices.calibration_batches([(n, q) for n, q in zip(nodes, (1.5, 1.5, 1.0, 1.5))], {"": 4})
+    assert [[n.name for n in g] for g in groups] == [["w0", "w1", "w2"], ["w3"]]  # their cores within 4
+    for n in nodes[2:]:
+        n.host = "lab-2"  # CPUs not known here: alone
+    groups = run_devices.calibration_batches([(n, 0.1) for n in nodes], {"": 2})
+    assert [[n.name for n in g] for g in groups] == [["w0", "w1"], ["w2"], ["w3"]]
+    sc, spec = _fleet(2, cpuset="0")  # pinned to the same CPU: they would share it
+    assert len(run_devices.calibration_batches([(n, 0.1) for n in spec.workers], {"": 2})) == 2
+
+
+def test_a_refused_device_in_a_group_sets_no_quota_of_that_group():
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4"}, "big": {"device": "laptop-apple-m1"}},
+                         "workers": [{"count": 1, "profile": "pi"}, {"count": 1, "profile": "big", "name": "m"}]})
+    rt = SideBySideRuntime(cpu_s=0.004, wall_s=0.004)  # the pi needs 0.29 cores, the M1 2.4 of 2
+    with pytest.raises(run_devices.DeviceRefused, match=r"^m0: device laptop-apple-m1 is faster than host"):
+        run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None, host_cores={"": 2})
+    assert rt.quotas == {} and rt.running == set()  # both measured together, both waited for

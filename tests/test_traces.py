@@ -5,13 +5,14 @@ check that a node's HTB rate follows its trace tick by tick, in place."""
 from __future__ import annotations
 
 import gzip
+import os
 from pathlib import Path
 
 import pytest
 
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay
+from testbed.node.trace_replay import GilbertElliott, LinkGone, NodeReplay, TraceReplay
 from testbed.runtimes.replay import replays_of
 from testbed.scenario.loading import read_scenario_file
 from testbed.scenario.schema import ScenarioError
@@ -169,7 +170,7 @@ def test_replay_sets_both_directions_of_a_node_at_each_tick_and_only_changes():
         replay.run_once(k * 0.1)
     assert calls == [("w0", {"up": 2.0}), ("w0", {"down": 30.0}), ("w0", {"up": 4.0, "down": 40.0}),
                      ("w0", {"up": 1.0, "down": 10.0})]  # tick 4 loops to the start
-    assert replay.counts == {"ticks": 4, "changes": 6, "failed": 0, "late_ticks": 0}
+    assert replay.counts == {"ticks": 4, "changes": 6, "failed": 0, "late_ticks": 0, "ended": 0}
     assert rows[0][1:4] == ("w0", "up", 2.0)
 
 
@@ -218,6 +219,84 @@ def test_a_failing_node_does_not_stop_the_others():
                          lambda *row: None, t0=0.0)
     replay.run_once(0.1)
     assert good == ["ok"] and replay.counts["failed"] == 1 and "bad: OSError: gone" in replay.errors[0]
+
+
+def test_a_node_whose_link_went_with_it_leaves_the_replay_without_failures():
+    calls = []
+
+    def set_rates(node, rates):
+        calls.append(node)
+        if node == "ended":
+            raise LinkGone("ended: its container has ended, and its link with it")
+
+    sched = TraceSchedule((1.0, 2.0, 3.0, 4.0), 0.1)
+    replay = TraceReplay([NodeReplay("ended", {"up": sched}), NodeReplay("ok", {"up": sched})], set_rates,
+                         lambda *row: None, t0=0.0)
+    for k in (1, 2, 3):
+        replay.run_once(k * 0.1)
+    assert calls == ["ended", "ok", "ok", "ok"]  # tried once, then left alone
+    assert replay.counts["failed"] == 0 and replay.counts["ended"] == 1 and replay.errors == []
+    assert replay.counts["changes"] == 3
+
+
+def _docker_runtime_with_one_node(monkeypatch, running: bool, eth0: list[int], host_links: list[int]):
+    """A DockerRuntime over fakes: a container that runs or has exited, a namespace with or
+    without its eth0, a host with or without the container's veth peer (index 42)."""
+    from contextlib import contextmanager
+    from types import SimpleNamespace
+
+    import pyroute2
+
+    from testbed.kernel.shaping import KernelCaps, plan_direction
+    from testbed.runtimes import docker as docker_rt
+    from testbed.runtimes.state import RunState
+    from testbed.scenario.links import Direction
+
+    class Ipr(FakeIpr):
+        def __init__(self, links):
+            super().__init__()
+            self.links = links
+
+        def link_lookup(self, **kw):
+            return list(self.links)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+    @contextmanager
+    def ns_iproute(name):
+        yield Ipr(eth0)
+
+    monkeypatch.setattr(docker_rt, "ns_iproute", ns_iproute)
+    monkeypatch.setattr(pyroute2, "IPRoute", lambda: Ipr(host_links))
+    caps = KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=True)
+    rt = docker_rt.DockerRuntime(RunState("t33", os.getpid(), "/nonexistent", ""), client=object(), caps=caps)
+    d = Direction(rate=5e6)
+    link = SimpleNamespace(uplink=d, downlink=d, uplink_peers=[], downlink_peers=[])
+    container = SimpleNamespace(reload=lambda: None, attrs={"State": {"Running": running}})
+    rt.handles["w0"] = docker_rt.DockerHandle(SimpleNamespace(name="w0", link=link), "eb-t33-w0", container, 42,
+                                              plan_direction(d, caps), plan_direction(d, caps), None, {},
+                                              host_ifname="veth0a")
+    return rt
+
+
+@pytest.mark.parametrize("which", ["up", "down"])
+def test_docker_rates_of_an_ended_container_say_its_link_is_gone(monkeypatch, which):
+    rt = _docker_runtime_with_one_node(monkeypatch, running=False, eth0=[], host_links=[])
+    with pytest.raises(LinkGone, match="w0: its container has ended"):
+        rt.set_rates("w0", {which: 2e6})  # was IndexError from link_lookup(...)[0]
+
+
+def test_docker_rates_of_a_running_container_without_its_interface_fail_by_name(monkeypatch):
+    rt = _docker_runtime_with_one_node(monkeypatch, running=True, eth0=[], host_links=[42])
+    with pytest.raises(RuntimeError, match="w0: eth0 in its namespace is missing"):
+        rt.set_rates("w0", {"up": 2e6})
+    rt = _docker_runtime_with_one_node(monkeypatch, running=True, eth0=[7], host_links=[42])
+    rt.set_rates("w0", {"up": 2e6, "down": 3e6})
+    assert rt.handles["w0"].uplink.rate_bps == 2e6 and rt.handles["w0"].downlink.rate_bps == 3e6
 
 
 class FakeIpr:

@@ -102,9 +102,8 @@ class DeviceBench:
     def run(self, runtime: str, condition: str) -> list[dict]:
         from testbed.data.preload import request
 
-        bench = _Bench({}, runtime, scenario=self.sc.model_dump(mode="json", exclude_none=True))
-        bench.rt.set_preload(PRELOAD)
-        request(self.sc.workload.dataset, self.sc.seed, self.sc.workload.test_size)
+        request(self.sc.workload.dataset, self.sc.seed, self.sc.workload.test_size)  # the forkserver loads it once
+        bench = _Bench({}, runtime, scenario=self.sc.model_dump(mode="json", exclude_none=True), preload=tuple(PRELOAD))
         rows: list[dict] = []
         with bench as (rt, spec):
             neighbour = Neighbour(0) if condition == "slow" else None

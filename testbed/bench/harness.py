@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import subprocess
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
 
@@ -13,6 +15,7 @@ from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.plan.placement import place
 from testbed.run.flows import Flow, measure_flows
+from testbed.run.interrupts import interrupting_signals, shielded_teardown
 from testbed.runtimes import runtime_class
 from testbed.runtimes.state import RunState
 
@@ -25,6 +28,24 @@ def _save(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]
         path.write_text(json.dumps(out, indent=1))
         say(f"wrote {path}")
     return out
+
+
+def run_child(args: list[str], grace: float = 120.0) -> subprocess.CompletedProcess:
+    """subprocess.run(args) with its output captured as text, except when the benchmark is
+    stopped meanwhile (Ctrl-C, SIGTERM): the child (an `edgebed up`) gets SIGTERM and `grace`
+    seconds to tear its run down, where subprocess.run would SIGKILL it and leave the run behind."""
+    with subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        try:
+            out, err = p.communicate()
+        except BaseException:
+            with shielded_teardown():
+                p.terminate()
+                try:
+                    p.communicate(timeout=grace)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+            raise
+    return subprocess.CompletedProcess(args, p.returncode, out, err)
 
 
 def run_for_records(sc, label: str, *files: str) -> tuple[dict, dict]:
@@ -67,13 +88,31 @@ def run_from_repo(sc, label: str, out: Path | None, read: Callable) -> tuple[dic
 
 
 class _Bench:
-    """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime."""
+    """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime.
 
-    def __init__(self, profile: dict, runtime: str = "netns", workers: int = 1, scenario: dict | None = None):
+    From its making to the end of its `with` block, SIGTERM and SIGHUP stop the benchmark as
+    Ctrl-C does, and as they stop `edgebed up` (run/interrupts.py): the exception leaves the
+    block and the cluster is torn down, Ctrl-C ignored meanwhile."""
+
+    def __init__(self, profile: dict, runtime: str = "netns", workers: int = 1, scenario: dict | None = None,
+                 preload: tuple[str, ...] = ()):
         import tempfile
 
         self.run_id = secrets.token_hex(3)
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"edgebed-bench-{self.run_id}-"))
+        self.rt = None
+        self.state: RunState | None = None
+        self.problems: list[str] = []
+        self.scratch: Path | None = None
+        self._signals = ExitStack()
+        self._signals.enter_context(interrupting_signals())  # before anything exists that `down` would have to find
+        try:
+            self.scratch = Path(tempfile.mkdtemp(prefix=f"edgebed-bench-{self.run_id}-"))
+            self._open(profile, runtime, workers, scenario, list(preload))
+        except BaseException:  # refused, or interrupted on the way: nothing is left of it
+            self._remove()
+            raise
+
+    def _open(self, profile: dict, runtime: str, workers: int, scenario: dict | None, preload: list[str]) -> None:
         sc = parse_scenario(scenario or {"name": "bench", "profiles": {"shaped": profile},
                                          "workers": [{"count": workers, "profile": "shaped"}]})
         self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.scratch), scenario="bench",
@@ -88,7 +127,7 @@ class _Bench:
         if placement:  # e.g. the measured paths cross hosts: ps on one, workers on another
             sc = sc.model_copy(update={"placement": placement})
         self.spec = place(build_cluster(sc, self.run_id), self.rt.placer(sc))
-        self.rt.set_preload([])
+        self.rt.set_preload(preload)  # what its node processes find imported (netns: the forkserver's)
         self.stop = None
         self.box = None
 
@@ -109,12 +148,27 @@ class _Bench:
         return self.box / name
 
     def __exit__(self, *exc) -> None:
-        import shutil
-
         if self.stop is not None:
             self.stop.set()
-        self.problems = self.rt.teardown()
-        shutil.rmtree(self.scratch, ignore_errors=True)
+        self._remove()
+
+    def _remove(self) -> None:
+        """Tear down what was made (the runtime's teardown, or the run's state alone when it never
+        opened), then give the signals back."""
+        import shutil
+
+        from testbed.runtimes.state import cleanup_run
+
+        try:
+            with shielded_teardown():
+                if self.rt is not None:
+                    self.problems = self.rt.teardown()
+                elif self.state is not None:  # saved, the runtime not opened: the state file goes
+                    self.problems = cleanup_run(self.run_id, self.state, stop_runner=False)
+                if self.scratch is not None:
+                    shutil.rmtree(self.scratch, ignore_errors=True)
+        finally:
+            self._signals.close()
 
 
 def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, label: str,

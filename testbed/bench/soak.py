@@ -11,7 +11,6 @@ to what the faults should have done.
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -168,6 +167,7 @@ def soak_benchmark(*, minutes: int = 30, workers: int = 4, seed: int = 1, runtim
     import yaml
 
     from testbed.bench.fidelity import _save
+    from testbed.bench.harness import run_child
 
     if minutes < 2:
         raise ValueError("--minutes: at least 2 (the first minute has no fault)")
@@ -180,8 +180,7 @@ def soak_benchmark(*, minutes: int = 30, workers: int = 4, seed: int = 1, runtim
     say(f"soak: {minutes} min, {workers} workers, {algorithm}, {runtime}, seed {seed}: "
         f"{len(sc['events']) // 2} faults; scenario {path}, records {run_dir}")
     t0 = time.time()
-    r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(path), "--out", str(run_dir), "-q"],
-                       capture_output=True, text=True)
+    r = run_child([sys.executable, "-m", "testbed.cli", "up", str(path), "--out", str(run_dir), "-q"])
     res = check_soak_run(run_dir, sc)
     res.update(benchmark="soak", minutes=minutes, workers=workers, seed=seed, runtime=runtime, algorithm=algorithm,
                runner_exit=r.returncode, elapsed_seconds=round(time.time() - t0, 1), run_dir=str(run_dir),

@@ -22,6 +22,7 @@ for _command in (core.validate, core.up, core.build, core.plot, core.reproduce, 
 
 
 def main() -> None:
+    from testbed.run.interrupts import Interrupted
     from testbed.runtimes.engines import EngineAddressError
 
     try:
@@ -29,3 +30,6 @@ def main() -> None:
     except EngineAddressError as e:  # DOCKER_HOST of a shape not used, wherever an engine is first asked
         typer.echo(f"error: {e}", err=True)
         raise SystemExit(2) from None
+    except Interrupted as e:  # SIGTERM/SIGHUP in a command that tore down on the way out (a benchmark)
+        typer.echo(f"interrupted ({e}): stopped and torn down", err=True)
+        raise SystemExit(130) from None

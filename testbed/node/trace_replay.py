@@ -8,6 +8,9 @@ The engine is clock-driven and catches up by skipping: a tick that comes late ap
 due now, never a burst of the ticks it missed. On netns and docker it runs in the runner, which
 changes the classes from the host; on swarm it runs in each node's own supervisor (control.Replay:
 `schedules_from_wire`), which changes its own link's classes (own_link.OwnLink.set_rates).
+A node whose link went away with it (a docker container that exited: Docker removes its veth
+pair) makes `set_rates` raise `LinkGone`: the replay leaves that node (summary.json's
+trace_replay.ended), a change that failed otherwise is counted as failed with where it raised.
 
 Bursty loss (`burst_loss: {p, r, good_loss, bad_loss}`): `GilbertElliott` moves a direction
 between a good and a bad state at each tick (a two-state Markov chain) and the link's loss is set
@@ -28,6 +31,12 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.scenario.traces import TraceSchedule
+
+
+class LinkGone(Exception):
+    """A node's link no longer exists because the node ended and took it along (a docker
+    container that exits removes its veth pair). Raised by a runtime's `set_rates`: the replay
+    stops for that node (counted as `ended`), since there is nothing left to shape."""
 
 
 @dataclass
@@ -61,34 +70,43 @@ class TraceReplay:
                  record: Callable[[float, str, str, float, float], None], t0: float,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
                  set_loss: Optional[Callable[[str, str, float], None]] = None):
-        self.nodes, self.set_rates, self.record, self.t0, self.clock = nodes, set_rates, record, t0, clock
+        self.nodes, self.set_rates, self.record, self.t0, self.clock = list(nodes), set_rates, record, t0, clock
         self.set_loss = set_loss  # (node, "up"/"down", probability): the bursty-loss chains' state
         self.tick = min((s.resolution for n in nodes for s in n.schedules.values()), default=0.1)
         self._stop = threading.Event()
         self._sleep = sleep or (lambda s: self._stop.wait(s))
         self._thread: Optional[threading.Thread] = None
-        self.counts = {"ticks": 0, "changes": 0, "failed": 0, "late_ticks": 0}
+        self.counts = {"ticks": 0, "changes": 0, "failed": 0, "late_ticks": 0, "ended": 0}
         self.errors: list[str] = []
 
     def run_once(self, t: float) -> None:
         """Apply what is due at run time `t` (seconds since the nodes started)."""
         self.counts["ticks"] += 1
-        for n in self.nodes:
-            self._step_losses(n)
-            rates = n.due(t)
-            if not rates:
-                continue
+        for n in list(self.nodes):
             try:
-                self.set_rates(n.node, rates)
-            except Exception as e:  # one node's failure must not stop the others' replay
-                self.counts["failed"] += 1
-                self._said(f"{n.node}", e)
-                continue
-            n.applied.update(rates)
-            self.counts["changes"] += len(rates)
-            for which, rate in rates.items():
-                sched = n.schedules[which]
-                self.record(t, n.node, which, rate, (t + sched.offset) % sched.duration if sched.loop else t + sched.offset)
+                self._step_losses(n)
+                self._step_rates(n, t)
+            except LinkGone:  # the node ended, its link with it: nothing is left to replay on
+                self.nodes.remove(n)
+                self.counts["ended"] += 1
+
+    def _step_rates(self, n: NodeReplay, t: float) -> None:
+        rates = n.due(t)
+        if not rates:
+            return
+        try:
+            self.set_rates(n.node, rates)
+        except LinkGone:
+            raise
+        except Exception as e:  # one node's failure must not stop the others' replay
+            self.counts["failed"] += 1
+            self._said(f"{n.node}", e)
+            return
+        n.applied.update(rates)
+        self.counts["changes"] += len(rates)
+        for which, rate in rates.items():
+            sched = n.schedules[which]
+            self.record(t, n.node, which, rate, (t + sched.offset) % sched.duration if sched.loop else t + sched.offset)
 
     def _said(self, where: str, e: Exception) -> None:
         """A failed change in summary.json, with the line that raised it (a rare one is a race to find)."""
@@ -106,6 +124,8 @@ class TraceReplay:
                 set_loss(n.node, which, p)
                 n.applied_loss[which] = p
                 self.counts["changes"] += 1
+            except LinkGone:
+                raise
             except Exception as e:  # as a rate change: counted, said, the replay goes on
                 self.counts["failed"] += 1
                 self._said(f"{n.node} loss", e)

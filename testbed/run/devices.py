@@ -17,6 +17,13 @@ shared gives the same q (the quota is CPU time) as long as the node can get it. 
 can get is the CPUs it may run on times the share of a CPU it got while calibrating (CPU/wall):
 a device asking for more is refused with one line naming the node, the host and the shortfall.
 Quotas on one host adding up to more than its CPUs are one warning.
+
+Nodes calibrate side by side where that changes nothing of what each measures: a calibration
+job runs one thread with no quota (a core), a check runs one thread under its quota, so at most
+as many jobs as the host has CPUs, their cores adding up to at most that, each get what they would
+get alone (calibration_batches; a host whose CPUs are not known here, or a node pinned to a
+cpuset, measures alone). meta.json names
+the nodes each one was measured beside (`calibrated_beside`, `checked_beside`).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from typing import Any, Callable, Optional
 
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
+from testbed.run.fidelity import local_cores
 from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
 from testbed.scenario.schema import Scenario
@@ -146,18 +154,41 @@ def device_nodes(sc: Scenario, spec: ClusterSpec) -> list[tuple[Node, str, Speed
     return out
 
 
-def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",
-                   repetitions: int = REPETITIONS, min_rep_s: float = MIN_REP_S) -> Calibration:
-    """Run the calibration job in `node` (no quota on it yet) and plan its quota."""
-    slot = runtime.mailbox("calibrate") / f"{node.name}.json"
-    kwargs = dict(result_path=str(slot), model=model or sc.workload.model, dataset=sc.workload.dataset, seed=sc.seed,
+@dataclass
+class Job:
+    """A calibration job started in a node: its process and the mailbox slot it answers in."""
+
+    node: Node
+    proc: Any
+    slot: Any
+
+    def result(self, what: str) -> dict:
+        """Wait for the job (CALIBRATION_TIMEOUT_S at most) and read its answer."""
+        self.proc.join(CALIBRATION_TIMEOUT_S)
+        if not self.slot.exists():
+            raise RuntimeError(f"{self.node.name}: {what} did not report (exit code {self.proc.exitcode})")
+        return untrusted.loads(self.slot.read_text())
+
+
+def _start_job(runtime: Any, sc: Scenario, node: Node, slot_name: str, model: str, repetitions: int,
+               min_rep_s: float) -> Job:
+    slot = runtime.mailbox("calibrate") / slot_name
+    kwargs = dict(result_path=str(slot), model=model, dataset=sc.workload.dataset, seed=sc.seed,
                   test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
                   repetitions=repetitions, min_rep_s=min_rep_s)
-    proc = runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate")
-    proc.join(CALIBRATION_TIMEOUT_S)
-    if not slot.exists():
-        raise RuntimeError(f"{node.name}: the calibration job did not report (exit code {proc.exitcode})")
-    r = untrusted.loads(slot.read_text())
+    return Job(node, runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate"), slot)
+
+
+def start_calibration(runtime: Any, sc: Scenario, node: Node, model: str = "", repetitions: int = REPETITIONS,
+                      min_rep_s: float = MIN_REP_S) -> Job:
+    """Start the calibration job in `node` (no quota on it yet)."""
+    return _start_job(runtime, sc, node, f"{node.name}.json", model or sc.workload.model, repetitions, min_rep_s)
+
+
+def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
+    """The calibration job's measurement, and the quota planned from it."""
+    node = job.node
+    r = job.result("the calibration job")
     cal = Calibration(node=node.name, host=node.host or str(r.get("host", "")), device=label,
                       gflops_per_core=speed.gflops, cores=speed.cores, model=str(r["model"]),
                       flops_per_step=int(r["flops_per_step"]), step_s=[float(x) for x in r["step_s"]],
@@ -167,26 +198,28 @@ def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Sp
     return plan_quota(cal, speed)
 
 
+def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",
+                   repetitions: int = REPETITIONS, min_rep_s: float = MIN_REP_S) -> Calibration:
+    """Run the calibration job in `node` (no quota on it yet) and plan its quota."""
+    return finish_calibration(start_calibration(runtime, sc, node, model, repetitions, min_rep_s), label, speed)
+
+
 def refuse_if_short(cal: Calibration) -> None:
     line = shortfall_line(cal) or floor_line(cal)
     if line:
         raise DeviceRefused(line)
 
 
-def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Calibration:
-    """One closed-loop round: time steps under the quota just set, and scale the quota by
-    measured / target (within MAX_CORRECTION either way), so what a quota costs on this host
-    (caches refilled after each throttled slice) is in it. Sets the new quota."""
-    slot = runtime.mailbox("calibrate") / f"{node.name}-verify.json"
-    kwargs = dict(result_path=str(slot), model=model or cal.model, dataset=sc.workload.dataset, seed=sc.seed,
-                  test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
-                  repetitions=VERIFY_REPETITIONS, min_rep_s=VERIFY_REP_S)
-    proc = runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate")
-    proc.join(CALIBRATION_TIMEOUT_S)
-    if not slot.exists():
-        raise RuntimeError(f"{node.name}: the calibration's check under the quota did not report "
-                           f"(exit code {proc.exitcode})")
-    r = untrusted.loads(slot.read_text())
+def start_check(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Job:
+    """Start the check of `cal`'s quota (already set on the node): steps timed under it."""
+    return _start_job(runtime, sc, node, f"{node.name}-verify.json", model or cal.model, VERIFY_REPETITIONS,
+                      VERIFY_REP_S)
+
+
+def finish_check(runtime: Any, job: Job, cal: Calibration) -> Calibration:
+    """Scale the quota by measured / target step time (within MAX_CORRECTION either way), so what
+    a quota costs on this host (caches refilled after each throttled slice) is in it. Sets it."""
+    r = job.result("the calibration's check under the quota")
     measured = statistics.median(float(x) for x in r["step_s"])
     factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
     first = cal.quota_cores
@@ -194,31 +227,94 @@ def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model
     cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
     cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
                      check_step_s_median=measured, correction=factor)
-    runtime.set_cpus(node.name, cal.quota_cores)
+    runtime.set_cpus(job.node.name, cal.quota_cores)
     return cal
 
 
+def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Calibration:
+    """One closed-loop round: time steps under the quota just set, and correct it (finish_check)."""
+    return finish_check(runtime, start_check(runtime, sc, node, cal, model), cal)
+
+
+def calibration_batches(demands: list[tuple[Node, float]], host_cores: dict[str, int]) -> list[list[Node]]:
+    """The nodes in groups that calibrate side by side: on each host a group has at most as many
+    jobs as the host has CPUs and their demands (the cores each job may take) add up to at most
+    that, so each job gets what it would get alone, as its measurement assumes (a CPU of its own:
+    a throttled job never waits for one when its quota refills). `host_cores` by node.host ("" is
+    this machine). A node on a host whose CPUs are not known here (another machine of a swarm) or
+    pinned to a cpuset (its jobs would share those CPUs) goes alone. First fit, in the nodes' order."""
+    groups: list[tuple[list[Node], dict[str, list[float]]]] = []
+    for node, need in demands:
+        cores = host_cores.get(node.host)
+        if cores is None or node.profile.cpuset is not None:
+            groups.append(([node], {node.host: [float("inf")]}))  # full: nothing joins it
+            continue
+        for members, taken in groups:
+            mine = taken.setdefault(node.host, [])
+            if len(mine) < cores and sum(mine) + need <= cores + 1e-9:
+                members.append(node)
+                mine.append(need)
+                break
+        else:
+            groups.append(([node], {node.host: [need]}))
+    return [members for members, _ in groups]
+
+
+def _each(jobs: list[Job], finish: Callable[[Job], Calibration]) -> list[Calibration]:
+    """`finish` of every job, in order; all are waited for before the first error is raised."""
+    out, error = [], None
+    for job in jobs:
+        try:
+            out.append(finish(job))
+        except Exception as e:
+            error = error or e
+    if error is not None:
+        raise error
+    return out
+
+
+def this_host_cores() -> dict[str, int]:
+    """The CPUs this process may run on, by this machine's names ("" and its hostname)."""
+    (name, cores), = local_cores().items()
+    return {"": cores, name: cores}
+
+
 def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callable[[str], None],
-                      verify: bool = True) -> tuple[dict[str, dict], list[str]]:
-    """Calibrate every device node, one at a time (a node measures an otherwise idle cluster),
-    set its quota, check it under that quota and correct it once (refine_quota); (meta.json's
-    `device` per node, warnings). DeviceRefused, before any role starts, when a device is
+                      verify: bool = True,
+                      host_cores: Optional[dict[str, int]] = None) -> tuple[dict[str, dict], list[str]]:
+    """Calibrate every device node with no quota (one thread: a core each), set its quota, check
+    it under that quota and correct it once (finish_check); (meta.json's `device` per node,
+    warnings). Nodes measure side by side as long as their jobs' cores fit their host's CPUs
+    (calibration_batches: a core each for the calibration, the quota for the check, at most a job
+    per CPU), one group after another. DeviceRefused, before any role starts, when a device is
     faster than its host can give."""
-    cals = []
-    for node, label, speed in device_nodes(sc, spec):
-        cal = calibrate_node(runtime, sc, node, label, speed)
-        refuse_if_short(cal)
-        runtime.set_cpus(cal.node, cal.quota_cores)
-        if verify:
-            refine_quota(runtime, sc, node, cal)
+    found = device_nodes(sc, spec)
+    what = {n.name: (label, speed) for n, label, speed in found}
+    cores = this_host_cores() if host_cores is None else host_cores
+    cals: dict[str, Calibration] = {}
+    for group in calibration_batches([(n, 1.0) for n, _, _ in found], cores):
+        done = _each([start_calibration(runtime, sc, n) for n in group],
+                     lambda j: finish_calibration(j, *what[j.node.name]))
+        for cal in done:
             refuse_if_short(cal)
+        for cal in done:
+            runtime.set_cpus(cal.node, cal.quota_cores)
+            cal.extra["calibrated_beside"] = [n.name for n in group if n.name != cal.node]
+            cals[cal.node] = cal
+    if verify:
+        demands = [(n, min(1.0, cals[n.name].quota_cores)) for n, _, _ in found]  # the check runs one thread
+        for group in calibration_batches(demands, cores):
+            done = _each([start_check(runtime, sc, n, cals[n.name]) for n in group],
+                         lambda j: finish_check(runtime, j, cals[j.node.name]))
+            for cal in done:
+                cal.extra["checked_beside"] = [n.name for n in group if n.name != cal.node]
+                refuse_if_short(cal)
+    for cal in cals.values():
         spec.node(cal.node).device_cpus = cal.quota_cores
-        cals.append(cal)
-    for cal in cals:
         say(f"{cal.node}: device {cal.device} on host {cal.host}: {cal.model} step {cal.target_step_s * 1e3:.1f} ms "
             f"(host: {cal.cpu_median * 1e3:.1f} ms CPU, spread {spread(cal.cpu_s):.0%}) -> quota "
             f"{cal.quota_cores:.3f} cores, {cal.threads} thread(s)")
-    return {c.node: c.meta() for c in cals}, oversubscribed_lines(cals)
+    return {c: cal.meta() for c, cal in cals.items()}, oversubscribed_lines(list(cals.values()))
 
 
 def compute_basis(node: Node) -> Optional[str]:

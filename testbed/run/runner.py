@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import signal
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -31,6 +30,7 @@ from testbed.run import devices as run_devices
 from testbed.run import meta as run_meta
 from testbed.run.events import Events
 from testbed.run.fidelity import oversubscription_warnings
+from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
@@ -48,21 +48,6 @@ EXIT_STOPPED = 3
 PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles.ps", "testbed.node.roles.worker", "testbed.node.roles.peer",
            "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets", "testbed.data.models",
            "testbed.data.partition", "testbed.strategies", "testbed.data.preload"]
-
-
-class Interrupted(Exception):
-    pass
-
-
-_RUNNER_PID = os.getpid()
-
-
-def _raise_interrupted(signum, frame):
-    # A forked copy of the runner (a library's helper process) must never run the
-    # runner's teardown: only the runner itself turns the signal into an interrupt.
-    if os.getpid() != _RUNNER_PID:
-        os._exit(128 + signum)
-    raise Interrupted(signal.Signals(signum).name)
 
 
 def default_run_dir(sc: Scenario) -> Path:
@@ -118,32 +103,24 @@ class Run:
         self.live = LiveState()  # shared by the monitor and the timeline: the global step, nodes killed on purpose
 
     def execute(self) -> dict:
-        global _RUNNER_PID
-        _RUNNER_PID = os.getpid()
-        old_handlers = {s: signal.signal(s, _raise_interrupted) for s in (signal.SIGTERM, signal.SIGHUP)}
-        try:
-            if self.tensorboard is not None:
-                from testbed.records.tensorboard import BackgroundFollower
-
-                self._tensorboard = BackgroundFollower(self.run_dir, Path(self.tensorboard))
-            self.bring_up()
-            self.start_nodes()
-            self.status, self.reason = self.watch()
-        except (KeyboardInterrupt, Interrupted) as e:
-            self.status, self.reason = "stopped", f"interrupted ({str(e) or 'SIGINT'})"
-            self.say("\ninterrupted: stopping the run and tearing down")
-        except Exception as e:
-            self.status, self.reason = "failed", f"{type(e).__name__}: {e}"
-            raise
-        finally:
-            # Ignore further Ctrl-C while tearing down: a half teardown is the worst outcome.
-            prev_int = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with interrupting_signals():  # SIGTERM and SIGHUP as Ctrl-C: run/interrupts.py
             try:
-                summary = self.tear_down()
+                if self.tensorboard is not None:
+                    from testbed.records.tensorboard import BackgroundFollower
+
+                    self._tensorboard = BackgroundFollower(self.run_dir, Path(self.tensorboard))
+                self.bring_up()
+                self.start_nodes()
+                self.status, self.reason = self.watch()
+            except (KeyboardInterrupt, Interrupted) as e:
+                self.status, self.reason = "stopped", f"interrupted ({str(e) or 'SIGINT'})"
+                self.say("\ninterrupted: stopping the run and tearing down")
+            except Exception as e:
+                self.status, self.reason = "failed", f"{type(e).__name__}: {e}"
+                raise
             finally:
-                signal.signal(signal.SIGINT, prev_int)
-                for s, h in old_handlers.items():
-                    signal.signal(s, h)
+                with shielded_teardown():  # further Ctrl-C ignored: a half teardown is the worst outcome
+                    summary = self.tear_down()
         return summary
 
     def bring_up(self) -> None:
@@ -340,7 +317,7 @@ class Run:
         if self.timeline is not None:  # changes applied, failed, and requests refused
             summary["timeline"] = dict(self.timeline.counts)
         replay = getattr(self, "replay", None)
-        if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late
+        if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late, nodes ended
             summary["trace_replay"] = {**replay.counts, "errors": replay.errors[:5]}
         summary["teardown_seconds"] = round(time.time() - t_teardown, 3)
         first = summary.pop("_first_step_time", None)

@@ -20,6 +20,7 @@ from testbed.kernel.cgroups import period_us_of, quota_us
 from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
 from testbed.node import control
+from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
@@ -42,6 +43,7 @@ class DockerHandle:
     compute: dict
     processes: list = field(default_factory=list)
     generation: int = 0  # of its role: 1 when started, +1 per restart
+    host_ifname: str = ""  # the veth peer's name on the host (a gone peer's index may be taken again)
 
 
 class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
@@ -254,7 +256,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         disable_offloads(name, ["eth0"])
         host_ifname = self._host_ipr.get_links(peer)[0].get_attr("IFLA_IFNAME")
         disable_offloads(None, [host_ifname])
-        return DockerHandle(node, name, container, peer, up, down, PidCgroup(pid), compute)
+        return DockerHandle(node, name, container, peer, up, down, PidCgroup(pid), compute, host_ifname=host_ifname)
 
     # -- processes ---------------------------------------------------------------------
     def start_node(self, node: Node, cfg, stop_event) -> ContainerProcess:
@@ -284,15 +286,33 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         h = self.handles[node]
         if which == "up":
             with ns_iproute(h.netns) as ns:
-                yield ns, ns.link_lookup(ifname="eth0")[0]
+                found = ns.link_lookup(ifname="eth0")
+                if not found:
+                    raise self._link_missing(node, "eth0 in its namespace")
+                yield ns, found[0]
         elif h.host_ifindex is not None:
             from pyroute2 import IPRoute
 
             with IPRoute() as ipr:  # its own socket: the monitor thread uses the runtime's
+                if h.host_ifindex not in ipr.link_lookup(ifname=h.host_ifname):
+                    raise self._link_missing(node, f"its veth peer {h.host_ifname} on the host")
                 yield ipr, h.host_ifindex
         else:
             with self.fabric.downlink_iface(node) as iface:
                 yield iface
+
+    def _link_missing(self, node: str, what: str) -> Exception:
+        """A node's interface is not there: its container ended and Docker removed the veth pair
+        with it (LinkGone: a trace replay stops for the node), or, while it runs, an error naming it."""
+        c = self.handles[node].container
+        try:
+            c.reload()
+            running = bool(c.attrs["State"]["Running"])
+        except Exception:  # removed: gone as well
+            running = False
+        if not running:
+            return LinkGone(f"{node}: its container has ended, and its link with it")
+        return RuntimeError(f"{node}: {what} is missing while its container runs")
 
     def freeze(self, node: str, frozen: bool) -> str:
         c = self.handles[node].container
