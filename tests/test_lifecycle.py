@@ -70,7 +70,11 @@ def _start(tmp_path, runtime="netns", scenario=LONG):
     scen = tmp_path / "s.yaml"
     scen.write_text(yaml.safe_dump(scenario))
     run_dir = tmp_path / "run"
-    p = start_up(scen, run_dir, "-q", "--runtime", runtime)
+    # Ctrl-C as a terminal sends it: SIGINT at its default in the runner, even where this pytest was
+    # started in the background (a non-interactive shell's `cmd &` ignores SIGINT for its children,
+    # and the runner, which inherits that, never saw the tests' Ctrl-C)
+    p = start_up(scen, run_dir, "-q", "--runtime", runtime,
+                 preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 90
     while time.time() < deadline:
         steps = run_dir / "steps.csv"
