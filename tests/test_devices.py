@@ -275,7 +275,7 @@ class FakeRuntime:
     """A runtime whose calibration job answers at once with a fixed measurement."""
 
     def __init__(self, cpu_s: float, wall_s: float, under_quota: float = 0.0):
-        self.cpu_s, self.wall_s, self.quotas, self.periods, self.puts = cpu_s, wall_s, {}, {}, {}
+        self.cpu_s, self.wall_s, self.quotas, self.puts = cpu_s, wall_s, {}, {}
         self.under_quota = under_quota  # the step time the check under the quota measures
 
     def mailbox(self, name):
@@ -317,9 +317,8 @@ class FakeRuntime:
 
         return Done()
 
-    def set_cpus(self, node, cpus, period_s=None):
+    def set_cpus(self, node, cpus):
         self.quotas[node] = cpus
-        self.periods[node] = period_s
 
 
 def test_calibrate_devices_sets_quotas_threads_and_meta():
@@ -330,7 +329,6 @@ def test_calibrate_devices_sets_quotas_threads_and_meta():
     cals, warnings = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None, verify=False)
     assert set(cals) == {"w0"} and warnings == []
     assert rt.quotas == {"w0": pytest.approx(0.004 * 7.2e9 / 1e8)}
-    assert rt.periods == {"w0": 0.01}  # 0.29 cores: the short period, 2.9 ms of CPU per 10 ms
     assert spec.node("w0").device_cpus == rt.quotas["w0"] and spec.node("w0").threads == 1
     nodes = {n.name: {} for n in spec.nodes}
     run_devices.describe(spec, cals, nodes)
@@ -448,14 +446,3 @@ def test_a_refused_device_in_a_group_sets_no_quota_of_that_group():
     with pytest.raises(run_devices.DeviceRefused, match=r"^m0: device laptop-apple-m1 is faster than host"):
         run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None, host_cores={"": 2})
     assert rt.quotas == {} and rt.running == set()  # both measured together, both waited for
-
-
-def test_a_device_quota_runs_over_a_short_period_the_kernel_allows():
-    """10 ms (a step spans many periods: over 100 ms it came in whole periods), longer only where
-    the quota would be under the kernel's least 1 ms; never past the default 100 ms."""
-    assert run_devices.device_period_s(0.26) == 0.01 and run_devices.device_period_s(2.5) == 0.01
-    assert run_devices.device_period_s(0.05) == pytest.approx(0.02)  # 1 ms of 20 ms
-    assert run_devices.device_period_s(0.051) == pytest.approx(0.02)  # whole ms, rounded up: 0.98 ms < 1 ms at 19 ms
-    for q in (0.3, 0.099, 0.051, 0.013, 0.0101):
-        assert q * run_devices.device_period_s(q) >= 0.001 - 1e-12
-    assert run_devices.device_period_s(0.005) == 0.1  # under the least anyway: floor_line refuses it

@@ -22,16 +22,16 @@ SCENARIO = {
 }
 
 
-def _quota_in_cgroup(run_id: str, node: str) -> tuple[float, int, int]:
-    """(cores, memory limit, CFS period in us) read from the node's cgroup files."""
+def _quota_in_cgroup(run_id: str, node: str) -> tuple[float, int]:
+    """(cores, memory limit) read from the node's cgroup files."""
     rel = f"{cgroups.TOP}/{run_id}/{node}"
     if cgroups.is_v2():
         quota, period = (cgroups.ROOT / rel / "cpu.max").read_text().split()
-        return int(quota) / int(period), int((cgroups.ROOT / rel / "memory.max").read_text()), int(period)
+        return int(quota) / int(period), int((cgroups.ROOT / rel / "memory.max").read_text())
     cpu, mem = cgroups._v1_mount("cpu"), cgroups._v1_mount("memory")
     quota = int((cpu / rel / "cpu.cfs_quota_us").read_text())
     period = int((cpu / rel / "cpu.cfs_period_us").read_text())
-    return quota / period, int((mem / rel / "memory.limit_in_bytes").read_text()), period
+    return quota / period, int((mem / rel / "memory.limit_in_bytes").read_text())
 
 
 @needs_root
@@ -66,12 +66,11 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     assert dev["first_quota_cores"] == pytest.approx(cal["cpu_s_median"] / dev["target_step_s"])
     assert seen[0] == pytest.approx(dev["quota_cores"], rel=0.01)  # the quota actually in the cgroup
     assert seen[1] == 2**30  # the Pi 3B's 1 GB as the memory limit
-    assert seen[2] == round(dev["cpu_period_s"] * 1e6) and dev["cpu_period_s"] <= 0.02  # the short period
     assert meta["nodes"]["w0"]["cpu_basis"].startswith("device")
     assert meta["nodes"]["ps"]["cpu_basis"].startswith("host-relative")
     assert "w0: device raspberry-pi-3b on host" in out
     steps = pd.read_csv(Path(run_dir) / "steps.csv")
-    # the mean: a step's compute time comes in whole CFS periods
+    # the mean: a step's compute time comes in whole 100 ms CFS periods (one or two at this quota)
     compute = steps[steps.node == "w0"].compute_seconds.iloc[4:].mean()
     # unthrottled this host takes a tenth of the target; at the quota about the target (the worker's
     # messages are paid from the same quota; edgebed bench device times the steps alone)

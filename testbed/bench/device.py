@@ -134,7 +134,7 @@ class DeviceBench:
                 rows.append({"device": device, "condition": condition, "calibration_model": cal_model,
                              "refused": refused})
                 continue
-            rt.set_cpus(node.name, cal.quota_cores, cal.cpu_period_s)
+            rt.set_cpus(node.name, cal.quota_cores)
             run_devices.refine_quota(rt, self.sc, node, cal)  # as at bring-up
             for run_model in self.models if self.cross else (cal_model,):
                 m = _measure(bench, rt, node.name, self.sc, run_model, self.repetitions, self.min_rep_s)

@@ -132,16 +132,12 @@ class CgroupUsage:
         return total / 1e9
 
     # -- changes during a run (timeline.py) ------------------------------------------------
-    def set_cpus(self, cpus: Optional[float], period_us: Optional[int] = None) -> None:
-        """A new CFS quota in cores (None: unlimited), over `period_us` (None: the period the cgroup
-        already has)."""
-        period = self.period_us() if period_us is None else period_us
+    def set_cpus(self, cpus: Optional[float]) -> None:
+        """A new CFS quota in cores (None: unlimited), over the period the cgroup already has."""
+        period = self.period_us()
         if is_v2():
             _write(self._file("cpu", "cpu.max"), f"{'max' if cpus is None else quota_us(cpus, period)} {period}")
             return
-        if period_us is not None:  # v1: no quota while the period changes (each write is checked on its own)
-            _write(self._file("cpu", "cpu.cfs_quota_us"), "-1")
-            _write(self._file("cpu", "cpu.cfs_period_us"), str(period))
         _write(self._file("cpu", "cpu.cfs_quota_us"), "-1" if cpus is None else str(quota_us(cpus, period)))
 
     def freeze(self, frozen: bool) -> None:

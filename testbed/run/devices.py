@@ -10,17 +10,13 @@ cgroups) computes
     target step time  T = FLOPs / (device gflops per core * cores * 1e9)
     quota             q = (median CPU seconds per step) / T        cores
     threads             = ceil(q), at most the CPUs the node may run on
-    CFS period          P = 10 ms, longer only where q * P would be under the kernel's 1 ms
 
-and sets q over P through the runtime's `set_cpus` (netns, docker: the node's cgroup; swarm: the
+and sets q through the runtime's `set_cpus` (netns, docker: the node's cgroup; swarm: the
 container's host engine). A host slower per CPU-second gives a larger q; a host whose CPU is
 shared gives the same q (the quota is CPU time) as long as the node can get it. What the node
 can get is the CPUs it may run on times the share of a CPU it got while calibrating (CPU/wall):
 a device asking for more is refused with one line naming the node, the host and the shortfall.
-Quotas on one host adding up to more than its CPUs are one warning. The period is short because
-a throttled node runs q * P and then stands (1 - q) * P: over the default 100 ms, a step of a
-device at 0.05-0.26 cores came in whole periods, and a repetition of steps missed its target by
--11.6% to +23.5% (BENCHMARKS.md, "Device profiles"); over 10 ms a step holds ten times as many.
+Quotas on one host adding up to more than its CPUs are one warning.
 
 Nodes calibrate side by side where that changes nothing of what each measures: a calibration
 job runs one thread with no quota (a core), a check runs one thread under its quota, so at most
@@ -45,7 +41,6 @@ from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_spe
 from testbed.scenario.schema import Scenario
 
 CALIBRATE_TARGET = "testbed.node.calibrate:run_calibration"
-DEVICE_CPU_PERIOD_S = 0.01
 CALIBRATION_TIMEOUT_S = 300.0
 REPETITIONS = 5
 MIN_REP_S = 0.2
@@ -73,7 +68,6 @@ class Calibration:
     host_cpus: int
     target_step_s: float = 0.0
     quota_cores: float = 0.0
-    cpu_period_s: float = DEVICE_CPU_PERIOD_S
     threads: int = 1
     available_cores: float = 0.0
     extra: dict = field(default_factory=dict)
@@ -105,18 +99,10 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
-def device_period_s(quota_cores: float) -> float:
-    """The CFS period for a device's quota: DEVICE_CPU_PERIOD_S, or the whole milliseconds that
-    give the quota the kernel's least 1 ms (at most the default 100 ms: floor_line refuses less)."""
-    least = math.ceil(MIN_CPU_QUOTA_S / max(quota_cores, 1e-9) * 1e3 - 1e-6) / 1e3
-    return min(DEFAULT_CPU_PERIOD_S, max(DEVICE_CPU_PERIOD_S, least))
-
-
 def plan_quota(cal: Calibration, speed: Speed) -> Calibration:
     """Fill in the target step time, the quota, the threads and what the host can give."""
     cal.target_step_s = speed.step_seconds(cal.flops_per_step)
     cal.quota_cores = cal.cpu_median / cal.target_step_s
-    cal.cpu_period_s = device_period_s(cal.quota_cores)
     share = min(1.0, cal.cpu_median / cal.wall_median) if cal.wall_median > 0 else 1.0
     cal.available_cores = cal.host_cpus * share
     cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
@@ -238,11 +224,10 @@ def finish_check(runtime: Any, job: Job, cal: Calibration) -> Calibration:
     factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
     first = cal.quota_cores
     cal.quota_cores = first * factor
-    cal.cpu_period_s = device_period_s(cal.quota_cores)
     cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
     cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
                      check_step_s_median=measured, correction=factor)
-    runtime.set_cpus(job.node.name, cal.quota_cores, cal.cpu_period_s)
+    runtime.set_cpus(job.node.name, cal.quota_cores)
     return cal
 
 
@@ -313,7 +298,7 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
         for cal in done:
             refuse_if_short(cal)
         for cal in done:
-            runtime.set_cpus(cal.node, cal.quota_cores, cal.cpu_period_s)
+            runtime.set_cpus(cal.node, cal.quota_cores)
             cal.extra["calibrated_beside"] = [n.name for n in group if n.name != cal.node]
             cals[cal.node] = cal
     if verify:

@@ -106,8 +106,8 @@ class LiveOps:
                                       "down": h.downlink.transport_delay_s,
                                       "down_jitter": h.downlink.transport_jitter_s})
 
-    def set_cpus(self, node: str, cpus: Optional[float], period_s: Optional[float] = None) -> str:
-        """Change a node's CPU quota (None: no limit), over `period_s` (None: the period it has)."""
+    def set_cpus(self, node: str, cpus: Optional[float]) -> str:
+        """Change a node's CPU quota (None: no limit)."""
         raise self.unsupported("changing a CPU quota")
 
     def set_stress(self, node: str, load: float) -> str:

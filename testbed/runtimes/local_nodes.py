@@ -9,7 +9,6 @@ import os
 import signal
 from typing import Optional
 
-from testbed.kernel.cgroups import period_us_of
 from testbed.runtimes.live import LiveOps
 
 
@@ -21,8 +20,8 @@ def netns_name(run_id: str, node: str) -> str:
 class LocalNodeOps(LiveOps):
     """Mixed into a runtime (before Runtime) whose handles have `cgroup` (kernel.cgroups) and `netns`."""
 
-    def set_cpus(self, node: str, cpus: Optional[float], period_s: Optional[float] = None) -> str:
-        self.handles[node].cgroup.set_cpus(cpus, None if period_s is None else period_us_of(period_s))
+    def set_cpus(self, node: str, cpus: Optional[float]) -> str:
+        self.handles[node].cgroup.set_cpus(cpus)
         return f"cpu quota {cpus} cores"
 
     def freeze(self, node: str, frozen: bool) -> str:

@@ -403,16 +403,14 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def kill_node(self, node: str) -> str:
         return self._request(node, control.Kill().to_wire())
 
-    def set_cpus(self, node: str, cpus: Optional[float], period_s: Optional[float] = None) -> str:
+    def set_cpus(self, node: str, cpus: Optional[float]) -> str:
         """The container's quota, changed by its host's engine in place (a service update would
         restart the task)."""
-        self._set_quota(node, cpus, period_s)
+        self._set_quota(node, cpus)
         return f"cpu quota {cpus} cores"
 
-    def _set_quota(self, node: str, cpus: Optional[float], period_s: Optional[float] = None) -> None:
+    def _set_quota(self, node: str, cpus: Optional[float]) -> None:
         h = self.handles[node]
-        if period_s is not None:
-            h.compute["cpu_period_s"] = period_s  # a later change keeps it
         set_container_quota(node, h.host, h.container, h.compute.get("cpu_period_s"), cpus)
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:

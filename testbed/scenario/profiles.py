@@ -106,8 +106,8 @@ class Profile(BothDirections):
             raise ValueError("speed: the device names its speed; give device or speed, not both")
         if self.cpu_period is not None:
             if self.cpus is None and self.is_device():
-                raise ValueError("cpu_period: goes with cpus; a device's calibrated quota picks its own period "
-                                 "(10ms, longer only for a quota under the kernel's 1ms)")
+                raise ValueError("cpu_period: goes with cpus; a device's calibrated quota runs over the default "
+                                 "100ms period")
             if self.cpus is None:
                 raise ValueError("cpu_period: a CFS period needs a quota (cpus)")
             if not MIN_CPU_PERIOD_S <= self.cpu_period <= MAX_CPU_PERIOD_S:
