@@ -260,12 +260,13 @@ def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(t
                             env={**os.environ, **keys})
     try:
         assert hub.request("w0", {"op": "go", "idle": True}, timeout=30) == "idle"
-        assert hub.request("w0", {"op": "stress", "load": 0.1}, timeout=10).startswith("stress 0.1 cores in 1 ")
-        assert hub.request("w0", {"op": "kill"}, timeout=10).startswith("killed")
+        # 30 s each: on a loaded CI machine the answer to 'reboot' once took more than 10 s (cause not found)
+        assert hub.request("w0", {"op": "stress", "load": 0.1}, timeout=30).startswith("stress 0.1 cores in 1 ")
+        assert hub.request("w0", {"op": "kill"}, timeout=30).startswith("killed")
         with pytest.raises(RuntimeError, match="w0: failed: unknown request 'reboot'"):  # a typed error
-            hub.request("w0", {"op": "reboot"}, timeout=10)
+            hub.request("w0", {"op": "reboot"}, timeout=30)
         with pytest.raises(RuntimeError, match="failed: stress: load is not float"):
-            hub.request("w0", {"op": "stress", "load": "all"}, timeout=10)
+            hub.request("w0", {"op": "stress", "load": "all"}, timeout=30)
         hub.close()  # no more beats
         silent = time.monotonic()
         assert proc.wait(timeout=HEARTBEAT_TIMEOUT + 15) == 0
