@@ -225,7 +225,7 @@ def lab_down(say: Callable[[str], None] = lambda s: None) -> list[str]:
         if (DATA_DIR / h.name).exists():
             problems.append(f"{DATA_DIR / h.name} could not be removed")
     _remove_netns(UNDERLAY_NETNS)
-    _remove_runner_port()
+    _remove_root_links()
     shutil.rmtree(STATE_DIR, ignore_errors=True)
     try:
         DATA_DIR.rmdir()  # once empty: nothing of the lab is left on the machine
@@ -301,7 +301,7 @@ def _remove_cgroups(name: str) -> None:
 ROOT_LINK = re.compile(r"eb-lab-(r|h[1-9][0-9]?)(-p)?")
 
 
-def _remove_runner_port() -> None:
+def _remove_root_links() -> None:
     from pyroute2 import IPRoute
 
     with IPRoute() as ipr:
