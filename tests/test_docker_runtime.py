@@ -125,3 +125,39 @@ def test_gpu_profile_without_nvidia_runtime_fails_validation():
         preflight(sc)
     assert len(e.value.lines) == 1
     assert e.value.lines[0].startswith("profiles.gpu.gpus: GPUs need")
+
+
+def test_a_default_subnet_the_engine_holds_moves_to_the_next_free_block(image):
+    """On the real engine: a network (not a run's) holds the plan's subnet, so the run's network is
+    made on the next /16, and every planned address moves with it."""
+    import secrets
+
+    from testbed.plan import parse_scenario
+    from testbed.plan.cluster import build_cluster
+    from testbed.runtimes.docker_network import create_run_network
+
+    import docker
+
+    client, tag = _client(), secrets.token_hex(3)
+    sc = parse_scenario({"name": "t", "runtime": "docker", "workers": [{"count": 2}]})
+    spec = build_cluster(sc, tag)
+    # a block no other test's run asks for, so a parallel lane cannot take it between the calls
+    spec.move_to("10.151.0.0/16")
+    ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet="10.151.0.0/16")])
+    holder = client.networks.create(f"eb-test-holder-{tag}", driver="bridge", internal=True, ipam=ipam)
+    said: list[str] = []
+    made = None
+    try:
+        made = create_run_network(client, spec, lambda subnet, gw: client.networks.create(
+            f"eb-test-moved-{tag}", driver="bridge", internal=True,
+            ipam=docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet, gateway=gw)])),
+            said.append)
+        made.reload()
+        assert made.attrs["IPAM"]["Config"][0]["Subnet"] == "10.152.0.0/16" == spec.subnet
+        assert spec.node("w1").address.startswith("10.152.0.") and spec.gateway == "10.152.0.1"
+        assert said == ["network.subnet: 10.151.0.0/16 is in use on this Docker engine; this run uses "
+                        "10.152.0.0/16 (name a subnet in the scenario to choose it)"]
+    finally:
+        for net in (made, holder):
+            if net is not None:
+                net.remove()

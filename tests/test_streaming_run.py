@@ -103,6 +103,14 @@ def _write_scenario(tmp_path, streaming: dict, subnet: str, seconds: int = 20):
     return path
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def _host_has_address(address: str) -> bool:
     from pyroute2 import IPRoute
 
@@ -118,12 +126,13 @@ def test_external_broker_through_one_relayed_port(tmp_path, clean_host):
     import pandas as pd
 
     tansu = _skip_without_tansu()
+    port = _free_port()  # not a fixed one: another lane's test may hold it
     # A broker the user runs on this host, on loopback only, advertising the run's gateway.
-    broker = subprocess.Popen([tansu, "broker", "--listener-url", "tcp://127.0.0.1:19092",
-                               "--advertised-listener-url", "tcp://10.78.0.1:19092",
+    broker = subprocess.Popen([tansu, "broker", "--listener-url", f"tcp://127.0.0.1:{port}",
+                               "--advertised-listener-url", f"tcp://10.78.0.1:{port}",
                                "--storage-engine", "memory://tansu/"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": "10.78.0.1:19092",
+    path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": f"10.78.0.1:{port}",
                                                  "producer_profile": "datacenter"}, "rates": [30, 60]},
                            "10.78.0.0/24")
     run_dir = tmp_path / "run"
@@ -143,8 +152,8 @@ def test_external_broker_through_one_relayed_port(tmp_path, clean_host):
         broker.wait()
     assert up.returncode == 0, out[-3000:]
     assert not seen_on_host, "the host got the run's gateway address"
-    assert "relaying 10.78.0.1:19092 on the run's network to the external broker at 127.0.0.1:19092" in out
-    assert "external broker at 10.78.0.1:19092" in out
+    assert f"relaying 10.78.0.1:{port} on the run's network to the external broker at 127.0.0.1:{port}" in out
+    assert f"external broker at 10.78.0.1:{port}" in out
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["streaming"]["kind"] == "external" and "broker" not in meta["nodes"]
     assert meta["nodes"]["producer"]["compute"]["cpu_quota"] == 0.4
@@ -156,10 +165,11 @@ def test_external_broker_through_one_relayed_port(tmp_path, clean_host):
 
 def test_external_broker_unreachable_fails_fast(tmp_path, clean_host):
     _skip_without_tansu()
-    path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": "10.79.0.1:19092"},
+    port = _free_port()  # nothing listens there (a fixed port: another lane's broker could)
+    path = _write_scenario(tmp_path, {"broker": {"kind": "external", "bootstrap": f"10.79.0.1:{port}"},
                                       "rates": [30, 60]}, "10.79.0.0/24")
     r = run_up(path, tmp_path / "run", expect=1, timeout=120)
-    assert ("the streams did not come up: the external broker at 127.0.0.1:19092 (upstream of 10.79.0.1:19092) "
+    assert (f"the streams did not come up: the external broker at 127.0.0.1:{port} (upstream of 10.79.0.1:{port}) "
             "did not accept connections within 20 s") in r.stdout + r.stderr
     assert not _host_has_address("10.79.0.1")
 

@@ -72,6 +72,21 @@ class ClusterSpec:
     relay_gateway: bool = False  # the gateway address on the run's switch, where the relay to an external broker listens
     topology: Optional[Topology] = None  # sites and WAN links; None: one LAN
     encrypt: bool = False  # the run's networks encrypted between hosts (runtime swarm's overlays)
+    subnet_fixed: bool = True  # False: the scenario left network.subnet to edgebed, and a runtime may move it
+
+    def move_to(self, subnet: str) -> None:
+        """The same plan on another subnet of the same size, every address at its old offset: a
+        runtime whose engine already holds the default subnet moves the run (runtimes/docker_network.py)."""
+        old, new = ipaddress.IPv4Network(self.subnet), ipaddress.IPv4Network(subnet)
+        if self.subnet_fixed or self.topology is not None or new.prefixlen != old.prefixlen:
+            raise ValueError(f"the plan's subnet {self.subnet} cannot move to {subnet}")
+
+        def moved(address: str) -> str:
+            return str(new.network_address + (int(ipaddress.IPv4Address(address)) - int(old.network_address)))
+
+        self.subnet, self.gateway = str(new), moved(self.gateway)
+        for n in self.nodes:
+            n.address = moved(n.address)
 
     def node(self, name: str) -> Node:
         for n in self.nodes:
@@ -108,13 +123,20 @@ def _profile_label(ref) -> str:
     return ref if isinstance(ref, str) else "(inline)"
 
 
+def _subnet_fixed(sc: Scenario, topo: Optional[Topology]) -> bool:
+    """Whether the run must keep network.subnet: the scenario names it, an external broker's
+    bootstrap is an address in it, or sites' subnets are cut from it."""
+    external = sc.streaming is not None and sc.streaming.broker.kind == "external"
+    return "subnet" in sc.network.model_fields_set or external or topo is not None
+
+
 def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     net = ipaddress.IPv4Network(sc.network.subnet)
     topo = plan_topology(sc)
     hosts = net.hosts()
     spec_gateway = str(next(hosts))  # reserved: Docker puts its bridge here; netns leaves it unused
     spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway, topology=topo,
-                       encrypt=sc.network.encrypt)
+                       encrypt=sc.network.encrypt, subnet_fixed=_subnet_fixed(sc, topo))
     site_hosts = {s.name: s.hosts() for s in topo.sites} if topo else {}
 
     def add(name: str, role: Role, rank: int, ref, group=None, image=None, site_ref=None) -> None:

@@ -24,6 +24,7 @@ from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
+from testbed.runtimes.docker_network import create_run_network
 from testbed.runtimes.docker_nodes import ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
@@ -138,7 +139,6 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
 
     # -- bring-up ----------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
-        import docker
         from pyroute2 import IPRoute
 
         if self.image is None:
@@ -159,14 +159,19 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
                 self.handles[name].uplink, self.handles[name].downlink = up, down
             self._build_control(self._host_ipr)
             return
-        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=spec.subnet, gateway=spec.gateway)])
-        # internal: no route out of the machine and no NAT, like the netns runtime's bridge.
-        self.network = self.client.networks.create(
-            f"eb-{self.run_id}", driver="bridge", internal=True, ipam=ipam, labels=self.labels,
-            options={"com.docker.network.bridge.name": f"eb-{self.run_id}"})
+        self.network = create_run_network(self.client, spec, self._bridge_network, self.say)
         for node in spec.nodes:
             self.handles[node.name] = self._create_node(node, spec)
         self._build_control(self._host_ipr)
+
+    def _bridge_network(self, subnet: str, gateway: str):
+        import docker
+
+        ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet, gateway=gateway)])
+        # internal: no route out of the machine and no NAT, like the netns runtime's bridge.
+        return self.client.networks.create(
+            f"eb-{self.run_id}", driver="bridge", internal=True, ipam=ipam, labels=self.labels,
+            options={"com.docker.network.bridge.name": f"eb-{self.run_id}"})
 
     def _ensure_foreign_image(self, node: Node) -> None:
         """A node that runs another image (Kafka): present locally, or pulled from a registry."""
