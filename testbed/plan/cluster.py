@@ -74,6 +74,15 @@ class ClusterSpec:
     encrypt: bool = False  # the run's networks encrypted between hosts (runtime swarm's overlays)
     subnet_fixed: bool = True  # False: the scenario left network.subnet to edgebed, and a runtime may move it
 
+    def take_address(self, node: Node, new: str) -> None:
+        """An address the runtime's engine gave `node` (a swarm task's) into the plan: the node's, and
+        the peers' that shape traffic to or from it."""
+        for n in self.nodes:
+            for p in n.link.uplink_peers + n.link.downlink_peers:
+                if p.peer == node.name:
+                    p.address = new
+        node.address = new
+
     def move_to(self, subnet: str) -> None:
         """The same plan on another subnet of the same size, every address at its old offset: a
         runtime whose engine already holds the default subnet moves the run (runtimes/docker_network.py)."""

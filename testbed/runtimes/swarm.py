@@ -155,7 +155,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             self.fabric.make_routers()
         for name, task in self.wait_running({n: h.service for n, h in self.handles.items()}).items():
             h = self.handles[name]
-            self._take_address(spec, h.node, self.address_on(task, self._lan(h.node)))
+            spec.take_address(h.node, self.address_on(task, self._lan(h.node)))
             h.container = (task["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
             if "cpu_period_s" in h.compute:
                 self._set_quota(name, h.compute["cpu_quota"])
@@ -289,15 +289,6 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             if att["Network"]["ID"] == network.id:
                 return att["Addresses"][0].split("/")[0]
         raise RuntimeError(f"runtime swarm: a task of {task.get('ServiceID')} has no address on {network.name}")
-
-    @staticmethod
-    def _take_address(spec: ClusterSpec, node: Node, new: str) -> None:
-        """The task's address into the plan: the node's, and the peers' that shape traffic to or from it."""
-        for n in spec.nodes:
-            for p in n.link.uplink_peers + n.link.downlink_peers:
-                if p.peer == node.name:
-                    p.address = new
-        node.address = new
 
     def _shape(self, spec: ClusterSpec) -> None:
         """Each node shapes its own link (the first request it gets: it may still be starting) and
