@@ -43,14 +43,13 @@ demo: setup
 # past 20 min (the longest, a two-host swarm run, may take the lab's bring-up plus its 15-min run
 # limit), one without a real run past 5 min (tests/conftest.py). `make test-fast`: no real run
 # (tests/conftest.py marks real ones `slow` from what they use).
-# LANES=2 runs them in two lanes side by side (pytest-xdist; most real tests wait on timelines and
-# containers, not CPU): the lab's files one lane's unit of work, the rest shared out, then the
-# tests marked `serial` (they check the whole host) alone. Not the default: measured at 26.8 min
-# against about 50, but lanes still collide (two docker runs' subnets on one engine, a fixed
-# broker port, a timeline under load): README, "Tests".
+# Two lanes side by side (pytest-xdist; most real tests wait on timelines and containers, not
+# CPU): the lab's files one lane's unit of work, the rest shared out, then the tests marked
+# `serial` (they check the whole host) alone. Measured here: 26.7 + 1.5 min against about 50 in
+# one lane (README, "Tests"). LANES=1: one plain pytest, as before.
 # Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 PYTEST_CI ?= --durations=25 --timeout=1200
-LANES ?= 1
+LANES ?= 2
 test: setup typecheck
 	-$(MAKE) --no-print-directory flower-venv
 	@if [ "$(LANES)" = 1 ]; then $(BIN)/pytest -q -rs $(PYTEST_CI); else \
