@@ -44,12 +44,7 @@ CALIBRATE_TARGET = "testbed.node.calibrate:run_calibration"
 CALIBRATION_TIMEOUT_S = 300.0
 REPETITIONS = 5
 MIN_REP_S = 0.2
-# The check under the quota (refine_quota): repetitions of at least 20 CFS periods each, since
-# a throttled step's wall time comes in whole periods (at 0.5 s, a 0.9 s device step was timed
-# one step a repetition: +-11% from one period more or less). Checked again while the last
-# check was off by more than CHECK_TOLERANCE, at most CHECK_ROUNDS times.
-VERIFY_REPETITIONS, VERIFY_REP_S = 3, 2.0
-CHECK_ROUNDS, CHECK_TOLERANCE = 3, 0.03
+VERIFY_REPETITIONS, VERIFY_REP_S = 3, 0.5  # the check under the quota (refine_quota)
 MAX_CORRECTION = 1.5
 
 
@@ -227,30 +222,18 @@ def finish_check(runtime: Any, job: Job, cal: Calibration) -> Calibration:
     r = job.result("the calibration's check under the quota")
     measured = statistics.median(float(x) for x in r["step_s"])
     factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
-    checks = cal.extra.setdefault("checks", [])
-    checks.append({"quota_cores": cal.quota_cores, "step_s": [float(x) for x in r["step_s"]],
-                   "step_s_median": measured, "correction": factor})
-    first = checks[0]["quota_cores"]
-    cal.quota_cores *= factor
+    first = cal.quota_cores
+    cal.quota_cores = first * factor
     cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
-    cal.extra.update(first_quota_cores=first, check_step_s=checks[-1]["step_s"], check_step_s_median=measured,
-                     correction=cal.quota_cores / first)
+    cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
+                     check_step_s_median=measured, correction=factor)
     runtime.set_cpus(job.node.name, cal.quota_cores)
     return cal
 
 
-def needs_check(cal: Calibration) -> bool:
-    """Not checked yet, or the last check corrected by more than CHECK_TOLERANCE (rounds left)."""
-    checks = cal.extra.get("checks", [])
-    return not checks or (len(checks) < CHECK_ROUNDS and abs(checks[-1]["correction"] - 1) > CHECK_TOLERANCE)
-
-
 def refine_quota(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Calibration:
-    """The closed loop: time steps under the quota just set and correct it (finish_check), again
-    while a check is off by more than CHECK_TOLERANCE."""
-    while needs_check(cal):
-        finish_check(runtime, start_check(runtime, sc, node, cal, model), cal)
-    return cal
+    """One closed-loop round: time steps under the quota just set, and correct it (finish_check)."""
+    return finish_check(runtime, start_check(runtime, sc, node, cal, model), cal)
 
 
 def calibration_batches(demands: list[tuple[Node, float]], host_cores: dict[str, int]) -> list[list[Node]]:
@@ -300,8 +283,7 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
                       verify: bool = True,
                       host_cores: Optional[dict[str, int]] = None) -> tuple[dict[str, dict], list[str]]:
     """Calibrate every device node with no quota (one thread: a core each), set its quota, check
-    it under that quota and correct it, again while a check is off by more than CHECK_TOLERANCE
-    (finish_check, needs_check); (meta.json's `device` per node,
+    it under that quota and correct it once (finish_check); (meta.json's `device` per node,
     warnings). Nodes measure side by side as long as their jobs' cores fit their host's CPUs
     (calibration_batches: a core each for the calibration, the quota for the check, at most a job
     per CPU), one group after another. DeviceRefused, before any role starts, when a device is
@@ -319,13 +301,13 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
             runtime.set_cpus(cal.node, cal.quota_cores)
             cal.extra["calibrated_beside"] = [n.name for n in group if n.name != cal.node]
             cals[cal.node] = cal
-    while verify and (unsettled := [n for n, _, _ in found if needs_check(cals[n.name])]):
-        demands = [(n, min(1.0, cals[n.name].quota_cores)) for n in unsettled]  # the check runs one thread
+    if verify:
+        demands = [(n, min(1.0, cals[n.name].quota_cores)) for n, _, _ in found]  # the check runs one thread
         for group in calibration_batches(demands, cores):
             done = _each([start_check(runtime, sc, n, cals[n.name]) for n in group],
                          lambda j: finish_check(runtime, j, cals[j.node.name]))
             for cal in done:
-                cal.extra.setdefault("checked_beside", []).append([n.name for n in group if n.name != cal.node])
+                cal.extra["checked_beside"] = [n.name for n in group if n.name != cal.node]
                 refuse_if_short(cal)
     for cal in cals.values():
         spec.node(cal.node).device_cpus = cal.quota_cores
