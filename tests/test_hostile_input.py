@@ -67,6 +67,8 @@ def test_a_long_bad_value_is_not_echoed():
     ({"seed": 10 ** 29}, "seed", "less than or equal to 2147483647"),
     ({"workers": [{"count": 1024, "name": f"g{chr(97 + i // 26)}{chr(97 + i % 26)}"} for i in range(60)]}, "workers",
      "61440 workers in all; a run takes at most 1024"),
+    # 1,023 workers passed validation and failed 87 s into bring-up ("Exchange full"): 1,025 nodes
+    ({"workers": [{"count": 1021}]}, "workers", "1023 nodes and the runner on the run's control switch"),
     ({"workload": {"dataset": "synthetic_cifar:1000000000000"}}, "workload.dataset", "at most 1,000,000"),
     ({"network": {"subnet": "10.9.0.0/29"}, "workers": [{"count": 3}], "streaming": {"broker": {"kind": "tansu"}}},
      "network.subnet", "too few addresses for 6 nodes"),  # ps, eval, 3 workers and the broker
@@ -74,6 +76,11 @@ def test_a_long_bad_value_is_not_echoed():
 def test_values_beyond_their_bounds_are_refused_naming_the_field(data, field, needle):
     line = only_line({"runtime": "netns", **data})
     assert line.startswith(field) and needle in line, line
+
+
+def test_as_many_nodes_as_a_bridge_holds_pass():
+    sc = parse_scenario({"runtime": "netns", "workers": [{"count": 1020}]})  # 1,022 nodes and the runner
+    assert len(sc.node_names()) == 1022
 
 
 def test_a_slash_29_still_fits_what_it_can():
