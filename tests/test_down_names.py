@@ -37,7 +37,7 @@ def test_every_name_edgebed_makes_has_its_shape():
     from testbed.runtimes.fabric import router_netns, switch_netns
     from testbed.runtimes.netns import netns_name
 
-    sc = parse_scenario({"workers": [{"count": 1022, "name": "grp123"}, {"count": 2}],
+    sc = parse_scenario({"workers": [{"count": 1016, "name": "grp123"}, {"count": 2}],  # 4-digit names, 1,022 nodes
                          "streaming": {"broker": {"kind": "tansu"}}})
     sites = parse_scenario({"sites": {"a": {}, "site1234": {}}}).sites  # the longest a site's name may be
     for _ in range(20):
