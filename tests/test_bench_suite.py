@@ -106,5 +106,8 @@ def test_flower_and_edgebed_run_the_same_fedavg_rounds(tmp_path, clean_host):
         assert all(r["seconds"] > 0 and r["compute_s_sum"] > 0 for r in rounds)
         # a round can't take less than the slowest client's own steps
         assert all(r["seconds"] >= r["compute_s_max"] * 0.9 for r in rounds[1:])
-    assert 0 < res["ideal_round_s"] < min(res["flower"]["round_s"], res["edgebed"]["round_s"])
+    # the ideal round is timed after both runs, so load from another test lane can make it slower
+    # than a round timed before (CI: 0.087 s against edgebed's 0.080): a loose bound, which an ideal
+    # that is not the round's steps (zero, or whole rounds) still fails
+    assert 0 < res["ideal_round_s"] < 2 * min(res["flower"]["round_s"], res["edgebed"]["round_s"])
     assert json.loads((tmp_path / "flower-2clients.json").read_text())["ratios"]["round_s"] > 0
