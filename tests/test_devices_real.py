@@ -36,6 +36,7 @@ def _quota_in_cgroup(run_id: str, node: str) -> tuple[float, int]:
 
 @needs_root
 @pytest.mark.timeout(240)
+@pytest.mark.serial  # it measures the host's speed: beside another lane the step came out at 0.76 of its target
 def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     run_dir = tmp_path / "run"
     proc = start_up(write_scenario(tmp_path, SCENARIO), run_dir)

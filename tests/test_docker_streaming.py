@@ -108,6 +108,7 @@ def test_kind_kafka_runs_a_foreign_image_with_a_producer_node(tmp_path, clean_ho
     assert (run_dir / "logs" / "broker.log").exists()  # the foreign container's output is kept too
 
 
+@pytest.mark.serial  # it counts every container and network on the engine: another lane's run adds some
 def test_kind_kafka_with_a_missing_image_starts_nothing(tmp_path, clean_host):
     client = _client()
     before = {c.id for c in client.containers.list(all=True)}
