@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 from conftest import needs_root, run_up, start_up
+from test_records_channel import _free_port
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 
@@ -101,14 +102,6 @@ def _write_scenario(tmp_path, streaming: dict, subnet: str, seconds: int = 20):
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
     return path
-
-
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _host_has_address(address: str) -> bool:
