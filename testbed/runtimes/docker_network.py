@@ -56,9 +56,8 @@ def create_run_network(client, spec: ClusterSpec, create: Callable[[str, str], A
     plan may move (spec.subnet_fixed False); the plan is moved to where the network was made."""
     import docker
 
-    wanted = spec.subnet
+    wanted, held = spec.subnet, engine_subnets(client)
     for block in candidates(wanted) if not spec.subnet_fixed else [ipaddress.IPv4Network(wanted)]:
-        held = engine_subnets(client)
         holder = _holder(block, held)
         if holder is None:
             if str(block) != spec.subnet:
@@ -69,6 +68,7 @@ def create_run_network(client, spec: ClusterSpec, create: Callable[[str, str], A
                 if "overlaps" not in str(e):
                     raise
                 holder = "one made at the same moment"  # another run won the block: try the next
+                held = engine_subnets(client)  # and see what else was made meanwhile
             else:
                 if spec.subnet != wanted:
                     say(f"network.subnet: {wanted} is in use on this Docker engine; this run uses {spec.subnet} "
