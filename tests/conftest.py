@@ -80,25 +80,43 @@ def our_processes() -> list[str]:
     return lines
 
 
+def _descends_from_me(pid) -> bool:
+    """Whether a process is this one or was started by it (a CLI run in a subprocess); another
+    lane's runner is neither."""
+    while pid and pid > 1:
+        if pid == os.getpid():
+            return True
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+    return False
+
+
 @pytest.fixture
 def clean_host(tmp_path):
     """Fail a test that leaves namespaces, cgroups, containers or state files of edgebed behind.
 
     Only runs this test made count (runner is this process, or the run dir is in the test's
-    tmp_path): other edgebed runs on the same machine must not fail it.
+    tmp_path; a run with no state file counts unless an engine's labels name a live runner that
+    is not this process's): other edgebed runs on the same machine, another lane's, must not fail it.
     """
     from testbed.kernel import cgroups
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import known_runs
+    from testbed.runtimes.state import known_runs, labelled_runs
 
     load_backends()
     before = set(known_runs())
     yield
 
-    def ours(st) -> bool:
-        return st is None or st.runner_pid == os.getpid() or str(st.run_dir).startswith(str(tmp_path))
+    def ours(rid, st) -> bool:
+        if st is None:  # no state file (yet, or any more): an engine's labels may name its runner
+            engine = labelled.get(rid)
+            return engine is None or not engine.runner_alive() or _descends_from_me(engine.runner_pid)
+        return st.runner_pid == os.getpid() or str(st.run_dir).startswith(str(tmp_path))
 
-    after = {rid for rid, st in known_runs().items() if rid not in before and ours(st)}
+    labelled = labelled_runs()
+    after = {rid for rid, st in known_runs(labelled).items() if rid not in before and ours(rid, st)}
     assert not after, f"leftover runs: {after}; netns {our_netns()}; cgroups {cgroups.list_runs()}"
 
 

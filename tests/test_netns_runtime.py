@@ -114,6 +114,7 @@ def test_cpu_period_kept_when_the_quota_changes(tmp_path, clean_host):
         assert cgroups.NodeCgroup(rt.run_id, "eval").period_us() == cgroups.PERIOD_US
 
 
+@pytest.mark.serial  # it measures the cores a quota gives: another lane's load takes some
 def test_cpu_benchmark_over_a_short_period(clean_host):
     from testbed.bench.fidelity import cpu_benchmark
 

@@ -24,6 +24,7 @@ from typing import Any, Callable
 
 from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel, channel_keys, control, untrusted
+from testbed.node.stop_flag import StopFlag
 from testbed.plan.cluster import stress_loads
 from testbed.scenario.units import parse_cpuset
 
@@ -99,7 +100,7 @@ class RoleSupervisor:
                                          max_message=MAX_REQUEST)
         self.beat = channel.Heartbeat(HEARTBEAT_TIMEOUT)
         self._ctx = mp.get_context("fork")
-        self.stop = self._ctx.Event()  # shared with the role and stress processes
+        self.stop = StopFlag(self._ctx)  # shared with the role and stress processes, which kill may take
         self.terminated = False  # `docker stop` (SIGTERM) reaches only this process
         self.role = None
         self.gen = 0

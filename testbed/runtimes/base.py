@@ -75,7 +75,7 @@ class NodeProcess(Protocol):
 @runtime_checkable
 class StopEvent(Protocol):
     """What `make_stop_event` returns: set by the runner to stop the run, polled by every role
-    (a multiprocessing Event where roles fork from the runner; the hub's word elsewhere)."""
+    (node.stop_flag.StopFlag where roles fork from the runner; the hub's word elsewhere)."""
 
     def set(self) -> None: ...
 

@@ -37,6 +37,7 @@ from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
+from testbed.node.stop_flag import StopFlag
 from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
@@ -188,7 +189,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", *modules])
 
     def make_stop_event(self) -> StopEvent:
-        self._stop_event = self._ctx.Event()
+        self._stop_event = StopFlag(self._ctx)  # lock-free: a killed role cannot leave it held
         return self._stop_event
 
     def start_node(self, node: Node, cfg, stop_event: StopEvent) -> NodeProcess:
