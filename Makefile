@@ -83,17 +83,20 @@ flower-venv: setup
 	  > "$$(.venv-flower/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/edgebed-main-venv.pth"
 
 # The papers' figures (REPRODUCTION.md): each runs its series at SEEDS seeds (records kept under
-# runs/reproduce/NAME/SCALE/seed-S/, not run again while the scenario is unchanged) and writes
-# figures/NAME.png/.csv/.json with the verdict. SCALE=paper uses the papers' setups (many cores, hours).
+# runs/reproduce/NAME/SCALE/seed-S/, not run again while the scenario and the code that made them
+# -- strategy, node roles, reproduction module -- are unchanged; REUSE=1 keeps records of other
+# code, listed in the JSON) and writes figures/NAME.png/.csv/.json with the verdict.
+# SCALE=paper uses the papers' setups (many cores, hours).
 SCALE   ?= ci
 SEEDS   ?= 3
+REUSE   ?=
 FIGURES := fig-adacomp-3 table-adacomp-2 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-dlion-7 table-selsync-1 table-scadles-4 table-scadles-5 table-scadles-6
 
 $(FIGURES): setup
-	$(BIN)/edgebed reproduce $@ --scale $(SCALE) --seeds $(SEEDS)
+	$(BIN)/edgebed reproduce $@ --scale $(SCALE) --seeds $(SEEDS) $(if $(REUSE),--reuse)
 
 figures: setup fig-scadles-5
-	$(BIN)/edgebed reproduce all --scale $(SCALE) --seeds $(SEEDS)
+	$(BIN)/edgebed reproduce all --scale $(SCALE) --seeds $(SEEDS) $(if $(REUSE),--reuse)
 
 # ScaDLES Fig. 5 is a benchmark of the broker, not a training run: topics x rates, SEEDS repetitions, then the figure.
 fig-scadles-5: setup

@@ -184,7 +184,7 @@ def test_run_series_runs_every_series_at_every_seed(tmp_path, monkeypatch):
     import testbed.reproduce as rp
 
     started = []
-    monkeypatch.setattr(rp, "_run_one", lambda exp, s, data, run_dir, scale, seed, say:
+    monkeypatch.setattr(rp, "_run_one", lambda exp, s, data, run_dir, scale, seed, say, code:
                         started.append((s.label, data["seed"], run_dir.relative_to(tmp_path).as_posix())))
     exp = rp.get_experiment("fig-dlion-7")
     runs = rp.run_series(exp, "ci", tmp_path, seeds=[1, 2], say=lambda s: None)
@@ -361,3 +361,70 @@ def test_the_report_names_the_commit_the_runs_ran_on(tmp_path):
     for _, d in runs[3]:
         (Path(d) / "reproduce.json").write_text(json.dumps({"seconds": 1.0, "commit": "abc1234"}))
     assert analyze(get_experiment("fig-adacomp-3"), runs, tmp_path / "f", "ci", say=lambda s: None)["commit"] == "abc1234"
+
+
+def test_the_code_of_a_series_is_its_strategy_with_what_it_imports_the_roles_and_the_experiments_module():
+    from testbed.reproduce.provenance import code_digest, strategy_files
+
+    names = [p.name for p in strategy_files("scadles")]
+    assert "scadles.py" in names and "compressors.py" in names and "bsp.py" in names  # ScaDLES is BSP's step
+    assert "adacomp.py" not in names and "selsync.py" not in names
+    files = code_digest({"algorithm": {"name": "ako"}}, "testbed.reproduce.dlion")["files"]
+    assert "testbed/strategies/ako.py" in files and "testbed/reproduce/dlion.py" in files
+    assert "testbed/node/roles/worker.py" in files and "testbed/strategies/gaia.py" not in files
+    assert code_digest({"algorithm": "gaia"}, "testbed.reproduce.dlion")["code"] != \
+        code_digest({"algorithm": {"name": "ako"}}, "testbed.reproduce.dlion")["code"]
+
+
+def test_a_strategy_source_change_reruns_its_records_and_reuse_keeps_them(tmp_path, monkeypatch):
+    import testbed.reproduce as rp
+    from testbed.reproduce import provenance
+
+    sources = tmp_path / "src"
+    sources.mkdir()
+    for name in ("dlion", "gaia", "ako"):
+        (sources / f"{name}.py").write_text(f"# {name}, first version\n")
+    monkeypatch.setattr(provenance, "strategy_files", lambda name: [sources / f"{name}.py"])
+    started = []
+
+    def run_one(exp, s, data, run_dir, scale, seed, say, code):  # a finished run's records, as _run_one leaves them
+        started.append((s.label, seed))
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "summary.json").write_text(json.dumps({"status": "completed"}))
+        (run_dir / "reproduce.json").write_text(json.dumps({"digest": rp._digest(data), "commit": "abc1234",
+                                                            "code": code["code"], "code_files": code["files"]}))
+
+    monkeypatch.setattr(rp, "_run_one", run_one)
+    exp, said = rp.get_experiment("fig-dlion-7"), []
+    runs = rp.run_series(exp, "ci", tmp_path / "runs", seeds=[1, 2], say=said.append)
+    assert len(started) == 6 and rp._other_code(exp, runs, "ci") == []
+    started.clear()
+    rp.run_series(exp, "ci", tmp_path / "runs", seeds=[1, 2], say=said.append)
+    assert started == []  # the same scenarios and code: nothing runs
+    (sources / "gaia.py").write_text("# gaia, a fix\n")
+    stale = rp._other_code(exp, runs, "ci")
+    assert [(r["seed"], r["series"]) for r in stale] == [(1, "Gaia"), (2, "Gaia")]
+    assert stale[0]["changed"] == [str(sources / "gaia.py")] and stale[0]["commit"] == "abc1234"
+    said.clear()
+    rp.run_series(exp, "ci", tmp_path / "runs", seeds=[1, 2], say=said.append, keep_other_code=True)
+    assert started == [] and sum("made by other code, kept (--reuse)" in line for line in said) == 2
+    rp.run_series(exp, "ci", tmp_path / "runs", seeds=[1, 2], say=said.append)
+    assert sorted(started) == [("Gaia", 1), ("Gaia", 2)]  # only what the change touches
+    assert any("made by other code" in line and "gaia.py" in line and "run again" in line for line in said)
+    assert rp._other_code(exp, runs, "ci") == []
+
+
+def test_records_with_no_code_recorded_count_as_other_code(tmp_path, monkeypatch):
+    import testbed.reproduce as rp
+
+    exp = rp.get_experiment("fig-dlion-7")
+    run_dir = tmp_path / "fig-dlion-7" / "ci" / "seed-1" / "gaia"
+    run_dir.mkdir(parents=True)
+    (run_dir / "reproduce.json").write_text(json.dumps({"digest": "x", "commit": "old"}))  # before code was kept
+    series = next(s for s in exp.series_at("ci") if s.label == "Gaia")
+    assert rp._other_code(exp, {1: [(series, run_dir)]}, "ci")[0]["changed"] == ["no record of its code"]
+
+
+def test_cli_refuses_rerun_with_reuse():
+    r = subprocess.run(edgebed_cmd() + ["reproduce", "fig-dlion-7", "--rerun", "--reuse"], capture_output=True, text=True)
+    assert r.returncode != 0 and "--rerun and --reuse" in r.stderr + r.stdout

@@ -159,6 +159,10 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
               out: Path = typer.Option(Path("figures"), help="PNG, CSV and JSON go here"),
               runs: Path = typer.Option(Path("runs/reproduce"), help="each series' run records go here"),
               rerun: bool = typer.Option(False, "--rerun", help="run series again even if their records exist"),
+              reuse: bool = typer.Option(False, "--reuse", help="keep records that other code made (a strategy, a "
+                                                               "node role or the reproduction module changed since "
+                                                               "they ran; without it they run again); the figure's "
+                                                               "JSON lists them"),
               seeds: int = typer.Option(3, "--seeds", envvar="SEEDS", help="runs per series: the scenario's seed "
                                                                            "and the ones after it"),
               runtime: Optional[str] = runtime_option(None, "override the scenarios' runtime")) -> None:
@@ -174,6 +178,8 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
         fail(f"error: --scale: '{scale}' is not one of {', '.join(SCALES)}")
     if seeds < 1:
         fail(f"error: --seeds: {seeds} is not a positive count")
+    if rerun and reuse:
+        fail("error: --rerun and --reuse: one runs every series again, the other keeps old records; pick one")
     try:
         names = [e.name for e in all_experiments()] if name == "all" else [get_experiment(name).name]
     except KeyError as e:
@@ -182,7 +188,7 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
     for n in names:
         try:
             report = run_reproduce(n, scale=scale, seeds=seeds, out_dir=out, runs_dir=runs, reuse=not rerun,
-                                   runtime=runtime, say=typer.echo)
+                                   runtime=runtime, say=typer.echo, keep_other_code=reuse)
         except (ScenarioError, FileNotFoundError, RuntimeError) as e:
             typer.echo(f"error: {n}: {e}", err=True)
             failed.append(n)

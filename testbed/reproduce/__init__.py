@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Union
 
 import yaml
 
+from testbed.reproduce.provenance import changed_files, code_digest
 from testbed.reproduce.seeds import Panel
 from testbed.reproduce.verdict import NOT_JUDGED, Criterion, combine, judge
 
@@ -137,13 +138,25 @@ def _digest(data: dict) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _finished(run_dir: Path, digest: str) -> bool:
+def _mark(run_dir: Path) -> dict:
+    """What a run's reproduce.json says of it ({} where it has none, or not a mapping)."""
     try:
-        mark = json.loads((run_dir / "reproduce.json").read_text())
+        mark = json.loads((Path(run_dir) / "reproduce.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return mark if isinstance(mark, dict) else {}
+
+
+def _finished(run_dir: Path, digest: str, code: dict) -> Optional[str]:
+    """"same code", "other code" (finished records of this scenario that other code made), or None."""
+    mark = _mark(run_dir)
+    try:
         summary = json.loads((run_dir / "summary.json").read_text())
     except (OSError, ValueError):
-        return False
-    return mark.get("digest") == digest and summary.get("status") in ("completed", "stopped")
+        return None
+    if mark.get("digest") != digest or summary.get("status") not in ("completed", "stopped"):
+        return None
+    return "same code" if mark.get("code") == code["code"] else "other code"
 
 
 def seeds_for(exp: Experiment, scale: str, n: int) -> list[int]:
@@ -155,7 +168,7 @@ def seeds_for(exp: Experiment, scale: str, n: int) -> list[int]:
 
 
 def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, seed: int,
-             say: Callable[[str], None]) -> None:
+             say: Callable[[str], None], code: dict) -> None:
     import shutil
 
     if run_dir.exists():
@@ -176,16 +189,19 @@ def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, 
     seconds = time.time() - t0
     (run_dir / "reproduce.json").write_text(json.dumps({"experiment": exp.name, "series": s.label, "scale": scale,
                                                         "seed": seed, "digest": _digest(data), "seconds": seconds,
-                                                        "commit": _commit()}))
+                                                        "commit": _commit(), "code": code["code"],
+                                                        "code_files": code["files"]}))
     summary = json.loads((run_dir / "summary.json").read_text())
     say(f"{exp.name} [{s.label}, seed {seed}]: {summary.get('status')} ({summary.get('reason')}) in {seconds:.0f} s, "
         f"best accuracy {summary.get('best_accuracy')}")
 
 
 def run_series(exp: Experiment, scale: str, runs_dir: Path, *, seeds: Optional[list[int]] = None, reuse: bool = True,
-               say: Callable[[str], None] = print, runtime: Optional[str] = None) -> dict[int, list[tuple[Series, Path]]]:
-    """Run each series at each seed that has no finished records of the same scenario under
-    runs_dir/NAME/SCALE/seed-S/<series>; every scenario is validated before the first runs."""
+               say: Callable[[str], None] = print, runtime: Optional[str] = None,
+               keep_other_code: bool = False) -> dict[int, list[tuple[Series, Path]]]:
+    """Run each series at each seed that has no finished records of the same scenario and the same
+    code (provenance.py) under runs_dir/NAME/SCALE/seed-S/<series>; every scenario is validated
+    before the first runs. `keep_other_code` (--reuse) keeps records that other code made."""
     seeds = seeds if seeds is not None else seeds_for(exp, scale, DEFAULT_SEEDS)
     todo = series_scenarios(exp, scale)
     out: dict[int, list[tuple[Series, Path]]] = {}
@@ -196,12 +212,23 @@ def run_series(exp: Experiment, scale: str, runs_dir: Path, *, seeds: Optional[l
                 data["runtime"] = runtime
             run_dir = (runs_dir / exp.name / scale / f"seed-{seed}" / s.slug).resolve()
             out.setdefault(seed, []).append((s, run_dir))
-            if reuse and _finished(run_dir, _digest(data)):
+            code = code_digest(data, exp.analyze.__module__)
+            found = _finished(run_dir, _digest(data), code) if reuse else None
+            if found == "same code" or (found == "other code" and keep_other_code):
                 say(f"{exp.name} [{s.label}, seed {seed}]: records of this scenario exist ({_rel(run_dir)}), "
-                    f"not run again")
+                    f"not run again" + (f"; made by other code, kept (--reuse): {_changed(run_dir, code)}"
+                                        if found == "other code" else ""))
                 continue
-            _run_one(exp, s, data, run_dir, scale, seed, say)
+            if found == "other code":
+                say(f"{exp.name} [{s.label}, seed {seed}]: its records were made by other code "
+                    f"({_changed(run_dir, code)}): run again")
+            _run_one(exp, s, data, run_dir, scale, seed, say, code)
     return out
+
+
+def _changed(run_dir: Path, code: dict) -> str:
+    files = changed_files({"files": _mark(run_dir).get("code_files")}, code)
+    return ", ".join(files) if files else "no record of its code"
 
 
 def _rel(path: Path) -> str:
@@ -255,11 +282,29 @@ def judge_seeds(exp: Experiment, results: list[dict], scale: str):
 RunsBySeed = Union[dict, list]  # {seed: [(series, run dir)]}, or one seed's list
 
 
+def _other_code(exp: Experiment, by_seed: dict, scale: str) -> list[dict]:
+    """The runs whose records code other than this checkout's made (provenance.py), each with what changed."""
+    try:
+        now = {s.label: code_digest(data, exp.analyze.__module__) for s, data in series_scenarios(exp, scale)}
+    except (ValueError, OSError):  # a scenario no longer valid: nothing to compare with
+        return []
+    out = []
+    for seed, pairs in by_seed.items():
+        for s, d in pairs:
+            mark, code = _mark(d), now.get(s.label)
+            if code is not None and mark.get("code") != code["code"]:
+                out.append({"seed": seed, "series": s.label, "commit": mark.get("commit"), "code": mark.get("code"),
+                            "changed": changed_files({"files": mark.get("code_files")}, code)
+                            if mark.get("code_files") else ["no record of its code"]})
+    return out
+
+
 def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
-            say: Callable[[str], None] = print) -> dict:
+            say: Callable[[str], None] = print, other_code: str = "read as found (edgebed plot --figure)") -> dict:
     """The experiment over its seeds, from records only: each seed's analysis (beside its runs),
     then out_dir/<name>.png (mean and min-max band), .csv, -table.csv (mean and range) and .json
-    (every seed's numbers and the verdict)."""
+    (every seed's numbers and the verdict; `records_code` lists the runs that other code made,
+    and `other_code` says how they came to be used)."""
     from testbed.records.reader import load_run
     from testbed.reproduce.common import fmt
     from testbed.reproduce.seeds import aggregate_rows, band_figure, band_table_lines
@@ -283,6 +328,10 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
         f"{fmt(j.mean, '.4g')} [{fmt(j.low, '.4g')}, {fmt(j.high, '.4g')}] ({j.why})"
         for c, j in zip(exp.criteria, judgements)
     ] + [f"verdict: {verdict}"]
+    stale = _other_code(exp, by_seed, scale)
+    if stale:
+        lines.append(f"records made by other code, {other_code}: " + "; ".join(
+            f"seed {r['seed']} {r['series']} ({r['commit']}: {', '.join(r['changed'])})" for r in stale))
     report = {
         "experiment": exp.name, "paper": exp.paper, "title": exp.title, "claim": exp.claim, "expect": exp.expect,
         "scale": scale, "date": time.strftime("%Y-%m-%d"), "commit": _runs_commit(by_seed),
@@ -294,6 +343,7 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
         "runs": {str(seed): {s.label: _rel(d) for s, d in pairs} for seed, pairs in by_seed.items()},
         "per_seed": {str(seed): {k: v for k, v in r["result"].items() if k != "lines"} for seed, r in per_seed.items()},
         "lines": lines,
+        "records_code": {"other_code": stale, "how": other_code if stale else None},
     }
     (out_dir / f"{exp.name}.json").write_text(json.dumps(report, indent=1, default=str))
     say(f"{exp.name}: wrote {_rel(out_dir / exp.name)}.png/.csv/.json")
@@ -304,11 +354,12 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
 
 def reproduce(name: str, *, scale: str = "ci", seeds: int = DEFAULT_SEEDS, out_dir: Path = Path("figures"),
               runs_dir: Path = Path("runs/reproduce"), reuse: bool = True, runtime: Optional[str] = None,
-              say: Callable[[str], None] = print) -> dict:
+              say: Callable[[str], None] = print, keep_other_code: bool = False) -> dict:
     exp = get_experiment(name)
     runs = run_series(exp, scale, Path(runs_dir), seeds=seeds_for(exp, scale, seeds), reuse=reuse, say=say,
-                      runtime=runtime)
-    return analyze(exp, runs, figure_dir(out_dir, scale), scale, say=say)
+                      runtime=runtime, keep_other_code=keep_other_code)
+    return analyze(exp, runs, figure_dir(out_dir, scale), scale, say=say,
+                   other_code="kept on purpose (--reuse)" if keep_other_code else "none expected")
 
 
 def figure_dir(out_dir: Path, scale: str) -> Path:
