@@ -10,6 +10,11 @@ from testbed.reproduce.common import fmt, time_to_accuracy_figure
 from testbed.reproduce.verdict import Criterion
 
 TARGETS = {"ci": [0.9], "paper": [0.7]}
+# Fig. 3a (from 2026-11-27): Fashion-MNIST's 0.85 at ci scale, read on the 3-evaluation moving
+# average of 1-s evaluations (one lucky evaluation must not decide a 10% bar); the time to it spans
+# 12+ check periods. The check-period count to the target is reported beside the verdict.
+FIG3_TARGETS = {"ci": [0.85], "paper": [0.7]}
+FIG3_WINDOW = 3
 
 
 def time_or_lower_bound(entry: dict, key: str) -> tuple[float | None, bool]:
@@ -59,9 +64,10 @@ def _fig4_metrics(result: dict, scale: str) -> dict:
 
 
 def _fig3(pairs, out: Path, scale: str) -> dict:
-    targets = TARGETS[scale]
+    targets = FIG3_TARGETS[scale]
     res = time_to_accuracy_figure(pairs, out, title=f"ADSP Fig. 3a ({scale} scale): convergence time vs commit rate",
-                                  targets=targets, baseline=pairs[0][0].label, subject=pairs[-1][0].label)
+                                  targets=targets, baseline=pairs[0][0].label, subject=pairs[-1][0].label,
+                                  window=FIG3_WINDOW)
     key = f"seconds_to_{targets[-1]}"
     times = [time_or_lower_bound(e, key)[0] for e in res["series"]]
     known = [t for t in times if t is not None]
@@ -72,6 +78,9 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
     fastest_middle = min(middle) if middle else None
     res["falling_side"] = times[0] / fastest_middle if fastest_middle and times[0] else None
     res["rising_side"] = times[-1] / fastest_middle if fastest_middle and times[-1] else None
+    period = ((pairs[0][1].scenario.get("algorithm") or {}).get("params") or {}).get("check_period")
+    res["check_periods_to_target"] = [round(t / period, 1) if t and period else None for t in times]
+    res["lines"].append(f"check periods to the target: {res['check_periods_to_target']}")
     res["lines"].append(f"fastest: {res['best_commit_rate']}; slowest end over the fastest middle rate: "
                         f"{fmt(res['falling_side'], '.2f')}x (fewest commits), {fmt(res['rising_side'], '.2f')}x (most)")
     return res
@@ -115,7 +124,7 @@ register(Experiment(
     name="fig-adsp-3", paper="adsp", title="convergence time vs the commit rate (commits per check period)",
     claim="3 workers (1:1:3): convergence time first falls, then rises as the commit rate grows",
     expect="the fastest commit rate is an intermediate one",
-    scenario="scenarios/adsp/hetero.{scale}.yaml",
+    scenario="scenarios/adsp/commit-rate.{scale}.yaml",
     series=[Series(f"ADSP {k} commits/period", {"algorithm": {"params": {"commits_per_period": k}}})
             for k in (1, 2, 4, 8)],
     analyze=_fig3, criteria=FIG3_CRITERIA, metrics=_fig3_metrics))
