@@ -35,6 +35,18 @@ def test_judge_limits_and_the_spread():
         Criterion("x", "x", "higher", neutral=1.0, bar=0.5)
 
 
+def test_a_ratios_mean_over_seeds_is_geometric():
+    geo = Criterion("fig7", "buffer ratio", "higher", neutral=1.0, bar=2.0, tie=0.1, ratio=True)
+    arith = Criterion("fig7", "buffer ratio", "higher", neutral=1.0, bar=2.0, tie=0.1)
+    seeds = [1.65, 1.15, 3.41]  # arithmetic mean 2.07 clears 2, geometric 1.86 does not
+    assert judge(arith, seeds).verdict == "holds"
+    j = judge(geo, seeds)
+    assert j.verdict == "weak" and j.mean == pytest.approx(1.8634, abs=1e-3) and "short of 2" in j.why
+    assert judge(geo, [2.0, 0.5]).verdict == "tie"  # twice as fast, then half: no effect (arithmetic: 1.25x)
+    assert judge(geo, [3.0, 0.0, 3.0]).values == (3.0, None, 3.0)  # a ratio of 0 measured nothing
+    assert "the geometric mean >= 2" in geo.rule()
+
+
 def test_combine_is_the_worst_and_not_judged_caps_at_weak():
     assert combine(["holds", "holds"]) == "holds"
     assert combine(["holds", "weak"]) == "weak"

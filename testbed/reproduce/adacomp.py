@@ -110,7 +110,7 @@ def _fig3_panels(scale: str) -> tuple:
 
 FIG3_CRITERIA = (
     Criterion("ingress_ratio", "PS ingress to the target accuracy, ASGD / AdaComp c=0.01", "higher",
-              neutral=1.0, bar=20.0, tie=0.1),
+              neutral=1.0, bar=20.0, tie=0.1, ratio=True),
     Criterion("final_accuracy_gap", "final accuracy, ASGD minus AdaComp c=0.01 (at most 1 point)", "lower",
               neutral=0.01, bar=0.01),
 )

@@ -89,9 +89,9 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
 # the U: both ends at least 10% slower than the best intermediate rate; within 3% is a tie
 FIG3_CRITERIA = (
     Criterion("falling_side", "time to the target, fewest commits / the fastest intermediate rate", "higher",
-              1.0, 1.10, 0.03),
+              1.0, 1.10, 0.03, ratio=True),
     Criterion("rising_side", "time to the target, most commits / the fastest intermediate rate", "higher",
-              1.0, 1.10, 0.03),
+              1.0, 1.10, 0.03, ratio=True),
 )
 
 

@@ -119,7 +119,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
 # Per set: ScaDLES at least as fast as the paper's smallest speed-up (1.15x) to the target, within
 # 5% a tie; its best accuracy at most 1 point below DDL's (the paper: -0.06 to -0.32 points).
 TABLE6_CRITERIA = tuple(c for rs in SETS for c in (
-    Criterion(f"speedup {rs}", f"{rs}: DDL's time to the target / ScaDLES's", "higher", 1.0, 1.15, 0.05),
+    Criterion(f"speedup {rs}", f"{rs}: DDL's time to the target / ScaDLES's", "higher", 1.0, 1.15, 0.05, ratio=True),
     Criterion(f"accuracy {rs}", f"{rs}: ScaDLES's best accuracy minus DDL's (at most 1 point below)", "higher",
               -0.01, -0.01)))
 
@@ -189,8 +189,8 @@ def _table4(pairs, out: Path, scale: str) -> dict:
 # left out (buffers read at different points of training).
 TABLE4_CRITERIA = tuple(c for rs in SETS for c in (
     Criterion(f"truncation {rs}", f"{rs}: DDL's buffer at the target, persistence / truncation", "higher",
-              1.0, 10.0, 0.1),
-    Criterion(f"fig7 {rs}", f"{rs}: buffer at the target under persistence, DDL / ScaDLES", "higher", 1.0, 2.0, 0.1)))
+              1.0, 10.0, 0.1, ratio=True),
+    Criterion(f"fig7 {rs}", f"{rs}: buffer at the target under persistence, DDL / ScaDLES", "higher", 1.0, 2.0, 0.1, ratio=True)))
 
 
 def _table4_metrics(result: dict, scale: str) -> dict:
@@ -253,7 +253,7 @@ def _table5(pairs, out: Path, scale: str) -> dict:
 # within 0.02 a tie) and the volume the devices send falls (by at least 10%; within 2% a tie).
 TABLE5_CRITERIA = tuple(c for cr in ("0.1", "0.01") for c in (
     Criterion(f"cnc rise CR={cr}", f"CR={cr}: CNC ratio at delta 0.4 minus at 0.1", "higher", 0.0, 0.1, 0.02),
-    Criterion(f"volume fall CR={cr}", f"CR={cr}: volume sent at delta 0.1 / at 0.4", "higher", 1.0, 1.1, 0.02)))
+    Criterion(f"volume fall CR={cr}", f"CR={cr}: volume sent at delta 0.1 / at 0.4", "higher", 1.0, 1.1, 0.02, ratio=True)))
 
 
 def _table5_metrics(result: dict, scale: str) -> dict:

@@ -6,6 +6,7 @@ no-effect value, the size the mean must clear, and the band around no effect tha
 the worst of its criteria's. The rules (REPRODUCTION.md, "How a verdict is decided"):
 
 - tie: the mean is within `tie` of the no-effect value (never, for a limit with no tie band);
+  a ratio's mean (`ratio=True`) is the geometric mean of its seeds (from 2026-11-27);
 - does not hold: the mean is on the wrong side of it (or on it);
 - holds: every seed is on the right side (beyond the tie band), and the mean clears `bar`;
 - weak: otherwise (the mean's direction is right, but a seed's is not, a seed has no value, or
@@ -37,6 +38,7 @@ class Criterion:
     neutral: float = 1.0  # the no-effect value: 1 for a ratio, 0 for a difference, a limit for a constraint
     bar: float = 1.0  # the mean must reach this (in the better direction) to hold
     tie: float = 0.0  # |mean - neutral| <= tie is a tie (0: no tie band)
+    ratio: bool = False  # a ratio of two positive numbers: its mean over the seeds is the geometric one
 
     def __post_init__(self):
         if self.better not in ("higher", "lower"):
@@ -51,8 +53,9 @@ class Criterion:
     def rule(self) -> str:
         op = ">=" if self.better == "higher" else "<="
         tie = f", tie within {self.tie:g} of {self.neutral:g}" if self.tie else ""
+        mean = "the geometric mean" if self.ratio else "the mean"
         return f"{self.text}: holds if every seed {'>' if self.better == 'higher' else '<'} {self.neutral:g} " \
-               f"and the mean {op} {self.bar:g}{tie}"
+               f"and {mean} {op} {self.bar:g}{tie}"
 
 
 @dataclass(frozen=True)
@@ -74,16 +77,24 @@ def _finite(v) -> bool:
     return v is not None and not (isinstance(v, float) and math.isnan(v))
 
 
+def _mean(known: list[float], geometric: bool) -> float:
+    """Ratios average geometrically: 2x and 0.5x are no effect, not 1.25x."""
+    if geometric:
+        return math.exp(sum(math.log(v) for v in known) / len(known))
+    return sum(known) / len(known)
+
+
 def judge(criterion: Criterion, values: Sequence) -> Judgement:
     left_out = sum(1 for v in values if v == EXCLUDED)
-    vals = tuple(float(v) if _finite(v) else None for v in values if v != EXCLUDED)
+    vals = tuple(float(v) if _finite(v) and (not criterion.ratio or float(v) > 0) else None
+                 for v in values if v != EXCLUDED)  # a ratio that is not positive measured nothing
     known = [v for v in vals if v is not None]
     if not vals:
         return Judgement(criterion.key, NOT_JUDGED, vals, None, None, None,
                          f"every seed left out ({left_out})")
     if not known:
         return Judgement(criterion.key, "does not hold", vals, None, None, None, "no seed measured it")
-    mean, low, high = sum(known) / len(known), min(known), max(known)
+    mean, low, high = _mean(known, criterion.ratio), min(known), max(known)
     s = criterion._sign
     if criterion.tie > 0 and abs(mean - criterion.neutral) <= criterion.tie:
         verdict, why = "tie", f"mean {mean:.4g} within {criterion.tie:g} of {criterion.neutral:g}"
