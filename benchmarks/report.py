@@ -16,7 +16,8 @@ if "--plots" in args:
     del args[i:i + 2]
 out = Path(args[0] if args else "benchmarks/results")
 rows = [json.loads(p.read_text()) for p in sorted(out.glob("*.json"))]
-rows = [r for r in rows if r.get("benchmark") not in ("suite", "soak")]
+# results of other scripts (gpu_check, quota_noise, ...) carry no "benchmark" key: not these tables'
+rows = [r for r in rows if isinstance(r, dict) and r.get("benchmark") not in (None, "suite", "soak")]
 
 def rt(r):
     return r.get("runtime", "netns")
@@ -134,7 +135,7 @@ for r in sorted((r for r in rows if r["benchmark"] == "wire"), key=lambda r: r["
           f"{r['payload_up_bytes'] / 1e6:.2f} MB | {r['wire_up_bytes'] / 1e6:.2f} MB | {r['wire_over_payload_up']:.3f} | "
           f"{r['payload_down_bytes'] / 1e6:.2f} MB | {r['wire_down_bytes'] / 1e6:.2f} MB | "
           f"{r['wire_over_payload_down']:.3f} |")
-dates = sorted(r["date"] for r in rows)
+dates = sorted(r["date"] for r in rows if r.get("date"))
 if dates:
     print(f"\nkernel {rows[0]['kernel']}, {dates[0]} to {dates[-1]}")
 
