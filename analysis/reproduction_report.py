@@ -2,14 +2,17 @@
 """REPRODUCTION.md's measured part, from figures/*.json and figures/SCALE/*.json only (what
 `edgebed reproduce` wrote).
 
-    python analysis/reproduction_report.py [FIGURES] [--update REPRODUCTION.md]
+    python analysis/reproduction_report.py [FIGURES] [--update REPRODUCTION.md] [--rejudge]
 
 Prints one section per experiment: the paper's claim, the effect ci scale must show, our
 numbers (the analysis' lines: mean [min, max] over the seeds, each criterion and its verdict),
 scale, machine, date, commit, command, and the verdict. With --update, replaces the text between
 `<!-- measured:NAME -->` and `<!-- /measured:NAME -->` in the file (NAME@SCALE for a scale other
 than ci), and the summary table between `<!-- summary -->` and `<!-- /summary -->`, leaving the
-commentary around them alone; no number enters the file any other way.
+commentary around them alone; no number enters the file any other way. --rejudge first judges
+each figure's JSON again by the criteria in the code now, from the per-seed numbers it holds
+(testbed.reproduce.rejudge), and writes it back: for a change in how a criterion judges, not in
+what a run measures.
 """
 
 from __future__ import annotations
@@ -84,11 +87,33 @@ def read_reports(figures: Path) -> dict[str, dict]:
     return reports
 
 
+def rejudge_all(figures: Path) -> None:
+    from testbed.reproduce import EXPERIMENTS, get_experiment, rejudge
+
+    get_experiment("fig-adacomp-3")  # every paper's module registers its experiments
+    for p in sorted(figures.glob("*.json")) + sorted(figures.glob("*/*.json")):
+        report = json.loads(p.read_text())
+        if report.get("experiment") not in EXPERIMENTS or "per_seed" not in report:
+            continue  # e.g. fig-scadles-5's, written by its own script
+        new = rejudge(report)
+        if new is not report:
+            p.write_text(json.dumps(new, indent=1, default=str))
+            print(f"{p}: {report.get('verdict')} -> {new['verdict']} ({', '.join(f'{k} {v} -> {c}' for k, v, c in _moved(report, new))})")
+
+
+def _moved(before: dict, after: dict) -> list[tuple]:
+    was = {c["key"]: c["verdict"] for c in before.get("criteria", [])}
+    return [(c["key"], was.get(c["key"]), c["verdict"]) for c in after["criteria"] if was.get(c["key"]) != c["verdict"]]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("figures", nargs="?", type=Path, default=Path("figures"))
     ap.add_argument("--update", type=Path)
+    ap.add_argument("--rejudge", action="store_true", help="judge each figure's JSON again by today's criteria")
     args = ap.parse_args(argv)
+    if args.rejudge:
+        rejudge_all(args.figures)
     reports = read_reports(args.figures)
     if not args.update:
         for name, r in reports.items():

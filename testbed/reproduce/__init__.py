@@ -282,6 +282,36 @@ def judge_seeds(exp: Experiment, results: list[dict], scale: str):
 RunsBySeed = Union[dict, list]  # {seed: [(series, run dir)]}, or one seed's list
 
 
+def _criteria_lines(exp: Experiment, judgements) -> list[str]:
+    from testbed.reproduce.common import fmt
+
+    return [f"{c.rule()}\n  -> {j.verdict}: per seed {', '.join(fmt(v, '.4g') for v in j.values)}; mean "
+            f"{fmt(j.mean, '.4g')} [{fmt(j.low, '.4g')}, {fmt(j.high, '.4g')}] ({j.why})"
+            for c, j in zip(exp.criteria, judgements)]
+
+
+def rejudge(report: dict) -> dict:
+    """A figure's JSON judged again by today's criteria, from the per-seed numbers it holds (no
+    run, no records): for a change in how a criterion judges (REPRODUCTION.md's change log says
+    when), not in what is measured. The JSON keeps the verdict it had under `rejudged`."""
+    exp = get_experiment(report["experiment"])
+    verdict, judgements = judge_seeds(exp, [report["per_seed"][str(s)] for s in report["seeds"]], report["scale"])
+    old_rules = [c["rule"] for c in report.get("criteria", [])]
+    lines = list(report.get("lines", []))
+    start = next((i for i, line in enumerate(lines) if any(line.startswith(r) for r in old_rules)),
+                 next((i for i, line in enumerate(lines) if line.startswith("verdict: ")), len(lines)))
+    end = next((i + 1 for i, line in enumerate(lines) if line.startswith("verdict: ")), start)
+    criteria = [{"rule": c.rule(), **j.as_dict()} for c, j in zip(exp.criteria, judgements)]
+    if criteria == report.get("criteria") and verdict == report.get("verdict"):
+        return report
+    out = {**report, "criteria": criteria, "verdict": verdict, "holds": verdict == "holds",
+           "lines": lines[:start] + _criteria_lines(exp, judgements) + [f"verdict: {verdict}"] + lines[end:]}
+    out["rejudged"] = {"date": time.strftime("%Y-%m-%d"), "commit": _commit(),
+                       "verdict_before": report.get("verdict"),
+                       "criteria_before": {c["key"]: c["verdict"] for c in report.get("criteria", [])}}
+    return out
+
+
 def _other_code(exp: Experiment, by_seed: dict, scale: str) -> list[dict]:
     """The runs whose records code other than this checkout's made (provenance.py), each with what changed."""
     try:
@@ -323,11 +353,7 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     band_figure(exp, per_seed, judgements, out_dir / exp.name, scale)
     table.to_csv(out_dir / f"{exp.name}-table.csv", index=False)
     notes = [f"seed {seed}: {note}" for seed, v in per_seed.items() for note in v["result"].get("notes", [])]
-    lines = band_table_lines(table, len(per_seed)) + notes + [
-        f"{c.rule()}\n  -> {j.verdict}: per seed {', '.join(fmt(v, '.4g') for v in j.values)}; mean "
-        f"{fmt(j.mean, '.4g')} [{fmt(j.low, '.4g')}, {fmt(j.high, '.4g')}] ({j.why})"
-        for c, j in zip(exp.criteria, judgements)
-    ] + [f"verdict: {verdict}"]
+    lines = band_table_lines(table, len(per_seed)) + notes + _criteria_lines(exp, judgements) + [f"verdict: {verdict}"]
     stale = _other_code(exp, by_seed, scale)
     if stale:
         lines.append(f"records made by other code, {other_code}: " + "; ".join(

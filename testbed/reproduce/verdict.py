@@ -95,20 +95,20 @@ def judge(criterion: Criterion, values: Sequence) -> Judgement:
     if not known:
         return Judgement(criterion.key, "does not hold", vals, None, None, None, "no seed measured it")
     mean, low, high = _mean(known, criterion.ratio), min(known), max(known)
-    s = criterion._sign
+    s, mean_is = criterion._sign, "geometric mean" if criterion.ratio else "mean"
     if criterion.tie > 0 and abs(mean - criterion.neutral) <= criterion.tie:
-        verdict, why = "tie", f"mean {mean:.4g} within {criterion.tie:g} of {criterion.neutral:g}"
+        verdict, why = "tie", f"{mean_is} {mean:.4g} within {criterion.tie:g} of {criterion.neutral:g}"
     elif s * (mean - criterion.neutral) <= 0:
-        verdict, why = "does not hold", f"mean {mean:.4g} not beyond {criterion.neutral:g}"
+        verdict, why = "does not hold", f"{mean_is} {mean:.4g} not beyond {criterion.neutral:g}"
     else:
         wrong = [v for v in vals if v is None or s * (v - criterion.neutral) <= criterion.tie]
         short = s * (mean - criterion.bar) < 0
         if not wrong and not short:
-            verdict, why = "holds", f"every seed beyond {criterion.neutral:g}, the mean {mean:.4g} clears {criterion.bar:g}"
+            verdict, why = "holds", f"every seed beyond {criterion.neutral:g}, the {mean_is} {mean:.4g} clears {criterion.bar:g}"
         else:
             edge = f"{criterion.neutral:g}" + (f" +- {criterion.tie:g}" if criterion.tie else "")
             parts = ([f"{len(wrong)} of {len(vals)} seeds not beyond {edge}"] if wrong else []) + \
-                    ([f"mean {mean:.4g} short of {criterion.bar:g}"] if short else [])
+                    ([f"{mean_is} {mean:.4g} short of {criterion.bar:g}"] if short else [])
             verdict, why = "weak", "; ".join(parts)
     if left_out:
         why += f"; {left_out} seed{'s' if left_out > 1 else ''} left out"
