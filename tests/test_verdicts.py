@@ -180,3 +180,20 @@ def test_fig_dlion_verdicts():
     assert _verdict("fig-dlion-7", [f7(0.5, 0.1), f7(0.4, 0.08), f7(0.6, 0.12)]) == "holds"
     assert _verdict("fig-dlion-7", [f7(0.5, 0.002)] * 3) == "tie"  # +0.2% over Ako is no effect
     assert _verdict("fig-dlion-7", [f7(0.5, -0.1)] * 3) == "does not hold"
+
+
+def test_rejudge_judges_a_figures_numbers_again_and_keeps_the_verdict_it_had():
+    from testbed.reproduce import rejudge
+
+    seeds = {"1": {"falling_side": 1.3, "rising_side": 2.0}, "2": {"falling_side": 0.9, "rising_side": 1.8}}
+    old = {"experiment": "fig-adsp-3", "scale": "ci", "seeds": [1, 2], "per_seed": seeds, "verdict": "holds",
+           "criteria": [{"rule": "time to the target, fewest commits / the fastest intermediate rate: old rule",
+                         "key": "falling_side", "verdict": "holds"}],
+           "lines": ["| table |", "time to the target, fewest commits / the fastest intermediate rate: old rule",
+                     "  -> holds: ...", "verdict: holds", "a note after"]}
+    new = rejudge(old)
+    assert new["verdict"] == "weak" and new["rejudged"]["verdict_before"] == "holds"  # seed 2 fell the wrong way
+    assert new["rejudged"]["criteria_before"] == {"falling_side": "holds"}
+    assert new["lines"][0] == "| table |" and new["lines"][-2:] == ["verdict: weak", "a note after"]
+    assert sum(line.startswith("time to the target") for line in new["lines"]) == 2  # both criteria, once each
+    assert rejudge(new) is new  # judged by today's criteria already: left as it is
