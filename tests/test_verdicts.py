@@ -130,10 +130,11 @@ def test_table_scadles_5_verdicts():
     assert _verdict("table-scadles-5", [_table5(0.05, 1.05)] * 3) == "weak"
 
 
-def _selsync(speedup, diff=0.01, bsp_reached=True):
+def _selsync(speedup, diff=0.01, bsp_reached=True, fedavg=(-0.03, -0.02)):
     return {"bsp_reached": bsp_reached,
             "table": [{"method": "BSP", "speedup": 1.0, "diff vs BSP": 0.0}] +
-                     [{"method": f"SelSync delta={d}", "speedup": speedup, "diff vs BSP": diff} for d in ("0.3", "0.5")]}
+                     [{"method": f"SelSync delta={d}", "speedup": speedup, "diff vs BSP": diff} for d in ("0.3", "0.5")] +
+                     [{"method": f"FedAvg C=0.5 E={e}", "speedup": 2.0, "diff vs BSP": f} for e, f in zip(("0.25", "0.125"), fedavg)]}
 
 
 def test_table_selsync_1_verdicts():
@@ -142,6 +143,10 @@ def test_table_selsync_1_verdicts():
     assert _verdict("table-selsync-1", [_selsync(1.02)] * 3) == "tie"
     assert _verdict("table-selsync-1", [_selsync(0.7)] * 3) == "does not hold"
     assert _verdict("table-selsync-1", [_selsync(3.0, diff=-0.05)] * 3) == "does not hold"
+    # FedAvg C=0.5 must miss BSP's accuracy by a point, judged on its better E
+    assert _verdict("table-selsync-1", [_selsync(3.0, fedavg=(-0.03, 0.03))] * 3) == "does not hold"
+    assert _verdict("table-selsync-1", [_selsync(3.0, fedavg=(-0.03, -0.007))] * 3) == "weak"  # misses, by < 1 point
+    assert _verdict("table-selsync-1", [_selsync(3.0, fedavg=(0.0, -0.002))] * 3) == "tie"
 
 
 def _adsp4(cut):

@@ -62,9 +62,19 @@ TABLE1_CRITERIA = tuple(
                   "higher", -0.01, -0.01)))
 
 
+# The paper's other claim (Table I): FedAvg with C = 0.5 misses BSP's accuracy. Judged from
+# 2026-11-27 on the better of the two C = 0.5 settings: BSP's best accuracy minus theirs, at least
+# 1 point; within half a point a tie. (Every series stops at the scenario's target or its cap, so
+# a FedAvg run that stops at the target while BSP is still below it counts against the claim.)
+FEDAVG_HALF = ("FedAvg C=0.5 E=0.25", "FedAvg C=0.5 E=0.125")
+TABLE1_CRITERIA += (Criterion("fedavg_c0.5_misses", "BSP's best accuracy minus FedAvg C=0.5's (the better E; the "
+                                                    "paper: C=0.5 misses BSP's accuracy)", "higher", 0.0, 0.01, 0.005),)
+
+
 def _table1_metrics(result: dict, scale: str) -> dict:
     by = {r["method"]: r for r in result.get("table", [])}
-    out = {}
+    diffs = [by[m].get("diff vs BSP") for m in FEDAVG_HALF if m in by]
+    out = {"fedavg_c0.5_misses": -max(diffs) if diffs and None not in diffs else None}
     for d in ("0.3", "0.5"):
         row = by.get(f"SelSync delta={d}", {})
         # BSP never reached the target: no speed-up is claimed for this seed
