@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from testbed.reproduce import Experiment, Panel, Series, register
-from testbed.reproduce.common import (accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, first_reaching, fmt,
+from testbed.reproduce.common import (accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, fmt,
                                       ratio)
 from testbed.reproduce.verdict import Criterion
 
@@ -44,7 +44,9 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
         rows.append(curve)
         ax_u.plot(curve.updates, curve.accuracy, label=s.label)
         ax_b.plot(curve.ps_ingress_bytes / 1e6, curve.accuracy, label=s.label)
-        reach = curve[curve.accuracy >= target]
+        # every crossing on the same 3-evaluation moving average that the final accuracy reads (from
+        # 2026-11-27; until then the ingress was read where one raw evaluation first reached the target)
+        reach = curve[curve.accuracy.rolling(3, min_periods=1).mean() >= target]
         table.append({
             "series": s.label,
             # The paper's final accuracy (Sec. V-C): "the mean of the maximal accuracy reached by each
@@ -57,7 +59,7 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
             "ps_ingress_MB_to_target": float(reach.ps_ingress_bytes.iloc[0]) / 1e6 if len(reach) else None,
             "ps_ingress_MB_total": float(ingress[-1]) / 1e6 if len(ingress) else None,
             "payload_MB_to_target": float(reach.payload_bytes.iloc[0]) / 1e6 if len(reach) else None,
-            "seconds": first_reaching(curve, target),
+            "seconds": float(reach.time.iloc[0]) if len(reach) else None,
         })
     for ax in (ax_u, ax_b):
         ax.axhline(target, color="grey", lw=0.8, ls=":")
@@ -79,8 +81,8 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
     payload_ratio = ratio(asgd and asgd["payload_MB_to_target"], best and best["payload_MB_to_target"])
     gap = None if not (asgd and best) or None in (asgd["final_accuracy"], best["final_accuracy"]) else \
         asgd["final_accuracy"] - best["final_accuracy"]
-    lines = [f"target accuracy {target}; final = the maximum of the 3-evaluation moving average (the paper's "
-             f"Sec. V-C), end of run = the mean of the last 3 evaluations"] + [
+    lines = [f"target accuracy {target}, reached on the 3-evaluation moving average; final = its maximum (the "
+             f"paper's Sec. V-C), end of run = the mean of the last 3 evaluations"] + [
         f"{r['series']:16s} final {fmt(r['final_accuracy'])} (end of run {fmt(r['end_of_run_accuracy'])}, "
         f"best single {fmt(r['best_accuracy'])})  "
         f"to {target}: {fmt(r['updates_to_target'], 'd')} updates, {fmt(r['ps_ingress_MB_to_target'], '.1f')} MB; "
