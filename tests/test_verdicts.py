@@ -74,8 +74,8 @@ def test_fig_adacomp_3_verdicts():
     assert _verdict("fig-adacomp-3", [_fig3(None, 0.0)]) == "does not hold"  # AdaComp never reached it
 
 
-def _table2(lost100, lost20, crashed=(7, 6)):
-    return {"accuracy_lost_to_crashes": {"100%": lost100, "20%": lost20},
+def _table2(lost100, lost20, crashed=(7, 6), over_control=0.009):
+    return {"accuracy_lost_to_crashes": {"100%": lost100, "20%": lost20}, "crashes_over_control": over_control,
             "crashed_workers": {"100% data, crashes": crashed[0], "20% data, crashes": crashed[1]}}
 
 
@@ -84,6 +84,14 @@ def test_table_adacomp_2_verdicts():
     assert _verdict("table-adacomp-2", [_table2(0.0, 0.005), _table2(0.0, 0.02), _table2(0.0, 0.0)]) == "weak"
     assert _verdict("table-adacomp-2", [_table2(0.05, 0.005)] * 3) == "does not hold"
     assert _verdict("table-adacomp-2", [_table2(0.0, 0.0, (0, 0))] * 3) == "does not hold"  # nothing crashed
+    # the paper's control: crashes on 20% beat half the workers on 10% without crashes
+    assert _verdict("table-adacomp-2", [_table2(0.0, 0.0, over_control=-0.01)] * 3) == "does not hold"
+    assert _verdict("table-adacomp-2", [_table2(0.0, 0.0, over_control=0.003)] * 3) == "weak"  # short of half a point
+    # a figure drawn before the control was judged: read from its rows
+    old = {"accuracy_lost_to_crashes": {"100%": 0.0, "20%": 0.0}, "crashed_workers": {"x crashes": 4},
+           "series": [{"series": "20% data, crashes", "max accuracy": 0.89},
+                      {"series": "half the workers, 10% data, no crash", "max accuracy": 0.882}]}
+    assert get_experiment("table-adacomp-2").metrics(old, "ci")["over_control"] == pytest.approx(0.008)
 
 
 def _table6(speedup, drop=0.0, reached=True):

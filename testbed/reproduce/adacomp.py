@@ -140,7 +140,10 @@ register(Experiment(
 ))
 
 
-CRASH_P = {"ci": 0.003, "paper": 0.004}
+# per push; at ci scale (from 2026-11-27) 0.0007 over the 6,000 updates of one epoch of full MNIST
+# at b = 10 crashes a median 4 of the 8 workers (a simulation of the draws: 78% of runs crash 2-6),
+# the paper's "half"; 0.003 over 2,000 updates (a third of an epoch) had crashed 5-7 of 8
+CRASH_P = {"ci": 0.0007, "paper": 0.004}
 
 
 def _table2_series(scale: str) -> list[Series]:
@@ -188,10 +191,15 @@ def _table2(pairs, out: Path, scale: str) -> dict:
     losses = {f: None if by.get(f"{f} data, no crash") is None or by.get(f"{f} data, crashes") is None
               else by[f"{f} data, no crash"] - by[f"{f} data, crashes"] for f in ("100%", "20%")}
     crashed = {r["series"]: r["crashed workers"] for r in rows if "crashes" in r["series"]}
+    control = by.get("half the workers, 10% data, no crash")
+    # the paper's control: crashes on 20% of the data still beat half the workers on 10% without any
+    over_control = None if control is None or by.get("20% data, crashes") is None else by["20% data, crashes"] - control
     lines = [f"{r['series']:38s} max accuracy {fmt(r['max accuracy'])}  crashed {r['crashed workers']}/{r['workers']}"
              for r in rows] + ["accuracy lost to crashes: " + ", ".join(f"{k} data {fmt(v, '+.4f')}" for k, v in
                                                                          losses.items())]
-    return {"series": rows, "accuracy_lost_to_crashes": losses, "crashed_workers": crashed, "lines": lines}
+    lines.append(f"20% data with crashes minus the control (half the workers, 10% data): {fmt(over_control, '+.4f')}")
+    return {"series": rows, "accuracy_lost_to_crashes": losses, "crashed_workers": crashed,
+            "crashes_over_control": over_control, "lines": lines}
 
 
 TABLE2_CRITERIA = (
@@ -200,13 +208,22 @@ TABLE2_CRITERIA = (
     Criterion("lost_20", "accuracy lost to crashes, 20% of it (at most 1 point)", "lower", neutral=0.01, bar=0.01),
     Criterion("fewest_crashed", "workers crashed in the crash run with the fewest (crashes happened)", "higher",
               neutral=0.0, bar=1.0),
+    # from 2026-11-27: the paper's control (95.24% with crashes on 20% against 94.35% for 100 workers
+    # on 10% without), at least half a point; within 0.2 points a tie
+    Criterion("over_control", "max accuracy, 20% data with crashes minus half the workers on 10% without",
+              "higher", neutral=0.0, bar=0.005, tie=0.002),
 )
 
 
 def _table2_metrics(result: dict, scale: str) -> dict:
     lost, crashed = result.get("accuracy_lost_to_crashes", {}), result.get("crashed_workers", {})
+    over = result.get("crashes_over_control")
+    if over is None:  # a figure drawn before the control was judged: its rows have the numbers
+        by = {r["series"]: r.get("max accuracy") for r in result.get("series", [])}
+        a, b = by.get("20% data, crashes"), by.get("half the workers, 10% data, no crash")
+        over = None if a is None or b is None else a - b
     return {"lost_100": lost.get("100%"), "lost_20": lost.get("20%"),
-            "fewest_crashed": min(crashed.values()) if crashed else None}
+            "fewest_crashed": min(crashed.values()) if crashed else None, "over_control": over}
 
 
 register(Experiment(
