@@ -82,25 +82,26 @@ flower-venv: setup
 	$(BIN)/python -c "import sysconfig; print('import site; site.addsitedir(%r)' % sysconfig.get_paths()['purelib'])" \
 	  > "$$(.venv-flower/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/edgebed-main-venv.pth"
 
-# The papers' figures (REPRODUCTION.md): each runs its series at SEEDS seeds (records kept under
+# The papers' figures (REPRODUCTION.md): each runs its series at SEEDS seeds (default: the
+# experiment's own, 3 for most, 5 for fig-adsp-3, 8 for fig-dlion-6; records kept under
 # runs/reproduce/NAME/SCALE/seed-S/, not run again while the scenario and the code that made them
 # -- strategy, node roles, reproduction module -- are unchanged; REUSE=1 keeps records of other
 # code, listed in the JSON) and writes figures/NAME.png/.csv/.json with the verdict.
 # SCALE=paper uses the papers' setups (many cores, hours).
 SCALE   ?= ci
-SEEDS   ?= 3
+SEEDS   ?=
 REUSE   ?=
 FIGURES := fig-adacomp-3 table-adacomp-2 fig-adsp-3 fig-adsp-4 fig-dlion-6 fig-dlion-7 table-selsync-1 table-scadles-4 table-scadles-5 table-scadles-6
 
 $(FIGURES): setup
-	$(BIN)/edgebed reproduce $@ --scale $(SCALE) --seeds $(SEEDS) $(if $(REUSE),--reuse)
+	$(BIN)/edgebed reproduce $@ --scale $(SCALE) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(REUSE),--reuse)
 
 figures: setup fig-scadles-5
-	$(BIN)/edgebed reproduce all --scale $(SCALE) --seeds $(SEEDS) $(if $(REUSE),--reuse)
+	$(BIN)/edgebed reproduce all --scale $(SCALE) $(if $(SEEDS),--seeds $(SEEDS)) $(if $(REUSE),--reuse)
 
 # ScaDLES Fig. 5 is a benchmark of the broker, not a training run: topics x rates, SEEDS repetitions, then the figure.
 fig-scadles-5: setup
-	for k in $$(seq $(SEEDS)); do for t in 4 16 32; do for r in 100 600; do \
+	for k in $$(seq $(or $(SEEDS),3)); do for t in 4 16 32; do for r in 100 600; do \
 	  $(BIN)/edgebed bench stream --topics $$t --rate $$r --out runs/reproduce/fig-scadles-5/rep-$$k || exit 1; \
 	done; done; done
 	$(BIN)/python analysis/fig_scadles_5.py runs/reproduce/fig-scadles-5 --out figures

@@ -163,8 +163,9 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
                                                                "node role or the reproduction module changed since "
                                                                "they ran; without it they run again); the figure's "
                                                                "JSON lists them"),
-              seeds: int = typer.Option(3, "--seeds", envvar="SEEDS", help="runs per series: the scenario's seed "
-                                                                           "and the ones after it"),
+              seeds: Optional[int] = typer.Option(None, "--seeds", envvar="SEEDS",
+                                                  help="runs per series: the scenario's seed and the ones after "
+                                                       "it (default: the experiment's own, 3 for most)"),
               runtime: Optional[str] = runtime_option(None, "override the scenarios' runtime")) -> None:
     """Run a paper's experiment (every series of it, at each seed), draw it, and give its verdict."""
     from testbed.reproduce import SCALES, all_experiments, figure_dir, get_experiment, reproduce as run_reproduce
@@ -176,7 +177,7 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
         return
     if scale not in SCALES:
         fail(f"error: --scale: '{scale}' is not one of {', '.join(SCALES)}")
-    if seeds < 1:
+    if seeds is not None and seeds < 1:
         fail(f"error: --seeds: {seeds} is not a positive count")
     if rerun and reuse:
         fail("error: --rerun and --reuse: one runs every series again, the other keeps old records; pick one")

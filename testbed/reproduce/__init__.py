@@ -65,6 +65,7 @@ class Experiment:
     criteria: "tuple[Criterion, ...]" = ()
     metrics: Callable[[dict, str], dict] = lambda result, scale: {}  # one seed's headline -> {criterion key: value}
     panels: "tuple[Panel, ...] | Callable[[str], tuple]" = ()  # the band figure (or per scale); default accuracy vs seconds
+    seeds: int = DEFAULT_SEEDS  # how many seeds its verdict is decided over, where --seeds does not say
 
     def scenario_path(self, scale: str) -> Path:
         return REPO / self.scenario.format(scale=scale)
@@ -202,7 +203,7 @@ def run_series(exp: Experiment, scale: str, runs_dir: Path, *, seeds: Optional[l
     """Run each series at each seed that has no finished records of the same scenario and the same
     code (provenance.py) under runs_dir/NAME/SCALE/seed-S/<series>; every scenario is validated
     before the first runs. `keep_other_code` (--reuse) keeps records that other code made."""
-    seeds = seeds if seeds is not None else seeds_for(exp, scale, DEFAULT_SEEDS)
+    seeds = seeds if seeds is not None else seeds_for(exp, scale, exp.seeds)
     todo = series_scenarios(exp, scale)
     out: dict[int, list[tuple[Series, Path]]] = {}
     for seed in seeds:
@@ -378,11 +379,11 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     return report
 
 
-def reproduce(name: str, *, scale: str = "ci", seeds: int = DEFAULT_SEEDS, out_dir: Path = Path("figures"),
+def reproduce(name: str, *, scale: str = "ci", seeds: Optional[int] = None, out_dir: Path = Path("figures"),
               runs_dir: Path = Path("runs/reproduce"), reuse: bool = True, runtime: Optional[str] = None,
               say: Callable[[str], None] = print, keep_other_code: bool = False) -> dict:
     exp = get_experiment(name)
-    runs = run_series(exp, scale, Path(runs_dir), seeds=seeds_for(exp, scale, seeds), reuse=reuse, say=say,
+    runs = run_series(exp, scale, Path(runs_dir), seeds=seeds_for(exp, scale, seeds or exp.seeds), reuse=reuse, say=say,
                       runtime=runtime, keep_other_code=keep_other_code)
     return analyze(exp, runs, figure_dir(out_dir, scale), scale, say=say,
                    other_code="kept on purpose (--reuse)" if keep_other_code else "none expected")

@@ -10,13 +10,16 @@ from testbed.reproduce.common import fmt, ratio, time_to_accuracy_figure
 from testbed.reproduce.verdict import Criterion
 
 FIG6_TARGETS = {"ci": [0.7, 0.8], "paper": [0.6, 0.7]}
+# From 2026-11-27: Fig. 6's crossings on the 3-evaluation moving average, over 8 seeds: the 0.8
+# target falls on a plateau (0.766-0.803 from 26 to 42 s) where one evaluation decided a seed.
+FIG6_WINDOW, FIG6_SEEDS = 3, 8
 FIG7_AT = {"ci": 60.0, "paper": 1800.0}
 
 
 def _fig6(pairs, out: Path, scale: str) -> dict:
     targets = FIG6_TARGETS[scale]
     res = time_to_accuracy_figure(pairs, out, title=f"DLion Fig. 6 ({scale} scale): P-compute, 1 high + 3 low workers",
-                                  targets=targets, baseline="Gaia", subject="DLion")
+                                  targets=targets, baseline="Gaia", subject="DLion", window=FIG6_WINDOW)
     by = {e["series"]: e for e in res["series"]}
     lo, hi = (f"seconds_to_{t}" for t in targets)
     d = by["DLion"]
@@ -76,7 +79,7 @@ register(Experiment(
     claim="DLion reaches 60% accuracy 73%/74% faster than Gaia/Ako; capacity-aware batching cuts the time to 70% by 34% "
           "(CIFAR-10, 1 x 24 + 3 x 8 CPUs)",
     expect="DLion first to the accuracy targets; without capacity-aware batching slower",
-    scenario="scenarios/dlion/p-compute.{scale}.yaml", criteria=FIG6_CRITERIA, metrics=_fig6_metrics,
+    scenario="scenarios/dlion/p-compute.{scale}.yaml", criteria=FIG6_CRITERIA, metrics=_fig6_metrics, seeds=FIG6_SEEDS,
     series=[Series("DLion", {}),
             Series("DLion without capacity-aware batching", {"algorithm": {"params": {"capacity_aware": False}}}),
             Series("Gaia", {"algorithm": {"name": "gaia"}}),

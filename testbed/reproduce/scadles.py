@@ -73,7 +73,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     rows, curves = [], []
     for ax, rate_set in zip(axes, SETS):
         entry: dict = {"set": rate_set, "target": target}
-        for who in ("ScaDLES", "DDL"):
+        for who in ("ScaDLES", "DDL", *(f"ScaDLES {name}" for name in ABLATIONS)):
             rec = by.get(f"{who} {rate_set}")
             if rec is None:
                 continue
@@ -90,6 +90,9 @@ def _table6(pairs, out: Path, scale: str) -> dict:
             entry["rates"] = _rates(rec)
         sc, dd = entry.get("ScaDLES seconds"), entry.get("DDL seconds")
         entry["speedup"] = None if sc is None or dd is None else dd / sc
+        for name in ABLATIONS:  # DDL's time over the variant's, where it ran
+            t = entry.get(f"ScaDLES {name} seconds")
+            entry[f"speedup, {name}"] = None if t is None or dd is None else dd / t
         entry["DDL reached"] = dd is not None
         entry["accuracy drop"] = None if entry.get("ScaDLES best") is None or entry.get("DDL best") is None else \
             entry["ScaDLES best"] - entry["DDL best"]
@@ -107,6 +110,7 @@ def _table6(pairs, out: Path, scale: str) -> dict:
     plt.close(fig)
     pd.concat(curves).to_csv(out.with_suffix(".csv"), index=False)
     table = pd.DataFrame([{k: r.get(k) for k in ("set", "target", "accuracy drop", "buffer reduction GB", "speedup",
+                                                   *(f"speedup, {name}" for name in ABLATIONS),
                                                    "ScaDLES mean batch", "DDL mean batch")} for r in rows])
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
     notes = [f"{r['set']}: DDL did not reach {r['target']} in {r.get('DDL run seconds') or 0:.0f} s: no speed-up "
@@ -263,10 +267,20 @@ def _table5_metrics(result: dict, scale: str) -> dict:
     return out
 
 
+# Extra series on the sets where ScaDLES does not hold (from 2026-11-27): ScaDLES with its linear
+# learning-rate rule (Eq. 4c) off, and with its adaptive compression off, each alone -- which of
+# the two makes it slower than DDL there. No criterion judges them.
+ABLATIONS: dict[str, dict] = {"no lr rule": {"algorithm": {"params": {"lr_scaling": False}}},
+                             "dense": {"algorithm": {"params": {"cr": None}}}}
+ABLATION_SETS = ("S2", "S2'")
+
+
 def _table6_series(scale: str) -> list[Series]:
     return [s for rate_set in SETS for s in (
         Series(f"ScaDLES {rate_set}", {"streaming": {"rates": rate_set}, **_stop(scale)}),
-        Series(f"DDL {rate_set}", {**DDL, "streaming": {**DDL["streaming"], "rates": rate_set}, **_stop(scale)}))]
+        Series(f"DDL {rate_set}", {**DDL, "streaming": {**DDL["streaming"], "rates": rate_set}, **_stop(scale)}),
+        *(Series(f"ScaDLES {name} {rate_set}", {**change, "streaming": {"rates": rate_set}, **_stop(scale)})
+          for name, change in ABLATIONS.items() if rate_set in ABLATION_SETS))]
 
 
 def _table4_series(scale: str) -> list[Series]:
