@@ -115,6 +115,12 @@ def _table(rows: dict[str, list[dict]]):
     return table.reset_index()
 
 
+def _criteria_lines(js: list, reps: int) -> list[str]:
+    return [line for c, j in zip((CRITERION, ABSOLUTE), js) for line in (
+        f"over {reps} repetition(s): {c.rule()}",
+        f"  -> {j.verdict}: per repetition {', '.join('-' if v is None else f'{v:.3f}' for v in j.values)} ({j.why})")]
+
+
 def rejudge(out: Path) -> str:
     """figures/fig-scadles-5.json judged again by today's criteria, from the per-topic rates of its
     .csv (no benchmark rerun); the verdict before is kept under `rejudged`."""
@@ -127,11 +133,7 @@ def rejudge(out: Path) -> str:
             for rep, g in means.groupby("rep")}
     verdict, js = judge_reps(rows)
     lines = [x for x in report["lines"] if not x.startswith(("over ", "  -> ", "verdict: "))]
-    for c, j in zip((CRITERION, ABSOLUTE), js):
-        lines += [f"over {len(rows)} repetition(s): {c.rule()}",
-                  f"  -> {j.verdict}: per repetition {', '.join('-' if v is None else f'{v:.3f}' for v in j.values)} "
-                  f"({j.why})"]
-    report.update(lines=lines + [f"verdict: {verdict}"], verdict=verdict, holds=verdict == "holds",
+    report.update(lines=lines + _criteria_lines(js, len(rows)) + [f"verdict: {verdict}"], verdict=verdict, holds=verdict == "holds",
                   rejudged={"date": time.strftime("%Y-%m-%d"), "verdict_before": report.get("verdict")},
                   criteria=[{"rule": c.rule(), **j.as_dict()} for c, j in zip((CRITERION, ABSOLUTE), js)])
     path.write_text(json.dumps(report, indent=1))
@@ -167,11 +169,7 @@ def main(argv: list[str] | None = None) -> int:
              f"[{x['mean per topic min']:.1f}, {x['mean per topic max']:.1f}], lowest topic "
              f"{x['min per topic min']:.1f}, {x['topics holding']:.1f}/{x['topics']:.0f} hold, broker "
              f"{x['broker cores']:.2f} cores" for _, x in table.iterrows()]
-    for c, j in zip((CRITERION, ABSOLUTE), js):
-        lines += [f"over {len(reps)} repetition(s): {c.rule()}",
-                  f"  -> {j.verdict}: per repetition {', '.join('-' if v is None else f'{v:.3f}' for v in j.values)} "
-                  f"({j.why})"]
-    lines.append(f"verdict: {verdict}")
+    lines += _criteria_lines(js, len(reps)) + [f"verdict: {verdict}"]
     every = [r for runs in reps.values() for r in runs]
     stamps = [time.mktime(time.strptime(r["date"], "%Y-%m-%d %H:%M:%S")) for r in every]
     # each result is dated when it ends: the span plus one run's length is the target's time

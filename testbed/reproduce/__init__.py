@@ -337,7 +337,6 @@ def analyze(exp: Experiment, runs: RunsBySeed, out_dir: Path, scale: str,
     (every seed's numbers and the verdict; `records_code` lists the runs that other code made,
     and `other_code` says how they came to be used)."""
     from testbed.records.reader import load_run
-    from testbed.reproduce.common import fmt
     from testbed.reproduce.seeds import aggregate_rows, band_figure, band_table_lines
 
     by_seed = runs if isinstance(runs, dict) else {None: runs}
