@@ -205,6 +205,7 @@ def run_series(exp: Experiment, scale: str, runs_dir: Path, *, seeds: Optional[l
     before the first runs. `keep_other_code` (--reuse) keeps records that other code made."""
     seeds = seeds if seeds is not None else seeds_for(exp, scale, exp.seeds)
     todo = series_scenarios(exp, scale)
+    codes = {s.label: code_digest(base, exp.analyze.__module__) for s, base in todo}  # the same at every seed
     out: dict[int, list[tuple[Series, Path]]] = {}
     for seed in seeds:
         for s, base in todo:
@@ -213,7 +214,7 @@ def run_series(exp: Experiment, scale: str, runs_dir: Path, *, seeds: Optional[l
                 data["runtime"] = runtime
             run_dir = (runs_dir / exp.name / scale / f"seed-{seed}" / s.slug).resolve()
             out.setdefault(seed, []).append((s, run_dir))
-            code = code_digest(data, exp.analyze.__module__)
+            code = codes[s.label]
             found = _finished(run_dir, _digest(data), code) if reuse else None
             if found == "same code" or (found == "other code" and keep_other_code):
                 say(f"{exp.name} [{s.label}, seed {seed}]: records of this scenario exist ({_rel(run_dir)}), "
