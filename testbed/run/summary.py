@@ -51,6 +51,10 @@ def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters
         "ps_egress_bytes": counters.get("ps", {}).get("up_bytes"),
         # wire bytes out of all workers (a decentralized run's whole exchange)
         "worker_egress_bytes": sum(counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers) if spec else None,
+        # the evaluator's longest backlog (s; a stop on target comes this late) and the snapshots
+        # skipped at the end to keep the final model's evaluation within its limit
+        "evaluator_lag_seconds": ps.get("evaluator_lag_seconds"),
+        "evaluations_skipped": ps.get("evaluations_skipped"),
         "decentralized": bool(ps.get("decentralized", False)),
         "workers": len(spec.workers) if spec else sc.n_workers,
         "algorithm": sc.algorithm.name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Optional
@@ -149,35 +149,93 @@ def send_stop(ep: transport.Endpoint, workers, reason: Optional[str]) -> None:
 
 
 class EvalFeed:
-    """Model snapshots for the evaluator node, sent one at a time, each when it is ready."""
+    """Model snapshots for the evaluator node, sent one at a time, each when it is ready.
 
-    def __init__(self, ep: transport.Endpoint):
-        self.ep = ep
+    An evaluator slower than the feed falls behind: snapshots wait in the queue (eval.csv keeps
+    each one's own time, so curves are right, but a stop on target comes as late as the backlog).
+    `lag` is the longest wait seen; at the end, `finish` keeps the final model's evaluation
+    within its limit by skipping the newest queued snapshots before it (`skipped`)."""
+
+    LAG_WARNING = 10.0  # s: a backlog this long is said once, in the node's log
+
+    def __init__(self, ep: transport.Endpoint, now: Callable[[], float]):
+        self.ep, self.now = ep, now
         self.queue: deque = deque()
         self.ready = False
         self.sent_at: Optional[float] = None
+        self.sent_full = False  # the one in flight carries a model (a repeat costs the evaluator nothing)
         self.longest = 0.0  # s: the longest evaluation so far (bounds the wait for a dead evaluator)
+        self.full_seconds: deque = deque(maxlen=20)  # s: the latest evaluations of a model
+        self.lag = 0.0  # s: the longest a snapshot waited for the evaluator
+        self.skipped = 0
 
     def add(self, params: dict, meta: dict) -> None:
         self.queue.append((params, meta))
 
     def on_ready(self) -> None:
         if self.sent_at is not None:
-            self.longest = max(self.longest, time.time() - self.sent_at)
+            took = time.time() - self.sent_at
+            self.longest = max(self.longest, took)
+            if self.sent_full:
+                self.full_seconds.append(took)
             self.sent_at = None
         self.ready = True
 
     def pump(self) -> None:
         if self.ready and self.queue:
             params, meta = self.queue.popleft()
+            self.note_lag(self.now() - float(meta.get("time", self.now())))
             self.ep.send(Message("evaluate", params, meta), "eval")
             self.ready = False
             self.sent_at = time.time()
+            self.sent_full = not meta.get("repeat")
+
+    def note_lag(self, waited: float) -> None:
+        if waited >= self.LAG_WARNING > self.lag:
+            print(f"the evaluator is {waited:.0f} s behind the model it is fed: its curve keeps each "
+                  f"snapshot's time, but a stop on target comes that late (give it more CPU, or a "
+                  f"longer eval_seconds/eval_interval)", flush=True)
+        self.lag = max(self.lag, waited)
+
+    def fit(self, seconds: float) -> None:
+        """Skip queued snapshots so what is left (the last, the final model, always kept) can be
+        evaluated within `seconds`, at the recent pace; the earliest are kept, so the curve has no holes."""
+        if not self.full_seconds or len(self.queue) < 2:
+            return
+        each = sum(self.full_seconds) / len(self.full_seconds)
+        budget = seconds - each * (1 + (self.sent_at is not None))  # the final one, and the one in flight
+        kept: deque = deque()
+        for params, meta in list(self.queue)[:-1]:
+            cost = 0.0 if meta.get("repeat") else each
+            if cost > budget:
+                break
+            budget -= cost
+            kept.append((params, meta))
+        self.skipped += len(self.queue) - 1 - len(kept)
+        kept.append(self._final_with_model(kept))
+        self.queue = kept
+
+    def _final_with_model(self, kept: deque) -> tuple:
+        """The queue's last entry; a repeat whose model was among the skipped carries that model
+        (the evaluator has no result of that version to repeat)."""
+        params, meta = self.queue[-1]
+        if not meta.get("repeat"):
+            return params, meta
+        for p, m in reversed(self.queue):
+            if not m.get("repeat") and m.get("version") == meta.get("version"):
+                if any(p is q for q, _ in kept):
+                    break
+                return p, {**meta, "repeat": False}
+        return params, meta
 
     def finish(self, stop_event, limit: float = 120.0) -> None:
         """Evaluate what is queued (the final model last), then stop the evaluator. An evaluator
         silent for 4x its longest evaluation (20 s at least) is taken for dead (killed, frozen)."""
         deadline = time.time() + limit
+        self.fit(limit * 0.9)  # margin: the pace is an estimate
+        if self.skipped:
+            print(f"{self.skipped} queued snapshot(s) not evaluated: the final model's evaluation "
+                  f"kept within {limit:.0f} s", flush=True)
         while (self.queue or not self.ready) and time.time() < deadline and not stop_event.is_set():
             self.pump()
             for _, msg, _ in self.ep.recv(0.05):
@@ -190,6 +248,10 @@ class EvalFeed:
             self.ep.send(Message("stop"), "eval")
         except zmq.ZMQError:
             pass
+
+    def stats(self) -> dict:
+        """For ps.json: the evaluator's longest backlog (s) and the snapshots skipped at the end."""
+        return {"evaluator_lag_seconds": round(self.lag, 3), "evaluations_skipped": self.skipped}
 
 
 class ServingRole:
@@ -217,7 +279,7 @@ class ServingRole:
             self.snapshot(final=True)
             self.feed.finish(self.stop_event)
         finally:
-            channel.report(self.cfg, "ps.json", self.report())
+            channel.report(self.cfg, "ps.json", {**self.report(), **self.feed.stats()})
             time.sleep(0.2)  # let the last stop messages leave
             self.ep.close()
             self.zctx.term()

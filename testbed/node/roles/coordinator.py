@@ -31,7 +31,7 @@ class Coordinator(ServingRole):
         self.zctx = zmq.Context()
         self.ep = transport.ps_endpoint(self.zctx, cfg.ps_address, cfg.delay, seed=sc.seed, max_frame=1 << 20)
         self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
-        self.feed = EvalFeed(self.ep)
+        self.feed = EvalFeed(self.ep, self.cfg.now)
         self.workers = set(cfg.workers)
         self.board = ReplicaBoard(cfg.control, self.workers, {n: t.shape for n, t in self.initial.items()})
         self.joined: set[str] = set()

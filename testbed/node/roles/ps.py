@@ -61,7 +61,7 @@ class ParameterServer(ServingRole):
         self.log = channel.open_table(cfg, "server.csv")
         self.events = channel.open_table(cfg, "events.csv")
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
-        self.feed = EvalFeed(self.ep)
+        self.feed = EvalFeed(self.ep, self.cfg.now)
         self.members = Membership()
         self.refused: dict[str, int] = {}  # malformed messages per worker
         self.faulty: set[str] = set()  # lost for them: heard again only after a restart

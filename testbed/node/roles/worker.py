@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections import deque
 from typing import Optional
 
 import numpy as np
@@ -42,6 +43,7 @@ class Worker:
                 self.own_batch = local_batch(sc.workload.injection, sc.workload.batch_size, len(cfg.workers))
             self.inject = DataInjection(cfg, sc.workload.injection, sc.seed, self.zctx, self.own_batch)
         self.version = -1
+        self.inbox: deque[Message] = deque()  # received, not yet read by wait_reply
         self.crash = random.Random(f"crash-{sc.seed}-{cfg.rank}") if sc.faults.crash_per_push > 0 else None
 
     def run(self) -> None:
@@ -136,11 +138,15 @@ class Worker:
                     p.sub_(p.grad, alpha=self.lr)
 
     def wait_reply(self, kinds=("model", "stop")) -> Optional[Message]:
-        """The next message of `kinds` (or 'stop') from the PS; None when the runner says stop."""
+        """The next message of `kinds` (or 'stop') from the PS; None when the runner says stop.
+        Messages that arrived together wait in `inbox` for the next call: a 'stop' sent right
+        after a reply must not be lost with it (the worker would wait for a PS that has stopped)."""
         while not self.stop_event.is_set():
-            for _, msg, _ in self.ep.recv(0.1):
+            while self.inbox:
+                msg = self.inbox.popleft()
                 if msg.kind in kinds or msg.kind == "stop":
                     return msg
+            self.inbox.extend(msg for _, msg, _ in self.ep.recv(0.1))
         return None
 
     def take_model(self, reply: Message) -> None:
