@@ -68,6 +68,7 @@ def test_update_ideal_counts_payload_and_framing():
 @needs_root
 @pytest.mark.root
 @pytest.mark.slow
+@pytest.mark.serial  # the benchmarks' own 5% bounds on rates and quotas: beside another lane one goodput read 0
 def test_bench_all_quick_passes_its_bounds(tmp_path, clean_host):
     r = subprocess.run(edgebed_cmd() + ["bench", "all", "--quick", "--out", str(tmp_path)], cwd=REPO,
                        capture_output=True, text=True, timeout=900)

@@ -474,7 +474,9 @@ def test_sites_on_two_hosts_route_through_their_routers_and_the_shaped_wan(tmp_p
     assert "FAILED" not in events.detail.iloc[0]
     wan = t[(t.node == "a") & (t.link == "wan:b")].sort_values("time")
     rate = wan.delta_bytes * 8 / wan.time.diff()
-    assert rate[wan.time > 17].max() <= 5e6 * 1.10 and rate[wan.time < 14].max() > 3 * 5e6, rate.describe()
+    # capped at 5 Mbit/s after the event; before it, above what that cap lets through (how far
+    # above is the training's offered load, which another lane's load cut to 8.1 Mbit/s once)
+    assert rate[wan.time > 17].max() <= 5e6 * 1.10 and rate[wan.time < 14].max() > 1.3 * 5e6, rate.describe()
     for h in lab:
         assert not any(_ours_on(h).values()), h.name
 

@@ -65,6 +65,16 @@ def _stream_consumer(bootstrap: str, topic: str, seconds: float, warmup: float, 
                                              "window_seconds": seconds - warmup, "window_bytes": nbytes}))
 
 
+READY_SECONDS = 60.0
+
+
+def _wait_for(path: Path, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return path.exists()
+
+
 def _broker_job(address: str, stop_event, ready_path: str) -> None:
     from testbed.data.streaming.broker import run_broker
 
@@ -72,12 +82,9 @@ def _broker_job(address: str, stop_event, ready_path: str) -> None:
 
 
 def _create_topics(bootstrap: str, topics: list[str], done_path: str) -> None:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from testbed.data.streaming.broker import create_topics
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    futures = admin.create_topics([NewTopic(t, num_partitions=1, replication_factor=1) for t in topics])
-    for f in futures.values():
-        f.result(timeout=30)
+    create_topics(bootstrap, topics, timeout=50.0)  # a run's own call: it names the topic that failed
     mailbox.touch(done_path)
 
 
@@ -100,15 +107,14 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
         bootstrap = f"{spec.ps.address}:{KAFKA_PORT}"
         ready = bench.result("broker.ready")
         rt.start("ps", _broker_job, {"address": spec.ps.address, "stop_event": stop, "ready_path": str(ready)})
-        for _ in range(400):
-            if ready.exists():
-                break
-            time.sleep(0.05)
+        # a loaded host starts the broker's process slowly: wait for it, then say which step failed
+        if not _wait_for(ready, READY_SECONDS):
+            raise RuntimeError(f"the broker was not ready within {READY_SECONDS:.0f} s")
         names = [f"device-{w.name}" for w in spec.workers]
         created = bench.result("topics.done")
         rt.start("ps", _create_topics, {"bootstrap": bootstrap, "topics": names, "done_path": str(created)}).join(60)
         if not created.exists():
-            raise RuntimeError("could not create the topics")
+            raise RuntimeError(f"could not create the topics within 60 s of the broker at {bootstrap} being ready")
         consumers = [rt.start(w.name, _stream_consumer, {"bootstrap": bootstrap, "topic": t, "seconds": seconds,
                                                           "warmup": warmup, "result_path": str(bench.result(f"c-{t}.json"))})
                      for w, t in zip(spec.workers, names)]
