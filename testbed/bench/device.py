@@ -74,7 +74,7 @@ def _measure(bench: _Bench, rt: Any, node: str, sc: Any, model: str, repetitions
                          test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
                          repetitions=repetitions, min_rep_s=min_rep_s), label="measure")
     proc.join(600)
-    if not slot.exists():
+    if not slot.arrived():
         raise RuntimeError(f"{node}: the step-time job did not report (exit code {proc.exitcode})")
     return dict(untrusted.loads(slot.read_text()))
 

@@ -113,7 +113,7 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
         names = [f"device-{w.name}" for w in spec.workers]
         created = bench.result("topics.done")
         rt.start("ps", _create_topics, {"bootstrap": bootstrap, "topics": names, "done_path": str(created)}).join(60)
-        if not created.exists():
+        if not created.arrived():
             raise RuntimeError(f"could not create the topics within 60 s of the broker at {bootstrap} being ready")
         consumers = [rt.start(w.name, _stream_consumer, {"bootstrap": bootstrap, "topic": t, "seconds": seconds,
                                                           "warmup": warmup, "result_path": str(bench.result(f"c-{t}.json"))})

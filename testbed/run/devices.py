@@ -165,7 +165,7 @@ class Job:
     def result(self, what: str) -> dict:
         """Wait for the job (CALIBRATION_TIMEOUT_S at most) and read its answer."""
         self.proc.join(CALIBRATION_TIMEOUT_S)
-        if not self.slot.exists():
+        if not self.slot.arrived():
             raise RuntimeError(f"{self.node.name}: {what} did not report (exit code {self.proc.exitcode})")
         return untrusted.loads(self.slot.read_text())
 

@@ -150,7 +150,7 @@ def measure_flows(rt, scratch, flows: list[Flow], *, window: float, warmup: floa
 def _goodput(result, window: float) -> float:
     """A sink's result (a job's, from a node) in bit/s: 0 where there is none or it is malformed."""
     try:
-        good = untrusted.loads(result.read_text()) if result.exists() else {"bytes": 0, "seconds": window}
+        good = untrusted.loads(result.read_text()) if result.arrived() else {"bytes": 0, "seconds": window}
         return float(good["bytes"]) * 8 / max(float(good["seconds"]), 1e-9)
     except (OSError, ValueError, KeyError, TypeError):
         return 0.0

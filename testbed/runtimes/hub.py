@@ -306,6 +306,15 @@ class ControlHub:
             self.stats[node] = data
         return True
 
+    def wait_put(self, key: str, timeout: float) -> bool:
+        """Whether a job's put into slot `key` has arrived within `timeout` seconds. A job that
+        ended has sent its put, but this hub's thread may not have read it yet (a loaded host)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while key not in self.puts and time.monotonic() < deadline:
+                self._cond.wait(max(0.0, deadline - time.monotonic()))
+            return key in self.puts
+
     def take_requests(self) -> list[dict]:
         """The nodes' crash requests since the last call, oldest first."""
         with self._cond:

@@ -6,6 +6,12 @@ channel."""
 from __future__ import annotations
 
 import secrets
+from typing import Optional
+
+
+# s: how long a slot may take to arrive after the job that filled it ended (its put has left the
+# node, but the runner's hub thread may not have read it yet on a loaded host)
+ARRIVAL_S = 10.0
 
 
 class Slot:
@@ -16,13 +22,18 @@ class Slot:
         return f"{self.box.up} {self.box.down} {self.key}"
 
     def exists(self) -> bool:
+        """Filled by now (a flag polled while its job runs)."""
         return self.key in self.box.hub.puts
 
+    def arrived(self, timeout: Optional[float] = None) -> bool:
+        """Filled, waiting up to `timeout` (ARRIVAL_S) for it: what to ask once the job that fills it ended."""
+        return self.box.hub.wait_put(self.key, ARRIVAL_S if timeout is None else timeout)
+
     def read_text(self) -> str:
-        try:
-            return self.box.hub.puts[self.key]
-        except KeyError:
-            raise FileNotFoundError(self.key) from None
+        """The slot's text, once it arrived (ARRIVAL_S at most: its job has ended)."""
+        if not self.arrived():
+            raise FileNotFoundError(self.key)
+        return self.box.hub.puts[self.key]
 
     def unlink(self, missing_ok: bool = False) -> None:
         if self.box.hub.puts.pop(self.key, None) is None and not missing_ok:
