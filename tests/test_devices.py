@@ -449,3 +449,89 @@ def test_a_refused_device_in_a_group_sets_no_quota_of_that_group():
     with pytest.raises(run_devices.DeviceRefused, match=r"^m0: device laptop-apple-m1 is faster than host"):
         run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None, host_cores={"": 2})
     assert rt.quotas == {} and rt.running == set()  # both measured together, both waited for
+
+
+# --- paced devices (pace_steps: node/pacing.py) ------------------------------------------------
+
+
+def test_pace_steps_belongs_to_a_device_profile():
+    line, = errors(one_profile(cpus=0.5, pace_steps=True))
+    assert line.startswith("profiles.edge: pace_steps: ")
+    sc = parse_scenario(one_profile(device="raspberry-pi-4", pace_steps=True))
+    assert sc.profiles["edge"].pace_steps is True
+
+
+def test_a_paced_step_is_held_to_the_device_s_time_and_an_overrun_is_made_up_once():
+    from testbed.node.pacing import DevicePace
+
+    slept: list[float] = []
+    pace = DevicePace(0.1, 32, sleep=slept.append)
+    assert pace.after(0.04, 32) == pytest.approx(0.06)  # 40 ms of work, held to 100 ms
+    assert pace.after(0.02, 16) == pytest.approx(0.03)  # half the batch: half the time
+    assert pace.after(0.17, 32) == 0.0 and pace.owed == pytest.approx(0.07)  # a throttled stretch
+    assert pace.after(0.04, 32) == pytest.approx(0.0)  # 60 ms spare repay 60 of the 70 owed
+    assert pace.after(0.04, 32) == pytest.approx(0.05)  # the last 10 ms, then on time again
+    assert sum(slept) == pytest.approx(0.06 + 0.03 + 0.05)
+    assert pace.after(0.5, 32) == 0.0 and pace.owed == pytest.approx(0.1)  # at most one step carried
+    with pytest.raises(ValueError):
+        DevicePace(0.0, 32)
+
+
+def test_a_paced_quota_has_headroom_within_the_host_and_its_need_decides_a_refusal():
+    speed = cat.builtin()["raspberry-pi-4"].speed  # target 13.9 ms for 1e8 FLOPs
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.004, wall_s=0.004), speed, paced=True)
+    need = 0.004 / (1e8 / 7.2e9)
+    assert cal.paced and cal.needed_cores == pytest.approx(need)
+    assert cal.quota_cores == pytest.approx(run_devices.PACE_HEADROOM * need)
+    # needs 0.72 of the 1.0 core the node can get: headroom only up to that, and no refusal
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.01, wall_s=0.02), speed, paced=True)
+    assert cal.quota_cores == pytest.approx(1.0) and run_devices.shortfall_line(cal) is None
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.2, flops=10**9, cpus=2), cat.Speed(gflops=5, cores=4),
+                                 paced=True)
+    assert run_devices.shortfall_line(cal).startswith("w0: device raspberry-pi-4 is faster than host h1 can give: "
+                                                      "it needs 2.00 cores")
+
+
+def test_a_paced_device_s_check_only_raises_its_quota_and_its_role_gets_the_step_time():
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4", "pace_steps": True}},
+                         "workers": [{"count": 1, "profile": "pi"}]})
+    target = 1e8 / 7.2e9
+    first = run_devices.PACE_HEADROOM * 0.004 / target
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=0.5 * target)  # well under: kept
+    spec = build_cluster(sc, "abc123")
+    cals, _ = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None)
+    assert rt.quotas["w0"] == pytest.approx(first) and cals["w0"]["paced"] is True
+    assert spec.node("w0").device_step_s == pytest.approx(target) and spec.node("w0").device_step_batch == 32
+    rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=0.96 * target)  # too close to the device's time
+    cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
+    assert rt.quotas["w0"] == pytest.approx(first * 0.96 / run_devices.PACE_FILL)
+
+
+def test_measure_steps_paced_holds_each_step_to_its_time():
+    from testbed.node.calibrate import measure_steps
+
+    r = measure_steps("mlp", "mnist5k", batch_size=8, repetitions=3, min_rep_s=0.1, pace_s=0.02)
+    assert r["paced_s"] == 0.02
+    assert all(0.02 <= s < 0.03 for s in r["step_s"]), r["step_s"]
+
+
+def test_a_worker_s_step_is_paced_by_its_samples():
+    import time
+
+    import torch
+
+    from testbed.node.gpu import StepPacer
+    from testbed.node.pacing import DevicePace
+    from testbed.node.roles.common import WorkerData, device_step
+
+    cpu = torch.device("cpu")
+    data = WorkerData(None, None, cpu, None, None, None, StepPacer(cpu), DevicePace(0.04, 8))
+    t = time.perf_counter()
+    with device_step(data, "w0", 4):  # half the calibrated batch: half its time
+        pass
+    assert 0.02 <= time.perf_counter() - t < 0.035
+    data.pace = None  # not a paced device: no pause
+    t = time.perf_counter()
+    with device_step(data, "w0", 4):
+        pass
+    assert time.perf_counter() - t < 0.01

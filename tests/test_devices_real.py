@@ -77,3 +77,29 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     # messages are paid from the same quota; edgebed bench device times the steps alone)
     assert 0.8 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
     assert dev["correction"] == pytest.approx(dev["quota_cores"] / dev["first_quota_cores"])
+
+
+@needs_root
+@pytest.mark.timeout(240)
+@pytest.mark.serial  # it measures the host's speed, as the test above
+def test_a_paced_device_s_steps_take_its_time(tmp_path, clean_host):
+    """pace_steps: the quota has headroom (PACE_HEADROOM x what the steps need) and the worker
+    holds each step's compute to the device's time, so the mean lands on the target from above
+    (a throttled overrun is made up by the next pauses) rather than around it."""
+    from testbed.run.devices import PACE_HEADROOM
+
+    sc = json.loads(json.dumps(SCENARIO))
+    sc["profiles"]["pi"]["pace_steps"] = True
+    run_dir = tmp_path / "run"
+    proc = start_up(write_scenario(tmp_path, sc), run_dir)
+    out, _ = proc.communicate(timeout=200)
+    assert proc.returncode == 0, out[-3000:]
+    dev = json.loads((run_dir / "meta.json").read_text())["nodes"]["w0"]["device"]
+    assert dev["paced"] is True and dev["batch_size"] == 32
+    assert dev["first_quota_cores"] == pytest.approx(PACE_HEADROOM * dev["needed_cores"], rel=0.01)
+    assert dev["quota_cores"] >= dev["first_quota_cores"]  # a paced check only raises it
+    assert "steps paced" in out
+    steps = pd.read_csv(run_dir / "steps.csv")
+    compute = steps[steps.node == "w0"].compute_seconds.iloc[4:]
+    # the step's own work is paced; the batch's fetch before it is not (a little over the target)
+    assert dev["target_step_s"] <= compute.median() <= 1.3 * dev["target_step_s"], (compute.describe(), dev)

@@ -58,21 +58,23 @@ class Neighbour:
             self.proc.wait()
 
 
-def _scenario(devices: tuple[str, ...], dataset: str) -> dict:
-    profiles: dict[str, dict] = {f"dev{i}": {"device": d, "cpuset": "0"} for i, d in enumerate(devices)}
+def _scenario(devices: tuple[str, ...], dataset: str, pace: bool = False) -> dict:
+    profiles: dict[str, dict] = {f"dev{i}": {"device": d, "cpuset": "0", **({"pace_steps": True} if pace else {})}
+                                 for i, d in enumerate(devices)}
     profiles["host1"] = {"cpus": 1.0, "cpuset": "0"}
     workers = [{"count": 1, "profile": f"dev{i}", "name": f"d{i}"} for i in range(len(devices))]
     workers.append({"count": 1, "profile": "host1", "name": "h"})
     return {"name": "bench-device", "workload": {"dataset": dataset}, "profiles": profiles, "workers": workers}
 
 
-def _measure(bench: _Bench, rt: Any, node: str, sc: Any, model: str, repetitions: int, min_rep_s: float) -> dict:
-    """Step times of `model` in `node` under whatever quota it has now."""
+def _measure(bench: _Bench, rt: Any, node: str, sc: Any, model: str, repetitions: int, min_rep_s: float,
+             pace_s: float = 0.0) -> dict:
+    """Step times of `model` in `node` under whatever quota it has now (`pace_s`: held to it)."""
     slot = bench.result(f"measure-{node}-{model}-{time.monotonic_ns()}.json")
     proc = rt.start(node, run_devices.CALIBRATE_TARGET,
                     dict(result_path=str(slot), model=model, dataset=sc.workload.dataset, seed=sc.seed,
                          test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
-                         repetitions=repetitions, min_rep_s=min_rep_s), label="measure")
+                         repetitions=repetitions, min_rep_s=min_rep_s, pace_s=pace_s), label="measure")
     proc.join(600)
     if not slot.arrived():
         raise RuntimeError(f"{node}: the step-time job did not report (exit code {proc.exitcode})")
@@ -94,10 +96,10 @@ class DeviceBench:
     """One host condition: calibrate, set, measure, for each device and calibration model."""
 
     def __init__(self, devices: tuple[str, ...], models: tuple[str, ...], cross: bool, repetitions: int,
-                 min_rep_s: float, dataset: str, say: Callable[[str], None]):
-        self.devices, self.models, self.cross = devices, models, cross
-        self.repetitions, self.min_rep_s, self.say = repetitions, min_rep_s, say
-        self.sc = parse_scenario(_scenario(devices, dataset))
+                 min_rep_s: float, dataset: str, say: Callable[[str], None], pace: bool = False):
+        self.devices, self.models, self.cross = devices, models, cross and not pace  # paced: to its own model
+        self.repetitions, self.min_rep_s, self.say, self.pace = repetitions, min_rep_s, say, pace
+        self.sc = parse_scenario(_scenario(devices, dataset, pace))
 
     def run(self, runtime: str, condition: str) -> list[dict]:
         from testbed.data.preload import request
@@ -137,8 +139,10 @@ class DeviceBench:
             rt.set_cpus(node.name, cal.quota_cores)
             run_devices.refine_quota(rt, self.sc, node, cal)  # as at bring-up
             for run_model in self.models if self.cross else (cal_model,):
-                m = _measure(bench, rt, node.name, self.sc, run_model, self.repetitions, self.min_rep_s)
-                row = {**_row(device, cal, m, speed.step_seconds(m["flops_per_step"])), "condition": condition}
+                m = _measure(bench, rt, node.name, self.sc, run_model, self.repetitions, self.min_rep_s,
+                             cal.target_step_s if self.pace else 0.0)
+                row = {**_row(device, cal, m, speed.step_seconds(m["flops_per_step"])), "condition": condition,
+                       "paced": self.pace}
                 rows.append(row)
                 self.say(f"{condition:5} {device:16} cal {cal_model:13} run {run_model:13} quota "
                          f"{cal.quota_cores:.3f}  target {row['target_step_s'] * 1e3:7.1f} ms  measured "
@@ -178,7 +182,8 @@ def _verdict(rows: list[dict], conditions: tuple[str, ...]) -> dict:
 
 def device_benchmark(*, quick: bool = False, runtime: str = "netns", out_dir: Path | None = None,
                      say: Callable[[str], None] = print, repetitions: int = 3, min_rep_s: float = 1.5,
-                     dataset: str = "mnist5k", devices: tuple[str, ...] = DEVICES, cross: bool = True) -> dict:
+                     dataset: str = "mnist5k", devices: tuple[str, ...] = DEVICES, cross: bool = True,
+                     pace: bool = False) -> dict:
     """The full run: 3 devices x 3 calibration models x 3 run models on the idle host (`cross`;
     else each on its own model), the own model again on the slow host. `quick`: one device, one
     model, the idle host (CI). The JSON is written after each host condition."""
@@ -189,16 +194,18 @@ def device_benchmark(*, quick: bool = False, runtime: str = "netns", out_dir: Pa
         repetitions, min_rep_s = 3, 1.0
     rows: list[dict] = []
     t = time.monotonic()
-    name = f"device-{runtime}{'-quick' if quick else ''}{'' if cross or quick else '-own'}.json"
+    name = (f"device-{runtime}{'-quick' if quick else ''}{'' if (cross and not pace) or quick else '-own'}"
+            f"{'-paced' if pace else ''}.json")
     out: dict = {}
     for i, condition in enumerate(conditions):
         b = DeviceBench(devices, models, cross=cross and condition == "idle" and not quick, repetitions=repetitions,
-                        min_rep_s=min_rep_s, dataset=dataset, say=say)
+                        min_rep_s=min_rep_s, dataset=dataset, say=say, pace=pace)
         rows += b.run(runtime, condition)
         verdict = _verdict(rows, conditions[:i + 1])
         out = {"benchmark": "device", "runtime": runtime, "quick": quick, "devices": list(devices),
                "device_speeds": {d: builtin()[d].speed.model_dump() for d in devices}, "models": list(models),
                "conditions": list(conditions[:i + 1]), "repetitions": repetitions, "min_rep_s": min_rep_s,
+               "paced": pace,
                "dataset": dataset, "cpuset": "0", "host_cpus": os.cpu_count(), "tolerance": TOLERANCE, "rows": rows,
                **verdict, "seconds": round(time.monotonic() - t, 1), "kernel": os.uname().release,
                "date": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -324,6 +324,8 @@ def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, 
                                              help="catalog devices, comma-separated"),
                  cross: bool = typer.Option(True, "--cross/--no-cross", help="also run each calibration on the "
                                             "other models (idle host)"),
+                 pace: bool = typer.Option(False, "--pace", help="the devices' steps paced to their time "
+                                           "(profile pace_steps), each on its own model"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Device profiles: measured step time against the device's target (3 devices x 3 models), on
     this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile."""
@@ -331,4 +333,4 @@ def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, 
 
     _run_refusable(device_benchmark, quick=quick, runtime=runtime, out_dir=out, say=typer.echo,
                    repetitions=repetitions, devices=tuple(d.strip() for d in devices.split(",") if d.strip()),
-                   cross=cross)
+                   cross=cross, pace=pace)

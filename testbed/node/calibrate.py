@@ -45,13 +45,15 @@ def count_flops(step) -> int:
 
 
 def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None, batch_size: int = 32,
-                  threads: int = 1, repetitions: int = 5, min_rep_s: float = 0.2) -> dict:
+                  threads: int = 1, repetitions: int = 5, min_rep_s: float = 0.2, pace_s: float = 0.0) -> dict:
     """Per repetition, the wall and CPU seconds of one training step (SGD, cross-entropy) of
     `model` on a batch of `dataset`; each repetition runs whole steps for at least `min_rep_s`,
-    after a warm-up of as long (a fresh process's first steps are slower, more so under a quota)."""
+    after a warm-up of as long (a fresh process's first steps are slower, more so under a quota).
+    `pace_s`: each step held to that time, as a paced device's worker holds it (node.pacing)."""
     import torch
 
     from testbed.data.models import build_model
+    from testbed.node.pacing import DevicePace
 
     torch.set_num_threads(threads)
     ds, x, y = _batch(dataset, seed, test_size, batch_size)
@@ -60,12 +62,20 @@ def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
 
-    def step() -> None:
+    def train() -> None:
         opt.zero_grad()
         loss_fn(net(x), y).backward()
         opt.step()
 
-    flops = count_flops(step)
+    pace = DevicePace(pace_s, len(y)) if pace_s > 0 else None
+
+    def step() -> None:
+        t0 = time.perf_counter()
+        train()
+        if pace is not None:
+            pace.after(time.perf_counter() - t0, len(y))
+
+    flops = count_flops(train)
     t, warm = time.perf_counter(), 0
     while warm < WARMUP_STEPS or time.perf_counter() - t < min_rep_s:  # first touches, allocator, caches
         step()
@@ -86,7 +96,7 @@ def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None
     return {"model": model, "dataset": dataset, "batch_size": int(len(y)), "threads": threads,
             "flops_per_step": flops, "step_s": wall, "cpu_s": cpu, "repetitions": repetitions,
             "step_s_median": statistics.median(wall), "cpu_s_median": statistics.median(cpu),
-            "cpus": len(os.sched_getaffinity(0)), "host": socket.gethostname()}
+            "cpus": len(os.sched_getaffinity(0)), "host": socket.gethostname(), "paced_s": pace_s}
 
 
 def run_calibration(result_path: str, **kwargs: Any) -> None:

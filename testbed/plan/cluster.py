@@ -55,6 +55,9 @@ class Node:
     image: Optional[str] = None  # a foreign image with its own entrypoint (kafka); None: edgebed's node image
     host: str = ""  # the machine it runs on (placement.py; set when the plan is made)
     device_cpus: Optional[float] = None  # a device profile's quota, once its host is calibrated (run/devices.py)
+    # a paced device (profile pace_steps): its step time for a batch of device_step_batch samples
+    device_step_s: float = 0.0
+    device_step_batch: int = 0
 
     @property
     def threads(self) -> int:

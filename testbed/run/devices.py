@@ -46,6 +46,12 @@ REPETITIONS = 5
 MIN_REP_S = 0.2
 VERIFY_REPETITIONS, VERIFY_REP_S = 3, 0.5  # the check under the quota (refine_quota)
 MAX_CORRECTION = 1.5
+# A paced device (profile pace_steps, node/pacing.py): its quota is this many times what its steps
+# need, so a step takes well under the device's time and is then held to it; the check under the
+# quota raises it (MAX_CORRECTION at most, within what the host can give) while a step takes more
+# than PACE_FILL of the device's time.
+PACE_HEADROOM = 2.0
+PACE_FILL = 0.8
 
 
 class DeviceRefused(RuntimeError):
@@ -70,6 +76,9 @@ class Calibration:
     quota_cores: float = 0.0
     threads: int = 1
     available_cores: float = 0.0
+    needed_cores: float = 0.0  # CPU seconds per step over the step's time: what the device needs
+    batch_size: int = 0  # the calibration's batch (a paced step's time is for this many samples)
+    paced: bool = False
     extra: dict = field(default_factory=dict)
 
     @property
@@ -99,24 +108,29 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
-def plan_quota(cal: Calibration, speed: Speed) -> Calibration:
-    """Fill in the target step time, the quota, the threads and what the host can give."""
+def plan_quota(cal: Calibration, speed: Speed, paced: bool = False) -> Calibration:
+    """Fill in the target step time, the quota (a paced device's with headroom, within what the
+    host can give), the threads and what the host can give."""
     cal.target_step_s = speed.step_seconds(cal.flops_per_step)
-    cal.quota_cores = cal.cpu_median / cal.target_step_s
+    cal.needed_cores = cal.quota_cores = cal.cpu_median / cal.target_step_s
     share = min(1.0, cal.cpu_median / cal.wall_median) if cal.wall_median > 0 else 1.0
     cal.available_cores = cal.host_cpus * share
+    cal.paced = paced
+    if paced:
+        cal.quota_cores = max(cal.needed_cores, min(cal.available_cores, cal.needed_cores * PACE_HEADROOM))
     cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
     return cal
 
 
 def shortfall_line(cal: Calibration) -> Optional[str]:
     """One line when the device needs more CPU than the node can get on its host, else None."""
-    if cal.quota_cores <= cal.available_cores:
+    need = cal.needed_cores if cal.paced else cal.quota_cores  # a paced quota's headroom is not a need
+    if need <= cal.available_cores:
         return None
-    short = cal.quota_cores - cal.available_cores
+    short = need - cal.available_cores
     return (f"{cal.node}: device {cal.device} is faster than host {cal.host} can give: it needs "
-            f"{cal.quota_cores:.2f} cores of this host for {cal.model}, the node can get {cal.available_cores:.2f} "
-            f"(short by {short:.2f} cores, {short / cal.quota_cores:.0%}); pick a slower device or a faster host")
+            f"{need:.2f} cores of this host for {cal.model}, the node can get {cal.available_cores:.2f} "
+            f"(short by {short:.2f} cores, {short / need:.0%}); pick a slower device or a faster host")
 
 
 def floor_line(cal: Calibration) -> Optional[str]:
@@ -192,10 +206,11 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
     cal = Calibration(node=node.name, host=node.host or str(r.get("host", "")), device=label,
                       gflops_per_core=speed.gflops, cores=speed.cores, model=str(r["model"]),
                       flops_per_step=int(r["flops_per_step"]), step_s=[float(x) for x in r["step_s"]],
-                      cpu_s=[float(x) for x in r["cpu_s"]], host_cpus=max(1, int(r["cpus"])))
+                      cpu_s=[float(x) for x in r["cpu_s"]], host_cpus=max(1, int(r["cpus"])),
+                      batch_size=int(r.get("batch_size") or 0))
     if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
         raise RuntimeError(f"{node.name}: the calibration measured no work (model {cal.model})")
-    return plan_quota(cal, speed)
+    return plan_quota(cal, speed, paced=bool(node.profile.pace_steps))
 
 
 def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",
@@ -221,9 +236,13 @@ def finish_check(runtime: Any, job: Job, cal: Calibration) -> Calibration:
     a quota costs on this host (caches refilled after each throttled slice) is in it. Sets it."""
     r = job.result("the calibration's check under the quota")
     measured = statistics.median(float(x) for x in r["step_s"])
-    factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
     first = cal.quota_cores
-    cal.quota_cores = first * factor
+    if cal.paced:  # only raised, while a step takes more than PACE_FILL of the device's time
+        factor = min(MAX_CORRECTION, max(1.0, measured / (PACE_FILL * cal.target_step_s)))
+        cal.quota_cores = max(first, min(cal.available_cores, first * factor))
+    else:
+        factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
+        cal.quota_cores = first * factor
     cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
     cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
                      check_step_s_median=measured, correction=factor)
@@ -310,10 +329,13 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
                 cal.extra["checked_beside"] = [n.name for n in group if n.name != cal.node]
                 refuse_if_short(cal)
     for cal in cals.values():
-        spec.node(cal.node).device_cpus = cal.quota_cores
+        node = spec.node(cal.node)
+        node.device_cpus = cal.quota_cores
+        if cal.paced:
+            node.device_step_s, node.device_step_batch = cal.target_step_s, cal.batch_size or sc.workload.batch_size
         say(f"{cal.node}: device {cal.device} on host {cal.host}: {cal.model} step {cal.target_step_s * 1e3:.1f} ms "
             f"(host: {cal.cpu_median * 1e3:.1f} ms CPU, spread {spread(cal.cpu_s):.0%}) -> quota "
-            f"{cal.quota_cores:.3f} cores, {cal.threads} thread(s)")
+            f"{cal.quota_cores:.3f} cores, {cal.threads} thread(s)" + (", steps paced" if cal.paced else ""))
     return {c: cal.meta() for c, cal in cals.items()}, oversubscribed_lines(list(cals.values()))
 
 

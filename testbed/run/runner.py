@@ -247,7 +247,8 @@ class Run:
                          workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
                          target=role_target(node.role, self.decentralized, sc.workload.command is not None),
                          addresses={n.name: n.address for n in spec.nodes}, records=self.records_address,
-                         control=self.control_address, log_path=self._log_path(node))
+                         control=self.control_address, log_path=self._log_path(node),
+                         step_target_s=node.device_step_s, step_target_batch=node.device_step_batch)
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
 
     def delays(self, node: Node, control: str = "") -> DelaySpec:

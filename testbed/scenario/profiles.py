@@ -48,6 +48,8 @@ class Profile(BothDirections):
                                   "calibrated on its host and runs at the device's speed (not with cpus)")
     speed: Optional[Speed] = Field(None, description="the speed in the catalog's unit, {gflops: per core, cores: N} "
                                    "(not with cpus or device)")
+    pace_steps: Optional[bool] = Field(None, description="a device's training steps held to its time in user "
+                                       "space, under a quota with headroom (node.pacing), not by the quota alone")
     memory: Bytes = None
     uplink: Optional[Direction] = None
     downlink: Optional[Direction] = None
@@ -104,6 +106,8 @@ class Profile(BothDirections):
                              "(a share of whatever host runs the node): keep one")
         if self.device is not None and self.speed is not None:
             raise ValueError("speed: the device names its speed; give device or speed, not both")
+        if self.pace_steps and not self.is_device():
+            raise ValueError("pace_steps: paces a device's steps to its calibrated time; give device or speed")
         if self.cpu_period is not None:
             if self.cpus is None and self.is_device():
                 raise ValueError("cpu_period: goes with cpus; a device's calibrated quota runs over the default "

@@ -16,6 +16,7 @@ import zmq
 
 from testbed.node import channel, transport
 from testbed.node.gpu import StepPacer, cap_error, is_out_of_memory, pick_device
+from testbed.node.pacing import DevicePace
 from testbed.node.wire import Message
 from testbed.scenario.schema import Scenario
 
@@ -86,6 +87,10 @@ class RoleConfig:
     # Where a command workload's program writes its output: a file of the runner's (netns: the same
     # host), or "" for the node's own output (a container's log, saved at teardown).
     log_path: str = ""
+    # A paced device (profile `pace_steps`, run/devices.py): its calibrated step time for a batch
+    # of step_target_batch samples (0: not paced)
+    step_target_s: float = 0.0
+    step_target_batch: int = 0
 
     def __post_init__(self):
         """The parts given as mappings (the runner's tables, or JSON in a container) as dataclasses."""
@@ -330,12 +335,14 @@ class WorkerData:
     y: torch.Tensor
     batches: Batches
     pacer: StepPacer  # a paced GPU share (node.gpu)
+    pace: Optional[DevicePace] = None  # a paced device's step time (node.pacing)
 
 
 @contextmanager
-def device_step(data: WorkerData, node: str):
-    """One step's work on the node's device (end it with a sync, e.g. loss.item()): paced to the
-    node's GPU share, and past its gpu_memory an error that names the cap."""
+def device_step(data: WorkerData, node: str, samples: int = 0):
+    """One step's work of `samples` on the node's device (end it with a sync, e.g. loss.item()):
+    paced to the node's GPU share and to a paced device's time, and past its gpu_memory an error
+    that names the cap."""
     t = time.perf_counter()
     try:
         yield
@@ -344,6 +351,8 @@ def device_step(data: WorkerData, node: str):
             raise cap_error(node, e) from e
         raise
     data.pacer.after(time.perf_counter() - t)
+    if data.pace is not None and samples > 0:
+        data.pace.after(time.perf_counter() - t, samples)
 
 
 def worker_setup(cfg: RoleConfig, sc: Scenario) -> WorkerData:
@@ -362,4 +371,5 @@ def worker_setup(cfg: RoleConfig, sc: Scenario) -> WorkerData:
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
     batches = Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank, [len(c) for c in chunks])
-    return WorkerData(model, ds, device, x, y, batches, StepPacer(device))
+    pace = DevicePace(cfg.step_target_s, cfg.step_target_batch) if cfg.step_target_s > 0 else None
+    return WorkerData(model, ds, device, x, y, batches, StepPacer(device), pace)

@@ -123,7 +123,7 @@ class PeerWorker:
         d = self.data
         idx = torch.from_numpy(d.batches.next(size))
         xb, yb = d.x[idx], d.y[idx]
-        with device_step(d, self.cfg.node):
+        with device_step(d, self.cfg.node, len(yb)):
             d.model.zero_grad(set_to_none=True)
             loss = F.cross_entropy(d.model(xb.to(d.device)), yb.to(d.device))
             loss.backward()

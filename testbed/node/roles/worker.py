@@ -124,7 +124,7 @@ class Worker:
     def compute(self, xb, yb) -> tuple[float, dict]:
         """(loss, gradients) of one batch."""
         device = self.data.device
-        with device_step(self.data, self.cfg.node):
+        with device_step(self.data, self.cfg.node, len(yb)):
             self.model.zero_grad(set_to_none=True)
             loss = F.cross_entropy(self.model(xb.to(device, non_blocking=True)), yb.to(device, non_blocking=True))
             loss.backward()
