@@ -265,6 +265,34 @@ def test_partition_and_heal(tmp_path, clean_host):
     assert (w1.time > 16).sum() >= 3  # TCP retransmits once healed: it trains again
 
 
+def test_an_offline_worker_is_cut_off_and_frozen_then_rejoins(tmp_path, clean_host):
+    """availability from a trace: w1 online until 6 s, offline until 12 s, then online again. Its
+    offline stretch is a cut from every node and a freeze (events.csv says why), BSP loses it and
+    goes on with the others, and back online it rejoins and trains."""
+    (tmp_path / "avail.csv").write_text("node,start,end\nw1,0,6\nw1,12,1000\n")
+    data = {"name": "availability", "seed": 1, "runtime": "netns",
+            "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 20},
+            "stop": {"seconds": 24}, "algorithm": {"name": "bsp"}, "faults": {"worker_timeout": "2s"},
+            "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}},
+            "workers": [{"count": 3, "profile": "edge"}], "availability": [{"target": "w1", "trace": "avail.csv"}]}
+    path = write_scenario(tmp_path, data)
+    run_dir = tmp_path / "run"
+    run_up(path, run_dir, "-q", timeout=200)
+    events = pd.read_csv(run_dir / "events.csv")
+    ours = events[events.target == "w1"].sort_values("time", kind="stable")
+    timeline = ours[ours.action.isin(["partition", "pause", "heal", "resume"])]
+    assert list(timeline.action) == ["partition", "pause", "heal", "resume"], ours.to_dict("records")
+    assert list(timeline.time.round()) == [6, 6, 12, 12], ours.to_dict("records")
+    assert {"lost", "rejoined"} <= set(ours.action), ours.to_dict("records")  # the PS's side of it
+    assert not ours.detail.str.contains("FAILED", na=False).any(), ours.to_dict("records")
+    assert ours[ours.action == "pause"].detail.str.contains("availability: offline").all()
+    steps = pd.read_csv(run_dir / "steps.csv")
+    w1, others = steps[steps.node == "w1"], steps[steps.node != "w1"]
+    assert ((w1.time > 6.6) & (w1.time < 12)).sum() == 0  # frozen: no step ends while offline
+    assert ((others.time > 9) & (others.time < 12)).sum() >= 4  # the others went on without it
+    assert (w1.time > 14).sum() >= 3  # back online, it rejoined and trains
+
+
 def test_crash_per_push_freezes_workers_and_training_goes_on(tmp_path, clean_host):
     """AdaComp's fail-stop crashes: after a push a worker crashes with probability p; the runner
     freezes it (recorded in events.csv), its steps stop, ASGD trains on with the others."""

@@ -2,7 +2,8 @@
 topology of sites and WAN links.
 
 `parse_scenario`/`load_scenario` are the whole validation: the schema's field checks, then
-what only a plan can tell (do the sites' subnets fit, is the WAN connected). They live here,
+what only a plan can tell (do the sites' subnets fit, is the WAN connected, when are the
+workers online). They live here,
 not in testbed.scenario.loading, because that second half is planning (a lower layer may not
 import it)."""
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Sequence, Union
 
+from testbed.plan.availability import availability_problems
 from testbed.plan.topology import topology_problems
 from testbed.scenario.checks import ScenarioError, validate_schema
 from testbed.scenario.loading import read_scenario_file
@@ -19,7 +21,7 @@ from testbed.scenario.models import Scenario
 
 def parse_scenario(data: Any) -> Scenario:
     sc = validate_schema(data)
-    lines = topology_problems(sc)
+    lines = topology_problems(sc) + availability_problems(sc)
     if lines:
         raise ScenarioError(lines)
     return sc

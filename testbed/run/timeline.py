@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.node import untrusted
+from testbed.plan.availability import plan_offline
 from testbed.scenario import units
 from testbed.scenario.schema import Event, resolve_target
 from testbed.scenario.traces import read_link_trace
@@ -119,7 +120,22 @@ def expand_events(sc) -> list[Change]:
             if "peers" in f:
                 f["peers"] = [p for p in f["peers"] if p != n]
             out.append(Change(ev.at, ev.at_step, n, ev.action, f, src))
-    return sorted(out)
+    return sorted(out + availability_changes(sc))
+
+
+def availability_changes(sc) -> list[Change]:
+    """Each worker's offline intervals (plan/availability.py) as changes: at the start cut off from
+    every other node and frozen, at the end healed and thawed (in that order: sorted by action)."""
+    names = sc.node_names()
+    out: list[Change] = []
+    for node, spans in plan_offline(sc).items():
+        peers = [n for n in names if n != node]
+        for start, end in spans:
+            out += [Change(start, None, node, "partition", {"peers": peers}, "availability: offline"),
+                    Change(start, None, node, "pause", {}, "availability: offline"),
+                    Change(end, None, node, "heal", {"peers": []}, "availability: online again"),
+                    Change(end, None, node, "resume", {}, "availability: online again")]
+    return out
 
 
 # --------------------------------------------------------------------------------------------

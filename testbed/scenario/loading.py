@@ -80,6 +80,9 @@ def _trace_fields(data: Any) -> list[tuple[str, str]]:
     for i, ev in enumerate(events if isinstance(events, list) else []):
         if isinstance(ev, dict) and isinstance(ev.get("trace"), str) and ev["trace"].strip():
             out.append((f"events[{i}].trace", ev["trace"]))
+    for i, entry in enumerate(_availability(data)):
+        if isinstance(entry.get("trace"), str) and entry["trace"].strip():
+            out.append((f"availability[{i}].trace", entry["trace"]))
     return out + [(f, d[k]) for f, d, k in _link_trace_slots(data) if not is_library_ref(d[k])]
 
 
@@ -136,13 +139,19 @@ def _resolve_trace_paths(data: Any, base: Path) -> Any:
 
 
 def _resolve_event_traces(data: Any, base: Path) -> Any:
-    """Relative event traces are taken from the scenario file's folder, not the cwd."""
+    """Relative event (and availability) traces are taken from the scenario file's folder, not the cwd."""
     events = data.get("events") if isinstance(data, dict) else None
-    for ev in events if isinstance(events, list) else []:
+    for ev in [*(events if isinstance(events, list) else []), *_availability(data)]:
         t = ev.get("trace") if isinstance(ev, dict) else None
         if isinstance(t, str) and t.strip() and not Path(t.strip()).is_absolute():
             ev["trace"] = str((base / t.strip()).resolve())
     return data
+
+
+def _availability(data: Any) -> list[dict]:
+    """The raw `availability` entries that are mappings."""
+    entries = data.get("availability") if isinstance(data, dict) else None
+    return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
 def scenario_to_yaml(sc: Scenario) -> str:

@@ -112,6 +112,33 @@ class Event(Direction):
         return {}
 
 
+class Availability(StrictModel):
+    """When some workers are online (issue 34): a seeded two-state model (exponential online and
+    offline durations) or a trace of online intervals. Offline, a worker's link is cut and its
+    trainer frozen; back online it rejoins as a thawed worker does (plan/availability.py)."""
+
+    target: str = Field("workers", description="a worker, a worker group's name, or 'workers'")
+    online: Seconds = Field(None, description="the model: mean time online")
+    offline: Seconds = Field(None, description="the model: mean time offline")
+    start: Literal["random", "online"] = Field("random", description="the model: each worker's first state "
+                                               "(random: online with the share of time it is online)")
+    trace: Optional[str] = Field(None, min_length=1, max_length=300,
+                                 description="a CSV of node,start,end: each worker's online intervals (seconds); "
+                                             "a worker of the target the trace does not name is always online")
+
+    @model_validator(mode="after")
+    def _model_or_trace(self) -> "Availability":
+        model = [f for f in ("online", "offline") if getattr(self, f) is not None]
+        if self.trace is not None and model:
+            raise ValueError(f"{model[0]}: give a trace or the model's online and offline, not both")
+        if self.trace is None and len(model) != 2:
+            raise ValueError("give the model's online and offline (mean seconds), or a trace")
+        for f in model:
+            if getattr(self, f) < 1.0:
+                raise ValueError(f"{f}: at least 1s (a worker that comes and goes faster is not emulated)")
+        return self
+
+
 class Scenario(StrictModel):
     name: str = "scenario"
     seed: int = Field(0, ge=0, le=2**31 - 1, description="data order, partition, stream rates, crash draws")
@@ -135,6 +162,8 @@ class Scenario(StrictModel):
     wan: Wan = Field(default_factory=Wan)
     links: list[NodeLink] = Field(default_factory=list, description="per node pair overrides of the access links")
     events: list[Event] = Field(default_factory=list, description="the timeline: changes during the run")
+    availability: list[Availability] = Field(default_factory=list, description="when workers are online: per "
+                                             "target a seeded on/off model or a trace of online intervals")
     faults: Faults = Field(default_factory=Faults)
     devices: Optional[dict[str, Device]] = Field(None, description="the scenario's own catalog entries (name -> "
                                                  "cores, memory, gflops, source, derivation), or a YAML file of "

@@ -1,0 +1,158 @@
+"""When each worker is offline (issue 34: devices that come and go), planned before the run.
+
+From the scenario's `availability` entries: a seeded two-state model (online and offline
+durations drawn from exponentials of the given means, each worker with its own stream of draws,
+so adding a worker does not move the others'), or a trace of online intervals (CSV
+`node,start,end`, seconds since the nodes started). The timeline turns each offline interval into
+changes (run/timeline.py): the worker cut off from every node and frozen at its start, healed and
+thawed at its end; the PS then treats it as it treats a worker that stopped answering and came
+back (lost, rejoined).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import random
+import re
+from pathlib import Path
+from typing import Optional
+
+from testbed.scenario.checks import resolve_target
+from testbed.scenario.models import Availability, Scenario
+
+# With no stop.seconds the model is drawn over this horizon; a run past it keeps its workers online.
+DEFAULT_HORIZON_S = 3600.0
+MAX_INTERVALS = 100_000  # offline intervals in one run (each is four timeline changes)
+MAX_TRACE_BYTES = 16 << 20
+MAX_TRACE_SECONDS = 7 * 86400.0
+NODE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
+
+Interval = tuple[float, float]
+
+
+def horizon(sc: Scenario) -> float:
+    return sc.stop.seconds if sc.stop.seconds is not None else DEFAULT_HORIZON_S
+
+
+def model_offline(entry: Availability, node: str, seed: int, until: float) -> list[Interval]:
+    """A worker's offline intervals within [0, until) from the two-state model."""
+    assert entry.online is not None and entry.offline is not None
+    rng = random.Random(f"availability-{seed}-{node}")
+    on_share = entry.online / (entry.online + entry.offline)
+    online = entry.start == "online" or rng.random() < on_share
+    t, out = 0.0, []
+    while t < until:
+        d = rng.expovariate(1.0 / (entry.online if online else entry.offline))
+        if not online:
+            out.append((t, min(until, t + d)))
+        t += d
+        online = not online
+    return out
+
+
+def read_trace(path: str | Path) -> dict[str, list[Interval]]:
+    """node -> its online intervals, sorted; ValueError naming the file and line (never quoting it)."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_TRACE_BYTES:
+            raise ValueError(f"{p}: larger than {MAX_TRACE_BYTES >> 20} MiB")
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: cannot be read ({type(e).__name__})") from None
+    rows = list(csv.reader(io.StringIO(text)))
+    if not rows or [c.strip() for c in rows[0]] != ["node", "start", "end"]:
+        raise ValueError(f"{p}: line 1: the header must be node,start,end")
+    out: dict[str, list[Interval]] = {}
+    for i, row in enumerate(rows[1:], start=2):
+        if not row or all(not c.strip() for c in row):
+            continue
+        node, start, end = _row(p, i, row)
+        out.setdefault(node, []).append((start, end))
+    for node, spans in out.items():
+        spans.sort()
+        for (a0, a1), (b0, _) in zip(spans, spans[1:]):
+            if b0 < a1:
+                raise ValueError(f"{p}: {node}'s online intervals overlap ({a0:g}-{a1:g} and from {b0:g})")
+    return out
+
+
+def _row(p: Path, i: int, row: list[str]) -> tuple[str, float, float]:
+    if len(row) != 3:
+        raise ValueError(f"{p}: line {i}: not 3 fields (node,start,end)")
+    node = row[0].strip()
+    if not NODE_NAME.fullmatch(node):
+        raise ValueError(f"{p}: line {i}: not a node name")
+    try:
+        start, end = float(row[1]), float(row[2])
+    except ValueError:
+        raise ValueError(f"{p}: line {i}: start and end are not numbers") from None
+    if not (math.isfinite(start) and math.isfinite(end) and 0 <= start < end <= MAX_TRACE_SECONDS):
+        raise ValueError(f"{p}: line {i}: not 0 <= start < end <= {MAX_TRACE_SECONDS:g}")
+    return node, start, end
+
+
+def trace_offline(online: list[Interval], until: float) -> list[Interval]:
+    """The gaps between online intervals within [0, until): when the worker is offline."""
+    out, t = [], 0.0
+    for start, end in online:
+        if start > t and t < until:
+            out.append((t, min(start, until)))
+        t = max(t, end)
+    if t < until:
+        out.append((t, until))
+    return [(a, b) for a, b in out if b > a]
+
+
+def plan_offline(sc: Scenario, traces: Optional[dict[int, dict[str, list[Interval]]]] = None) -> dict[str, list[Interval]]:
+    """Every worker's offline intervals (workers always online are left out). `traces`: the
+    entries' read traces by index (read here when not given)."""
+    until = horizon(sc)
+    out: dict[str, list[Interval]] = {}
+    for i, entry in enumerate(sc.availability):
+        trace = None
+        if entry.trace is not None:
+            trace = (traces or {}).get(i) or read_trace(entry.trace)
+        for node in resolve_target(sc, entry.target):
+            if trace is None:
+                spans = model_offline(entry, node, sc.seed, until)
+            else:
+                spans = trace_offline(trace[node], until) if node in trace else []
+            if spans:
+                out[node] = spans
+    return out
+
+
+def availability_problems(sc: Scenario) -> list[str]:
+    """One line per entry that names no workers, a worker named twice, a trace that cannot be
+    read or names nodes its target does not have, or a plan past MAX_INTERVALS."""
+    lines: list[str] = []
+    seen: dict[str, int] = {}
+    workers = {n for n, _ in sc.worker_names()}
+    traces: dict[int, dict[str, list[Interval]]] = {}
+    for i, entry in enumerate(sc.availability):
+        field = f"availability[{i}]"
+        nodes = resolve_target(sc, entry.target)
+        if not nodes or not set(nodes) <= workers:
+            lines.append(f"{field}.target: '{entry.target[:40]}' names no worker, worker group or 'workers'")
+            continue
+        twice = sorted(n for n in nodes if n in seen)
+        if twice:
+            lines.append(f"{field}.target: {twice[0]} is in availability[{seen[twice[0]]}] too")
+        seen.update({n: i for n in nodes if n not in seen})
+        if entry.trace is not None:
+            try:
+                traces[i] = read_trace(entry.trace)
+            except ValueError as e:
+                lines.append(f"{field}.trace: {e}")
+                continue
+            stray = sorted(set(traces[i]) - set(nodes))
+            if stray:
+                lines.append(f"{field}.trace: names {stray[0][:40]}, not a worker of '{entry.target[:40]}'")
+    if not lines:
+        total = sum(len(v) for v in plan_offline(sc, traces).values())
+        if total > MAX_INTERVALS:
+            lines.append(f"availability: {total} offline intervals in {horizon(sc):g} s, more than {MAX_INTERVALS} "
+                         "(longer mean durations, or a shorter run)")
+    return lines

@@ -1,0 +1,113 @@
+"""Workers that come and go (issue 34, availability): the seeded on/off model, traces of online
+intervals, their validation, and the timeline changes they become."""
+
+from __future__ import annotations
+
+import pytest
+
+from testbed.plan import parse_scenario
+from testbed.plan.availability import model_offline, plan_offline, read_trace, trace_offline
+from testbed.run.timeline import expand_events
+from testbed.scenario.checks import ScenarioError
+from testbed.scenario.loading import read_scenario_file
+from testbed.scenario.models import Availability
+
+
+def _sc(availability, workers=None, seconds=600, **extra):
+    return parse_scenario({"workers": workers or [{"count": 3}], "stop": {"seconds": seconds},
+                           "availability": availability, **extra})
+
+
+def _lines(data) -> list[str]:
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario(data)
+    return e.value.lines
+
+
+def test_the_model_is_seeded_per_worker_and_offline_for_its_share_of_the_time():
+    entry = Availability(online="60s", offline="20s")
+    a = model_offline(entry, "w0", 1, 200_000.0)
+    assert a == model_offline(entry, "w0", 1, 200_000.0)  # the same seed, the same plan
+    assert a != model_offline(entry, "w1", 1, 200_000.0) and a != model_offline(entry, "w0", 2, 200_000.0)
+    off = sum(e - s for s, e in a)
+    assert off / 200_000.0 == pytest.approx(20 / 80, abs=0.02)
+    assert sum(e - s for s, e in a) / len(a) == pytest.approx(20.0, rel=0.1)  # mean offline stretch
+    assert all(0 <= s < e <= 200_000.0 for s, e in a) and all(x[1] < y[0] for x, y in zip(a, a[1:]))
+    first = model_offline(Availability(online="60s", offline="20s", start="online"), "w0", 1, 1000.0)
+    assert first[0][0] > 0  # starts online
+
+
+def test_a_trace_s_gaps_are_the_offline_intervals(tmp_path):
+    f = tmp_path / "avail.csv"
+    f.write_text("node,start,end\nw0,0,30\nw0,50,80\nw1,10,600\n\n")
+    trace = read_trace(f)
+    assert trace == {"w0": [(0.0, 30.0), (50.0, 80.0)], "w1": [(10.0, 600.0)]}
+    assert trace_offline(trace["w0"], 100.0) == [(30.0, 50.0), (80.0, 100.0)]
+    assert trace_offline(trace["w1"], 100.0) == [(0.0, 10.0)]
+    sc = _sc([{"target": "workers", "trace": str(f)}], seconds=100)
+    assert plan_offline(sc) == {"w0": [(30.0, 50.0), (80.0, 100.0)], "w1": [(0.0, 10.0)]}  # w2: always online
+
+
+@pytest.mark.parametrize("text, why", [
+    ("device,start,end\nw0,0,1\n", "line 1: the header must be node,start,end"),
+    ("node,start,end\nw0,0\n", "line 2: not 3 fields"),
+    ("node,start,end\nW 0,0,1\n", "line 2: not a node name"),
+    ("node,start,end\nw0,zero,1\n", "line 2: start and end are not numbers"),
+    ("node,start,end\nw0,5,5\n", "line 2: not 0 <= start < end"),
+    ("node,start,end\nw0,nan,5\n", "line 2: not 0 <= start < end"),
+    ("node,start,end\nw0,0,10\nw0,5,20\n", "w0's online intervals overlap"),
+])
+def test_a_bad_trace_is_one_line_naming_the_field_and_line(tmp_path, text, why):
+    f = tmp_path / "avail.csv"
+    f.write_text(text)
+    line, = _lines({"workers": [{"count": 2}], "availability": [{"trace": str(f)}]})
+    assert line.startswith("availability[0].trace: ") and why in line
+    assert "W 0" not in line and "zero" not in line  # the file's text is never quoted
+
+
+def test_what_the_entries_may_not_be():
+    assert _lines({"availability": [{"online": "60s"}]}) == [
+        "availability[0]: give the model's online and offline (mean seconds), or a trace"]
+    assert "not both" in _lines({"availability": [{"online": "1m", "offline": "1m", "trace": "x.csv"}]})[0]
+    assert "at least 1s" in _lines({"availability": [{"online": "0.5s", "offline": "1m"}]})[0]
+    line, = _lines({"availability": [{"target": "ps", "online": "1m", "offline": "1m"}]})
+    assert line == "availability[0].target: 'ps' names no worker, worker group or 'workers'"
+    line, = _lines({"availability": [{"online": "1m", "offline": "1m"}, {"target": "w1", "online": "1m",
+                                                                          "offline": "1m"}]})
+    assert line == "availability[1].target: w1 is in availability[0] too"
+    line, = _lines({"workers": [{"count": 3}], "stop": {"seconds": 86400},  # about 43,200 each
+                    "availability": [{"online": "1s", "offline": "1s"}]})
+    assert line.startswith("availability: ") and "more than 100000" in line
+
+
+def test_a_trace_naming_a_node_outside_its_target(tmp_path):
+    f = tmp_path / "avail.csv"
+    f.write_text("node,start,end\nw0,0,10\nw5,0,10\n")
+    line, = _lines({"workers": [{"count": 2}], "availability": [{"trace": str(f)}]})
+    assert line == "availability[0].trace: names w5, not a worker of 'workers'"
+
+
+def test_offline_becomes_a_cut_and_a_freeze_then_a_heal_and_a_thaw(tmp_path):
+    f = tmp_path / "avail.csv"
+    f.write_text("node,start,end\nw1,0,20\nw1,35,600\n")
+    sc = _sc([{"target": "workers", "trace": str(f)}], workers=[{"count": 2}], seconds=100)
+    changes = [c for c in expand_events(sc) if c.node == "w1"]
+    assert [(c.time, c.action) for c in changes] == [(20.0, "partition"), (20.0, "pause"), (35.0, "heal"),
+                                                      (35.0, "resume")]
+    assert changes[0].fields == {"peers": ["ps", "eval", "w0"]} and changes[2].fields == {"peers": []}
+    assert changes[0].source == "availability: offline"
+    assert [c for c in expand_events(sc) if c.node == "w0"] == []
+
+
+def test_a_relative_trace_is_read_from_the_scenario_s_folder(tmp_path):
+    (tmp_path / "avail.csv").write_text("node,start,end\nw0,0,10\n")
+    path = tmp_path / "sc.yaml"
+    path.write_text("workers: [{count: 1}]\navailability: [{trace: avail.csv}]\n")
+    data = read_scenario_file(path)
+    assert data["availability"][0]["trace"] == str((tmp_path / "avail.csv").resolve())
+    outside = tmp_path / "sub"
+    outside.mkdir()
+    (outside / "sc.yaml").write_text("workers: [{count: 1}]\navailability: [{trace: ../avail.csv}]\n")
+    with pytest.raises(ScenarioError) as e:
+        read_scenario_file(outside / "sc.yaml")
+    assert e.value.lines[0].startswith("availability[0].trace: ") and "outside the scenario's folder" in e.value.lines[0]
