@@ -54,8 +54,9 @@ class Events:
         return detail + "started again"
 
     def record(self, change: Change, applied_at: float, detail: str) -> None:
+        # a scenario event's time says where it came from; a request's or an availability plan's says why
         when = f"at_step {change.step}; " if change.step is not None else \
-            f"{change.source}; " if change.time is None else ""
+            f"{change.source}; " if change.time is None or not change.source.startswith("events[") else ""
         self.table.write(time=applied_at, scheduled_time=change.time, target=change.node, action=change.action,
                          detail=f"{when}{change.describe()} -> {detail}".strip())
         self.say(f"[{applied_at:7.1f}s] event {change.action} {change.node}: {detail}")
