@@ -86,7 +86,8 @@ def _table1_metrics(result: dict, scale: str) -> dict:
 register(Experiment(
     name="table-selsync-1", paper="selsync", title="SelSync vs BSP, FedAvg and SSP: iterations, LSSR, accuracy, speed-up",
     claim="16 workers: SelSync reaches BSP's accuracy on every model with LSSR 0.72-0.97, 1.67x-13.75x faster than BSP "
-          "(e.g. ResNet101 delta=0.3: +1.57% accuracy, 4.62x); FedAvg with C=0.5 and SSP miss it on some models",
+          "(e.g. AlexNet delta=0.3: +1.57% accuracy, 4.62x); FedAvg with C=0.5 misses it on all four models, SSP on "
+          "two (ResNet101, VGG11)",
     expect="SelSync reaches the target accuracy faster than BSP, where synchronization dominates a step",
     scenario="scenarios/selsync/table1.{scale}.yaml",
     series=[Series("BSP", {"algorithm": {"name": "bsp"}}),
