@@ -68,13 +68,6 @@ def _stream_consumer(bootstrap: str, topic: str, seconds: float, warmup: float, 
 READY_SECONDS = 60.0
 
 
-def _wait_for(path: Path, seconds: float) -> bool:
-    deadline = time.monotonic() + seconds
-    while not path.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return path.exists()
-
-
 def _broker_job(address: str, stop_event, ready_path: str) -> None:
     from testbed.data.streaming.broker import run_broker
 
@@ -108,7 +101,7 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
         ready = bench.result("broker.ready")
         rt.start("ps", _broker_job, {"address": spec.ps.address, "stop_event": stop, "ready_path": str(ready)})
         # a loaded host starts the broker's process slowly: wait for it, then say which step failed
-        if not _wait_for(ready, READY_SECONDS):
+        if not ready.arrived(READY_SECONDS):
             raise RuntimeError(f"the broker was not ready within {READY_SECONDS:.0f} s")
         names = [f"device-{w.name}" for w in spec.workers]
         created = bench.result("topics.done")
