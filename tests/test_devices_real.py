@@ -74,8 +74,10 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
     # the mean: a step's compute time comes in whole 100 ms CFS periods (one or two at this quota)
     compute = steps[steps.node == "w0"].compute_seconds.iloc[4:].mean()
     # unthrottled this host takes a tenth of the target; at the quota about the target (the worker's
-    # messages are paid from the same quota; edgebed bench device times the steps alone)
-    assert 0.8 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
+    # messages are paid from the same quota; edgebed bench device times the steps alone). The bounds
+    # are loose on purpose: a quota's step cost moves 5-28% between windows (BENCHMARKS.md, "The noise
+    # floor"); CI once measured 0.77x. What is checked here is that the quota throttles at all.
+    assert 0.5 * dev["target_step_s"] <= compute <= 1.5 * dev["target_step_s"], (compute, dev)
     assert dev["correction"] == pytest.approx(dev["quota_cores"] / dev["first_quota_cores"])
 
 
