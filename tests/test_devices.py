@@ -325,7 +325,8 @@ class FakeRuntime:
 
 
 def test_calibrate_devices_sets_quotas_threads_and_meta():
-    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4"}, "fixed": {"cpus": 0.5}},
+    # the quota alone (pace_steps: false; the paced quota's headroom: the pacing tests below)
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4", "pace_steps": False}, "fixed": {"cpus": 0.5}},
                          "workers": [{"count": 1, "profile": "pi"}, {"count": 1, "profile": "fixed", "name": "f"}]})
     spec = build_cluster(sc, "abc123")
     rt = FakeRuntime(cpu_s=0.004, wall_s=0.004)
@@ -364,7 +365,8 @@ def test_measure_steps_counts_the_flops_of_forward_and_backward():
 
 
 def test_the_check_under_the_quota_corrects_it_once():
-    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4"}}, "workers": [{"count": 1, "profile": "pi"}]})
+    sc = parse_scenario({"profiles": {"pi": {"device": "raspberry-pi-4", "pace_steps": False}},
+                         "workers": [{"count": 1, "profile": "pi"}]})
     target = 1e8 / 7.2e9
     rt = FakeRuntime(cpu_s=0.004, wall_s=0.004, under_quota=1.1 * target)  # 10% slow under the quota
     cals, _ = run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)
@@ -458,7 +460,14 @@ def test_pace_steps_belongs_to_a_device_profile():
     line, = errors(one_profile(cpus=0.5, pace_steps=True))
     assert line.startswith("profiles.edge: pace_steps: ")
     sc = parse_scenario(one_profile(device="raspberry-pi-4", pace_steps=True))
-    assert sc.profiles["edge"].pace_steps is True
+    assert sc.profiles["edge"].pace_steps is True and sc.profiles["edge"].paces_steps()
+
+
+def test_a_device_profile_is_paced_unless_it_says_not():
+    assert parse_scenario(one_profile(device="raspberry-pi-4")).profiles["edge"].paces_steps()
+    assert parse_scenario(one_profile(speed={"gflops": 2, "cores": 1})).profiles["edge"].paces_steps()
+    assert not parse_scenario(one_profile(device="raspberry-pi-4", pace_steps=False)).profiles["edge"].paces_steps()
+    assert not parse_scenario(one_profile(cpus=0.5)).profiles["edge"].paces_steps()  # a host share is not paced
 
 
 def test_a_paced_step_is_held_to_the_device_s_time_and_an_overrun_is_made_up_once():

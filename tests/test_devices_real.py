@@ -38,8 +38,11 @@ def _quota_in_cgroup(run_id: str, node: str) -> tuple[float, int]:
 @pytest.mark.timeout(240)
 @pytest.mark.serial  # it measures the host's speed: beside another lane the step came out at 0.76 of its target
 def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
+    """The quota alone (pace_steps: false): the calibrated quota in the node's cgroup."""
+    sc = json.loads(json.dumps(SCENARIO))
+    sc["profiles"]["pi"]["pace_steps"] = False
     run_dir = tmp_path / "run"
-    proc = start_up(write_scenario(tmp_path, SCENARIO), run_dir)
+    proc = start_up(write_scenario(tmp_path, sc), run_dir)
     try:
         meta_path, seen = run_dir / "meta.json", None
         deadline = time.monotonic() + 120
@@ -85,15 +88,13 @@ def test_device_node_is_calibrated_and_its_quota_set(tmp_path, clean_host):
 @pytest.mark.timeout(240)
 @pytest.mark.serial  # it measures the host's speed, as the test above
 def test_a_paced_device_s_steps_take_its_time(tmp_path, clean_host):
-    """pace_steps: the quota has headroom (PACE_HEADROOM x what the steps need) and the worker
-    holds each step's compute to the device's time, so the mean lands on the target from above
-    (a throttled overrun is made up by the next pauses) rather than around it."""
+    """Paced, a device profile's default: the quota has headroom (PACE_HEADROOM x what the steps
+    need) and the worker holds each step's compute to the device's time, so the mean lands on the
+    target from above (a throttled overrun is made up by the next pauses) rather than around it."""
     from testbed.run.devices import PACE_HEADROOM
 
-    sc = json.loads(json.dumps(SCENARIO))
-    sc["profiles"]["pi"]["pace_steps"] = True
     run_dir = tmp_path / "run"
-    proc = start_up(write_scenario(tmp_path, sc), run_dir)
+    proc = start_up(write_scenario(tmp_path, SCENARIO), run_dir)
     out, _ = proc.communicate(timeout=200)
     assert proc.returncode == 0, out[-3000:]
     dev = json.loads((run_dir / "meta.json").read_text())["nodes"]["w0"]["device"]

@@ -59,7 +59,7 @@ class Neighbour:
 
 
 def _scenario(devices: tuple[str, ...], dataset: str, pace: bool = False) -> dict:
-    profiles: dict[str, dict] = {f"dev{i}": {"device": d, "cpuset": "0", **({"pace_steps": True} if pace else {})}
+    profiles: dict[str, dict] = {f"dev{i}": {"device": d, "cpuset": "0", "pace_steps": pace}
                                  for i, d in enumerate(devices)}
     profiles["host1"] = {"cpus": 1.0, "cpuset": "0"}
     workers = [{"count": 1, "profile": f"dev{i}", "name": f"d{i}"} for i in range(len(devices))]

@@ -324,8 +324,9 @@ def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, 
                                              help="catalog devices, comma-separated"),
                  cross: bool = typer.Option(True, "--cross/--no-cross", help="also run each calibration on the "
                                             "other models (idle host)"),
-                 pace: bool = typer.Option(False, "--pace", help="the devices' steps paced to their time "
-                                           "(profile pace_steps), each on its own model"),
+                 pace: bool = typer.Option(False, "--pace", help="the devices' steps paced to their time (a "
+                                           "device profile's default), each on its own model; without it "
+                                           "the quota alone (pace_steps: false)"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Device profiles: measured step time against the device's target (3 devices x 3 models), on
     this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile."""

@@ -210,7 +210,7 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
                       batch_size=int(r.get("batch_size") or 0))
     if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
         raise RuntimeError(f"{node.name}: the calibration measured no work (model {cal.model})")
-    return plan_quota(cal, speed, paced=bool(node.profile.pace_steps))
+    return plan_quota(cal, speed, paced=node.profile.paces_steps())
 
 
 def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",

@@ -49,7 +49,8 @@ class Profile(BothDirections):
     speed: Optional[Speed] = Field(None, description="the speed in the catalog's unit, {gflops: per core, cores: N} "
                                    "(not with cpus or device)")
     pace_steps: Optional[bool] = Field(None, description="a device's training steps held to its time in user "
-                                       "space, under a quota with headroom (node.pacing), not by the quota alone")
+                                       "space, under a quota with headroom (node.pacing), not by the quota alone; "
+                                       "the default for a device profile (false: the quota alone)")
     memory: Bytes = None
     uplink: Optional[Direction] = None
     downlink: Optional[Direction] = None
@@ -128,6 +129,12 @@ class Profile(BothDirections):
     def is_device(self) -> bool:
         """Whether the node's speed is in device terms (calibrated per host), not a host share."""
         return self.device is not None or self.speed is not None
+
+    def paces_steps(self) -> bool:
+        """Whether a device node's steps are paced (node/pacing.py): by default, unless pace_steps is false.
+        Paced, a step took its device's time within 2.5% on two hosts; by the quota alone, within
+        24% (BENCHMARKS.md, "Device profiles")."""
+        return self.is_device() and self.pace_steps is not False
 
     def has_gpus(self) -> bool:
         return self.gpus not in (None, 0, [])
