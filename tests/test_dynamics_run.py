@@ -351,3 +351,39 @@ def test_killing_the_broker_ends_the_run_clearly(tmp_path, clean_host):
     steps = pd.read_csv(run_dir / "steps.csv")
     assert len(steps) > 0 and steps.time.max() < killed + 4  # records up to the kill, readable
     assert _leftovers(run_dir) == []
+
+
+def test_fedavg_rounds_select_from_the_online_and_drop_the_offline(tmp_path, clean_host):
+    """fedavg, K = 2 of 5 workers with over-selection 1.5 (3 selected a round), a 3-s deadline; w1
+    offline from 5 to 13 s (a trace). Rounds go on while it is away, none counts it as finished,
+    the PS stops drawing it once it lost it, and back online it finishes rounds again; every row
+    of rounds.csv agrees with itself."""
+    (tmp_path / "avail.csv").write_text("node,start,end\nw1,0,5\nw1,13,1000\n")
+    data = {"name": "fedavg-availability", "seed": 1, "runtime": "netns",
+            "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 2},
+            "stop": {"seconds": 24}, "faults": {"worker_timeout": "2s"},
+            "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": 2, "over_selection": 1.5,
+                                                       "deadline_s": 3}},
+            "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}},
+            "workers": [{"count": 5, "profile": "edge"}], "availability": [{"target": "w1", "trace": "avail.csv"}]}
+    path = write_scenario(tmp_path, data)
+    run_dir = tmp_path / "run"
+    run_up(path, run_dir, "-q", timeout=200)
+    rounds = pd.read_csv(run_dir / "rounds.csv", keep_default_na=False)
+    assert len(rounds) >= 10, rounds
+    names = {c: rounds[c].map(lambda s: set(s.split())) for c in ("online", "selected", "finished", "dropped")}
+    for i in rounds.index:  # each row agrees with itself
+        sel, fin = names["selected"][i], names["finished"][i]
+        assert len(sel) == min(3, rounds.n_online[i]) == rounds.n_selected[i] and sel <= names["online"][i]
+        assert fin <= sel and len(fin) <= 2 and names["dropped"][i] == sel - fin, rounds.loc[i].to_dict()
+    assert set(rounds.reason) <= {"reports", "deadline", "abandoned at deadline", "no selected client left"}
+    w1_finished = rounds.time[names["finished"].map(lambda s: "w1" in s)]
+    assert not ((w1_finished > 5.7) & (w1_finished < 13)).any(), list(w1_finished)  # offline: never reports
+    away = rounds[(rounds.time > 9) & (rounds.time < 13)]
+    assert len(away) >= 3, rounds  # training goes on without it
+    assert (~away.online.str.contains("w1")).any(), away  # lost: no longer online as the PS sees it
+    assert (w1_finished > 13).any(), rounds  # back online, it is drawn and reports again
+    ps = json.loads((run_dir / "ps.json").read_text())
+    assert sum(ps["strategy"]["rounds_closed"].values()) == len(rounds)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["final_accuracy"] > 0.6, summary

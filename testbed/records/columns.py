@@ -15,6 +15,10 @@ EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss
 TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "delta_bytes", "packets"]
 EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
 SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
+# one row per closed round of a strategy with client selection (fedavg): who was online (the PS's
+# view), selected, finished in time and dropped; names space-separated
+ROUND_COLUMNS: list[str] = ["time", "round", "reason", "open_seconds", "n_online", "n_selected", "n_finished",
+                            "n_dropped", "online", "selected", "finished", "dropped"]
 RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds",
                                 "gpu_memory_bytes", "gpu_util",  # GPU: where NVML shows the node's processes
                                 # fidelity (records.fidelity): quota in cores now, runnable-but-waiting

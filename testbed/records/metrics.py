@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, REPORT_COLUMNS,
-                                     RESOURCE_COLUMNS, SERVER_COLUMNS, SHAPING_COLUMNS, STEP_COLUMNS,
+                                     RESOURCE_COLUMNS, ROUND_COLUMNS, SERVER_COLUMNS, SHAPING_COLUMNS, STEP_COLUMNS,
                                      STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
 
 TABLES: dict[str, list[str]] = {
@@ -24,6 +24,7 @@ TABLES: dict[str, list[str]] = {
     "traffic.csv": TRAFFIC_COLUMNS,
     "events.csv": EVENT_COLUMNS,
     "server.csv": SERVER_COLUMNS,
+    "rounds.csv": ROUND_COLUMNS,  # strategies with client selection: one row per round
     "resources.csv": RESOURCE_COLUMNS,
     "stream.csv": STREAM_STEP_COLUMNS,  # per streaming step: how long the batch took to arrive
     "buffer.csv": BUFFER_COLUMNS,  # ~1 s per device: its stream buffer's counters

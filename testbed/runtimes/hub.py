@@ -65,7 +65,7 @@ RESEND = 0.2  # s between repeats of an unanswered request
 # ControlHub.open_reports).
 TABLE_ROLES: dict[str, tuple[str, ...]] = {
     "steps.csv": ("worker",), "stream.csv": ("worker",), "buffer.csv": ("worker",), "peers.csv": ("worker",),
-    "eval.csv": ("evaluator",), "server.csv": ("ps",), "events.csv": ("ps",), "report.csv": (),
+    "eval.csv": ("evaluator",), "server.csv": ("ps",), "rounds.csv": ("ps",), "events.csv": ("ps",), "report.csv": (),
     "traffic.csv": (), "resources.csv": (), "shaping.csv": ()}
 REPORT_TABLES = ("steps.csv", "eval.csv", "report.csv")  # what edgebed.report writes
 REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command workload's programs

@@ -84,6 +84,8 @@ class ServerState:
     push_meta: PushMeta = field(default_factory=PushMeta)  # what the push being handled said (e.g. batch_size)
     # Per-push log the PS writes to server.csv: (worker, staleness, lr applied).
     log: list[tuple[str, int, float]] = field(default_factory=list)
+    # Per-round records the PS writes to rounds.csv (strategies with client selection: fedavg.py).
+    rounds: list[dict] = field(default_factory=list)
 
     def apply(self, update: Tensors, lr: float) -> None:
         """Plain SGD step W <- W - lr * update on the tensors present in `update`."""
@@ -193,6 +195,11 @@ class Strategy(ABC):
     def report(self) -> dict:
         """What the strategy decided over the run, for RUN/ps.json (e.g. ADSP's commit rate search)."""
         return {}
+
+    def server_on_tick(self, server: ServerState, now: float) -> list[str]:
+        """Called between messages (`now`: time.monotonic()); return workers to answer now (a
+        round whose deadline passed closes)."""
+        return []
 
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
         """A worker stopped; return workers to answer now (a barrier may complete)."""

@@ -71,6 +71,10 @@ class LocalSGD(BSP):
                                                                          self.params.fraction, self.seed):
             self._acc, self._local = None, 0
             return {}  # sits this round out: check in, then idle until the round's model arrives
+        return self._accumulate(grads)
+
+    def _accumulate(self, grads: Tensors) -> Optional[Tensors]:
+        """Add this step's gradients to the round's sum: the sum after H steps, else None."""
         if self._acc is None:
             self._acc = {n: torch.zeros_like(g, dtype=torch.float32) for n, g in grads.items()}
         for n, g in grads.items():

@@ -4,7 +4,7 @@ with the model, feeds the evaluator, and keeps track of which workers are still 
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import zmq
 
@@ -60,6 +60,7 @@ class ParameterServer(ServingRole):
         self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
         self.log = channel.open_table(cfg, "server.csv")
         self.events = channel.open_table(cfg, "events.csv")
+        self.rounds: Any = None  # rounds.csv, opened at the first round a strategy records
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
         self.feed = EvalFeed(self.ep, self.cfg.now)
         self.members = Membership()
@@ -74,6 +75,11 @@ class ParameterServer(ServingRole):
     def tend(self) -> None:
         self.check_lost()
         self.admit()
+        before = len(self.server.log)
+        answer = self.strategy.server_on_tick(self.server, time.monotonic())  # a round's deadline
+        self.record(before)
+        for w in answer:
+            self.send_model(w)
 
     def active(self) -> set[str]:
         return self.members.active()
@@ -170,13 +176,23 @@ class ParameterServer(ServingRole):
         before = len(server.log)
         server.push_meta = meta
         answer = self.strategy.server_on_push(server, sender, msg.tensors, base_version)
-        for w, staleness, lr in server.log[before:]:
-            self.log.write(time=self.cfg.now(), version=server.version, worker=w, staleness=staleness, lr=lr,
-                           payload_bytes=nbytes if w == sender else None)
-        del server.log[:]
+        self.record(before, sender, nbytes)
         for w in answer:
             self.send_model(w)
         self.maybe_snapshot()
+
+    def record(self, before: int, sender: Optional[str] = None, nbytes: int = 0) -> None:
+        """What the strategy logged since `before`: server.csv's rows, and rounds.csv's (fedavg)."""
+        server, now = self.server, self.cfg.now()
+        for w, staleness, lr in server.log[before:]:
+            self.log.write(time=now, version=server.version, worker=w, staleness=staleness, lr=lr,
+                           payload_bytes=nbytes if w == sender else None)
+        del server.log[:]
+        if server.rounds and self.rounds is None:
+            self.rounds = channel.open_table(self.cfg, "rounds.csv")
+        for row in server.rounds:
+            self.rounds.write(time=now, **round_row(row))
+        del server.rounds[:]
 
     def send(self, msg: Message, to: str) -> None:
         m = self.members
@@ -259,6 +275,13 @@ class ParameterServer(ServingRole):
     def maybe_snapshot(self) -> None:
         if self.schedule.due(self.server.version, self.cfg.now()):
             self.snapshot(again=self.schedule.timed)
+
+
+def round_row(r: dict) -> dict:
+    """A strategy's round record as rounds.csv's row: counts, and the names space-separated."""
+    names = {k: r[k] for k in ("online", "selected", "finished", "dropped")}
+    return {"round": r["round"], "reason": r["reason"], "open_seconds": r["open_seconds"],
+            **{f"n_{k}": len(v) for k, v in names.items()}, **{k: " ".join(v) for k, v in names.items()}}
 
 
 def run_ps(cfg: RoleConfig, stop_event) -> None:

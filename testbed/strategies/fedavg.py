@@ -1,0 +1,177 @@
+"""FedAvg with client selection as production federated learning runs it: K clients a round from
+those online, over-selection, and a deadline.
+
+McMahan et al. 2017, Algorithm 1 (FederatedAveraging): in round t the server picks a set S_t of
+clients and sends them w_t; each takes E local epochs of SGD (here `period`, H local steps) and
+returns its update; the server applies w_{t+1} = w_t - lr (1/|R_t|) sum_{k in R_t} sum_h g_k,h over
+the clients R_t that reported (equal shards: equal weights; for plain SGD the mean of the local
+models). Bonawitz et al. 2019 ("Towards Federated Learning at Scale", Sec. 2.2): the server selects
+among the devices that checked in, selects more than it needs (over-selection, their example 130%)
+so that drop-outs do not stall the round, takes the first K reports, and abandons a round whose
+reports do not arrive in time; FedScale (over-commitment 1.3, a round deadline) does the same.
+
+Here, round r is the one that starts from model version r:
+ - **Online** is the PS's view: every worker not left or lost (a device that went offline counts
+   until the PS loses it, after `faults.worker_timeout` of silence, as a real server learns of a
+   drop-out only by a timeout). The PS draws ceil(over_selection x K) of them (at most all),
+   seeded by (run seed, r), when the round opens, and says so in the model it sends
+   (`selected`): unlike local_sgd's fraction, a worker cannot know the draw without the PS.
+ - A selected worker trains H steps and pushes their sum; an unselected one checks in with an
+   empty payload and idles until the round's model arrives (as in local_sgd.py).
+ - The round closes when K selected workers reported (all the selected still in the run, if
+   fewer), or at `deadline_s` after it opened with the reports it has; fewer than `min_reports`
+   then, and the round is abandoned (no update; the version still advances, so the next round
+   draws anew). A report for a round already closed is dropped and answered with the model.
+ - Every round leaves a row in rounds.csv: who was online, selected, finished (reported in
+   time), dropped (selected, not reported in time), and why it closed.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from typing import Optional
+
+from pydantic import Field
+
+from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
+from testbed.strategies.local_sgd import LocalSGD
+
+
+def select(round_: int, online: list[str], k: int, over_selection: float, seed: int = 0) -> frozenset[str]:
+    """Round `round_`'s clients: ceil(over_selection x k) of `online` (all, if fewer), drawn from
+    (seed, round) alone."""
+    n = min(len(online), math.ceil(over_selection * k - 1e-9))
+    return frozenset(random.Random(f"fedavg-select-{seed}-{round_}").sample(sorted(online), n))
+
+
+class FedAvgParams(StrategyParams):
+    period: int = Field(8, ge=1, le=100_000, description="local steps H a selected client takes each round")
+    clients: int = Field(10, ge=1, le=1_000_000, description="K: reports a round waits for (the clients per round)")
+    over_selection: float = Field(1.0, ge=1.0, le=10.0, description="select ceil(this x K) of the online "
+                                  "clients, keep the first K reports (Bonawitz et al. 2019: 1.3)")
+    deadline_s: Optional[float] = Field(None, gt=0.0, le=86_400.0, description="seconds after a round opens at "
+                                        "which it closes with the reports it has (None: it waits for K)")
+    min_reports: int = Field(1, ge=1, le=1_000_000, description="reports a round needs at its deadline, "
+                             "or it is abandoned with no update")
+
+
+class Round:
+    """The round now open at the PS: when it opened, who was online and who was selected."""
+
+    def __init__(self, number: int, online: list[str], selected: frozenset[str]):
+        self.number, self.online, self.selected = number, online, selected
+        self.opened = time.monotonic()
+
+
+class FedAvg(LocalSGD):
+    name = "fedavg"
+    summary = "FedAvg rounds: K clients from those online, over-selection, first K reports, a deadline"
+    paper = "McMahan et al. 2017 (FedAvg); Bonawitz et al. 2019 (selection, over-selection, deadlines)"
+    synchronous = True
+    Params = FedAvgParams
+
+    def __init__(self, params=None):
+        super().__init__(params)
+        self._open: Optional[Round] = None  # PS: the round now open
+        self._selected: dict[int, bool] = {}  # worker: whether it is selected, by round
+        self.closed: dict[str, int] = {}  # PS: rounds closed, by why
+
+    # -- worker side --------------------------------------------------------------------
+    def worker_on_model(self, meta: dict) -> None:
+        if "selected" in meta:
+            self._selected = {int(meta["version"]): bool(meta["selected"])}
+
+    def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Optional[Tensors]:
+        if not self._selected.get(ctx.base_version, False):
+            self._acc, self._local = None, 0
+            return {}  # not selected: check in, then idle until the round's model arrives
+        return self._accumulate(grads)
+
+    # -- server side --------------------------------------------------------------------
+    def _current(self, server: ServerState) -> Round:
+        """The round now open (round r = server.version), drawn when first asked for."""
+        if self._open is None or self._open.number != server.version:
+            online = [w for w in server.workers if w not in self._left]
+            chosen = frozenset(self.choose(server.version, online)) & frozenset(online)
+            self._open = Round(server.version, online, chosen)
+        return self._open
+
+    def choose(self, round_: int, online: list[str]) -> frozenset[str]:
+        """Round `round_`'s clients among `online` (uniform at random). A plugin's selection (Oort's
+        utility, a per-group quota) is a subclass overriding this; what it returns outside
+        `online` is ignored."""
+        return select(round_, online, self.params.clients, self.params.over_selection, self.seed)
+
+    def _round(self, server: ServerState) -> set[str]:
+        return set(self._current(server).selected)
+
+    def server_reply_meta(self, server: ServerState, worker: str) -> dict:
+        return {"selected": worker in self._current(server).selected}
+
+    def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
+        if base_version < server.version:
+            return [worker]  # its round closed without it (dropped, or an unselected check-in)
+        selected = worker in self._round(server)
+        if bool(payload) != selected:
+            raise RuntimeError(f"fedavg: {worker} {'pushed an update' if payload else 'sat out'} in round "
+                               f"{server.version}, where it is {'' if selected else 'not '}selected")
+        if selected:
+            self._pending[worker] = self.dense_update(server, payload, fill_missing=True)
+        else:
+            self._idle.add(worker)
+        return self._complete(server)
+
+    def _ready(self, server: ServerState) -> bool:
+        alive = self._round(server) - self._left
+        return len(self._pending) >= min(self.params.clients, len(alive))
+
+    def _complete(self, server: ServerState, why: Optional[str] = None) -> list[str]:
+        """Close the round if it is complete (or `why`: its deadline passed); the workers to answer."""
+        if why is None:
+            if not self._ready(server):
+                return []
+            why = "reports" if self._pending else "no selected client left"
+        rnd = self._current(server)
+        answered = sorted(set(self._pending) | self._idle)
+        if why == "deadline" and len(self._pending) < self.params.min_reports:
+            why = "abandoned at deadline"
+            self._pending.clear()  # too few to average: answered with the model as it is
+        finished = sorted(self._pending)
+        if self._pending:
+            update, lr = self.aggregate(server)
+            server.apply(update, lr)
+            server.log.extend((w, 0, lr) for w in finished)
+        else:
+            server.apply({}, server.lr)  # no update: the version advances, the next round draws anew
+        self.closed[why] = self.closed.get(why, 0) + 1
+        server.rounds.append({"round": rnd.number, "reason": why, "open_seconds": time.monotonic() - rnd.opened,
+                              "online": rnd.online, "selected": sorted(rnd.selected), "finished": finished,
+                              "dropped": sorted(rnd.selected - set(finished))})
+        self._pending.clear()
+        self._idle.clear()
+        self._current(server)  # the next round opens as this one closes: its deadline counts from now
+        return answered
+
+    def server_on_tick(self, server: ServerState, now: float) -> list[str]:
+        deadline = self.params.deadline_s
+        if deadline is None or self._open is None:
+            return []  # round 0 opens with the first worker's hello
+        if now - self._current(server).opened < deadline:
+            return []
+        return self._complete(server, why="deadline")
+
+    def report(self) -> dict:
+        return {"rounds_closed": dict(sorted(self.closed.items()))}
+
+    def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
+        self._idle.discard(worker)
+        self._left.add(worker)
+        self._pending.pop(worker, None)
+        if self._open is None or self._open.number != server.version:
+            return []
+        return self._complete(server)
+
+    def round_open(self) -> bool:
+        return bool(self._pending) or bool(self._idle)
