@@ -111,3 +111,82 @@ def test_a_relative_trace_is_read_from_the_scenario_s_folder(tmp_path):
     with pytest.raises(ScenarioError) as e:
         read_scenario_file(outside / "sc.yaml")
     assert e.value.lines[0].startswith("availability[0].trace: ") and "outside the scenario's folder" in e.value.lines[0]
+
+
+# --- a daily cycle, FedScale's traces, time_scale ------------------------------------------------
+
+
+def _online_at(offline: list[tuple[float, float]], t: float) -> bool:
+    return not any(s <= t < e for s, e in offline)
+
+
+def test_a_daily_cycle_puts_more_workers_online_around_its_peak():
+    """cycle 1000 s, peak at 250 s, amplitude 0.8: over 300 workers and 20 days, the share online
+    near the peak (250 s into each day) is well above the share near the trough (750 s)."""
+    entry = Availability(online="60s", offline="60s", cycle="1000s", cycle_peak="250s", cycle_amplitude=0.8)
+    plans = [model_offline(entry, f"w{i}", 1, 20_000.0) for i in range(300)]
+    share = {phase: sum(_online_at(p, day * 1000 + phase) for p in plans for day in range(1, 20)) / (300 * 19)
+             for phase in (250.0, 750.0)}
+    assert share[250.0] > 0.8 and share[750.0] < 0.2, share
+    flat = [model_offline(Availability(online="60s", offline="60s"), f"w{i}", 1, 20_000.0) for i in range(300)]
+    flat_share = [sum(_online_at(p, day * 1000 + phase) for p in flat for day in range(1, 20)) / (300 * 19)
+                  for phase in (250.0, 750.0)]
+    assert all(abs(x - 0.5) < 0.05 for x in flat_share), flat_share
+
+
+def test_a_cycle_belongs_to_the_model():
+    line, = _lines({"availability": [{"trace": "x.csv", "cycle": "1h"}]})
+    assert line.startswith("availability[0]: cycle: ")
+    assert "at least 10s" in _lines({"availability": [{"online": "1m", "offline": "1m", "cycle": "5s"}]})[0]
+
+
+def _fedscale(tmp_path, data) -> str:
+    import pickle
+
+    f = tmp_path / "client_behave_trace"
+    f.write_bytes(pickle.dumps(data))
+    return str(f)
+
+
+def test_a_fedscale_trace_maps_clients_to_workers_repeats_and_scales(tmp_path):
+    path = _fedscale(tmp_path, {
+        1: {"active": [0], "inactive": [100], "finish_time": 100, "duration": 100, "model": "x"},
+        2: {"active": [10, 60], "inactive": [30, 80], "finish_time": 100, "duration": 40, "model": "x"},
+        3: {"active": [50], "inactive": [100], "finish_time": 200, "duration": 50, "model": "x"}})
+    sc = _sc([{"target": "workers", "trace": path, "trace_format": "fedscale", "first_client": 2,
+               "time_scale": 0.5}], workers=[{"count": 2}], seconds=120)
+    # w0 is client 2 (online 10-30 and 60-80 every 100 trace seconds), w1 client 3; run s = trace s / 2
+    assert plan_offline(sc) == {"w0": [(0.0, 5.0), (15.0, 30.0), (40.0, 55.0), (65.0, 80.0), (90.0, 105.0),
+                                       (115.0, 120.0)],
+                                "w1": [(0.0, 25.0), (50.0, 120.0)]}
+
+
+@pytest.mark.parametrize("data, why", [
+    ({1: {"active": [0], "inactive": [10], "finish_time": 10}}, "no client 2"),
+    ({2: {"active": [0, 5], "inactive": [10], "finish_time": 10}}, "differ in length"),
+    ({2: {"active": ["0"], "inactive": [10], "finish_time": 10}}, "not active/inactive lists"),
+    ([1, 2], "a dict of clients")])
+def test_a_bad_fedscale_trace_is_one_line(tmp_path, data, why):
+    path = _fedscale(tmp_path, data)
+    line, = _lines({"workers": [{"count": 1}], "availability": [{"trace": path, "trace_format": "fedscale",
+                                                                  "first_client": 2}]})
+    assert line.startswith("availability[0].trace: ") and why in line, line
+
+
+class _Boom:
+    def __reduce__(self):
+        import os
+
+        return (os.system, ("touch /tmp/edgebed-pickle-ran",))
+
+
+def test_a_fedscale_trace_cannot_run_code(tmp_path):
+    import os
+    import pickle
+
+    if os.path.exists("/tmp/edgebed-pickle-ran"):
+        os.remove("/tmp/edgebed-pickle-ran")
+    f = tmp_path / "client_behave_trace"
+    f.write_bytes(pickle.dumps({1: {"active": [0], "inactive": [10], "finish_time": 10, "model": _Boom()}}))
+    line, = _lines({"workers": [{"count": 1}], "availability": [{"trace": str(f), "trace_format": "fedscale"}]})
+    assert "not loaded" in line and not os.path.exists("/tmp/edgebed-pickle-ran")

@@ -2,8 +2,9 @@
 
 From the scenario's `availability` entries: a seeded two-state model (online and offline
 durations drawn from exponentials of the given means, each worker with its own stream of draws,
-so adding a worker does not move the others'), or a trace of online intervals (CSV
-`node,start,end`, seconds since the nodes started). The timeline turns each offline interval into
+so adding a worker does not move the others'; optionally a daily cycle), or a trace of online
+intervals (CSV `node,start,end`, seconds since the nodes started, or FedScale's
+client_behave_trace), sped up or slowed down by `time_scale`. The timeline turns each offline interval into
 changes (run/timeline.py): the worker cut off from every node and frozen at its start, healed and
 thawed at its end; the PS then treats it as it treats a worker that stopped answering and came
 back (lost, rejoined).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import pickle
 import random
 import re
 from pathlib import Path
@@ -26,6 +28,7 @@ from testbed.scenario.models import Availability, Scenario
 DEFAULT_HORIZON_S = 3600.0
 MAX_INTERVALS = 100_000  # offline intervals in one run (each is four timeline changes)
 MAX_TRACE_BYTES = 16 << 20
+MAX_PICKLE_BYTES = 256 << 20  # FedScale's client_behave_trace holds 100k+ clients
 MAX_TRACE_SECONDS = 7 * 86400.0
 NODE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
@@ -37,19 +40,30 @@ def horizon(sc: Scenario) -> float:
 
 
 def model_offline(entry: Availability, node: str, seed: int, until: float) -> list[Interval]:
-    """A worker's offline intervals within [0, until) from the two-state model."""
+    """A worker's offline intervals within [0, until) from the two-state model. With a daily
+    cycle, each duration is drawn with its mean scaled at the time of the switch: online by
+    1 + a c(t), offline by 1 - a c(t), c(t) = cos(2 pi (t - peak) / cycle), so that more workers
+    are online, for longer, around the peak (FLASH's and FedScale's traces show such a day)."""
     assert entry.online is not None and entry.offline is not None
     rng = random.Random(f"availability-{seed}-{node}")
     on_share = entry.online / (entry.online + entry.offline)
     online = entry.start == "online" or rng.random() < on_share
     t, out = 0.0, []
     while t < until:
-        d = rng.expovariate(1.0 / (entry.online if online else entry.offline))
+        c = _cycle(entry, t)
+        d = rng.expovariate(1.0 / (entry.online * (1 + c) if online else entry.offline * (1 - c)))
         if not online:
             out.append((t, min(until, t + d)))
         t += d
         online = not online
     return out
+
+
+def _cycle(entry: Availability, t: float) -> float:
+    """amplitude x cos(2 pi (t - peak) / cycle): 0 without a daily cycle."""
+    if entry.cycle is None:
+        return 0.0
+    return entry.cycle_amplitude * math.cos(2 * math.pi * (t - (entry.cycle_peak or 0.0)) / entry.cycle)
 
 
 def read_trace(path: str | Path) -> dict[str, list[Interval]]:
@@ -93,6 +107,82 @@ def _row(p: Path, i: int, row: list[str]) -> tuple[str, float, float]:
     return node, start, end
 
 
+class _PlainData(pickle.Unpickler):
+    """FedScale's traces are pickles: loaded with no class or function at all (dicts, lists,
+    numbers and strings need none), so a trace cannot run code."""
+
+    def find_class(self, module: str, name: str):
+        raise ValueError("holds objects other than plain dicts, lists and numbers (not loaded)")
+
+
+def read_fedscale(path: str | Path, nodes: list[str], first_client: int, until: float) -> dict[str, list[Interval]]:
+    """node -> its online intervals within [0, until) trace seconds, from FedScale's
+    client_behave_trace: {client_id: {'active': [t], 'inactive': [t], 'finish_time': T, ...}},
+    online from active[i] to inactive[i], the whole repeating every finish_time (as FedScale's
+    ClientSim.is_active reads it). Worker i of `nodes` is client first_client + i."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_PICKLE_BYTES:
+            raise ValueError(f"{p}: larger than {MAX_PICKLE_BYTES >> 20} MiB")
+        with open(p, "rb") as f:
+            data = _PlainData(f).load()
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from None
+    except Exception as e:  # a truncated or foreign file: say which, never quote it
+        raise ValueError(f"{p}: not a FedScale availability trace ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: not a FedScale availability trace (a dict of clients)")
+    return {node: _client_online(p, data, first_client + i, until) for i, node in enumerate(nodes)}
+
+
+def _client_online(p: Path, data: dict, client: int, until: float) -> list[Interval]:
+    entry = data.get(client, data.get(str(client)))
+    if not isinstance(entry, dict):
+        raise ValueError(f"{p}: no client {client}")
+    try:
+        active, inactive = _times(entry["active"]), _times(entry["inactive"])
+        period = _times([entry["finish_time"]])[0]
+    except (KeyError, TypeError):
+        raise ValueError(f"{p}: client {client}: not active/inactive lists of times and a finish_time") from None
+    if len(active) != len(inactive) or not 0 < period <= MAX_TRACE_SECONDS:
+        raise ValueError(f"{p}: client {client}: active and inactive differ in length, or finish_time is out of range")
+    spans = sorted((a, b) for a, b in zip(active, inactive) if 0 <= a < b)
+    out: list[Interval] = []
+    for k in range(math.ceil(until / period)):  # the trace repeats every finish_time
+        out += [(k * period + a, k * period + min(b, period)) for a, b in spans if k * period + a < until]
+        if len(out) > MAX_INTERVALS:
+            break
+    return _merged(out)
+
+
+def _times(values) -> list[float]:
+    """A list of finite numbers as floats (TypeError otherwise: a bool or a string is no time)."""
+    if not isinstance(values, list) or any(type(v) not in (int, float) or not math.isfinite(v) for v in values):
+        raise TypeError("not a list of numbers")
+    return [float(v) for v in values]
+
+
+def _merged(spans: list[Interval]) -> list[Interval]:
+    out: list[Interval] = []
+    for a, b in sorted(spans):
+        if out and a <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], b))
+        else:
+            out.append((a, b))
+    return out
+
+
+def trace_online(entry: Availability, nodes: list[str], until: float) -> dict[str, list[Interval]]:
+    """The entry's trace as node -> online intervals in run seconds (time_scale applied)."""
+    assert entry.trace is not None
+    scale = entry.time_scale
+    if entry.trace_format == "fedscale":
+        raw = read_fedscale(entry.trace, nodes, entry.first_client, until / scale)
+    else:
+        raw = read_trace(entry.trace)
+    return {node: [(a * scale, b * scale) for a, b in spans] for node, spans in raw.items()}
+
+
 def trace_offline(online: list[Interval], until: float) -> list[Interval]:
     """The gaps between online intervals within [0, until): when the worker is offline."""
     out, t = [], 0.0
@@ -113,7 +203,7 @@ def plan_offline(sc: Scenario, traces: Optional[dict[int, dict[str, list[Interva
     for i, entry in enumerate(sc.availability):
         trace = None
         if entry.trace is not None:
-            trace = (traces or {}).get(i) or read_trace(entry.trace)
+            trace = (traces or {}).get(i) or trace_online(entry, resolve_target(sc, entry.target), until)
         for node in resolve_target(sc, entry.target):
             if trace is None:
                 spans = model_offline(entry, node, sc.seed, until)
@@ -143,7 +233,7 @@ def availability_problems(sc: Scenario) -> list[str]:
         seen.update({n: i for n in nodes if n not in seen})
         if entry.trace is not None:
             try:
-                traces[i] = read_trace(entry.trace)
+                traces[i] = trace_online(entry, nodes, horizon(sc))
             except ValueError as e:
                 lines.append(f"{field}.trace: {e}")
                 continue

@@ -122,9 +122,21 @@ class Availability(StrictModel):
     offline: Seconds = Field(None, description="the model: mean time offline")
     start: Literal["random", "online"] = Field("random", description="the model: each worker's first state "
                                                "(random: online with the share of time it is online)")
+    cycle: Seconds = Field(None, description="the model: a daily cycle's period (24h, or shorter to compress "
+                           "a day): the mean online time is longest and offline shortest at cycle_peak")
+    cycle_peak: Seconds = Field(0.0, description="the model: when in the cycle the most workers are online")
+    cycle_amplitude: float = Field(0.5, ge=0.0, le=0.9, description="the model: each switch's means are scaled by "
+                                   "1 +- amplitude x cos(2 pi (t - peak) / cycle)")
     trace: Optional[str] = Field(None, min_length=1, max_length=300,
                                  description="a CSV of node,start,end: each worker's online intervals (seconds); "
                                              "a worker of the target the trace does not name is always online")
+    trace_format: Literal["csv", "fedscale"] = Field("csv", description="csv: node,start,end; fedscale: FedScale's "
+                                                     "client_behave_trace (a pickle of plain dicts and lists, "
+                                                     "nothing else loaded), worker i of the target as client "
+                                                     "first_client + i, repeating every finish_time")
+    first_client: int = Field(1, ge=0, le=10**9, description="fedscale: the client id of the target's first worker")
+    time_scale: float = Field(1.0, gt=0.0, le=1000.0, description="run seconds per trace second (0.01: a day's "
+                              "trace in 14.4 minutes)")
 
     @model_validator(mode="after")
     def _model_or_trace(self) -> "Availability":
@@ -136,6 +148,8 @@ class Availability(StrictModel):
         for f in model:
             if getattr(self, f) < 1.0:
                 raise ValueError(f"{f}: at least 1s (a worker that comes and goes faster is not emulated)")
+        if self.cycle is not None and (self.trace is not None or self.cycle < 10.0):
+            raise ValueError("cycle: a daily cycle of the model (online and offline), at least 10s")
         return self
 
 
