@@ -60,11 +60,12 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
 
     rec = load_run(run_dir)
     assert set(rec.steps["node"]) == {"w0", "w1", "w2", "w3"}
-    # the slow workers' uplink (20 Mbit/s) carried no more than its rate (1 s samples, 10% slack for timing)
+    # the slow workers' uplink (20 Mbit/s) carried no more than its rate (1 s samples, whose times
+    # a loaded host moves: 30% slack; unshaped it would carry hundreds of Mbit/s)
     t = rec.traffic[(rec.traffic.node == "w3") & (rec.traffic.direction == "up")]
     dt = t["time"].diff()
     rate = (t["delta_bytes"] * 8 / dt)[dt > 0.5]
-    assert rate.max() <= 20e6 * 1.1
+    assert rate.max() <= 20e6 * 1.3
     assert our_netns() == [] or all(meta["run_id"] not in n for n in our_netns())
     assert meta["runtime"] == runtime
 

@@ -586,7 +586,7 @@ def test_ask_all_collects_every_answer_and_gives_up_on_a_silent_node(tmp_path):
         done.set()
         hub.close()
     assert answers == {"a": "a:counters", "b": None, "c": "c:counters"}
-    assert 2.0 <= took < 3.0  # waited out the silent node, no longer
+    assert 2.0 <= took < 5.0  # waited out the silent node, not much longer (loose: a loaded host)
 
 
 def test_a_command_workload_runs_across_the_hosts(tmp_path, lab, clean_host):

@@ -40,8 +40,8 @@ def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_
         assert 0.6 <= by[("lan", d)]["goodput_ratio"] <= 1.05, by[("lan", d)]
         assert by[("lan", d)]["wan_bytes"] < 1e5  # a transfer inside a site never crosses the WAN
         assert 0.6 <= by[("wan", d)]["goodput_ratio"] <= 1.05, by[("wan", d)]
-        # ...and one across sites all does: ~3 s at 20 Mbit/s plus the warm-up
-        assert by[("wan", d)]["wan_bytes"] > 0.9 * 20e6 / 8 * 3
+        # ...and one across sites all does: ~3 s at 20 Mbit/s plus the warm-up (the loose 60% as above)
+        assert by[("wan", d)]["wan_bytes"] > 0.6 * 20e6 / 8 * 3
     assert res["ok"], res  # (the per-path bounds above, and a clean teardown)
 
 
