@@ -99,6 +99,18 @@ def test_offline_becomes_a_cut_and_a_freeze_then_a_heal_and_a_thaw(tmp_path):
     assert [c for c in expand_events(sc) if c.node == "w0"] == []
 
 
+def test_a_stopped_trainer_is_killed_offline_and_started_again_online(tmp_path):
+    f = tmp_path / "avail.csv"
+    f.write_text("node,start,end\nw1,0,20\nw1,35,600\n")
+    sc = _sc([{"target": "w1", "trace": str(f), "while_offline": "stop"}, {"target": "w0", "online": "1m",
+              "offline": "1m"}], workers=[{"count": 2}], seconds=100)
+    changes = [c for c in expand_events(sc) if c.node == "w1"]
+    assert [(c.time, c.action) for c in changes] == [(20.0, "kill"), (20.0, "partition"), (35.0, "heal"),
+                                                      (35.0, "restart")]
+    assert {c.action for c in expand_events(sc) if c.node == "w0"} <= {"partition", "pause", "heal", "resume"}
+    assert "while_offline" in _lines({"availability": [{"online": "1m", "offline": "1m", "while_offline": "nap"}]})[0]
+
+
 def test_a_relative_trace_is_read_from_the_scenario_s_folder(tmp_path):
     (tmp_path / "avail.csv").write_text("node,start,end\nw0,0,10\n")
     path = tmp_path / "sc.yaml"

@@ -387,3 +387,29 @@ def test_fedavg_rounds_select_from_the_online_and_drop_the_offline(tmp_path, cle
     assert sum(ps["strategy"]["rounds_closed"].values()) == len(rounds)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["final_accuracy"] > 0.6, summary
+
+
+def test_an_offline_worker_s_trainer_stopped_then_started_again(tmp_path, clean_host):
+    """while_offline: stop: w1's trainer is killed when it goes offline (its memory freed) and
+    started again when it is back; the PS loses it and takes it back as a restarted worker."""
+    (tmp_path / "avail.csv").write_text("node,start,end\nw1,0,6\nw1,12,1000\n")
+    data = {"name": "availability-stop", "seed": 1, "runtime": "netns",
+            "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 20},
+            "stop": {"seconds": 24}, "algorithm": {"name": "asgd"},
+            "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}}, "workers": [{"count": 3, "profile": "edge"}],
+            "availability": [{"target": "w1", "trace": "avail.csv", "while_offline": "stop"}]}
+    run_dir = tmp_path / "run"
+    run_up(write_scenario(tmp_path, data), run_dir, "-q", timeout=200)
+    events = pd.read_csv(run_dir / "events.csv")
+    ours = events[events.target == "w1"].sort_values("time", kind="stable")
+    timeline = ours[ours.action.isin(["partition", "kill", "heal", "restart"])]
+    assert list(timeline.action) == ["kill", "partition", "heal", "restart"], ours.to_dict("records")
+    assert "started again" in timeline[timeline.action == "restart"].detail.iloc[0]
+    steps = pd.read_csv(run_dir / "steps.csv")
+    w1 = steps[steps.node == "w1"]
+    assert ((w1.time > 6.6) & (w1.time < 12)).sum() == 0  # no trainer while offline
+    assert (w1.time > 14).sum() >= 3, w1.tail()  # a new trainer, back in the run
+    res = pd.read_csv(run_dir / "resources.csv")
+    away = res[(res.node == "w1") & (res.time > 8) & (res.time < 11.5)]
+    assert away.empty or (away.memory_bytes < 4 * 2**20).all(), away  # nothing left in its cgroup
+    assert json.loads((run_dir / "summary.json").read_text())["status"] == "completed"

@@ -194,7 +194,8 @@ def test_runtime_checks_of_a_scenario_are_the_runtimes():
     from testbed.scenario.schema import KAFKA_NEEDS
 
     encrypt = SimpleNamespace(runtime="auto", network=SimpleNamespace(encrypt=True),
-                              streaming=None, workload=SimpleNamespace(dataset="mnist5k"))
+                              streaming=None, workload=SimpleNamespace(dataset="mnist5k"),
+                              node_names=lambda: ["ps", "eval", "w0"])
     [line] = runtimes.scenario_problems(encrypt)  # every auto candidate has it: auto cannot encrypt
     assert line.startswith("network.encrypt: encrypts runtime swarm's overlay")
     assert runtimes.scenario_problems(SimpleNamespace(**{**vars(encrypt), "runtime": "swarm"})) == []

@@ -14,15 +14,15 @@ from typing import Optional
 
 # secrets.token_hex(3): run/runner.py and bench/fidelity.py make every run id so
 RUN_ID = r"[0-9a-f]{6}"
-# a node (ps, eval, broker, producer, <group><i>: a group is [a-z][a-z0-9]{0,5}, i < 1024) or a site
+# a node (ps, eval, broker, producer, <group><i>: a group is [a-z][a-z0-9]{0,5}, i < 10000) or a site
 NODE = r"[a-z][a-z0-9]{0,15}"
 SHAPES = {
     "run id": re.compile(rf"(?P<run>{RUN_ID})"),
     "node": re.compile(NODE),
     # eb-<run>-<node> (netns.netns_name), eb-<run>-ctl (control_net), eb-<run>-sw[-<site>], eb-<run>-rt-<site> (fabric)
     "netns": re.compile(rf"eb-(?P<run>{RUN_ID})-(?:(?:sw|rt)-)?{NODE}"),
-    # eb<run><index:03x><x|y> (state.temp_link_name): a veth end still in the root namespace
-    "veth": re.compile(rf"eb(?P<run>{RUN_ID})[0-9a-f]{{3}}[xy]"),
+    # eb<run><index:04x><x|y> (state.temp_link_name; :03x before 2026-11-28): a veth end still in the root namespace
+    "veth": re.compile(rf"eb(?P<run>{RUN_ID})[0-9a-f]{{3,4}}[xy]"),
     # <euid>@<hostname>: whose run an engine's labels say it is
     "owner": re.compile(r"(?P<uid>[0-9]{1,10})@(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"),
     # <pid>:<start in clock ticks since boot>: the runner, as a state file's runner_pid and runner_start

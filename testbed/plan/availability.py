@@ -214,6 +214,11 @@ def plan_offline(sc: Scenario, traces: Optional[dict[int, dict[str, list[Interva
     return out
 
 
+def offline_modes(sc: Scenario) -> dict[str, str]:
+    """node -> what its trainer does while offline (freeze, or stop), for the workers an entry names."""
+    return {node: entry.while_offline for entry in sc.availability for node in resolve_target(sc, entry.target)}
+
+
 def availability_problems(sc: Scenario) -> list[str]:
     """One line per entry that names no workers, a worker named twice, a trace that cannot be
     read or names nodes its target does not have, or a plan past MAX_INTERVALS."""

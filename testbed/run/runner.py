@@ -63,6 +63,19 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
     return r.execute()
 
 
+FLEET_NODES = 200  # from this many nodes on, bring-up says what it is doing and how long it took
+
+
+def raise_open_files() -> None:
+    """The runner's soft open-file limit up to its hard one (a soft 1,024 is common; a fleet holds
+    several files a node)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
 class Run:
     """One run from the runner's side: make the cluster, start its nodes, watch them until the
     scenario's stop, tear everything down (on success, error and Ctrl-C alike), summarize."""
@@ -72,6 +85,7 @@ class Run:
         self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
         self.t_invoked = time.time()
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
+        raise_open_files()  # a fleet's control connections: up to the hard limit preflight checked
         self.runtime_name = select_runtime(sc.runtime, say, sc)  # auto: the first that can run here and run sc
         self.run_dir = Path(run_dir).resolve()
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
@@ -134,7 +148,12 @@ class Run:
 
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
         self.spec = place(build_cluster(sc, self.run_id), self.runtime.placer(sc))
+        if len(self.spec.nodes) >= FLEET_NODES:  # minutes of silence otherwise
+            say(f"making {len(self.spec.nodes)} nodes (namespaces, links, limits, the control network)...")
+        t_make = time.time()
         self.runtime.create(self.spec)
+        if len(self.spec.nodes) >= FLEET_NODES:
+            say(f"made {len(self.spec.nodes)} nodes in {time.time() - t_make:.1f} s")
         self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
         if self.hub is not None and not self.decentralized:
             self.hub.max_replica = 0  # no worker of this run hands in a replica: the hub takes none

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.node import untrusted
-from testbed.plan.availability import plan_offline
+from testbed.plan.availability import offline_modes, plan_offline
 from testbed.scenario import units
 from testbed.scenario.schema import Event, resolve_target
 from testbed.scenario.traces import read_link_trace
@@ -125,16 +125,19 @@ def expand_events(sc) -> list[Change]:
 
 def availability_changes(sc) -> list[Change]:
     """Each worker's offline intervals (plan/availability.py) as changes: at the start cut off from
-    every other node and frozen, at the end healed and thawed (in that order: sorted by action)."""
+    every other node and frozen (or its trainer killed, `while_offline: stop`: killed first, as
+    changes at one time sort by action), at the end healed, then thawed or its role started again."""
     names = sc.node_names()
+    modes = offline_modes(sc)
     out: list[Change] = []
     for node, spans in plan_offline(sc).items():
         peers = [n for n in names if n != node]
+        off, on = ("kill", "restart") if modes.get(node) == "stop" else ("pause", "resume")
         for start, end in spans:
             out += [Change(start, None, node, "partition", {"peers": peers}, "availability: offline"),
-                    Change(start, None, node, "pause", {}, "availability: offline"),
+                    Change(start, None, node, off, {}, "availability: offline"),
                     Change(end, None, node, "heal", {"peers": []}, "availability: online again"),
-                    Change(end, None, node, "resume", {}, "availability: online again")]
+                    Change(end, None, node, on, {}, "availability: online again")]
     return out
 
 

@@ -5,7 +5,8 @@ Every node gets a second interface, `ctl0`, on a bridge in a namespace of the ru
 acks go up to RECORDS_PORT, heartbeats, the stop and requests come down from CONTROL_PORT
 (testbed.node.channel). It is not shaped and not counted: the emulated links carry training
 traffic only, as a testbed's management network is kept apart from its experiment network.
-Its bridge ports are isolated: a node reaches the runner over it, never another node.
+Its bridge ports are isolated: a node reaches the runner over it, never another node (past
+1,023 nodes the bridge is a tree, runtimes/bridges.py, isolated at the root too).
 Link-local addresses (169.254.0.0/16) never overlap a scenario's subnets (validation refuses
 link-local ones), and each run's control network is its own, so two runs do not collide.
 """
@@ -16,13 +17,14 @@ import ipaddress
 import secrets
 
 from testbed.kernel.netlink import create_netns, ns_iproute
+from testbed.runtimes.bridges import BridgeTree
 from testbed.runtimes.state import RunState, temp_link_name
 
 CONTROL_SUBNET = ipaddress.IPv4Network("169.254.0.0/16")
 RUNNER_ADDRESS = "169.254.0.1"  # the hub, on the control bridge
 RECORDS_PORT = 7000  # up: nodes PUSH
 CONTROL_PORT = 7001  # down: the hub PUBlishes
-CONTROL_INDEX = 0x800  # temporary veth names: data links count from 0, WAN links from 0xD00
+CONTROL_INDEX = 0x4000  # temporary veth names: data links count from 0, routers and WAN links from 0xF000
 BRIDGE = "ctl"
 
 
@@ -60,9 +62,10 @@ class ControlNetwork:
             br = c.link_lookup(ifname=BRIDGE)[0]
             c.addr("add", index=br, address=RUNNER_ADDRESS, prefixlen=CONTROL_SUBNET.prefixlen)
             c.link("set", index=br, state="up")
+            tree = BridgeTree(c, br, BRIDGE, len(node_netns), isolated=True)
             for i, (node, netns) in enumerate(node_netns.items()):
                 self.addresses[node] = str(next(hosts))
-                self._plug(ipr, c, br, i, netns, self.addresses[node])
+                self._plug(ipr, c, tree.bridge_for(i), i, netns, self.addresses[node])
 
     def _plug(self, ipr, c, br: int, i: int, netns: str, address: str) -> None:
         a, b = temp_link_name(self.run_id, CONTROL_INDEX + i, "x"), temp_link_name(self.run_id, CONTROL_INDEX + i, "y")

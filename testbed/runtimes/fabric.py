@@ -5,7 +5,8 @@ runtime (for multi-site topologies) its containers' namespaces, attached by PID.
 it sits in the host's root namespace, so the host's iptables (Docker's FORWARD DROP and its
 isolation rules for internal networks) never see the cluster's traffic.
 
-    one LAN:   node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw
+    one LAN:   node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw (past 1,023 ports a tree of
+               bridges: br0-1, br0-2, ... each joined to br0; runtimes/bridges.py)
     sites:     node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw-<site> -- router (eb-<run>-rt-<site>)
                routers joined pairwise by WAN veths wan-<peer>, each direction shaped on its egress
 """
@@ -18,12 +19,15 @@ from typing import Any, Optional
 from testbed.kernel.netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
 from testbed.plan.cluster import ClusterSpec, Node
+from testbed.runtimes.bridges import BridgeTree
 from testbed.runtimes.state import RunState, temp_link_name
 from testbed.scenario.links import Direction, inherit
 
 BRIDGE = "br0"
-ROUTER_INDEX = 0xD00  # temporary veth names: nodes count from 0, site routers and WAN links from here
-WAN_INDEX = 0xE00
+# temporary veth names (state.temp_link_name): nodes count from 0 (control links from
+# control_net.CONTROL_INDEX), site routers and WAN links from here
+ROUTER_INDEX = 0xF000
+WAN_INDEX = 0xF400
 
 
 def switch_netns(run_id: str, site: Optional[str] = None) -> str:
@@ -115,8 +119,11 @@ class Fabric(WanLinks):
         if spec.topology is None:
             sw = switch_netns(self.run_id)
             s, br = self._make_switch(sw)
+            tree = BridgeTree(s, br, BRIDGE, len(spec.nodes))
             for i, node in enumerate(spec.nodes):
-                plans[node.name] = self._plug(ipr, sw, s, br, i, node, node_netns[node.name], spec.prefixlen)
+                plans[node.name] = self._plug(ipr, sw, s, tree.bridge_for(i), i, node, node_netns[node.name],
+                                              spec.prefixlen)
+            disable_offloads(sw, tree.links)
             if spec.relay_gateway:  # on the switch, not on the host: nodes reach one relayed port only
                 s.addr("add", index=br, address=spec.gateway, prefixlen=spec.prefixlen)
                 self.gateway_netns = sw
@@ -126,13 +133,18 @@ class Fabric(WanLinks):
         for site in topo.sites:
             sw = switch_netns(self.run_id, site.name)
             s, br = self._make_switch(sw)
-            switches[site.name] = (sw, s, br)
+            on_site = sum(1 for n in spec.nodes if n.site == site.name)
+            switches[site.name] = (sw, s, BridgeTree(s, br, BRIDGE, on_site, extra=1))  # the router's port
             self._create_router(ipr, site, sw, s, br)
+        plugged_on: dict[str, int] = {}
         for i, node in enumerate(spec.nodes):
-            sw, s, br = switches[node.site]
+            sw, s, tree = switches[node.site]
             site = topo.site(node.site)
-            plans[node.name] = self._plug(ipr, sw, s, br, i, node, node_netns[node.name], site.prefixlen,
-                                          gateway=site.router)
+            j = plugged_on[node.site] = plugged_on.get(node.site, -1) + 1
+            plans[node.name] = self._plug(ipr, sw, s, tree.bridge_for(j), i, node, node_netns[node.name],
+                                          site.prefixlen, gateway=site.router)
+        for sw, _, tree in switches.values():
+            disable_offloads(sw, tree.links)
         for j, edge in enumerate(topo.edges):
             self._create_wan_link(ipr, j, edge)
         for site in topo.sites:

@@ -61,13 +61,18 @@ class LocalNodeOps(LiveOps):
         import shutil
         import subprocess
 
-        if shutil.which("iptables") is None:
+        if shutil.which("iptables-restore") is None:
             raise RuntimeError("partition/heal need iptables (apt install iptables)")
-        netns = self.handles[node].netns
-        for addr in addresses:
-            for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s")):
-                subprocess.run(["ip", "netns", "exec", netns, "iptables", "-w", "-A" if cut else "-D", chain, flag,
-                                addr, "-j", "DROP"], check=True, capture_output=True, text=True)
+        if not addresses:
+            return
+        # one iptables-restore for every rule (a process per rule took seconds for a node cut
+        # off from a fleet: availability cuts a worker from every other node)
+        op = "-A" if cut else "-D"
+        rules = [f"{op} {chain} {flag} {addr} -j DROP" for addr in addresses
+                 for chain, flag in (("OUTPUT", "-d"), ("INPUT", "-s"))]
+        subprocess.run(["ip", "netns", "exec", self.handles[node].netns, "iptables-restore", "-w", "--noflush"],
+                       input="*filter\n" + "\n".join(rules) + "\nCOMMIT\n", check=True, capture_output=True,
+                       text=True)
 
 
 def unencrypted_problems(sc) -> list[str]:

@@ -123,11 +123,11 @@ class NetnsRuntime(LocalNodeOps, Runtime):
 
     @classmethod
     def problems(cls, sc) -> list[str]:
-        """This machine's GPUs, where the scenario asks for some."""
-        from testbed.runtimes.preflight import host_gpu_problems
+        """This machine's GPUs, where the scenario asks for some; its memory and open files for the nodes."""
+        from testbed.runtimes.preflight import capacity_problems, host_gpu_problems
         from testbed.scenario.schema import gpu_fields
 
-        return host_gpu_problems(sc) if gpu_fields(sc) else []
+        return (host_gpu_problems(sc) if gpu_fields(sc) else []) + capacity_problems(sc)
 
     def __init__(self, state: RunState, caps: Optional[KernelCaps] = None):
         super().__init__(state, caps)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Optional
 
 from testbed.kernel.gpus import HostGpu, host_gpus
 from testbed import runtimes
@@ -106,6 +107,46 @@ def plugin_problems(sc: Scenario) -> list[str]:
     except Exception as e:
         return [f"workload.model: '{wl.model}' failed: {type(e).__name__}: {e}"]
     return []
+
+
+# What one node costs this machine, measured (issue 34; BENCHMARKS.md "Start-up and scale"): a
+# training process (a worker, the PS, the evaluator: torch, its data, the model) and the runner's
+# open files for it (its control connections, its netns handles).
+NODE_PROCESS_MIB = 37.0
+NODE_FILES = 8
+RESERVE_MIB = 1024.0  # the runner, the page cache a run reads its data through
+RESERVE_FILES = 256
+
+
+def host_memory_mib() -> Optional[float]:
+    """MemAvailable in MiB (None: not readable)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def capacity_problems(sc: Scenario, memory_mib: Optional[float] = None, files: Optional[int] = None) -> list[str]:
+    """A run this machine cannot hold, one line naming the limit: its nodes' processes past the
+    memory available, or their files past the runner's open-file limit (checked only where known)."""
+    import resource
+
+    nodes = len(sc.node_names())
+    memory_mib = host_memory_mib() if memory_mib is None else memory_mib
+    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if files is None else files
+    lines = []
+    need = nodes * NODE_PROCESS_MIB + RESERVE_MIB
+    if memory_mib is not None and need > memory_mib:
+        lines.append(f"workers: {nodes} nodes need about {need / 1024:.1f} GiB ({NODE_PROCESS_MIB:g} MiB a training "
+                     f"process, measured), and this machine has {memory_mib / 1024:.1f} GiB available")
+    need_files = nodes * NODE_FILES + RESERVE_FILES
+    if files != resource.RLIM_INFINITY and need_files > files:
+        lines.append(f"workers: {nodes} nodes need about {need_files} open files in the runner, and its limit is "
+                     f"{files} (ulimit -Hn; raise nofile)")
+    return lines
 
 
 def preflight(sc: Scenario) -> None:

@@ -111,8 +111,10 @@ def register_sweeper(sweeper: Sweeper) -> None:
 
 
 def temp_link_name(run_id: str, index: int, end: str) -> str:
-    """Name of a veth end while it is still in the root namespace (<= 15 chars)."""
-    return f"eb{run_id}{index:03x}{end}"
+    """Name of a veth end while it is still in the root namespace (<= 15 chars: 2 + 6 + 4 + 1)."""
+    if not 0 <= index <= 0xFFFF:
+        raise ValueError(f"veth index {index} out of range")
+    return f"eb{run_id}{index:04x}{end}"
 
 
 @dataclass

@@ -24,6 +24,7 @@ from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, we
 from testbed.node import control, untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
+from testbed.runtimes.bridges import one_bridge_problems
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
@@ -71,6 +72,10 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         except RuntimeError as e:
             return Unavailable(str(e), str(e))
         return None
+
+    @classmethod
+    def scenario_problems(cls, sc) -> list[str]:
+        return one_bridge_problems(sc, cls.name)  # its overlay network is a bridge on each host (not measured past)
 
     @classmethod
     def problems(cls, sc) -> list[str]:

@@ -137,6 +137,9 @@ class Availability(StrictModel):
     first_client: int = Field(1, ge=0, le=10**9, description="fedscale: the client id of the target's first worker")
     time_scale: float = Field(1.0, gt=0.0, le=1000.0, description="run seconds per trace second (0.01: a day's "
                               "trace in 14.4 minutes)")
+    while_offline: Literal["freeze", "stop"] = Field("freeze", description="an offline worker's trainer: frozen "
+                                                     "where it is, or stopped (its memory freed) and started again "
+                                                     "when it is back, as a restarted worker (it pulls the model)")
 
     @model_validator(mode="after")
     def _model_or_trace(self) -> "Availability":

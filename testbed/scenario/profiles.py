@@ -201,7 +201,7 @@ class Wan(StrictModel):
 
 
 class WorkerGroup(StrictModel):
-    count: int = Field(1, ge=1, le=1024)
+    count: int = Field(1, ge=1, le=10_000)
     profile: Union[str, Profile, None] = None
     name: Optional[str] = Field(None, description="prefix of the node names of this group (default 'w')")
     site: Optional[str] = Field(None, description="the site (LAN) of this group's nodes; default: the first site")

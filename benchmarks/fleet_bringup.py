@@ -1,0 +1,106 @@
+"""Past one bridge (issue 34): bring up N workers (plus ps and evaluator) on the netns runtime with
+no processes (namespaces, veths, HTB, cgroups, the control network), and report the seconds to make
+and to tear down, each bridge's port count, and two checks across leaves of the trees: a TCP
+connection from w0 to the last worker over the data network (it must connect), and one between the
+same two over the control network (it must not: a node reaches the runner only).
+
+    .venv/bin/python benchmarks/fleet_bringup.py --workers 1100 [--out benchmarks/results/fleet-bringup-1100.json]
+
+Needs root; run with nothing else on the machine (it is a timing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed.bench.harness import _Bench  # noqa: E402
+from testbed.kernel.netlink import ns_iproute  # noqa: E402
+
+LISTEN = "import socket,sys;s=socket.socket();s.bind((sys.argv[1],9));s.listen();s.settimeout(20);s.accept()"
+CONNECT = ("import socket,sys;s=socket.socket();s.settimeout(3)\n"
+           "try:\n s.connect((sys.argv[1],9));print('connected')\nexcept OSError as e:\n print(type(e).__name__)")
+
+
+def bridge_ports(netns: str) -> dict[str, int]:
+    """Ports on each bridge of a switch namespace."""
+    with ns_iproute(netns) as ipr:
+        links = ipr.get_links()
+        bridges = {link["index"]: link.get_attr("IFLA_IFNAME") for link in links if _kind(link) == "bridge"}
+        ports = {name: 0 for name in bridges.values()}
+        for link in links:
+            master = link.get_attr("IFLA_MASTER")
+            if master in bridges:
+                ports[bridges[master]] += 1
+    return ports
+
+
+def _kind(link) -> str | None:
+    info = link.get_attr("IFLA_LINKINFO")
+    return info.get_attr("IFLA_INFO_KIND") if info is not None else None
+
+
+def across(src_ns: str, dst_ns: str, address: str) -> str:
+    """'connected' or the error of a TCP connection from src_ns to a listener on address in dst_ns."""
+    listener = subprocess.Popen(["ip", "netns", "exec", dst_ns, sys.executable, "-c", LISTEN, address])
+    time.sleep(1.0)
+    try:
+        out = subprocess.run(["ip", "netns", "exec", src_ns, sys.executable, "-c", CONNECT, address],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or out.stderr.strip()[-200:]
+    finally:
+        listener.kill()
+        listener.wait()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--workers", type=int, default=1100)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--profile", action="store_true", help="where bring-up's time goes (cProfile, the top 25)")
+    args = ap.parse_args()
+    scenario = {"name": "fleet", "profiles": {"p": {"bandwidth": "10mbit"}}, "ps": {"profile": "p"},
+                "evaluator": {"profile": "p"}, "workers": [{"count": args.workers, "profile": "p"}]}
+    t0 = time.time()
+    profiler = None
+    if args.profile:
+        import cProfile
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+    bench = _Bench({}, "netns", scenario=scenario)
+    with bench as (rt, spec):
+        up_s = time.time() - t0
+        if profiler is not None:
+            import pstats
+
+            profiler.disable()
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("cumulative").print_stats(25)
+            pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(15)
+        run_id, last = bench.run_id, spec.nodes[-1].name
+        data = bridge_ports(f"eb-{run_id}-sw")
+        control = bridge_ports(f"eb-{run_id}-ctl")
+        data_check = across(f"eb-{run_id}-w0", f"eb-{run_id}-{last}", spec.node(last).address)
+        control_check = across(f"eb-{run_id}-w0", f"eb-{run_id}-{last}", rt.control.addresses[last])
+        t1 = time.time()
+    down_s = time.time() - t1
+    out = {"benchmark": "fleet-bringup", "workers": args.workers, "nodes": len(spec.nodes), "up_seconds": round(up_s, 1),
+           "teardown_seconds": round(down_s, 1), "data_bridge_ports": data, "control_bridge_ports": control,
+           "data_w0_to_last": data_check, "control_w0_to_last": control_check,
+           "ok": data_check == "connected" and control_check != "connected"
+           and max([*data.values(), *control.values()]) <= 1023,
+           "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    print(json.dumps(out, indent=1))
+    if args.out:
+        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    return 0 if out["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
