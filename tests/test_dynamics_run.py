@@ -67,8 +67,10 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
         # ending at 13.07 s began at 9.93 s, before the change at 10 s, and read 2.28 Mbit/s
         slow = rates[(rates.time > 14) & (rates.time < 25)]
         fast = rates[(rates.time < 10) | (rates.time > 29)]
-        # at most the scheduled rate, and at it while a push or pull keeps the link busy
-        assert 2e6 * 0.9 <= slow.bps.max() <= 2e6 * 1.10, slow.bps.describe()
+        # at most the scheduled rate, and near it while a push or pull keeps the link busy (loose
+        # below: on docker under a loaded CI host the busiest window carried 0.89x; a change that
+        # did not happen reads 6x, one that cut too deep far less)
+        assert 2e6 * 0.75 <= slow.bps.max() <= 2e6 * 1.10, slow.bps.describe()
         assert fast.bps.max() > 5 * 2e6
     # w1's steps stop at the kill and resume after the restart (its step count starts again)
     steps = pd.read_csv(run_dir / "steps.csv")
@@ -89,7 +91,9 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
         return (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
 
     # from w2's first step: a container imports torch under its quota first, throttled all along
-    assert throttled_per_s(16, 40) > 1.5 * throttled_per_s(max(3.0, float(w2.time.min())), 14.5)
+    # (measured 1.51x on docker and 2.56x on netns on a loaded CI host: the bound only a quota
+    # that did not change fails)
+    assert throttled_per_s(16, 40) > 1.2 * throttled_per_s(max(3.0, float(w2.time.min())), 14.5)
     p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
 
