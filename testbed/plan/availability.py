@@ -201,10 +201,10 @@ def plan_offline(sc: Scenario, traces: Optional[dict[int, dict[str, list[Interva
     until = horizon(sc)
     out: dict[str, list[Interval]] = {}
     for i, entry in enumerate(sc.availability):
-        trace = None
+        trace, nodes = None, resolve_target(sc, entry.target)
         if entry.trace is not None:
-            trace = (traces or {}).get(i) or trace_online(entry, resolve_target(sc, entry.target), until)
-        for node in resolve_target(sc, entry.target):
+            trace = (traces or {}).get(i) or trace_online(entry, nodes, until)
+        for node in nodes:
             if trace is None:
                 spans = model_offline(entry, node, sc.seed, until)
             else:

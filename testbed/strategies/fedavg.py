@@ -166,12 +166,7 @@ class FedAvg(LocalSGD):
         return {"rounds_closed": dict(sorted(self.closed.items()))}
 
     def server_on_leave(self, server: ServerState, worker: str) -> list[str]:
-        self._idle.discard(worker)
-        self._left.add(worker)
-        self._pending.pop(worker, None)
-        if self._open is None or self._open.number != server.version:
+        if self._open is None:  # no round drawn yet (none before the first hello): nothing to close
+            self._left.add(worker)
             return []
-        return self._complete(server)
-
-    def round_open(self) -> bool:
-        return bool(self._pending) or bool(self._idle)
+        return super().server_on_leave(server, worker)  # local_sgd's: out of the round, which may close
