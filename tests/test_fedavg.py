@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from testbed.node.roles.ps import round_row
+from testbed.records.columns import ROUND_COLUMNS
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
 from testbed.strategies import ServerState, WorkerContext, make_strategy
@@ -161,12 +162,31 @@ def test_every_selected_client_gone_closes_the_round_with_no_update():
     assert srv.rounds.pop()["reason"] == "no selected client left"
 
 
+def test_a_round_records_when_each_report_came_after_it_opened(monkeypatch):
+    import types
+
+    import testbed.strategies.fedavg as fedavg
+
+    now = [100.0]
+    monkeypatch.setattr(fedavg, "time", types.SimpleNamespace(monotonic=lambda: now[0]))
+    srv, ps = _ps(period=1, clients=2)
+    chosen, _ = _selection(srv, ps)  # the round opens at 100
+    now[0] = 101.5
+    ps.server_on_push(srv, chosen[1], _grad(1.0), base_version=0)
+    now[0] = 103.0
+    ps.server_on_push(srv, chosen[0], _grad(1.0), base_version=0)
+    row = srv.rounds.pop()
+    assert row["open_seconds"] == 3.0 and row["finished"] == chosen
+    assert dict(zip(row["finished"], row["report_seconds"])) == {chosen[1]: 1.5, chosen[0]: 3.0}
+
+
 def test_a_round_row_for_rounds_csv():
     row = round_row({"round": 4, "reason": "reports", "open_seconds": 1.5, "online": ["w0", "w1", "w2"],
-                     "selected": ["w0", "w2"], "finished": ["w2"], "dropped": ["w0"]})
+                     "selected": ["w0", "w2"], "finished": ["w2"], "dropped": ["w0"], "report_seconds": [1.2345]})
     assert row == {"round": 4, "reason": "reports", "open_seconds": 1.5, "n_online": 3, "n_selected": 2,
                    "n_finished": 1, "n_dropped": 1, "online": "w0 w1 w2", "selected": "w0 w2", "finished": "w2",
-                   "dropped": "w0"}
+                   "dropped": "w0", "report_seconds": "1.234"}
+    assert list(row) == ROUND_COLUMNS[1:]  # every column but the time, which the PS adds
 
 
 @pytest.mark.parametrize("params, field", [({"over_selection": 0.9}, "over_selection"), ({"clients": 0}, "clients"),

@@ -16,9 +16,10 @@ TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "del
 EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
 SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]
 # one row per closed round of a strategy with client selection (fedavg): who was online (the PS's
-# view), selected, finished in time and dropped; names space-separated
+# view), selected, finished in time and dropped; names space-separated; report_seconds: when each
+# finished client's update came, seconds after the round opened, in `finished`'s order
 ROUND_COLUMNS: list[str] = ["time", "round", "reason", "open_seconds", "n_online", "n_selected", "n_finished",
-                            "n_dropped", "online", "selected", "finished", "dropped"]
+                            "n_dropped", "online", "selected", "finished", "dropped", "report_seconds"]
 RESOURCE_COLUMNS: list[str] = ["time", "node", "cpu_seconds", "memory_bytes", "throttled_seconds",
                                 "gpu_memory_bytes", "gpu_util",  # GPU: where NVML shows the node's processes
                                 # fidelity (records.fidelity): quota in cores now, runnable-but-waiting

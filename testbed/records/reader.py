@@ -36,7 +36,7 @@ __all__ = [
 
 # --- the contract (imported by the writer; keep at module top) ----------------------------
 
-from testbed.records.columns import EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
+from testbed.records.columns import EVAL_COLUMNS, EVENT_COLUMNS, ROUND_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
 
 SCENARIO_FILE = "scenario.yaml"
 META_FILE = "meta.json"
@@ -44,6 +44,7 @@ STEPS_FILE = "steps.csv"
 EVAL_FILE = "eval.csv"
 TRAFFIC_FILE = "traffic.csv"
 EVENTS_FILE = "events.csv"
+ROUNDS_FILE = "rounds.csv"
 SUMMARY_FILE = "summary.json"
 
 # A row failing its column's check is dropped. "time": finite float; "int": an integer;
@@ -70,7 +71,13 @@ EVENT_SCHEMA: dict[str, Kind] = {
     "time": "time", "scheduled_time": "float", "target": "str", "action": "name", "detail": "str",
 }  # fmt: skip
 
-assert list(STEP_SCHEMA) == STEP_COLUMNS and list(EVAL_SCHEMA) == EVAL_COLUMNS
+ROUND_SCHEMA: dict[str, Kind] = {
+    "time": "time", "round": "int", "reason": "str", "open_seconds": "float", "n_online": "count",
+    "n_selected": "count", "n_finished": "count", "n_dropped": "count", "online": "str", "selected": "str",
+    "finished": "str", "dropped": "str", "report_seconds": "str",  # empty in records made before it
+}  # fmt: skip
+
+assert list(STEP_SCHEMA) == STEP_COLUMNS and list(EVAL_SCHEMA) == EVAL_COLUMNS and list(ROUND_SCHEMA) == ROUND_COLUMNS
 assert list(TRAFFIC_SCHEMA) == TRAFFIC_COLUMNS and list(EVENT_SCHEMA) == EVENT_COLUMNS
 
 _NAN_TEXT = frozenset({"", "nan", "-nan", "+nan", "none", "null"})

@@ -49,6 +49,14 @@ def commands_done(procs: dict, spec: ClusterSpec, killed: set, commands: dict) -
     return bool(watched) and all(not procs[n].is_alive() and procs[n].exitcode == 0 for n in watched)
 
 
+def round_counts(row: Optional[dict]) -> str:
+    """The live line's part for the last round closed: who was online, selected, finished, dropped."""
+    if not row:
+        return ""
+    counts = " ".join(f"{row.get('n_' + k, '?')} {k}" for k in ("online", "selected", "finished", "dropped"))
+    return f"  round {row.get('round', '?')}: {counts}"
+
+
 class Tail:
     """New complete lines appended to a CSV since the last call."""
 
@@ -161,10 +169,12 @@ class Monitor:
     worker_steps: dict[str, int] = field(default_factory=dict)  # each worker's last step
     last_loss: Optional[str] = None
     last_eval: Optional[dict] = None
+    last_round: Optional[dict] = None  # rounds.csv's last row (strategies with client selection)
 
     def __post_init__(self) -> None:
         self.run_dir, self.t0 = self.sampler.run_dir, self.sampler.t0
         self.steps_tail, self.eval_tail = Tail(self.run_dir / "steps.csv"), Tail(self.run_dir / "eval.csv")
+        self.rounds_tail = Tail(self.run_dir / "rounds.csv")
         self.decentralized = get_strategy_class(self.sc.algorithm.name).decentralized
 
     def watch(self) -> tuple[str, str]:
@@ -197,6 +207,8 @@ class Monitor:
                 self.live.step = max(self.live.step, int(row["model_version"]))
         for row in self.eval_tail.rows():
             self.last_eval = row
+        for row in self.rounds_tail.rows():
+            self.last_round = row
 
     def _progress(self, now: float) -> str:
         ev, counters = self.last_eval, self.sampler.last
@@ -207,7 +219,8 @@ class Monitor:
             traffic = f"workers out {out / 1e6:8.2f} MB"
         else:
             traffic = f"PS in {counters.get('ps', {}).get('down_bytes', 0) / 1e6:8.2f} MB"
-        return f"[{now - self.t0:7.1f}s] worker steps {sum(self.worker_steps.values()):6d}  {loss}  {acc}  {traffic}"
+        return (f"[{now - self.t0:7.1f}s] worker steps {sum(self.worker_steps.values()):6d}  {loss}  {acc}  {traffic}"
+                + round_counts(self.last_round))
 
     def _check(self, now: float, hard_deadline: float) -> Optional[tuple[str, str]]:
         """(status, reason) when the run must end now, the PS still running; None: it goes on."""

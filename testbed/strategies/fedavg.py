@@ -76,6 +76,7 @@ class FedAvg(LocalSGD):
         super().__init__(params)
         self._open: Optional[Round] = None  # PS: the round now open
         self._selected: dict[int, bool] = {}  # worker: whether it is selected, by round
+        self._reported: dict[str, float] = {}  # PS: when each selected client's update came, since the round opened
         self.closed: dict[str, int] = {}  # PS: rounds closed, by why
 
     # -- worker side --------------------------------------------------------------------
@@ -119,6 +120,7 @@ class FedAvg(LocalSGD):
                                f"{server.version}, where it is {'' if selected else 'not '}selected")
         if selected:
             self._pending[worker] = self.dense_update(server, payload, fill_missing=True)
+            self._reported[worker] = time.monotonic() - self._current(server).opened
         else:
             self._idle.add(worker)
         return self._complete(server)
@@ -148,8 +150,10 @@ class FedAvg(LocalSGD):
         self.closed[why] = self.closed.get(why, 0) + 1
         server.rounds.append({"round": rnd.number, "reason": why, "open_seconds": time.monotonic() - rnd.opened,
                               "online": rnd.online, "selected": sorted(rnd.selected), "finished": finished,
-                              "dropped": sorted(rnd.selected - set(finished))})
+                              "dropped": sorted(rnd.selected - set(finished)),
+                              "report_seconds": [self._reported[w] for w in finished]})
         self._pending.clear()
+        self._reported.clear()
         self._idle.clear()
         self._current(server)  # the next round opens as this one closes: its deadline counts from now
         return answered

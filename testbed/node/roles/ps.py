@@ -281,7 +281,8 @@ def round_row(r: dict) -> dict:
     """A strategy's round record as rounds.csv's row: counts, and the names space-separated."""
     names = {k: r[k] for k in ("online", "selected", "finished", "dropped")}
     return {"round": r["round"], "reason": r["reason"], "open_seconds": r["open_seconds"],
-            **{f"n_{k}": len(v) for k, v in names.items()}, **{k: " ".join(v) for k, v in names.items()}}
+            **{f"n_{k}": len(v) for k, v in names.items()}, **{k: " ".join(v) for k, v in names.items()},
+            "report_seconds": " ".join(f"{s:.3f}" for s in r.get("report_seconds", []))}
 
 
 def run_ps(cfg: RoleConfig, stop_event) -> None:
