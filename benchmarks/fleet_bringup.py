@@ -5,6 +5,11 @@ connection from w0 to the last worker over the data network (it must connect), a
 same two over the control network (it must not: a node reaches the runner only).
 
     .venv/bin/python benchmarks/fleet_bringup.py --workers 1100 [--out benchmarks/results/fleet-bringup-1100.json]
+    .venv/bin/python benchmarks/fleet_bringup.py --workers 1000 --crash [--out ...]
+
+--crash: a child process brings the fleet up and is killed with SIGKILL once it is up (no teardown
+of its own); then `edgebed down` is timed, and what `edgebed status` lists of the run after it
+must be nothing.
 
 Needs root; run with nothing else on the machine (it is a timing).
 """
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
@@ -22,6 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from testbed.bench.harness import _Bench  # noqa: E402
 from testbed.kernel.netlink import ns_iproute  # noqa: E402
+from testbed.run.progress import FleetProgress  # noqa: E402
+from testbed.runtimes.state import leftovers  # noqa: E402
 
 LISTEN = "import socket,sys;s=socket.socket();s.bind((sys.argv[1],9));s.listen();s.settimeout(20);s.accept()"
 CONNECT = ("import socket,sys;s=socket.socket();s.settimeout(3)\n"
@@ -59,14 +67,57 @@ def across(src_ns: str, dst_ns: str, address: str) -> str:
         listener.wait()
 
 
+def fleet(workers: int) -> dict:
+    return {"name": "fleet", "profiles": {"p": {"bandwidth": "10mbit"}}, "ps": {"profile": "p"},
+            "evaluator": {"profile": "p"}, "workers": [{"count": workers, "profile": "p"}]}
+
+
+def hold(workers: int) -> None:
+    """The child of --crash: up, say so with the run id, and wait to be killed."""
+    bench = _Bench({}, "netns", scenario=fleet(workers))
+    with bench:
+        print(f"up {bench.run_id}", flush=True)
+        time.sleep(3600)
+
+
+def crash(workers: int) -> dict:
+    """Bring a fleet up in a child, SIGKILL it, and time `edgebed down`."""
+    t0 = time.time()
+    child = subprocess.Popen([sys.executable, __file__, "--workers", str(workers), "--hold"], stdout=subprocess.PIPE,
+                             text=True)
+    line = child.stdout.readline().split() if child.stdout else []
+    up_s = time.time() - t0
+    child.kill()
+    child.wait()
+    if line[:1] != ["up"]:
+        return {"benchmark": "fleet-crash", "workers": workers, "ok": False, "error": "the child never came up"}
+    run_id = line[1]
+    t1 = time.time()
+    down = subprocess.run([sys.executable, "-m", "testbed.cli", "down", run_id], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    down_s = time.time() - t1
+    left = [x for x in leftovers() if x.startswith(run_id)]
+    namespaces = [n for n in os.listdir("/run/netns") if n.startswith(f"eb-{run_id}-")] if os.path.isdir("/run/netns") else []
+    return {"benchmark": "fleet-crash", "workers": workers, "nodes": workers + 2, "up_seconds": round(up_s, 1),
+            "down_after_kill_seconds": round(down_s, 1), "down_exit": down.returncode,
+            "down_output_lines": len(down.stdout.splitlines()), "left_after": left, "namespaces_after": len(namespaces),
+            "ok": down.returncode == 0 and not left and not namespaces, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=1100)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--profile", action="store_true", help="where bring-up's time goes (cProfile, the top 25)")
+    ap.add_argument("--crash", action="store_true", help="kill -9 the bring-up's process, then time `edgebed down`")
+    ap.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    scenario = {"name": "fleet", "profiles": {"p": {"bandwidth": "10mbit"}}, "ps": {"profile": "p"},
-                "evaluator": {"profile": "p"}, "workers": [{"count": args.workers, "profile": "p"}]}
+    if args.hold:
+        hold(args.workers)
+        return 0
+    if args.crash:
+        return report(crash(args.workers), args.out)
+    scenario = fleet(args.workers)
     t0 = time.time()
     profiler = None
     if args.profile:
@@ -75,8 +126,11 @@ def main() -> int:
         profiler = cProfile.Profile()
         profiler.enable()
     bench = _Bench({}, "netns", scenario=scenario)
+    assert bench.rt is not None  # opened, or _Bench raised
+    bench.rt.progress = up_stages = FleetProgress(print, sys.stdout.isatty())
     with bench as (rt, spec):
         up_s = time.time() - t0
+        up_stages.close()
         if profiler is not None:
             import pstats
 
@@ -88,17 +142,25 @@ def main() -> int:
         control = bridge_ports(f"eb-{run_id}-ctl")
         data_check = across(f"eb-{run_id}-w0", f"eb-{run_id}-{last}", spec.node(last).address)
         control_check = across(f"eb-{run_id}-w0", f"eb-{run_id}-{last}", rt.control.addresses[last])
+        rt.progress = down_stages = FleetProgress(print, sys.stdout.isatty())
         t1 = time.time()
     down_s = time.time() - t1
+    down_stages.close()
     out = {"benchmark": "fleet-bringup", "workers": args.workers, "nodes": len(spec.nodes), "up_seconds": round(up_s, 1),
-           "teardown_seconds": round(down_s, 1), "data_bridge_ports": data, "control_bridge_ports": control,
+           "up_stage_seconds": {k: round(v, 1) for k, v in up_stages.stages.items()},
+           "teardown_seconds": round(down_s, 1),
+           "teardown_stage_seconds": {k: round(v, 1) for k, v in down_stages.stages.items()}, "data_bridge_ports": data, "control_bridge_ports": control,
            "data_w0_to_last": data_check, "control_w0_to_last": control_check,
            "ok": data_check == "connected" and control_check != "connected"
-           and max([*data.values(), *control.values()]) <= 1023,
+           and max([*data.values(), *control.values()]) <= 1023 and bench.problems == [],
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return report(out, args.out)
+
+
+def report(out: dict, path: Path | None) -> int:
     print(json.dumps(out, indent=1))
-    if args.out:
-        args.out.write_text(json.dumps(out, indent=1) + "\n")
+    if path:
+        path.write_text(json.dumps(out, indent=1) + "\n")
     return 0 if out["ok"] else 1
 
 

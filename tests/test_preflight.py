@@ -56,7 +56,8 @@ def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(m
 
     code = "import sys, testbed.runtimes.state; print(sorted(m for m in sys.modules if m.startswith('testbed.runtimes.')))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "['testbed.runtimes.errors', 'testbed.runtimes.state']"  # errors: no imports, no backend
+    # errors and ticks: no imports, no backend
+    assert out.strip() == "['testbed.runtimes.errors', 'testbed.runtimes.state', 'testbed.runtimes.ticks']"
 
     from testbed.runtimes import state
 

@@ -94,3 +94,57 @@ def test_weakest_is_what_every_kernel_has():
     assert weakest([NETEM, NO_NETEM]) == NO_NETEM
     assert weakest([KernelCaps(htb=True, netem=True, tbf=False, ifb=True, bpf_loss=True), NO_NETEM]) == \
         KernelCaps(htb=True, netem=False, tbf=False, ifb=True, bpf_loss=False)
+
+
+@needs_root
+def test_a_veth_made_across_namespaces_with_its_offloads_off():
+    """add_veth makes both ends in place under their final names (nothing in the host's namespace),
+    disable_offloads' ioctls turn off every feature OFFLOADS names, on both ends, and the end in a
+    namespace made with ipv6=False gets no IPv6 address when up (the other end does)."""
+    import socket
+    import uuid
+
+    from pyroute2 import IPRoute
+    from pyroute2.ethtool import Ethtool
+
+    from testbed.kernel.netlink import OFFLOADS, add_veth, create_netns, disable_offloads, entered_netns, ns_iproute, remove_netns
+
+    a, b = f"eb-t-{uuid.uuid4().hex[:6]}", f"eb-t-{uuid.uuid4().hex[:6]}"
+    create_netns(a)
+    create_netns(b, ipv6=False)
+    try:
+        with IPRoute() as host:
+            host_before = {link.get_attr("IFLA_IFNAME") for link in host.get_links()}
+        with ns_iproute(a) as ns:
+            index = add_veth(ns, "sw-end", b, "eth0")
+            assert ns.get_links(index)[0].get_attr("IFLA_IFNAME") == "sw-end"
+        with IPRoute() as host:
+            assert {link.get_attr("IFLA_IFNAME") for link in host.get_links()} == host_before
+        with entered_netns(b):
+            et = Ethtool()
+            try:
+                on_before = [k for k, f in et.get_features("eth0").features.items() if k in OFFLOADS and f.enable]
+            finally:
+                et.close()
+        assert on_before, "a new veth starts with some offloads on: the test would show nothing"
+        disable_offloads(a, ["sw-end"])
+        disable_offloads(b, ["eth0"])
+        for netns, ifname in ((a, "sw-end"), (b, "eth0")):
+            with entered_netns(netns):
+                et = Ethtool()
+                try:
+                    feats = et.get_features(ifname).features
+                finally:
+                    et.close()
+            assert [k for k in OFFLOADS if k in feats and feats[k].enable] == [], (netns, ifname)
+        for netns, ifname in ((a, "sw-end"), (b, "eth0")):
+            with ns_iproute(netns) as ns:
+                ns.link("set", index=ns.link_lookup(ifname=ifname)[0], state="up")
+        v6 = {}
+        for netns, ifname in ((a, "sw-end"), (b, "eth0")):
+            with ns_iproute(netns) as ns:
+                v6[netns] = list(ns.get_addr(family=socket.AF_INET6, index=ns.link_lookup(ifname=ifname)[0]))
+        assert len(v6[a]) == 1 and v6[b] == [], v6  # a's end: its link-local address
+    finally:
+        remove_netns(a)
+        remove_netns(b)

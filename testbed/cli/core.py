@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -49,7 +50,8 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
-        summary = api.run(sc, run_dir, say=say, scenario_path=str(scenario), tensorboard=tensorboard).summary
+        summary = api.run(sc, run_dir, say=say, scenario_path=str(scenario), tensorboard=tensorboard,
+                          bars=not quiet and sys.stdout.isatty()).summary
     except RuntimeUnavailable as e:
         fail(f"error: {e}")
     except FileExistsError as e:
@@ -261,13 +263,28 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
     runs = _runs_to_remove(runs, labelled, run_id is not None, all_runs)
     problems = []
     for rid, st in runs.items():
-        p = cleanup_run(rid, st)
+        p = _remove_run(rid, st)
         problems += p
         typer.echo(f"{rid}: {'removed' if not p else 'problems: ' + '; '.join(p)}")
     if not runs:
         typer.echo("nothing to remove")
     if problems:
         raise typer.Exit(1)
+
+
+def _remove_run(run_id: str, st) -> list[str]:
+    """cleanup_run, showing how far it has got where the run was a fleet."""
+    from testbed.run.progress import FleetProgress
+    from testbed.run.runner import FLEET_NODES
+    from testbed.runtimes.state import cleanup_run
+
+    if st is None or len(st.netns) < FLEET_NODES:
+        return cleanup_run(run_id, st)
+    progress = FleetProgress(typer.echo, sys.stdout.isatty())
+    try:
+        return cleanup_run(run_id, st, progress=progress)
+    finally:
+        progress.close()
 
 
 def algorithms() -> None:

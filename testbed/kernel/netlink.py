@@ -10,13 +10,17 @@ in), and returns.
 from __future__ import annotations
 
 import ctypes
+import errno
+import fcntl
 import os
 import socket
+import struct
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
+LOOPBACK_INDEX = 1  # lo's in every network namespace (the kernel's LOOPBACK_IFINDEX)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -83,6 +87,20 @@ def listening_socket(netns: Optional[str], address: str, port: int) -> socket.so
         return sock
 
 
+def add_veth(ipr, ifname: str, peer_netns: str, peer_ifname: str, **attrs) -> int:
+    """A veth made with its end `ifname` in `ipr`'s namespace (with `attrs`, such as master= and
+    state="up") and its peer `peer_ifname` in netns `peer_netns`, each under its final name;
+    returns the ifindex of `ifname`. Nothing passes through the root namespace and nothing moves:
+    a veth moved between namespaces costs about 5x one made in place (300 nodes: 15.4 s against
+    0.7 s, measured while changing benchmarks/fleet_bringup.py's bring-up)."""
+    fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY)
+    try:
+        ipr.link("add", ifname=ifname, kind="veth", peer={"ifname": peer_ifname, "net_ns_fd": fd}, **attrs)
+    finally:
+        os.close(fd)
+    return ipr.link_lookup(ifname=ifname)[0]
+
+
 @contextmanager
 def in_netns(name: str) -> Iterator:
     ipr = ns_iproute(name)
@@ -98,11 +116,14 @@ MS_SHARED = 1 << 20
 MNT_DETACH = 2
 
 
-def create_netns(name: str) -> None:
+def create_netns(name: str, ipv6: bool = True) -> None:
     """`ip netns add NAME` without forking: unshare in a throwaway thread, bind-mount its namespace.
 
     unshare(CLONE_NEWNET) moves only the calling thread, so the runner's own
-    threads stay in the host namespace.
+    threads stay in the host namespace. `ipv6=False`: the interfaces made in it later get no
+    IPv6 (lo keeps ::1). A cluster's networks are IPv4, and on a bridge each new port's IPv6
+    autoconfiguration (DAD, MLD, router solicitations) floods every other port: 1,000 nodes
+    plugged into one bridge took 54.8 s with it and 24.8 s without (benchmarks/fleet_bringup.py).
     """
     import threading
 
@@ -124,6 +145,8 @@ def create_netns(name: str) -> None:
             src = f"/proc/self/task/{threading.get_native_id()}/ns/net".encode()
             if _libc.mount(src, path.encode(), b"none", MS_BIND, None) != 0:
                 raise OSError(ctypes.get_errno(), f"bind mount of the new namespace onto {path} failed")
+            if not ipv6:
+                _no_ipv6_here()
         except BaseException as e:  # reported to the caller
             errors.append(e)
 
@@ -138,6 +161,16 @@ def create_netns(name: str) -> None:
         raise errors[0]
 
 
+def _no_ipv6_here() -> None:
+    """IPv6 off for the interfaces made later in the calling thread's namespace (/proc/sys/net is
+    the opener's); a kernel without IPv6 has nothing to turn off."""
+    try:
+        with open("/proc/sys/net/ipv6/conf/default/disable_ipv6", "w") as f:
+            f.write("1")
+    except FileNotFoundError:
+        pass
+
+
 def remove_netns(name: str) -> None:
     """`ip netns del NAME`: detach the bind mount and remove the file (FileNotFoundError if absent)."""
     path = os.path.join(NETNS_DIR, name)
@@ -149,6 +182,14 @@ def remove_netns(name: str) -> None:
 
 OFFLOADS = ("tx-tcp-segmentation", "tx-tcp6-segmentation", "tx-tcp-ecn-segmentation",
             "tx-tcp-mangleid-segmentation", "tx-generic-segmentation", "generic-receive-offload")
+SIOCETHTOOL = 0x8946
+# ETHTOOL_STSO, ETHTOOL_SGSO, ETHTOOL_SGRO: the legacy commands, one a feature group, that turn
+# off what OFFLOADS names (STSO takes TSO, TSO6, TSO-ECN and TSO-mangleid together)
+OFFLOAD_COMMANDS = (0x1F, 0x24, 0x2C)
+
+
+class _EthtoolValue(ctypes.Structure):
+    _fields_ = [("cmd", ctypes.c_uint32), ("data", ctypes.c_uint32)]
 
 
 def attach_netns(name: str, pid: int) -> None:
@@ -168,17 +209,21 @@ def disable_offloads(name: "str | None", ifnames: list[str]) -> None:
     With segmentation offload a veth hands HTB 64 KB super-packets: the average rate is
     right, but at 1 Mbit/s each one leaves as a 0.5 s burst. MTU-sized packets keep the
     shaped link smooth at every time scale, as a real link is.
-    """
-    from pyroute2.ethtool import Ethtool
 
+    Three ioctls an interface: pyroute2's Ethtool reads the kernel's feature names on every
+    call, which made this a fifth of a fleet's bring-up.
+    """
     with entered_netns(name):  # None: the caller's own namespace (the host's, for Docker's veth ends)
-        et = Ethtool()
-        try:
-            for ifname in ifnames:
-                feats = et.get_features(ifname)
-                for k in OFFLOADS:
-                    if k in feats.features:
-                        feats.features[k].enable = False
-                et.set_features(ifname, feats)
-        finally:
-            et.close()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        for ifname in ifnames:
+            for cmd in OFFLOAD_COMMANDS:
+                value = _EthtoolValue(cmd, 0)
+                ifreq = struct.pack("16sP16x", ifname.encode(), ctypes.addressof(value))
+                try:
+                    fcntl.ioctl(sock.fileno(), SIOCETHTOOL, ifreq)
+                except OSError as e:
+                    if e.errno != errno.EOPNOTSUPP:  # a device that cannot change it: nothing to turn off
+                        raise OSError(e.errno, f"ethtool on {ifname}: {e.strerror}") from None
+    finally:
+        sock.close()

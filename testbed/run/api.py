@@ -93,19 +93,20 @@ class RunResult:
 
 def run(sc: Scenario, out: Union[str, Path, None] = None, *, say: Callable[[str], None] = lambda s: None,
         scenario_path: str = "<api>", progress_every: float = 2.0,
-        tensorboard: Union[str, Path, None] = None, isolated: Optional[bool] = None) -> RunResult:
+        tensorboard: Union[str, Path, None] = None, isolated: Optional[bool] = None, bars: bool = False) -> RunResult:
     """Run `sc` end to end (bring-up, training, teardown) into `out` (default runs/<name>-<time>);
     its summary and records. A failed run raises, after its teardown (its records stay in `out`).
     `tensorboard`: a folder for TensorBoard scalars written while the run goes. `isolated`: in a
     process of its own (`edgebed up`); by default only where an event loop runs in this thread
-    (a notebook's kernel), whose loop pyroute2's calls and the runner's signal handlers cannot share."""
+    (a notebook's kernel), whose loop pyroute2's calls and the runner's signal handlers cannot share.
+    `bars`: a fleet's bring-up and teardown drawn as progress bars (on a terminal), else told to `say`."""
     from testbed.run.runner import default_run_dir, run as run_scenario
 
     run_dir = Path(out) if out is not None else default_run_dir(sc)
     if isolated or (isolated is None and _event_loop_running()):
         return _run_isolated(sc, run_dir, say, tensorboard)
     summary = run_scenario(sc, scenario_path, run_dir, say=say, progress_every=progress_every,
-                           tensorboard=Path(tensorboard) if tensorboard is not None else None)
+                           tensorboard=Path(tensorboard) if tensorboard is not None else None, bars=bars)
     return RunResult(Path(summary.get("run_dir", run_dir)), summary)
 
 

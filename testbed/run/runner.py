@@ -32,6 +32,7 @@ from testbed.run.events import Events
 from testbed.run.fidelity import oversubscription_warnings
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
+from testbed.run.progress import FleetProgress
 from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
 from testbed.runtimes import auto_note, runtime_class, select_runtime
@@ -55,15 +56,16 @@ def default_run_dir(sc: Scenario) -> Path:
 
 
 def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str], None] = print,
-        progress_every: float = 2.0, tensorboard: Optional[Path] = None) -> dict:
+        progress_every: float = 2.0, tensorboard: Optional[Path] = None, bars: bool = False) -> dict:
     """Run one scenario end to end; returns the summary (also written to RUN/summary.json).
-    `tensorboard`: a folder that gets the records as TensorBoard scalars while the run goes."""
+    `tensorboard`: a folder that gets the records as TensorBoard scalars while the run goes.
+    `bars`: a fleet's bring-up and teardown as progress bars (a terminal), else as lines to `say`."""
     r = Run(sc, scenario_path, run_dir, say, progress_every)
-    r.tensorboard = tensorboard
+    r.tensorboard, r.bars = tensorboard, bars
     return r.execute()
 
 
-FLEET_NODES = 200  # from this many nodes on, bring-up says what it is doing and how long it took
+FLEET_NODES = 200  # from this many nodes on, bring-up and teardown show how far they have got
 
 
 def raise_open_files() -> None:
@@ -110,6 +112,7 @@ class Run:
         self.timeline = None
         self.replay = None  # recorded link traces, replayed every tick (runtimes.replay)
         self.relay = None  # an external broker's port, relayed from the run's gateway
+        self.bars = False  # a fleet's bring-up and teardown as bars (a terminal), else as lines
         self.tensorboard: Optional[Path] = None  # where the records go as TensorBoard scalars, if anywhere
         self._tensorboard = None  # records.tensorboard.BackgroundFollower
         self.hub = None  # the runner's end of the control channel: the nodes' records come in there
@@ -148,12 +151,7 @@ class Run:
 
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
         self.spec = place(build_cluster(sc, self.run_id), self.runtime.placer(sc))
-        if len(self.spec.nodes) >= FLEET_NODES:  # minutes of silence otherwise
-            say(f"making {len(self.spec.nodes)} nodes (namespaces, links, limits, the control network)...")
-        t_make = time.time()
-        self.runtime.create(self.spec)
-        if len(self.spec.nodes) >= FLEET_NODES:
-            say(f"made {len(self.spec.nodes)} nodes in {time.time() - t_make:.1f} s")
+        self._make_nodes()
         self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
         if self.hub is not None and not self.decentralized:
             self.hub.max_replica = 0  # no worker of this run hands in a replica: the hub takes none
@@ -171,6 +169,20 @@ class Run:
             say(f"warning: {w}")
         if sc.network.verify_links:
             self.verify_links()
+
+    def _make_nodes(self) -> None:
+        """The runtime's create; a fleet's shows how far it has got (a minute of silence otherwise)."""
+        if len(self.spec.nodes) < FLEET_NODES:
+            self.runtime.create(self.spec)
+            return
+        self.say(f"making {len(self.spec.nodes)} nodes (namespaces, links, limits, the control network)...")
+        t_make = time.time()
+        self.runtime.progress = progress = FleetProgress(self.say, self.bars)
+        try:
+            self.runtime.create(self.spec)
+        finally:
+            progress.close()
+        self.say(f"made {len(self.spec.nodes)} nodes in {time.time() - t_make:.1f} s")
 
     def describe(self) -> dict:
         """meta.json: what was run, where, on what, and how each link was made."""
@@ -294,7 +306,7 @@ class Run:
             if self.spec is not None:
                 sampler = Sampler(self.runtime, self.run_dir, self.t0, self.last_counters)
                 self._guarded("the last counters", sampler.sample)
-            problems = self._guarded("the teardown", self.runtime.teardown) or []
+            problems = self._guarded("the teardown", self._remove_nodes) or []
         else:
             problems = self._guarded("the clean-up", lambda: cleanup_run(self.run_id, self.state, stop_runner=False))
         if problems:
@@ -304,6 +316,16 @@ class Run:
         if self._tensorboard is not None:  # the last rows
             self._guarded("the TensorBoard scalars", self._tensorboard.stop)
         return summary
+
+    def _remove_nodes(self) -> list[str]:
+        """The runtime's teardown; a fleet's shows how far it has got, on a clock of its own."""
+        if not isinstance(getattr(self.runtime, "progress", None), FleetProgress):
+            return self.runtime.teardown()
+        self.runtime.progress = progress = FleetProgress(self.say, self.bars)
+        try:
+            return self.runtime.teardown()
+        finally:
+            progress.close()
 
     def _stop_timeline(self) -> None:
         replay = getattr(self, "replay", None)  # (absent on a run stopped before its nodes started)

@@ -22,6 +22,7 @@ from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.channel_auth import RunKeys
 from testbed.runtimes.live import LiveOps
 from testbed.runtimes.state import RunState
+from testbed.runtimes.ticks import Tick, no_ticks
 
 if TYPE_CHECKING:  # types only: the runtime makes them where it has them
     from testbed.runtimes.control_net import ControlNetwork
@@ -143,6 +144,7 @@ class Runtime(LiveOps, ABC):
         self.keys = RunKeys()  # who may speak on it: the hub's key and each node's, made for this run
         self.image: Optional[str] = None  # the node image, for runtimes that run one
         self.warnings: list[str] = []  # what bring-up could not do as asked (meta.json's warnings)
+        self.progress: Tick = no_ticks  # a fleet's bring-up and teardown as they go (the runner's to show)
 
     # -- before a run: can it run here, can it run this ---------------------------------------
     @classmethod
@@ -248,13 +250,13 @@ class Runtime(LiveOps, ABC):
         """(up, down) of the control channel as a node sees them (testbed.node.channel)."""
         return self.control.urls()
 
-    def _build_control(self, ipr) -> None:
+    def _build_control(self) -> None:
         """Every node's ctl0 on the run's control network (after the nodes' namespaces exist), and
         the hub listening on it."""
         from testbed.runtimes.control_net import ControlNetwork
 
         self.control = ControlNetwork(self.state)
-        self.control.build(ipr, {name: h.netns for name, h in self.handles.items()})
+        self.control.build({name: h.netns for name, h in self.handles.items()}, self.progress)
         self.hub = self.control.open_hub(self.run_dir, self.keys)
 
     def _close_control(self) -> None:

@@ -16,15 +16,15 @@ from __future__ import annotations
 import ipaddress
 import secrets
 
-from testbed.kernel.netlink import create_netns, ns_iproute
+from testbed.kernel.netlink import add_veth, create_netns, ns_iproute
 from testbed.runtimes.bridges import BridgeTree
-from testbed.runtimes.state import RunState, temp_link_name
+from testbed.runtimes.state import RunState
+from testbed.runtimes.ticks import Tick, no_ticks
 
 CONTROL_SUBNET = ipaddress.IPv4Network("169.254.0.0/16")
 RUNNER_ADDRESS = "169.254.0.1"  # the hub, on the control bridge
 RECORDS_PORT = 7000  # up: nodes PUSH
 CONTROL_PORT = 7001  # down: the hub PUBlishes
-CONTROL_INDEX = 0x4000  # temporary veth names: data links count from 0, routers and WAN links from 0xF000
 BRIDGE = "ctl"
 
 
@@ -45,11 +45,11 @@ class ControlNetwork:
         self.netns = control_netns(self.run_id)
         self.addresses: dict[str, str] = {}  # node -> its ctl0 address
 
-    def build(self, ipr, node_netns: dict[str, str]) -> None:
+    def build(self, node_netns: dict[str, str], progress: Tick = no_ticks) -> None:
         """The control bridge, and every node's ctl0 plugged into it."""
         self.state.netns.append(self.netns)  # recorded first: `down` finds it even if we crash next
         self.state.save()
-        create_netns(self.netns)
+        create_netns(self.netns, ipv6=False)
         hosts = CONTROL_SUBNET.hosts()
         if str(next(hosts)) != RUNNER_ADDRESS:
             raise AssertionError("the runner takes the control subnet's first address")
@@ -65,21 +65,15 @@ class ControlNetwork:
             tree = BridgeTree(c, br, BRIDGE, len(node_netns), isolated=True)
             for i, (node, netns) in enumerate(node_netns.items()):
                 self.addresses[node] = str(next(hosts))
-                self._plug(ipr, c, tree.bridge_for(i), i, netns, self.addresses[node])
+                self._plug(c, tree.bridge_for(i), i, netns, self.addresses[node])
+                progress("control links", i + 1, len(node_netns))
 
-    def _plug(self, ipr, c, br: int, i: int, netns: str, address: str) -> None:
-        a, b = temp_link_name(self.run_id, CONTROL_INDEX + i, "x"), temp_link_name(self.run_id, CONTROL_INDEX + i, "y")
-        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
-        ipr.link("set", index=ipr.link_lookup(ifname=a)[0], net_ns_fd=netns)
-        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=self.netns)
+    def _plug(self, c, br: int, i: int, netns: str, address: str) -> None:
+        pidx = add_veth(c, f"n{i}", netns, "ctl0", master=br, state="up")
         with ns_iproute(netns) as ns:
-            idx = ns.link_lookup(ifname=a)[0]
-            ns.link("set", index=idx, ifname="ctl0")
+            idx = ns.link_lookup(ifname="ctl0")[0]
             ns.addr("add", index=idx, address=address, prefixlen=CONTROL_SUBNET.prefixlen)
             ns.link("set", index=idx, state="up")
-        pidx = c.link_lookup(ifname=b)[0]
-        c.link("set", index=pidx, ifname=f"n{i}")
-        c.link("set", index=pidx, master=br, state="up")
         c.brport("set", index=pidx, isolated=1)  # a node reaches the runner only, never another node
 
     def open_hub(self, run_dir, keys):

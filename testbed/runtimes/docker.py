@@ -153,17 +153,20 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
             # rules), so containers get no Docker network and edgebed's fabric wires them like
             # the netns runtime's nodes: switches, routers and WAN links in namespaces of its own.
             self.fabric = Fabric(self.state, self.caps)
-            for node in spec.nodes:
-                self.handles[node.name] = self._create_node(node, spec)
-            plans = self.fabric.build(self._host_ipr, spec, {n: h.netns for n, h in self.handles.items()})
+            self._create_nodes(spec)
+            plans = self.fabric.build(spec, {n: h.netns for n, h in self.handles.items()}, self.progress)
             for name, (up, down) in plans.items():
                 self.handles[name].uplink, self.handles[name].downlink = up, down
-            self._build_control(self._host_ipr)
+            self._build_control()
             return
         self.network = create_run_network(self.client, spec, self._bridge_network, self.say)
-        for node in spec.nodes:
+        self._create_nodes(spec)
+        self._build_control()
+
+    def _create_nodes(self, spec: ClusterSpec) -> None:
+        for i, node in enumerate(spec.nodes):
             self.handles[node.name] = self._create_node(node, spec)
-        self._build_control(self._host_ipr)
+            self.progress("containers", i + 1, len(spec.nodes))
 
     def _bridge_network(self, subnet: str, gateway: str):
         import docker
@@ -389,7 +392,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         if self._host_ipr is not None:
             self._host_ipr.close()
             self._host_ipr = None
-        return cleanup_run(self.run_id, self.state, stop_runner=False)
+        return cleanup_run(self.run_id, self.state, stop_runner=False, progress=self.progress)
 
 
 def remove_docker_resources(run_id: str) -> list[str]:

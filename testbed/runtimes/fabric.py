@@ -16,18 +16,15 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.kernel.netlink import create_netns, disable_offloads, ns_iproute, set_sysctl
+from testbed.kernel.netlink import LOOPBACK_INDEX, add_veth, create_netns, disable_offloads, ns_iproute, set_sysctl
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.bridges import BridgeTree
-from testbed.runtimes.state import RunState, temp_link_name
+from testbed.runtimes.state import RunState
+from testbed.runtimes.ticks import Tick, no_ticks
 from testbed.scenario.links import Direction, inherit
 
 BRIDGE = "br0"
-# temporary veth names (state.temp_link_name): nodes count from 0 (control links from
-# control_net.CONTROL_INDEX), site routers and WAN links from here
-ROUTER_INDEX = 0xF000
-WAN_INDEX = 0xF400
 
 
 def switch_netns(run_id: str, site: Optional[str] = None) -> str:
@@ -102,7 +99,7 @@ class Fabric(WanLinks):
     def _make_ns(self, name: str) -> None:
         self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
         self.state.save()
-        create_netns(name)
+        create_netns(name, ipv6=False)  # IPv4 networks: see create_netns
 
     def _make_switch(self, name: str):
         self._make_ns(name)
@@ -113,7 +110,8 @@ class Fabric(WanLinks):
         s.link("set", index=br, state="up")
         return s, br
 
-    def build(self, ipr, spec: ClusterSpec, node_netns: dict[str, str]) -> dict[str, tuple[DirectionPlan, DirectionPlan]]:
+    def build(self, spec: ClusterSpec, node_netns: dict[str, str],
+              progress: Tick = no_ticks) -> dict[str, tuple[DirectionPlan, DirectionPlan]]:
         """Switch(es), routers and WAN links; every node's netns plugged in. Returns node -> (up, down) plans."""
         plans = {}
         if spec.topology is None:
@@ -121,8 +119,8 @@ class Fabric(WanLinks):
             s, br = self._make_switch(sw)
             tree = BridgeTree(s, br, BRIDGE, len(spec.nodes))
             for i, node in enumerate(spec.nodes):
-                plans[node.name] = self._plug(ipr, sw, s, tree.bridge_for(i), i, node, node_netns[node.name],
-                                              spec.prefixlen)
+                plans[node.name] = self._plug(sw, s, tree.bridge_for(i), node, node_netns[node.name], spec.prefixlen)
+                progress("links", i + 1, len(spec.nodes))
             disable_offloads(sw, tree.links)
             if spec.relay_gateway:  # on the switch, not on the host: nodes reach one relayed port only
                 s.addr("add", index=br, address=spec.gateway, prefixlen=spec.prefixlen)
@@ -135,54 +133,45 @@ class Fabric(WanLinks):
             s, br = self._make_switch(sw)
             on_site = sum(1 for n in spec.nodes if n.site == site.name)
             switches[site.name] = (sw, s, BridgeTree(s, br, BRIDGE, on_site, extra=1))  # the router's port
-            self._create_router(ipr, site, sw, s, br)
+            self._create_router(site, s, br)
         plugged_on: dict[str, int] = {}
         for i, node in enumerate(spec.nodes):
             sw, s, tree = switches[node.site]
             site = topo.site(node.site)
             j = plugged_on[node.site] = plugged_on.get(node.site, -1) + 1
-            plans[node.name] = self._plug(ipr, sw, s, tree.bridge_for(j), i, node, node_netns[node.name],
-                                          site.prefixlen, gateway=site.router)
+            plans[node.name] = self._plug(sw, s, tree.bridge_for(j), node, node_netns[node.name], site.prefixlen,
+                                          gateway=site.router)
+            progress("links", i + 1, len(spec.nodes))
         for sw, _, tree in switches.values():
             disable_offloads(sw, tree.links)
-        for j, edge in enumerate(topo.edges):
-            self._create_wan_link(ipr, j, edge)
+        for edge in topo.edges:
+            self._create_wan_link(edge)
         for site in topo.sites:
             r = self._routers[site.name]
             for subnet, (via, _ifname) in topo.routes(site.name).items():
                 r.route("add", dst=subnet, gateway=via)
         return plans
 
-    def _create_router(self, ipr, site, sw: str, s, br: int) -> None:
+    def _create_router(self, site, s, br: int) -> None:
         name = router_netns(self.run_id, site.name)
         self._make_ns(name)
         r = ns_iproute(name)
         self._routers[site.name] = r
         set_sysctl(name, "net/ipv4/ip_forward", "1")
-        a, b = temp_link_name(self.run_id, ROUTER_INDEX + site.index, "x"), temp_link_name(self.run_id, ROUTER_INDEX + site.index, "y")
-        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
-        ipr.link("set", index=ipr.link_lookup(ifname=a)[0], net_ns_fd=name)
-        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=sw)
-        idx = r.link_lookup(ifname=a)[0]
-        r.link("set", index=idx, ifname="lan")
+        add_veth(s, "router", name, "lan", master=br, state="up")
+        idx = r.link_lookup(ifname="lan")[0]
         r.addr("add", index=idx, address=site.router, prefixlen=site.prefixlen)
         r.link("set", index=idx, state="up")
-        r.link("set", index=r.link_lookup(ifname="lo")[0], state="up")
-        pidx = s.link_lookup(ifname=b)[0]
-        s.link("set", index=pidx, ifname="router")
-        s.link("set", index=pidx, master=br, state="up")
+        r.link("set", index=LOOPBACK_INDEX, state="up")
 
-    def _create_wan_link(self, ipr, j: int, edge) -> None:
+    def _create_wan_link(self, edge) -> None:
         """A point-to-point veth between two routers; each end shapes its own direction on egress."""
-        a, b = temp_link_name(self.run_id, WAN_INDEX + j, "x"), temp_link_name(self.run_id, WAN_INDEX + j, "y")
-        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
-        for tmp, site in ((a, edge.a), (b, edge.b)):
+        add_veth(self._routers[edge.a], edge.ifname(edge.a), router_netns(self.run_id, edge.b), edge.ifname(edge.b))
+        for site in (edge.a, edge.b):
             ns = router_netns(self.run_id, site)
-            ipr.link("set", index=ipr.link_lookup(ifname=tmp)[0], net_ns_fd=ns)
             r = self._routers[site]
-            idx = r.link_lookup(ifname=tmp)[0]
             ifname = edge.ifname(site)
-            r.link("set", index=idx, ifname=ifname)
+            idx = r.link_lookup(ifname=ifname)[0]
             r.addr("add", index=idx, address=edge.address_of(site), prefixlen=edge.prefixlen)
             r.link("set", index=idx, state="up")
             plan = plan_direction(edge.direction_from(site), self.caps)
@@ -196,27 +185,20 @@ class Fabric(WanLinks):
         with ns_iproute(router_netns(self.run_id, src)) as r:  # its own socket: the monitor uses the router's
             reshape(r, r.link_lookup(ifname=self.wan_ifnames[(src, dst)])[0], old, new)
 
-    def _plug(self, ipr, sw: str, s, br: int, i: int, node: Node, netns: str, prefixlen: int,
+    def _plug(self, sw: str, s, br: int, node: Node, netns: str, prefixlen: int,
               gateway: Optional[str] = None) -> tuple[DirectionPlan, DirectionPlan]:
         """A veth from the node's netns (eth0, its address, uplink shaping) to the switch (downlink shaping)."""
-        a, b = temp_link_name(self.run_id, i, "x"), temp_link_name(self.run_id, i, "y")
-        ipr.link("add", ifname=a, kind="veth", peer={"ifname": b})
-        ipr.link("set", index=ipr.link_lookup(ifname=a)[0], net_ns_fd=netns)
-        ipr.link("set", index=ipr.link_lookup(ifname=b)[0], net_ns_fd=sw)
+        pidx = add_veth(s, node.name, netns, "eth0", master=br, state="up")
         up = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
         down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
         with ns_iproute(netns) as ns:
-            idx = ns.link_lookup(ifname=a)[0]
-            ns.link("set", index=idx, ifname="eth0")
+            idx = ns.link_lookup(ifname="eth0")[0]
             ns.addr("add", index=idx, address=node.address, prefixlen=prefixlen)
             ns.link("set", index=idx, state="up")
-            ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
+            ns.link("set", index=LOOPBACK_INDEX, state="up")
             if gateway is not None:  # other sites are reached through the site's router
                 ns.route("add", dst="default", gateway=gateway)
             apply_direction(ns, idx, up)
-        pidx = s.link_lookup(ifname=b)[0]
-        s.link("set", index=pidx, ifname=node.name)
-        s.link("set", index=pidx, master=br, state="up")
         apply_direction(s, pidx, down)
         disable_offloads(netns, ["eth0"])
         disable_offloads(sw, [node.name])

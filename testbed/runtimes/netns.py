@@ -138,31 +138,29 @@ class NetnsRuntime(LocalNodeOps, Runtime):
 
     # -- bring-up --------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
-        from pyroute2 import IPRoute
-
         for node in spec.nodes:
             if node.image is not None:
                 raise RuntimeError(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
         grants = self._grant_gpus(spec)
         computes = {}
-        for node in spec.nodes:
-            name = netns_name(self.run_id, node.name)
-            self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
-            self.state.save()
-            create_netns(name)
+        # recorded first, all at once (a save a node grew as the square of the fleet): `down` finds
+        # them even if we crash next, and passes over those not made yet
+        self.state.netns += [netns_name(self.run_id, node.name) for node in spec.nodes]
+        self.state.save()
+        for i, node in enumerate(spec.nodes):
+            create_netns(netns_name(self.run_id, node.name), ipv6=False)  # IPv4 networks: see create_netns
             self.keys.admit(node.name, node.role)
             cg = cgroups.NodeCgroup(self.run_id, node.name)
             computes[node.name] = (cg, cg.create(node.profile.cpus, node.profile.memory, node.profile.cpuset,
                                                            node.profile.cpu_period))
-        with IPRoute() as ipr:
-            plans = self.fabric.build(ipr, spec, {n.name: netns_name(self.run_id, n.name) for n in spec.nodes})
-            for node in spec.nodes:
-                cg, compute = computes[node.name]
-                up, down = plans[node.name]
-                self.handles[node.name] = NetnsNode(node, netns_name(self.run_id, node.name), node.name, up, down,
-                                                     cg, {**compute, **grants[node.name].meta},
-                                                     env=grants[node.name].env)
-            self._build_control(ipr)
+            self.progress("namespaces", i + 1, len(spec.nodes))
+        plans = self.fabric.build(spec, {n.name: netns_name(self.run_id, n.name) for n in spec.nodes}, self.progress)
+        for node in spec.nodes:
+            cg, compute = computes[node.name]
+            up, down = plans[node.name]
+            self.handles[node.name] = NetnsNode(node, netns_name(self.run_id, node.name), node.name, up, down,
+                                                 cg, {**compute, **grants[node.name].meta}, env=grants[node.name].env)
+        self._build_control()
 
     def _grant_gpus(self, spec: ClusterSpec) -> dict[str, GpuGrant]:
         """Each node's GPUs (none: it sees none), with an MPS daemon for the caps where one runs."""
@@ -259,4 +257,4 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         if self.mps is not None:
             self.mps.stop()
             shutil.rmtree(self.mps.pipe.parent, ignore_errors=True)
-        return cleanup_run(self.run_id, self.state, stop_runner=False)
+        return cleanup_run(self.run_id, self.state, stop_runner=False, progress=self.progress)

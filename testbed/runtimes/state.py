@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.kernel import cgroups, names
+from testbed.runtimes.ticks import Tick, no_ticks
 
 # The labels of everything an engine holds of a run (containers, networks, swarm services).
 LABEL = "edgebed"
@@ -111,7 +112,9 @@ def register_sweeper(sweeper: Sweeper) -> None:
 
 
 def temp_link_name(run_id: str, index: int, end: str) -> str:
-    """Name of a veth end while it is still in the root namespace (<= 15 chars: 2 + 6 + 4 + 1)."""
+    """Name of a veth end while it was still in the root namespace (<= 15 chars: 2 + 6 + 4 + 1).
+    Runs since 2026-11-28 make their veths in place (kernel.netlink.add_veth); `down` still
+    removes what a crashed run of an older edgebed left under these names."""
     if not 0 <= index <= 0xFFFF:
         raise ValueError(f"veth index {index} out of range")
     return f"eb{run_id}{index:04x}{end}"
@@ -374,7 +377,7 @@ def _stop_runner(st: RunState) -> None:
             pass
 
 
-def _remove_namespaces(netns_names: list[str]) -> list[str]:
+def _remove_namespaces(netns_names: list[str], progress: Tick = no_ticks) -> list[str]:
     """Kill what runs in the namespaces, then remove them (their veth ends and qdiscs go with them)."""
     from testbed.kernel.netlink import remove_netns
 
@@ -385,18 +388,19 @@ def _remove_namespaces(netns_names: list[str]) -> list[str]:
             except ProcessLookupError:
                 pass
     problems = []
-    for name in netns_names:
+    for i, name in enumerate(netns_names):
         try:
             remove_netns(name)
         except FileNotFoundError:
             pass
         except OSError as e:
             problems.append(f"netns {name}: {e}")
+        progress("removing", i + 1, len(netns_names))
     return problems
 
 
 def _remove_temp_links(run_id: str) -> list[str]:
-    """Temporary veth ends left in the root namespace by a crash mid-creation."""
+    """Temporary veth ends left in the root namespace by a crash mid-creation (editions before 2026-11-28)."""
     from pyroute2 import IPRoute
 
     problems = []
@@ -412,9 +416,11 @@ def _remove_temp_links(run_id: str) -> list[str]:
     return problems
 
 
-def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool = True) -> list[str]:
+def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool = True,
+                progress: Tick = no_ticks) -> list[str]:
     """Remove everything of one run. Returns problems left (empty = clean). Only names of the
-    run's own shape are touched: a run id of another shape removes nothing."""
+    run's own shape are touched: a run id of another shape removes nothing. `progress` hears of
+    each namespace removed."""
     if not names.shaped("run id", run_id) or (st is not None and st.run_id != run_id):
         return [f"run id {ascii(run_id)[:40]}: not an edgebed run id of this state; nothing removed"]
     problems: list[str] = []
@@ -428,7 +434,7 @@ def cleanup_run(run_id: str, st: Optional[RunState] = None, *, stop_runner: bool
     # 1. processes: everything in the run's cgroups and namespaces; 2. the namespaces.
     problems += cgroups.remove_run(run_id)
     from_state = [n for n in (st.netns if st else []) if _run_netns(n, run_id, "the run's state")]
-    problems += _remove_namespaces(sorted(set(netns_of_run(run_id)) | set(from_state)))
+    problems += _remove_namespaces(sorted(set(netns_of_run(run_id)) | set(from_state)), progress)
     problems += _remove_temp_links(run_id)
     # cgroups again, in case a process was started between steps 1 and 2.
     problems += cgroups.remove_run(run_id)
