@@ -227,3 +227,18 @@ def test_a_supervisor_without_its_key_does_not_start(monkeypatch, tmp_path, caps
     other = RunKeys().admit("w1", "worker")  # another node's key is not this node's
     monkeypatch.setenv(channel_keys.ENV, other.to_text())
     assert launch.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
+
+
+def test_only_the_ps_may_ask_for_another_node_s_trainer(hub, sockets):
+    """A `train` request (per-round trainers) names another node: the PS's alone, with no fields;
+    the same bytes from a worker are dropped; the runner takes them apart from the timeline's."""
+    train = [b"!request", b'{"id": "t", "node": "w1", "action": "train", "fields": {}}']
+    w0 = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w0"))
+    w0.send_multipart(train)
+    assert _marker(hub, w0, "w0")
+    ps = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("ps"))
+    ps.send_multipart([b"!request", b'{"id": "u", "node": "w1", "action": "train", "fields": {"rate": 1}}'])
+    ps.send_multipart(train)
+    assert _marker(hub, ps, "ps")
+    assert hub.drops == {"a train request not the PS's": 2}
+    assert hub.take_trainers() == ["w1"] and hub.take_trainers() == [] and hub.take_requests() == []

@@ -393,6 +393,40 @@ def test_fedavg_rounds_select_from_the_online_and_drop_the_offline(tmp_path, cle
     assert summary["status"] == "completed" and summary["final_accuracy"] > 0.6, summary
 
 
+def test_per_round_trainers_run_only_for_the_rounds_that_select_them(tmp_path, clean_host):
+    """fedavg `trainers: per_round`, K = 2 of 8 devices, a 4-s deadline; w1 offline the whole run.
+    No worker's trainer starts with the run: the runner starts a round's selected ones when the PS
+    asks, each trains only on the models of rounds that selected it, w1 is never online, never
+    drawn, never started; the rounds go on and the model learns."""
+    (tmp_path / "avail.csv").write_text("node,start,end\nw1,1000,2000\n")
+    data = {"name": "per-round", "seed": 1, "runtime": "netns",
+            "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 2},
+            "stop": {"seconds": 25},
+            "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": 2, "deadline_s": 4,
+                                                       "trainers": "per_round"}},
+            "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}},
+            "workers": [{"count": 8, "profile": "edge"}], "availability": [{"target": "w1", "trace": "avail.csv"}]}
+    run_dir = tmp_path / "run"
+    run_up(write_scenario(tmp_path, data), run_dir, "-q", timeout=200)
+    rounds = pd.read_csv(run_dir / "rounds.csv", keep_default_na=False)
+    assert len(rounds) >= 5, rounds
+    selected = {int(r): set(s.split()) for r, s in zip(rounds["round"], rounds.selected)}
+    during = rounds[rounds.time < 24.5]  # the plan ends at the run's 25 s: w1 is online again from then
+    assert all(len(s) == 2 for s in selected.values()) and not any("w1" in s.split() for s in during.online)
+    steps = pd.read_csv(run_dir / "steps.csv")
+    assert "w1" not in set(steps[steps.time < 24.5].node) and len(steps) > 0
+    for version, nodes in steps.groupby("model_version").node:  # only a round's clients train on its model
+        if int(version) in selected:
+            assert set(nodes) <= selected[int(version)], (version, set(nodes), selected[int(version)])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    trainers = summary["trainers"]
+    chosen = sum(len(s) for s in selected.values())
+    assert trainers["offline"] == trainers["not a worker"] == trainers["failed"] == 0, trainers
+    asked = trainers["started"] + trainers["running already"]  # one ask a selection; the last round's may be cut
+    assert trainers["started"] >= 2 and chosen <= asked <= chosen + 2, (trainers, chosen)
+    assert summary["status"] == "completed" and summary["final_accuracy"] > 0.6, summary
+
+
 def test_an_offline_worker_s_trainer_stopped_then_started_again(tmp_path, clean_host):
     """while_offline: stop: w1's trainer is killed when it goes offline (its memory freed) and
     started again when it is back; the PS loses it and takes it back as a restarted worker."""

@@ -210,3 +210,34 @@ def test_a_subclass_chooses_the_clients_and_cannot_pick_one_offline():
     ps.server_on_leave(srv, "w0")
     ps.server_on_push(srv, "w1", _grad(1.0), base_version=0)
     assert srv.version == 1 and _selection(srv, ps)[0] == ["w1", "w2"]
+
+
+def test_per_round_trainers_open_round_0_on_a_tick_and_ask_for_the_selected_only():
+    srv, ps = _ps(period=1, clients=2, deadline_s=5.0, trainers="per_round")
+    assert ps.per_round and srv.starts == []
+    srv.offline = {"w0", "w1"}  # these devices are offline: never drawn while so
+    assert ps.server_on_tick(srv, 0.0) == []  # no trainer runs yet to say hello: the tick opens round 0
+    assert len(srv.starts) == 2 and not set(srv.starts) & srv.offline
+    chosen = sorted(srv.starts)
+    del srv.starts[:]
+    assert ps.server_on_push(srv, chosen[0], _grad(1.0), base_version=0) == []
+    answered = ps.server_on_push(srv, chosen[1], _grad(1.0), base_version=0)
+    assert answered == chosen and srv.version == 1
+    assert sorted(srv.starts) == sorted(ps._current(srv).selected)  # the next round asks for its own
+
+
+def test_a_per_round_trainer_parks_on_a_model_whose_round_did_not_select_it():
+    worker = make_strategy("fedavg", {"deadline_s": 5.0, "trainers": "per_round"}, seed=3)
+    worker.worker_on_model({"version": 4, "selected": True})
+    assert not worker.worker_parks(4)
+    worker.worker_on_model({"version": 5, "selected": False})
+    assert worker.worker_parks(5)
+    always = make_strategy("fedavg", {}, seed=3)
+    always.worker_on_model({"version": 5, "selected": False})
+    assert not always.worker_parks(5)  # always-on trainers check in and idle instead
+
+
+def test_per_round_trainers_without_a_deadline_are_one_line_naming_both_fields():
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"algorithm": {"name": "fedavg", "params": {"trainers": "per_round"}}})
+    assert len(e.value.lines) == 1 and "trainers: per_round needs deadline_s" in e.value.lines[0]

@@ -19,7 +19,7 @@ import pickle
 import random
 import re
 from pathlib import Path
-from typing import Optional
+from typing import Mapping, Optional, Sequence
 
 from testbed.scenario.checks import resolve_target
 from testbed.scenario.models import Availability, Scenario
@@ -251,3 +251,8 @@ def availability_problems(sc: Scenario) -> list[str]:
             lines.append(f"availability: {total} offline intervals in {horizon(sc):g} s, more than {MAX_INTERVALS} "
                          "(longer mean durations, or a shorter run)")
     return lines
+
+
+def offline_at(plan: Mapping[str, Sequence[Sequence[float]]], now: float) -> set[str]:
+    """The devices whose offline intervals (`plan_offline`'s, run seconds) hold `now`."""
+    return {node for node, spans in plan.items() if any(start <= now < end for start, end in spans)}

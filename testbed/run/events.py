@@ -19,9 +19,10 @@ class Events:
     """Applies and records the timeline's changes for one run. `start(node)` starts a node's role."""
 
     def __init__(self, runtime, spec: ClusterSpec, procs: dict, start: Callable[[Node], None], live: LiveState,
-                 run_dir: Path, say: Callable[[str], None]):
+                 run_dir: Path, say: Callable[[str], None], per_round: bool = False):
         self.runtime, self.spec, self.procs, self.start_role = runtime, spec, procs, start
         self.live, self.run_dir, self.say = live, run_dir, say
+        self.per_round = per_round  # workers' trainers start when the PS selects them (run/trainers.py)
         self.table = metrics.open_table(run_dir, "events.csv")  # open while the run goes on
 
     def start(self, sc: Scenario, t0: float) -> Timeline:
@@ -45,7 +46,10 @@ class Events:
 
     def _restart(self, n: str) -> str:
         detail = ""
-        if self.procs[n].is_alive():
+        if self.per_round and self.spec.node(n).role == "worker":  # back online: drawn again, not started
+            self.live.killed.discard(n)
+            return "online again: its trainer starts when the PS selects it"
+        if n in self.procs and self.procs[n].is_alive():
             self.live.killed.add(n)
             detail = self.runtime.kill_node(n) + "; "
             self.procs[n].join(timeout=5)

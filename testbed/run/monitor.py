@@ -228,7 +228,7 @@ class Monitor:
         if killed & {"broker", "producer"}:  # the workers' streams are gone with it: no run to go on with
             return self._stop("failed", f"the stream {'broker' if 'broker' in killed else 'producer'} was killed "
                                         "(a timeline event): the workers' streams end with it")
-        dead = [n for n, p in procs.items()
+        dead = [n for n, p in list(procs.items())  # a copy: per-round trainers are added meanwhile
                 if n != "ps" and n not in killed and not p.is_alive() and p.exitcode not in (0, None)]
         if dead:
             return self._stop("failed", f"node(s) {', '.join(exit_reason(n, procs[n].exitcode) for n in dead)} "

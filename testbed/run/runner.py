@@ -21,6 +21,7 @@ from testbed.kernel import cgroups
 from testbed.node.roles import role_target
 from testbed.node.roles.common import RoleConfig
 from testbed.node.transport import DelaySpec
+from testbed.plan.availability import plan_offline
 from testbed.plan.cluster import ClusterSpec, Node, build_cluster, peer_table
 from testbed.plan.delays import transport_delays
 from testbed.plan.placement import place
@@ -32,6 +33,7 @@ from testbed.run.events import Events
 from testbed.run.fidelity import oversubscription_warnings
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
+from testbed.run.trainers import Trainers
 from testbed.run.progress import FleetProgress
 from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
@@ -40,7 +42,7 @@ from testbed.runtimes.preflight import preflight
 from testbed.runtimes.replay import start_replay
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
-from testbed.strategies import get_strategy_class
+from testbed.strategies import get_strategy_class, make_strategy
 
 # `edgebed up`'s exit code for a run stopped by a condition its scenario set (on_worker_loss: stop);
 # completed is 0, failed 1, interrupted 130.
@@ -100,6 +102,10 @@ class Run:
                               scenario=self.scenario_path, runtime=self.runtime_name)
         self.state.save()
         self.decentralized = get_strategy_class(sc.algorithm.name).decentralized
+        # trainers started per round (fedavg `trainers: per_round`): run/trainers.py starts them
+        self.per_round = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed).per_round
+        self.trainers: Optional[Trainers] = None
+        self.offline: dict[str, list[list[float]]] = {}  # each device's offline intervals, for the PS
         self.t0 = time.time()
         self.status, self.reason = "failed", "did not start"
         self.runtime = None
@@ -243,9 +249,15 @@ class Run:
             self.relay = relay_external_broker(self.sc, self.runtime, self.say)
         if self.stream:
             start_streams(spec, self.stream, self.start_node, self.procs, self.hub.ready, self.say)
-        for node in [spec.ps, spec.evaluator] + spec.workers:
+        if self.per_round and self.sc.availability:  # the PS selects among the devices online
+            self.offline = {n: [list(span) for span in spans] for n, spans in plan_offline(self.sc).items()}
+        for node in [spec.ps, spec.evaluator] + ([] if self.per_round else spec.workers):
             self.start_node(node)
-        events = Events(self.runtime, spec, self.procs, self.start_node, self.live, self.run_dir, self.say)
+        if self.per_round:  # a device's trainer starts when the PS selects it
+            self.trainers = Trainers(spec, self.procs, self.start_node, self.hub.take_trainers, self.offline, self.t0)
+            self.trainers.start()
+        events = Events(self.runtime, spec, self.procs, self.start_node, self.live, self.run_dir, self.say,
+                        per_round=self.per_round)
         self.timeline = events.start(self.sc, self.t0)
         self.replay = start_replay(self.runtime, spec, self.sc.seed, self.run_dir, self.t0)
 
@@ -279,7 +291,8 @@ class Run:
                          target=role_target(node.role, self.decentralized, sc.workload.command is not None),
                          addresses={n.name: n.address for n in spec.nodes}, records=self.records_address,
                          control=self.control_address, log_path=self._log_path(node),
-                         step_target_s=node.device_step_s, step_target_batch=node.device_step_batch)
+                         step_target_s=node.device_step_s, step_target_batch=node.device_step_batch,
+                         offline=self.offline if node.role == "ps" else {})
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)
 
     def delays(self, node: Node, control: str = "") -> DelaySpec:
@@ -293,6 +306,9 @@ class Run:
         summary.json. Each step is guarded on its own: whatever fails (a full disk), the cluster
         is still removed."""
         t_teardown = time.time()
+        trainers = getattr(self, "trainers", None)  # (absent on a run stopped before its nodes started)
+        if trainers is not None:  # no trainer starts while the nodes stop
+            self._guarded("the trainers", trainers.stop)
         self._guarded("the timeline", self._stop_timeline)
         if self.stop_event is not None:
             self._guarded("the stop event", self.stop_event.set)
@@ -358,6 +374,9 @@ class Run:
             summary["control_dropped"] = control_drops(self.hub)
         if self.timeline is not None:  # changes applied, failed, and requests refused
             summary["timeline"] = dict(self.timeline.counts)
+        trainers = getattr(self, "trainers", None)
+        if trainers is not None:  # per-round trainers: what became of the PS's requests
+            summary["trainers"] = {**trainers.counts, "errors": trainers.errors[:5]}
         replay = getattr(self, "replay", None)
         if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late, nodes ended
             summary["trace_replay"] = {**replay.counts, "errors": replay.errors[:5]}

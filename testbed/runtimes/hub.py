@@ -72,6 +72,8 @@ REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command wor
 KIND_ROLES = {"report": ("ps",), "replica": ("worker",), "ready": ("broker", "producer")}  # others: any node
 SELF_KINDS = ("ack", "state", "stats", "ready", "request")  # their "node" is the sender's own name
 CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own drawn crash
+TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
+MAX_TRAINERS = 100_000  # train requests waiting for the runner
 
 
 class ControlHub:
@@ -97,6 +99,7 @@ class ControlHub:
         self.puts: dict[str, str] = {}  # mailbox slot -> what a measuring job put there (node.mailbox)
         self.stats: dict[str, dict] = {}  # node -> its own link counters and usage (nodes that shape their own link)
         self._requests: list[dict] = []  # crash requests from the nodes, for the timeline
+        self._trainers: list[str] = []  # workers whose trainers the PS asked for, for the runner
         self._delays: dict[str, bytes] = {}
         self._stopping = False
         self._seq = 0
@@ -221,6 +224,10 @@ class ControlHub:
 
     def _claim(self, kind: str, data: dict, sender: str) -> Optional[str]:
         """Why a message speaks for another than its sender, or asks more than a node may; else None."""
+        if kind == "request" and data.get("action") == TRAIN:
+            if self.keys.roles.get(sender) != "ps" or data.get("fields", {}) != {} or not _name(data.get("node")):
+                return "a train request not the PS's"
+            return None
         if kind in SELF_KINDS and data.get("node") != sender:
             return f"{kind} for another node"
         if kind == "request" and (data.get("action") not in CRASH_ACTIONS or data.get("fields", {}) != {}):
@@ -272,8 +279,14 @@ class ControlHub:
         return True
 
     def _on_request(self, data: dict) -> bool:
-        """(the timeline checks what it asks for: timeline.request_change)"""
+        """(the timeline checks what it asks for: timeline.request_change; the runner, a train
+        request's node: run.trainers)"""
         with self._cond:
+            if data.get("action") == TRAIN:
+                if len(self._trainers) >= MAX_TRAINERS:
+                    return False
+                self._trainers.append(data["node"])
+                return True
             if len(self._requests) >= MAX_REQUESTS:
                 return False
             self._requests.append(data)
@@ -319,6 +332,12 @@ class ControlHub:
         """The nodes' crash requests since the last call, oldest first."""
         with self._cond:
             out, self._requests = self._requests, []
+        return out
+
+    def take_trainers(self) -> list[str]:
+        """The workers whose trainers the PS asked for since the last call, oldest first."""
+        with self._cond:
+            out, self._trainers = self._trainers, []
         return out
 
     def drain(self, quiet: float = 0.5, limit: float = 10.0) -> None:

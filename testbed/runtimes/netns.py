@@ -210,7 +210,9 @@ class NetnsRuntime(LocalNodeOps, Runtime):
             daemon=False,
         )
         p.start()
-        h.processes.append(p)
+        # the ended ones go (a per-round trainer starts again and again: each kept would hold its
+        # sentinel's file descriptor, freed with the object)
+        h.processes = [q for q in h.processes if q.is_alive()] + [p]
         return p
 
     # -- changes during the run (live.py) ------------------------------------------------

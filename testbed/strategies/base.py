@@ -86,6 +86,10 @@ class ServerState:
     log: list[tuple[str, int, float]] = field(default_factory=list)
     # Per-round records the PS writes to rounds.csv (strategies with client selection: fedavg.py).
     rounds: list[dict] = field(default_factory=list)
+    # Per-round trainers (fedavg's `trainers: per_round`): the workers whose trainers the PS asks
+    # the runner to start, and the devices offline now (their availability), never selected.
+    starts: list[str] = field(default_factory=list)
+    offline: set[str] = field(default_factory=set)
 
     def apply(self, update: Tensors, lr: float) -> None:
         """Plain SGD step W <- W - lr * update on the tensors present in `update`."""
@@ -138,6 +142,9 @@ class Strategy(ABC):
     # SelSync's vote), so the PS declares a silent worker lost after faults.worker_timeout
     synchronous: ClassVar[bool] = False
     decentralized: ClassVar[bool] = False  # True: no PS, workers exchange directly (strategies/peer.py)
+    # True: a worker's trainer runs only while it is selected (the runner starts it when the PS
+    # asks, server.starts; it ends when worker_parks says so): fedavg's `trainers: per_round`
+    per_round: bool = False
     Params: ClassVar[type[BaseModel]] = NoParams
     # whether this worker's last payload was compressed (steps.csv `compressed`); None: not compressing
     last_compressed: Optional[bool] = None
@@ -191,6 +198,11 @@ class Strategy(ABC):
 
     def worker_on_model(self, meta: dict) -> None:
         """A worker received the model with this meta (see server_reply_meta)."""
+
+    def worker_parks(self, version: int) -> bool:
+        """Whether this worker's trainer ends now, the model of `version` just taken, to be started
+        again when needed (fedavg's per-round trainers); False: it trains the whole run."""
+        return False
 
     def report(self) -> dict:
         """What the strategy decided over the run, for RUN/ps.json (e.g. ADSP's commit rate search)."""

@@ -24,6 +24,16 @@ Here, round r is the one that starts from model version r:
    draws anew). A report for a round already closed is dropped and answered with the model.
  - Every round leaves a row in rounds.csv: who was online, selected, finished (reported in
    time), dropped (selected, not reported in time), and why it closed.
+
+`trainers: per_round` (issue 34) runs a fleet the way Flower's deployment engine and FedScale do:
+a device's node (namespace, link, limits) exists for the whole run, its trainer process only
+while it trains. Online is then the device's availability as it checked in (the plan the runner
+gives the PS, `RoleConfig.offline`), not the PS's silence timeout. When a round opens, the PS
+asks the runner to start the selected devices' trainers (`server.starts`); each says hello, gets
+the round's model, trains H steps on batches drawn for that round (its data state is its shard
+and the round: nothing else outlives it), pushes, and gets the next round's model: selected
+again, it goes on; not selected, it ends (parks) and costs nothing until drawn again. A round
+needs a deadline here: a trainer that never starts (its device went offline) is a drop-out.
 """
 
 from __future__ import annotations
@@ -31,9 +41,9 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Optional
+from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
 from testbed.strategies.local_sgd import LocalSGD
@@ -55,6 +65,16 @@ class FedAvgParams(StrategyParams):
                                         "which it closes with the reports it has (None: it waits for K)")
     min_reports: int = Field(1, ge=1, le=1_000_000, description="reports a round needs at its deadline, "
                              "or it is abandoned with no update")
+    trainers: Literal["always", "per_round"] = Field("always", description="always: every device's trainer runs "
+                                                     "the whole run; per_round: started when selected, ended when "
+                                                     "not (a fleet: idle devices cost no process); needs deadline_s")
+
+    @model_validator(mode="after")
+    def _per_round_needs_a_deadline(self):
+        if self.trainers == "per_round" and self.deadline_s is None:
+            raise ValueError("trainers: per_round needs deadline_s (a selected device that never starts is a "
+                             "drop-out only a deadline ends)")
+        return self
 
 
 class Round:
@@ -74,6 +94,7 @@ class FedAvg(LocalSGD):
 
     def __init__(self, params=None):
         super().__init__(params)
+        self.per_round = self.params.trainers == "per_round"
         self._open: Optional[Round] = None  # PS: the round now open
         self._selected: dict[int, bool] = {}  # worker: whether it is selected, by round
         self._reported: dict[str, float] = {}  # PS: when each selected client's update came, since the round opened
@@ -83,6 +104,11 @@ class FedAvg(LocalSGD):
     def worker_on_model(self, meta: dict) -> None:
         if "selected" in meta:
             self._selected = {int(meta["version"]): bool(meta["selected"])}
+
+    def worker_parks(self, version: int) -> bool:
+        """Whether a per-round trainer ends here: the model of round `version` came, and it is not
+        among that round's clients."""
+        return self.per_round and not self._selected.get(version, False)
 
     def worker_payload(self, grads: Tensors, ctx: WorkerContext) -> Optional[Tensors]:
         if not self._selected.get(ctx.base_version, False):
@@ -94,9 +120,11 @@ class FedAvg(LocalSGD):
     def _current(self, server: ServerState) -> Round:
         """The round now open (round r = server.version), drawn when first asked for."""
         if self._open is None or self._open.number != server.version:
-            online = [w for w in server.workers if w not in self._left]
+            online = [w for w in server.workers if w not in self._left and w not in server.offline]
             chosen = frozenset(self.choose(server.version, online)) & frozenset(online)
             self._open = Round(server.version, online, chosen)
+            if self.per_round:  # the runner starts the trainers of those not running already
+                server.starts.extend(sorted(chosen))
         return self._open
 
     def choose(self, round_: int, online: list[str]) -> frozenset[str]:
@@ -160,6 +188,9 @@ class FedAvg(LocalSGD):
 
     def server_on_tick(self, server: ServerState, now: float) -> list[str]:
         deadline = self.params.deadline_s
+        if self.per_round and self._open is None:
+            self._current(server)  # round 0: no trainer runs yet to say hello
+            return []
         if deadline is None or self._open is None:
             return []  # round 0 opens with the first worker's hello
         if now - self._current(server).opened < deadline:

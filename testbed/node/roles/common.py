@@ -91,6 +91,9 @@ class RoleConfig:
     # of step_target_batch samples (0: not paced)
     step_target_s: float = 0.0
     step_target_batch: int = 0
+    # Per-round trainers (fedavg `trainers: per_round`), the PS only: each device's offline
+    # intervals in run seconds (plan/availability.py), so that it selects among those online
+    offline: dict[str, list[list[float]]] = field(default_factory=dict)
 
     def __post_init__(self):
         """The parts given as mappings (the runner's tables, or JSON in a container) as dataclasses."""
@@ -304,6 +307,13 @@ class Batches:
         self.n, self.batch = n, batch
         self.chunks = chunks or [n]
         self.rng = np.random.default_rng(seed)
+        self.order = self._epoch()
+        self.pos = 0
+
+    def reseed(self, *key: int) -> None:
+        """Draw from here on as a sampler seeded by `key` (a per-round trainer: its device and the
+        round), a new epoch's order from its start."""
+        self.rng = np.random.default_rng(list(key))
         self.order = self._epoch()
         self.pos = 0
 

@@ -13,6 +13,7 @@ from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
                                        setup_torch)
 from testbed.node.wire import Message
+from testbed.plan.availability import offline_at
 from testbed.strategies import PushMeta, ServerState, make_strategy
 
 # What handling a malformed message (missing meta keys, tensors of the wrong name or shape, a number
@@ -64,6 +65,8 @@ class ParameterServer(ServingRole):
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
         self.feed = EvalFeed(self.ep, self.cfg.now)
         self.members = Membership()
+        if self.strategy.per_round:  # every device is in the fleet from the start, its trainer not running
+            self.members.joined = set(cfg.workers)
         self.refused: dict[str, int] = {}  # malformed messages per worker
         self.faulty: set[str] = set()  # lost for them: heard again only after a restart
         self.reason: Optional[str] = None
@@ -75,11 +78,23 @@ class ParameterServer(ServingRole):
     def tend(self) -> None:
         self.check_lost()
         self.admit()
+        if self.strategy.per_round:
+            self.server.offline = offline_at(self.cfg.offline, self.cfg.now())
         before = len(self.server.log)
         answer = self.strategy.server_on_tick(self.server, time.monotonic())  # a round's deadline
         self.record(before)
         for w in answer:
             self.send_model(w)
+        self.ask_trainers()
+
+    def ask_trainers(self) -> None:
+        """The runner starts the trainers of a round's clients (per-round trainers): one request
+        each, over the control channel; it passes over those running already."""
+        for w in self.server.starts:
+            channel.send_json(self.cfg.records, "request", {"id": f"train-{self.server.version}-{w}", "node": w,
+                                                            "action": "train", "fields": {},
+                                                            "source": f"round {self.server.version}"})
+        del self.server.starts[:]
 
     def active(self) -> set[str]:
         return self.members.active()
@@ -139,6 +154,7 @@ class ParameterServer(ServingRole):
             self.rejoin(sender, "answered again")  # it was lost (frozen, cut off) and is back
         if msg.kind == "push":
             self.on_push(sender, msg, nbytes)
+            self.ask_trainers()  # the round it closed opened the next
         elif msg.kind == "eval_ready":
             self.feed.on_ready()
         elif msg.kind == "target_reached":
@@ -156,6 +172,8 @@ class ParameterServer(ServingRole):
             self.feed.on_ready()
             if self.server.version == 0:
                 self.snapshot()  # accuracy of the initial model: the curves start at step 0
+        elif sender in m.joined and self.strategy.per_round:  # a trainer started for a round
+            self.send_model(sender)
         elif sender in m.joined:  # a restarted worker: what it had pending died with it
             if sender not in m.left:
                 self.leave(sender)
@@ -251,6 +269,9 @@ class ParameterServer(ServingRole):
 
     def check_lost(self) -> None:
         m, timeout = self.members, self.sc.faults.worker_timeout
+        if self.strategy.per_round:  # a trainer gone is a device idle again; a round's deadline covers the rest
+            m.unreachable.clear()
+            return
         while m.unreachable:
             self.lose(m.unreachable.pop(0), "unreachable")
         if not self.strategy.synchronous or timeout is None:

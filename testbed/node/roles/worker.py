@@ -43,6 +43,7 @@ class Worker:
                 self.own_batch = local_batch(sc.workload.injection, sc.workload.batch_size, len(cfg.workers))
             self.inject = DataInjection(cfg, sc.workload.injection, sc.seed, self.zctx, self.own_batch)
         self.version = -1
+        self.parked = False  # a per-round trainer that was not selected: it ends without a bye
         self.inbox: deque[Message] = deque()  # received, not yet read by wait_reply
         self.crash = random.Random(f"crash-{sc.seed}-{cfg.rank}") if sc.faults.crash_per_push > 0 else None
 
@@ -53,6 +54,8 @@ class Worker:
             if reply is None or reply.kind == "stop":
                 return
             self.take_model(reply)
+            if self.parked:
+                return
             step = 0
             while not self.stop_event.is_set():
                 step += 1
@@ -103,7 +106,7 @@ class Worker:
         if reply is None or reply.kind == "stop":
             return False
         self.take_model(reply)
-        return True
+        return not self.parked
 
     def next_batch(self, step: int):
         if self.feeder is None:
@@ -153,6 +156,9 @@ class Worker:
         load_params(self.model, reply.tensors)
         self.strategy.worker_on_model(reply.meta)
         self.version = int(reply.meta["version"])
+        if self.strategy.per_round:  # a trainer's batches: its device's shard, drawn for this round
+            self.data.batches.reseed(self.sc.seed, self.cfg.rank, self.version)
+            self.parked = self.strategy.worker_parks(self.version)
 
     def close(self) -> None:
         if self.feeder is not None:
@@ -161,8 +167,9 @@ class Worker:
         if self.inject is not None:
             self.inject.close()
         try:
-            self.ep.send(Message("bye"))
-            time.sleep(0.05)
+            if not self.parked:  # a parked trainer's device stays in the fleet
+                self.ep.send(Message("bye"))
+                time.sleep(0.05)
         except zmq.ZMQError:
             pass
         self.ep.close()
