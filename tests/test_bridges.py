@@ -92,7 +92,13 @@ def test_a_run_past_the_machine_s_memory_or_open_files_is_one_line_naming_the_li
     sc = parse_scenario({"runtime": "netns", "workers": [{"count": 1000}]})  # 1,002 nodes with ps and eval
     assert capacity_problems(sc, memory_mib=64 * 1024, files=20_000) == []
     line, = capacity_problems(sc, memory_mib=24 * 1024, files=20_000)
-    assert line.startswith("workers: 1002 nodes need about 37.2 GiB") and "24.0 GiB available" in line
+    assert line.startswith("workers: 1002 nodes need about 37.2 GiB (1002 training processes at once") \
+        and "24.0 GiB available" in line
+    per_round = parse_scenario({"runtime": "netns", "workers": [{"count": 4000}], "algorithm": {
+        "name": "fedavg", "params": {"clients": 50, "over_selection": 1.3, "deadline_s": 10, "trainers": "per_round"}}})
+    assert capacity_problems(per_round, memory_mib=24 * 1024, files=100_000) == []  # 132 trainers + 2, idle the rest
+    line, = capacity_problems(per_round, memory_mib=4 * 1024, files=100_000)
+    assert line.startswith("workers: 4002 nodes need about 8.0 GiB (132 training processes at once"), line
     assert NODE_PROCESS_MIB == 37.0  # measured: 256 workers at once took 9.6 GiB
     line, = capacity_problems(sc, memory_mib=64 * 1024, files=4096)
     assert line == (f"workers: 1002 nodes need about {1002 * NODE_FILES + 256} open files in the runner, and its "

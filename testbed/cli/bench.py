@@ -87,6 +87,23 @@ def bench_startup(workers: int = typer.Option(4, help="number of workers"),
     exit_unless_ok(res)
 
 
+@bench_app.command("fleet")
+def bench_fleet(devices: int = typer.Option(200, help="devices (workers): each a node for the whole run"),
+                clients: int = typer.Option(10, help="K: clients a round (fedavg, over-selection 1.3)"),
+                trainers: str = typer.Option("per_round", help="per_round (a trainer only while selected) | always"),
+                seconds: float = typer.Option(90, help="length of the run"),
+                model: str = typer.Option("mlp", help="the model the devices train"),
+                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
+    """A fleet that trains: bring-up, memory per trainer, round time, teardown (netns)."""
+    from testbed.bench.fleet import fleet_benchmark
+
+    if trainers not in ("per_round", "always"):
+        fail("error: --trainers: per_round or always")
+    res = fleet_benchmark(devices, clients, trainers=trainers, seconds=seconds, model=model, out_dir=out,
+                          say=typer.echo)
+    exit_unless_ok(res)
+
+
 @bench_app.command("ddp")
 def bench_ddp(rates: str = typer.Option("10mbit,50mbit,100mbit", help="link rates, comma-separated"),
               workers: int = typer.Option(2, help="DDP ranks, one a worker node"),

@@ -113,6 +113,7 @@ def plugin_problems(sc: Scenario) -> list[str]:
 # training process (a worker, the PS, the evaluator: torch, its data, the model) and the runner's
 # open files for it (its control connections, its netns handles).
 NODE_PROCESS_MIB = 37.0
+IDLE_NODE_MIB = 0.6  # a node with no process (namespace, veths, qdiscs, cgroup): 0.53 MiB measured
 NODE_FILES = 8
 RESERVE_MIB = 1024.0  # the runner, the page cache a run reads its data through
 RESERVE_FILES = 256
@@ -134,14 +135,18 @@ def capacity_problems(sc: Scenario, memory_mib: Optional[float] = None, files: O
     memory available, or their files past the runner's open-file limit (checked only where known)."""
     import resource
 
+    from testbed.strategies import make_strategy
+
     nodes = len(sc.node_names())
+    busy = nodes - sc.n_workers + make_strategy(sc.algorithm.name, sc.algorithm.params).trainers_at_once(sc.n_workers)
     memory_mib = host_memory_mib() if memory_mib is None else memory_mib
     files = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if files is None else files
     lines = []
-    need = nodes * NODE_PROCESS_MIB + RESERVE_MIB
+    need = busy * NODE_PROCESS_MIB + (nodes - busy) * IDLE_NODE_MIB + RESERVE_MIB
     if memory_mib is not None and need > memory_mib:
-        lines.append(f"workers: {nodes} nodes need about {need / 1024:.1f} GiB ({NODE_PROCESS_MIB:g} MiB a training "
-                     f"process, measured), and this machine has {memory_mib / 1024:.1f} GiB available")
+        lines.append(f"workers: {nodes} nodes need about {need / 1024:.1f} GiB ({busy} training processes at once, "
+                     f"{NODE_PROCESS_MIB:g} MiB each, measured), and this machine has {memory_mib / 1024:.1f} GiB "
+                     "available")
     need_files = nodes * NODE_FILES + RESERVE_FILES
     if files != resource.RLIM_INFINITY and need_files > files:
         lines.append(f"workers: {nodes} nodes need about {need_files} open files in the runner, and its limit is "

@@ -199,6 +199,10 @@ class Strategy(ABC):
     def worker_on_model(self, meta: dict) -> None:
         """A worker received the model with this meta (see server_reply_meta)."""
 
+    def trainers_at_once(self, n_workers: int) -> int:
+        """How many of `n_workers` workers' trainers run at once, at most (what a machine must hold)."""
+        return n_workers
+
     def worker_parks(self, version: int) -> bool:
         """Whether this worker's trainer ends now, the model of `version` just taken, to be started
         again when needed (fedavg's per-round trainers); False: it trains the whole run."""

@@ -105,6 +105,12 @@ class FedAvg(LocalSGD):
         if "selected" in meta:
             self._selected = {int(meta["version"]): bool(meta["selected"])}
 
+    def trainers_at_once(self, n_workers: int) -> int:
+        """Per-round trainers: two rounds' clients at most (one closing with its stragglers, the next)."""
+        if not self.per_round:
+            return n_workers
+        return min(n_workers, 2 * math.ceil(self.params.over_selection * self.params.clients - 1e-9))
+
     def worker_parks(self, version: int) -> bool:
         """Whether a per-round trainer ends here: the model of round `version` came, and it is not
         among that round's clients."""

@@ -1,0 +1,153 @@
+"""`edgebed bench fleet` (issue 34): FedAvg over N devices on the netns runtime, K selected a
+round, with `trainers: per_round` (a device's trainer process only while it is selected) or
+`always` (every device's trainer for the whole run). While it runs, every second: memory in use
+(MemTotal - MemAvailable) and the trainer processes alive; a few seconds in, each running
+trainer's USS (its own pages: what one more trainer adds), PSS and RSS from smaps_rollup. After
+it: bring-up and teardown seconds, the round times (rounds.csv), what became of the PS's trainer
+requests, and the accuracy. Needs root; run it with nothing else on the machine."""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+import yaml
+
+from testbed.bench.harness import _save
+from testbed.kernel.cgroups import NodeCgroup
+
+REPO = Path(__file__).resolve().parents[2]
+
+MiB = 2**20
+
+
+def scenario(devices: int, clients: int, trainers: str, seconds: float, model: str) -> dict:
+    # the devices share 2 cores: 0.05 of a core each (10 running at once: half the machine)
+    return {"name": "fleet-training", "seed": 1, "runtime": "netns",
+            "workload": {"model": model, "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 5},
+            "stop": {"seconds": seconds},
+            "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": clients, "over_selection": 1.3,
+                                                       "deadline_s": 20, "trainers": trainers}},
+            "profiles": {"server": {"cpus": 0.4, "bandwidth": "1gbit"}, "judge": {"cpus": 0.2, "bandwidth": "1gbit"},
+                         "device": {"cpus": 0.05, "bandwidth": "20mbit", "latency": "30ms"}},
+            "ps": {"profile": "server"}, "evaluator": {"profile": "judge"},
+            "workers": [{"count": devices, "profile": "device", "name": "d"}]}
+
+
+def mem_used() -> int:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+
+
+def rollup(pid: int) -> dict[str, int]:
+    out = {}
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            key, _, rest = line.partition(":")
+            if key in ("Rss", "Pss", "Private_Clean", "Private_Dirty"):
+                out[key] = int(rest.split()[0]) * 1024
+    except OSError:
+        return {}
+    return out
+
+
+class Sampler(threading.Thread):
+    """Memory in use and trainers alive each second; the trainers' smaps once, `at` s after they run."""
+
+    def __init__(self, run_id: str, names: list[str], at: float = 8.0):
+        super().__init__(daemon=True)
+        self.run_id, self.names, self.at = run_id, names, at
+        self.series: list[tuple[float, int, int]] = []  # (time, bytes in use, trainers alive)
+        self.trainers: list[dict[str, int]] = []
+        self.stop = threading.Event()
+
+    def alive(self) -> dict[str, list[int]]:
+        out = {}
+        for n in self.names:
+            pids = [p for p in NodeCgroup(self.run_id, n).pids()]
+            if pids:
+                out[n] = pids
+        return out
+
+    def run(self) -> None:
+        t0 = time.time()
+        while not self.stop.wait(1.0):
+            alive = self.alive()
+            self.series.append((round(time.time() - t0, 1), mem_used(), len(alive)))
+            if not self.trainers and time.time() - t0 >= self.at and alive:
+                for pids in alive.values():
+                    rows = [r for r in (rollup(p) for p in pids) if r]
+                    if rows:
+                        self.trainers.append({"uss": sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0)
+                                                         for r in rows),
+                                              "pss": sum(r.get("Pss", 0) for r in rows),
+                                              "rss": sum(r.get("Rss", 0) for r in rows)})
+
+
+def median_mib(values: list[int]) -> float | None:
+    return round(statistics.median(values) / MiB, 1) if values else None
+
+
+def measure(devices: int, clients: int, trainers: str, seconds: float, model: str) -> dict:
+    scratch = Path(tempfile.mkdtemp(prefix="edgebed-fleet-training-"))
+    path = scratch / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario(devices, clients, trainers, seconds, model)))
+    run_dir = scratch / "run"
+    before = mem_used()
+    t0 = time.time()
+    up = subprocess.Popen([sys.executable, "-m", "testbed.cli", "up", str(path), "--out", str(run_dir)], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    names = [f"d{i}" for i in range(devices)]
+    sampler = None
+    lines = []
+    assert up.stdout is not None
+    for line in up.stdout:
+        lines.append(line.rstrip())
+        if sampler is None and line.startswith("run ") and (run_dir / "meta.json").exists():
+            run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
+            sampler = Sampler(run_id, names)
+            sampler.start()
+    up.wait()
+    wall = time.time() - t0
+    if sampler is not None:
+        sampler.stop.set()
+        sampler.join()
+    made = [float(m.group(1)) for line in lines if (m := re.match(r"made \d+ nodes in ([0-9.]+) s", line))]
+    summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
+    rounds = pd.read_csv(run_dir / "rounds.csv") if (run_dir / "rounds.csv").exists() else pd.DataFrame()
+    series = sampler.series if sampler is not None else []
+    tr = sampler.trainers if sampler is not None else []
+    return {"benchmark": "fleet-training", "devices": devices, "clients": clients, "trainers": trainers,
+            "model": model, "seconds": seconds, "wall_seconds": round(wall, 1),
+            "bring_up_seconds": made[0] if made else None, "teardown_seconds": summary.get("teardown_seconds"),
+            "memory_in_use_before_mib": round(before / MiB),
+            "memory_in_use_peak_mib": round(max(m for _, m, _ in series) / MiB) if series else None,
+            "trainers_alive_max": max((a for _, _, a in series), default=None),
+            "trainers_alive_median": statistics.median([a for _, _, a in series]) if series else None,
+            "trainer_uss_median_mib": median_mib([t["uss"] for t in tr]),
+            "trainer_pss_median_mib": median_mib([t["pss"] for t in tr]),
+            "trainer_rss_median_mib": median_mib([t["rss"] for t in tr]), "trainers_sampled": len(tr),
+            "rounds": len(rounds),
+            "round_seconds_median": round(float(rounds.open_seconds.median()), 2) if len(rounds) else None,
+            "rounds_by_reason": rounds.reason.value_counts().to_dict() if len(rounds) else {},
+            "trainer_requests": summary.get("trainers"), "status": summary.get("status"),
+            "final_accuracy": summary.get("final_accuracy"),
+            "ok": summary.get("status") == "completed" and len(rounds) > 0,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "output_tail": lines[-3:]}
+
+
+def fleet_benchmark(devices: int, clients: int, *, trainers: str = "per_round", seconds: float = 90,
+                    model: str = "mlp", out_dir: Path | None = None, say: Callable[[str], None] = print) -> dict:
+    """One fleet run measured (module docstring); its JSON goes to out_dir."""
+    out = measure(devices, clients, trainers, seconds, model)
+    say(json.dumps({k: v for k, v in out.items() if k != "output_tail"}, indent=1))
+    return _save(out, out_dir, f"fleet-{devices}-{clients}-{trainers}.json", say)
