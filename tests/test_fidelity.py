@@ -108,6 +108,12 @@ def test_summary_names_the_starved_seconds_and_the_run_unfaithful():
     assert ok["faithful"] is True and F.one_line(ok).startswith("fidelity: faithful")
 
 
+def test_a_fleet_s_verdict_names_the_worst_few_and_counts_the_rest():
+    fid = {"nodes": {f"d{i}": {"starved_seconds": float(i)} for i in range(200)}, "links": {}}
+    line = F.one_line(fid)
+    assert "d199 199s, d198 198s" in line and "d192 192s and 191 more" in line and "d191" not in line  # d0: 0 s
+
+
 def write_resources(run_dir: Path, rows):
     from testbed.records.columns import RESOURCE_COLUMNS
     from testbed.records.metrics import format_row
@@ -210,6 +216,8 @@ def test_four_workers_at_0_8_cores_on_two_cores_are_warned_with_host_sum_and_cor
     lines = oversubscription_warnings(spec, {HERE: 2})
     assert len(lines) == 1
     assert "host " in lines[0] and "3.4 cores" in lines[0] and "has 2" in lines[0]  # 4 x 0.8 + ps + evaluator
+    assert oversubscription_warnings(spec, {HERE: 2}, workers_at_once=2) == []  # per-round: 2 x 0.8 + 0.2
+    assert oversubscription_warnings(spec, {HERE: 1}, workers_at_once=2)  # 2 x 0.8 + 0.2 > 1
 
 
 def test_quotas_that_fit_are_not_warned_and_stress_counts_without_a_quota():

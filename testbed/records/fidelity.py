@@ -38,6 +38,7 @@ from testbed.records.columns import FIDELITY_COLUMNS, RESOURCE_COLUMNS, SHAPING_
 # within a few percent per second, and a 1 s sample's edges move a period or two of 100 ms in or
 # out, so 10% is past the noise and still catches a node slowed by a tenth.
 GOT_SHARE = 0.9
+LINE_NODES = 8  # nodes named in the one-line verdict, the worst first
 # "Wanted CPU": runnable but not running for at least a tenth of the interval. A node idle by
 # choice sleeps (its tasks are not runnable), so its waiting stays near zero even on a busy host.
 WANT_WAIT = 0.10
@@ -191,11 +192,17 @@ def one_line(fid: dict) -> str:
         return f"fidelity: faithful ({judged} node-intervals judged, none starved, no link short of its rate)"
     parts = []
     if starved:
-        parts.append("starved (CPU wanted, under {:.0%} of quota): ".format(GOT_SHARE) +
-                     ", ".join(f"{n} {s:.0f}s" for n, s in sorted(starved.items())))
+        parts.append("starved (CPU wanted, under {:.0%} of quota): ".format(GOT_SHARE) + _worst(starved))
     if short:
-        parts.append("links short of their rate: " + ", ".join(f"{n} {s:.0f}s" for n, s in sorted(short.items())))
+        parts.append("links short of their rate: " + _worst(short))
     return "fidelity: NOT faithful: " + "; ".join(parts) + " (summary.json 'fidelity', fidelity.csv)"
+
+
+def _worst(seconds: dict[str, float], shown: int = LINE_NODES) -> str:
+    """`node Ns` for the `shown` with the most seconds (a fleet's line stays one line), the rest counted."""
+    worst = sorted(seconds.items(), key=lambda kv: (-kv[1], kv[0]))
+    text = ", ".join(f"{n} {s:.0f}s" for n, s in worst[:shown])
+    return text + (f" and {len(worst) - shown} more" if len(worst) > shown else "")
 
 
 # -- from and to a run's records -----------------------------------------------------------

@@ -43,20 +43,28 @@ def local_cores() -> dict[str, int]:
     return {socket.gethostname(): len(os.sched_getaffinity(0))}
 
 
-def oversubscription_warnings(spec: ClusterSpec, host_cores: Optional[dict[str, int]] = None) -> list[str]:
+def oversubscription_warnings(spec: ClusterSpec, host_cores: Optional[dict[str, int]] = None,
+                               workers_at_once: Optional[int] = None) -> list[str]:
     """One line per host whose nodes are promised more cores than it has (hosts whose cores are not
-    known, another machine of a swarm, are not judged)."""
+    known, another machine of a swarm, are not judged). `workers_at_once`: per-round trainers, at
+    most that many workers run at once (a host counts its largest quotas that many times)."""
     cores = local_cores() if host_cores is None else host_cores
     here = next(iter(local_cores()))
-    by_host: dict[str, list[tuple[str, float]]] = {}
+    others: dict[str, float] = {}  # host -> cores promised to its other nodes
+    workers: dict[str, list[float]] = {}  # host -> each worker's
     for n in spec.nodes:
         got = promised_cpus(n)
-        if got is not None:
-            by_host.setdefault(n.host or here, []).append((n.name, got))
+        if got is None:
+            continue
+        host = n.host or here
+        if n.role == "worker":
+            workers.setdefault(host, []).append(got)
+        else:
+            others[host] = others.get(host, 0.0) + got
     lines = []
-    for host, promised in sorted(by_host.items()):
+    for host in sorted(set(others) | set(workers)):
         have = cores.get(host)
-        total = sum(c for _, c in promised)
+        total = others.get(host, 0.0) + sum(sorted(workers.get(host, []), reverse=True)[:workers_at_once])
         if have is not None and total > have + 1e-9:
             lines.append(f"host {host}: its nodes are promised {total:g} cores of CPU and it has {have}: nodes "
                          f"will run slower than their quotas say (the fidelity monitor flags the starved intervals)")

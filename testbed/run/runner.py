@@ -207,7 +207,8 @@ class Run:
             for n in spec.nodes:
                 meta["nodes"][n.name]["site"] = n.site
         warnings = ([] if runtime.caps.netem else [run_meta.no_netem_warning(node_meta)]) + runtime.warnings
-        warnings += oversubscription_warnings(spec)  # promised CPU over a host's cores (run/fidelity.py)
+        at_once = make_strategy(self.sc.algorithm.name, self.sc.algorithm.params).trainers_at_once(len(spec.workers))
+        warnings += oversubscription_warnings(spec, workers_at_once=at_once)  # promised CPU over a host's cores
         if warnings:
             meta["warnings"] = warnings
         return meta

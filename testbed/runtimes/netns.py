@@ -243,6 +243,11 @@ class NetnsRuntime(LocalNodeOps, Runtime):
 
     # -- teardown ------------------------------------------------------------------------
     def stop_processes(self, grace: float) -> None:
+        for h in self.handles.values():  # a frozen process ends on nothing, not even SIGKILL: thaw first
+            try:
+                h.cgroup.freeze(False)
+            except OSError:
+                pass
         procs = [p for h in self.handles.values() for p in h.processes]
         deadline = time.monotonic() + grace
         for p in procs:
