@@ -18,7 +18,7 @@ runner = CliRunner()
 TOP = ["validate", "up", "build", "plot", "reproduce", "hosts", "place", "status", "down", "algorithms",
        "tensorboard", "models", "datasets", "kernel", "link", "cpu", "stress", "kill", "restart", "pause",
        "partition", "heal", "resume", "bench", "lab"]
-BENCH = ["link", "loss", "delay", "startup", "ddp", "flower-app", "stream", "topology", "cpu", "update", "overhead",
+BENCH = ["link", "loss", "delay", "startup", "fleet", "ddp", "flower-app", "stream", "topology", "cpu", "update", "overhead",
          "mininet", "flower", "stress", "wire", "all", "soak", "trace", "device"]
 
 

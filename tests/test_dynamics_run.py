@@ -359,13 +359,14 @@ def test_killing_the_broker_ends_the_run_clearly(tmp_path, clean_host):
 
 def test_fedavg_rounds_select_from_the_online_and_drop_the_offline(tmp_path, clean_host):
     """fedavg, K = 2 of 5 workers with over-selection 1.5 (3 selected a round), a 3-s deadline; w1
-    offline from 5 to 13 s (a trace). Rounds go on while it is away, none counts it as finished,
+    offline from 8 to 16 s (a trace; the first round can take 6 s to come on a loaded host, and w1
+    must have joined before it goes). Rounds go on while it is away, none counts it as finished,
     the PS stops drawing it once it lost it, and back online it finishes rounds again; every row
     of rounds.csv agrees with itself."""
-    (tmp_path / "avail.csv").write_text("node,start,end\nw1,0,5\nw1,13,1000\n")
+    (tmp_path / "avail.csv").write_text("node,start,end\nw1,0,8\nw1,16,1000\n")
     data = {"name": "fedavg-availability", "seed": 1, "runtime": "netns",
             "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 2},
-            "stop": {"seconds": 24}, "faults": {"worker_timeout": "2s"},
+            "stop": {"seconds": 27}, "faults": {"worker_timeout": "2s"},
             "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": 2, "over_selection": 1.5,
                                                        "deadline_s": 3}},
             "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}},
@@ -382,11 +383,11 @@ def test_fedavg_rounds_select_from_the_online_and_drop_the_offline(tmp_path, cle
         assert fin <= sel and len(fin) <= 2 and names["dropped"][i] == sel - fin, rounds.loc[i].to_dict()
     assert set(rounds.reason) <= {"reports", "deadline", "abandoned at deadline", "no selected client left"}
     w1_finished = rounds.time[names["finished"].map(lambda s: "w1" in s)]
-    assert not ((w1_finished > 5.7) & (w1_finished < 13)).any(), list(w1_finished)  # offline: never reports
-    away = rounds[(rounds.time > 9) & (rounds.time < 13)]
+    assert not ((w1_finished > 8.7) & (w1_finished < 16)).any(), list(w1_finished)  # offline: never reports
+    away = rounds[(rounds.time > 12) & (rounds.time < 16)]
     assert len(away) >= 3, rounds  # training goes on without it
     assert (~away.online.str.contains("w1")).any(), away  # lost: no longer online as the PS sees it
-    assert (w1_finished > 13).any(), rounds  # back online, it is drawn and reports again
+    assert (w1_finished > 16).any(), rounds  # back online, it is drawn and reports again
     ps = json.loads((run_dir / "ps.json").read_text())
     assert sum(ps["strategy"]["rounds_closed"].values()) == len(rounds)
     summary = json.loads((run_dir / "summary.json").read_text())

@@ -33,10 +33,10 @@ from testbed.run.events import Events
 from testbed.run.fidelity import oversubscription_warnings
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
-from testbed.run.trainers import Trainers
 from testbed.run.progress import FleetProgress
 from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
+from testbed.run.trainers import Trainers
 from testbed.runtimes import auto_note, runtime_class, select_runtime
 from testbed.runtimes.preflight import preflight
 from testbed.runtimes.replay import start_replay
@@ -102,8 +102,10 @@ class Run:
                               scenario=self.scenario_path, runtime=self.runtime_name)
         self.state.save()
         self.decentralized = get_strategy_class(sc.algorithm.name).decentralized
-        # trainers started per round (fedavg `trainers: per_round`): run/trainers.py starts them
-        self.per_round = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed).per_round
+        # the strategy, asked what the runner does for it: trainers started per round (fedavg
+        # `trainers: per_round`, run/trainers.py), how many workers run at once
+        self.strategy = make_strategy(sc.algorithm.name, sc.algorithm.params, seed=sc.seed)
+        self.per_round = self.strategy.per_round
         self.trainers: Optional[Trainers] = None
         self.offline: dict[str, list[list[float]]] = {}  # each device's offline intervals, for the PS
         self.t0 = time.time()
@@ -207,7 +209,7 @@ class Run:
             for n in spec.nodes:
                 meta["nodes"][n.name]["site"] = n.site
         warnings = ([] if runtime.caps.netem else [run_meta.no_netem_warning(node_meta)]) + runtime.warnings
-        at_once = make_strategy(self.sc.algorithm.name, self.sc.algorithm.params).trainers_at_once(len(spec.workers))
+        at_once = self.strategy.trainers_at_once(len(spec.workers))
         warnings += oversubscription_warnings(spec, workers_at_once=at_once)  # promised CPU over a host's cores
         if warnings:
             meta["warnings"] = warnings
