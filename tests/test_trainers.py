@@ -67,3 +67,23 @@ def test_a_trainer_asked_for_while_it_parks_starts_once_it_has_ended():
     assert started == ["w0"] and trainers.counts["started"] == 1 and trainers.counts["running already"] == 0
     trainers.run_once()
     assert started == ["w0"]  # watched once
+
+
+def test_the_offline_clock_agrees_with_offline_at_as_time_goes_forward():
+    import random
+
+    from testbed.plan.availability import OfflineClock
+
+    rng = random.Random(4)
+    plan = {}
+    for n in range(30):
+        t, spans = 0.0, []
+        while t < 100:
+            start = t + rng.expovariate(0.2)
+            end = start + rng.expovariate(0.3)
+            spans.append([start, end])
+            t = end + (0.0 if rng.random() < 0.2 else rng.expovariate(0.5))  # some back to back
+        plan[f"d{n}"] = spans
+    clock = OfflineClock(plan)
+    for now in sorted({0.0, *(x for spans in plan.values() for s in spans for x in s), *range(0, 120, 3)}):
+        assert clock.at(now) == offline_at(plan, now), now

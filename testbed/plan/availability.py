@@ -256,3 +256,23 @@ def availability_problems(sc: Scenario) -> list[str]:
 def offline_at(plan: Mapping[str, Sequence[Sequence[float]]], now: float) -> set[str]:
     """The devices whose offline intervals (`plan_offline`'s, run seconds) hold `now`."""
     return {node for node, spans in plan.items() if any(start <= now < end for start, end in spans)}
+
+
+class OfflineClock:
+    """`offline_at` for a clock that only moves forward, without going over the whole plan each
+    time (a fleet's PS asks on every tick): the intervals' starts and ends in order, applied as
+    time passes them."""
+
+    def __init__(self, plan: Mapping[str, Sequence[Sequence[float]]]):
+        # (time, 0: an end, 1: a start, node): at one instant an end goes before a start
+        self.changes = sorted((t, kind, node) for node, spans in plan.items() for start, end in spans
+                              for t, kind in ((start, 1), (end, 0)))
+        self.next = 0
+        self.offline: set[str] = set()
+
+    def at(self, now: float) -> set[str]:
+        while self.next < len(self.changes) and self.changes[self.next][0] <= now:
+            _, kind, node = self.changes[self.next]
+            (self.offline.add if kind else self.offline.discard)(node)
+            self.next += 1
+        return self.offline

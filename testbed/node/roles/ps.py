@@ -13,7 +13,7 @@ from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
                                        setup_torch)
 from testbed.node.wire import Message
-from testbed.plan.availability import offline_at
+from testbed.plan.availability import OfflineClock
 from testbed.strategies import PushMeta, ServerState, make_strategy
 
 # What handling a malformed message (missing meta keys, tensors of the wrong name or shape, a number
@@ -65,6 +65,7 @@ class ParameterServer(ServingRole):
         self.schedule = EvalSchedule(sc.workload.eval_interval, sc.workload.eval_seconds)
         self.feed = EvalFeed(self.ep, self.cfg.now)
         self.members = Membership()
+        self.offline = OfflineClock(cfg.offline)  # per-round trainers: the devices offline as time goes
         if self.strategy.per_round:  # every device is in the fleet from the start, its trainer not running
             self.members.joined = set(cfg.workers)
         self.refused: dict[str, int] = {}  # malformed messages per worker
@@ -79,7 +80,7 @@ class ParameterServer(ServingRole):
         self.check_lost()
         self.admit()
         if self.strategy.per_round:
-            self.server.offline = offline_at(self.cfg.offline, self.cfg.now())
+            self.server.offline = self.offline.at(self.cfg.now())
         before = len(self.server.log)
         answer = self.strategy.server_on_tick(self.server, time.monotonic())  # a round's deadline
         self.record(before)
