@@ -9,6 +9,7 @@ requests, and the accuracy. Needs root; run it with nothing else on the machine.
 from __future__ import annotations
 
 import json
+import os
 import re
 import statistics
 import subprocess
@@ -22,7 +23,7 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from testbed.bench.harness import _save
+from testbed.bench.harness import _mem_available, _save
 from testbed.kernel.cgroups import NodeCgroup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -44,8 +45,8 @@ def scenario(devices: int, clients: int, trainers: str, seconds: float, model: s
 
 
 def mem_used() -> int:
-    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
-    return (int(info["MemTotal"].split()[0]) - int(info["MemAvailable"].split()[0])) * 1024
+    """MemTotal - MemAvailable, in bytes."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") - _mem_available()
 
 
 def rollup(pid: int) -> dict[str, int]:

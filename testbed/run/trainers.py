@@ -14,7 +14,7 @@ import threading
 import time
 from typing import Callable
 
-from testbed.plan.availability import offline_at
+from testbed.plan.availability import OfflineClock
 from testbed.plan.cluster import ClusterSpec, Node
 
 ENDING_S = 1.0  # how long a trainer asked for while it runs is watched for its end (exiting takes less;
@@ -27,7 +27,7 @@ class Trainers:
                  offline: dict[str, list[list[float]]], t0: float, poll: float = 0.05):
         self.workers = {n.name: n for n in spec.workers}
         self.procs, self.start_role, self.take = procs, start, take
-        self.offline, self.t0, self.poll = offline, t0, poll
+        self.offline, self.t0, self.poll = OfflineClock(offline), t0, poll
         self.counts = {"started": 0, "running already": 0, "offline": 0, "not a worker": 0, "failed": 0}
         self.errors: list[str] = []
         self._ending: dict[str, float] = {}  # running when asked for -> until when to watch it end
@@ -41,7 +41,7 @@ class Trainers:
         for n in ended:
             del self._ending[n]
         asked = self.take()
-        offline = offline_at(self.offline, time.time() - self.t0) if asked or again else set()
+        offline = self.offline.at(time.time() - self.t0)
         for name in again:
             self.counts["running already"] -= 1
             self.counts[self._start(name, offline)] += 1
