@@ -40,9 +40,11 @@ def suite(quick: bool, *, docker: bool | None = None) -> list[tuple[str, Callabl
 
 
 def _quick_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
+    # Links: goodput sits 4.4% under the rate (headers); a busy CI host once took 100 Mbit/s to
+    # 90.6% over 3 s. A broken shaper is off by far more (an unshaped veth: Gbit/s; bits as bytes: 8x).
     items = [
-        ("link 10mbit", fidelity.link_benchmark, {"rate": "10mbit", "seconds": 3.0, "tolerance": 0.08}),
-        ("link 100mbit", fidelity.link_benchmark, {"rate": "100mbit", "seconds": 3.0, "tolerance": 0.08}),
+        ("link 10mbit", fidelity.link_benchmark, {"rate": "10mbit", "seconds": 5.0, "tolerance": 0.12}),
+        ("link 100mbit", fidelity.link_benchmark, {"rate": "100mbit", "seconds": 5.0, "tolerance": 0.12}),
         ("cpu 0.25", fidelity.cpu_benchmark, {"cpus": 0.25, "seconds": 3.0, "tolerance": 0.05}),
         ("loss 10%", fidelity.loss_benchmark, {"loss": "10%", "packets": 5000}),
         ("delay 20ms", fidelity.delay_benchmark, {"latency": "20ms", "count": 20}),
@@ -52,7 +54,7 @@ def _quick_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
     ]
     if docker:
         items += [("link 10mbit docker", fidelity.link_benchmark,
-                   {"rate": "10mbit", "seconds": 3.0, "tolerance": 0.08, "runtime": "docker"}),
+                   {"rate": "10mbit", "seconds": 5.0, "tolerance": 0.12, "runtime": "docker"}),
                   ("cpu 0.5 docker", fidelity.cpu_benchmark,
                    {"cpus": 0.5, "seconds": 3.0, "tolerance": 0.05, "runtime": "docker"})]
     return items

@@ -147,6 +147,14 @@ class CgroupUsage:
         else:
             _write(self._file("freezer", "freezer.state"), "FROZEN" if frozen else "THAWED")
 
+    def is_frozen(self) -> bool:
+        try:
+            if is_v2():
+                return self._file("cpu", "cgroup.freeze").read_text().strip() == "1"
+            return self._file("freezer", "freezer.state").read_text().strip() != "THAWED"
+        except (OSError, AttributeError):
+            return False
+
     def member_pids(self) -> set[int]:
         try:
             return {int(x) for x in self._file("cpu", "cgroup.procs").read_text().split()}

@@ -19,8 +19,10 @@ from typing import Iterator
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
-class Interrupted(Exception):
-    pass
+class Interrupted(BaseException):
+    """A BaseException, as KeyboardInterrupt is: a library's `except Exception` must not swallow
+    it (pyroute2 decodes an attribute lazily under one and returns None when the signal lands
+    there: the stop became a TypeError and the command exited 1, not 130)."""
 
 
 def _raiser(owner_pid: int):
