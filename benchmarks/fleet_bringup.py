@@ -6,10 +6,15 @@ same two over the control network (it must not: a node reaches the runner only).
 
     .venv/bin/python benchmarks/fleet_bringup.py --workers 1100 [--out benchmarks/results/fleet-bringup-1100.json]
     .venv/bin/python benchmarks/fleet_bringup.py --workers 1000 --crash [--out ...]
+    .venv/bin/python benchmarks/fleet_bringup.py --workers 1000 --sample [--out ...]
 
 --crash: a child process brings the fleet up and is killed with SIGKILL once it is up (no teardown
 of its own); then `edgebed down` is timed, and what `edgebed status` lists of the run after it
 must be nothing.
+
+--sample: once up, what the run's monitor spends each second on the fleet (run/monitor.py's
+Sampler: every access link's counters, every shaped class, every cgroup's usage), its parts
+timed alone and ten whole samples a second apart (the links idle, as a fleet's mostly are).
 
 Needs root; run with nothing else on the machine (it is a timing).
 """
@@ -104,12 +109,37 @@ def crash(workers: int) -> dict:
             "ok": down.returncode == 0 and not left and not namespaces, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
+def sampling(rt, run_dir: Path, samples: int = 10) -> dict:
+    """Seconds the monitor's pieces take on this fleet (mean of 5 calls each), and whole samples."""
+    from testbed.records import metrics
+    from testbed.run.monitor import Sampler
+
+    def timed(fn, n: int = 5) -> float:
+        t = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return round((time.perf_counter() - t) / n, 4)
+
+    parts = {"counters": timed(rt.counters), "usage": timed(rt.usage), "link_stats_every_class": timed(rt.link_stats, 1)}
+    run_dir.mkdir(exist_ok=True)
+    metrics.init_tables(run_dir)
+    sampler = Sampler(rt, run_dir, time.time(), {})
+    whole = []
+    for _ in range(samples):
+        t = time.perf_counter()
+        sampler.sample()
+        whole.append(round(time.perf_counter() - t, 4))
+        time.sleep(max(0.0, 1.0 - whole[-1]))
+    return {"part_seconds": parts, "sample_seconds": whole}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workers", type=int, default=1100)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--profile", action="store_true", help="where bring-up's time goes (cProfile, the top 25)")
     ap.add_argument("--crash", action="store_true", help="kill -9 the bring-up's process, then time `edgebed down`")
+    ap.add_argument("--sample", action="store_true", help="time the run monitor's sampling of the fleet once up")
     ap.add_argument("--hold", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.hold:
@@ -142,6 +172,7 @@ def main() -> int:
         control = bridge_ports(f"eb-{run_id}-ctl")
         data_check = across(f"eb-{run_id}-w0", f"eb-{run_id}-{last}", spec.node(last).address)
         control_check = across(f"eb-{run_id}-w0", f"eb-{run_id}-{last}", rt.control.addresses[last])
+        sampled = sampling(rt, bench.scratch / "records") if args.sample else None
         rt.progress = down_stages = FleetProgress(print, sys.stdout.isatty())
         t1 = time.time()
     down_s = time.time() - t1
@@ -151,6 +182,7 @@ def main() -> int:
            "teardown_seconds": round(down_s, 1),
            "teardown_stage_seconds": {k: round(v, 1) for k, v in down_stages.stages.items()}, "data_bridge_ports": data, "control_bridge_ports": control,
            "data_w0_to_last": data_check, "control_w0_to_last": control_check,
+           **({"sampling": sampled} if sampled else {}),
            "ok": data_check == "connected" and control_check != "connected"
            and max([*data.values(), *control.values()]) <= 1023 and bench.problems == [],
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}

@@ -89,6 +89,11 @@ def test_bench_flower_without_its_venv_says_how_to_make_it(tmp_path):
     bad = subprocess.run(edgebed_cmd() + ["bench", "flower", "--rounds", "1"], cwd=REPO, capture_output=True,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "--rounds" in bad.stderr
+    for args, field in ((["--clients", "10", "--per-round", "11"], "--per-round"),
+                        (["--per-round", "2", "--bandwidth", "10zbit"], "--bandwidth")):
+        bad = subprocess.run(edgebed_cmd() + ["bench", "flower", *args], cwd=REPO, capture_output=True, text=True,
+                             timeout=120)
+        assert bad.returncode == 2 and bad.stderr.startswith(f"error: {field}:"), bad.stderr
 
 
 @needs_root
@@ -112,3 +117,23 @@ def test_flower_and_edgebed_run_the_same_fedavg_rounds(tmp_path, clean_host):
     # that is not the round's steps (zero, or whole rounds) still fails
     assert 0 < res["ideal_round_s"] < 2 * min(res["flower"]["round_s"], res["edgebed"]["round_s"])
     assert json.loads((tmp_path / "flower-2clients.json").read_text())["ratios"]["round_s"] > 0
+
+
+@needs_root
+@pytest.mark.root
+@pytest.mark.slow
+def test_flower_and_edgebed_sample_k_of_a_fleet_each_round(tmp_path, clean_host):
+    """--per-round: Flower's FedAvg samples K of N clients; edgebed's fedavg selects K devices and
+    starts their trainers for the round, over shaped links."""
+    if not (REPO / ".venv-flower" / "bin" / "python").exists():
+        pytest.skip("no .venv-flower (make flower-venv installs PyPI's flwr[simulation])")
+    from testbed.bench.suite import flower_benchmark
+
+    res = flower_benchmark(6, rounds=3, local_steps=3, per_round=2, bandwidth="100mbit", out_dir=tmp_path,
+                           say=lambda s: None)
+    assert res["ok"], res
+    assert res["per_round"] == 2 and res["edgebed_trainers"] == "per_round" and res["edgebed_bandwidth"] == "100mbit"
+    for side in ("flower", "edgebed"):
+        rounds = res[f"{side}_rounds"]
+        assert [r["round"] for r in rounds] == [1, 2, 3] and all(r["clients"] == 2 for r in rounds), rounds
+    assert (tmp_path / "flower-6clients-2a-round.json").exists()

@@ -148,3 +148,36 @@ def test_a_veth_made_across_namespaces_with_its_offloads_off():
     finally:
         remove_netns(a)
         remove_netns(b)
+
+
+@needs_root
+def test_link_counters_read_what_a_link_dump_reads():
+    """kernel.netlink.link_counters (one RTM_GETSTATS dump, the monitor's each second) against
+    pyroute2's IFLA_STATS64 of the same interfaces, after traffic over lo and a veth."""
+    import socket
+    import uuid
+
+    from testbed.kernel.netlink import (LOOPBACK_INDEX, create_netns, entered_netns, link_counters, ns_iproute,
+                                        remove_netns)
+
+    ns = f"eb-test-{uuid.uuid4().hex[:6]}"
+    create_netns(ns, ipv6=False)
+    try:
+        with ns_iproute(ns) as ipr:
+            ipr.link("set", index=LOOPBACK_INDEX, state="up")
+            ipr.link("add", ifname="va", kind="veth", peer={"ifname": "vb"})
+            for name in ("va", "vb"):
+                ipr.link("set", index=ipr.link_lookup(ifname=name)[0], state="up")
+            with entered_netns(ns):
+                s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            for _ in range(37):
+                s.sendto(b"x" * 100, ("127.0.0.1", 9))
+            s.close()
+            got = link_counters(ns)
+            want = {link["index"]: link.get_attr("IFLA_STATS64") for link in ipr.get_links()}
+    finally:
+        remove_netns(ns)
+    assert set(got) == set(want) and len(got) == 3
+    for index, st in want.items():
+        assert got[index] == (st["rx_bytes"], st["rx_packets"], st["tx_bytes"], st["tx_packets"])
+    assert got[LOOPBACK_INDEX][1] >= 37 and got[LOOPBACK_INDEX][0] >= 37 * 128

@@ -84,6 +84,7 @@ def main() -> int:
     ap.add_argument("--lr", type=float, default=0.05)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--cpus", type=int, default=os.cpu_count() or 1, help="CPUs Ray may use")
+    ap.add_argument("--per-round", type=int, default=0, help="clients sampled a round (0: every client)")
     a = ap.parse_args()
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     # Ray's worker processes import testbed.bench.flower_probe (by reference) and testbed.data.models
@@ -121,7 +122,8 @@ def main() -> int:
             r["cpu_s_sum"] = sum(m["cpu_s"] for m in ms)
             return out
 
-    strategy = TimedFedAvg(fraction_fit=1.0, fraction_evaluate=0.0, min_fit_clients=a.clients,
+    k = a.per_round or a.clients  # FedAvg samples max(fraction x available, min_fit_clients) a round
+    strategy = TimedFedAvg(fraction_fit=k / a.clients, fraction_evaluate=0.0, min_fit_clients=k,
                            min_evaluate_clients=0, min_available_clients=a.clients,
                            initial_parameters=ndarrays_to_parameters(initial),
                            on_fit_config_fn=lambda rnd: {"round": rnd})
@@ -134,7 +136,7 @@ def main() -> int:
                      ray_init_args={"num_cpus": a.cpus, "include_dashboard": False, "ignore_reinit_error": True,
                                     "log_to_driver": False})
     total = time.monotonic() - t0
-    print(json.dumps({"framework": "flower", "flwr_version": flwr.__version__, "clients": a.clients,
+    print(json.dumps({"framework": "flower", "flwr_version": flwr.__version__, "clients": a.clients, "per_round": k,
                       "rounds": [rounds[k] for k in sorted(rounds)], "total_seconds": total,
                       "cpus": a.cpus, "local_steps": a.local_steps, "batch_size": a.batch_size}))
     return 0

@@ -107,6 +107,31 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
             "total_seconds": total}
 
 
+def _edgebed_fleet_rounds(devices: int, per_round: int, rounds: int, local_steps: int, batch_size: int, model: str,
+                          dataset: str, lr: float, seed: int, bandwidth: str) -> dict:
+    """K of N devices a round in edgebed (netns, fedavg with per-round trainers: a selected device's
+    trainer starts with its round; each device's link shaped to `bandwidth` both ways, if given):
+    each round's time from rounds.csv (open to close), the reports in it."""
+    from testbed.plan import parse_scenario
+
+    profile = {"bandwidth": bandwidth} if bandwidth else {}
+    sc = parse_scenario({"name": "bench-fleet-fedavg", "runtime": "netns", "seed": seed,
+                         "workload": {"model": model, "dataset": dataset, "batch_size": batch_size, "lr": lr,
+                                      "threads": 1, "eval_interval": 10_000_000},
+                         "stop": {"steps": rounds, "seconds": 3600},
+                         "algorithm": {"name": "fedavg", "params": {"period": local_steps, "clients": per_round,
+                                                                    "trainers": "per_round", "deadline_s": 600}},
+                         "profiles": {"device": profile}, "workers": [{"count": devices, "profile": "device"}]})
+    t0 = time.monotonic()
+    summary, records = run_for_records(sc, "bench-flower", "rounds.csv")
+    total = time.monotonic() - t0
+    rows = records["rounds.csv"].sort_values("round")
+    out_rounds = [{"round": int(r["round"]), "seconds": float(r.open_seconds), "clients": int(r.n_finished)}
+                  for _, r in rows.iterrows()]
+    return {"framework": "edgebed", "status": summary["status"], "clients": devices, "per_round": per_round,
+            "rounds": out_rounds, "total_seconds": total}
+
+
 def _bare_fedavg_round(clients: int, local_steps: int, batch_size: int, model: str, cores: int) -> float:
     """The ideal round on this machine: the clients' local steps and nothing else, spread over
     `cores` processes (one torch thread each) and run at once; the slowest process's time."""
@@ -129,15 +154,19 @@ def _bare_fedavg_round(clients: int, local_steps: int, batch_size: int, model: s
 
 def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 10, batch_size: int = 32,
                      model: str = "adacomp_cnn", dataset: str = "mnist5k", lr: float = 0.05, seed: int = 1,
-                     venv: Path = FLOWER_VENV, out_dir: Path | None = None,
-                     say: Callable[[str], None] = print) -> dict:
+                     per_round: int = 0, bandwidth: str = "", venv: Path = FLOWER_VENV,
+                     out_dir: Path | None = None, say: Callable[[str], None] = print) -> dict:
     """FedAvg rounds of the same work in Flower's simulation engine (flwr + Ray, run by
     testbed/bench/flower_probe.py under `venv`) and in edgebed (netns): each round every client takes
     `local_steps` steps of `batch_size` on the same model and data, then the server averages.
     Per-round overhead = the round's wall time minus the ideal round (the same steps alone, spread
     over this machine's cores). The first round is not averaged in (Flower starts its Ray actors
     in it; edgebed's processes start before it). The whole run, from the call to the end, counts
-    both start-ups: Ray's, and edgebed's namespaces, links and processes. Ratios are edgebed / Flower."""
+    both start-ups: Ray's, and edgebed's namespaces, links and processes. Ratios are edgebed / Flower.
+
+    `per_round` K (a fleet): K of the `clients` a round, Flower's FedAvg sampling them, edgebed's
+    fedavg selecting them and starting their trainers for the round (trainers: per_round);
+    `bandwidth`: edgebed's device links shaped to it (Flower has no network)."""
     import subprocess
 
     py = Path(venv) / "bin" / "python"
@@ -147,13 +176,18 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
     repo = Path(__file__).resolve().parents[2]
     r = subprocess.run([str(py), "-m", "testbed.bench.flower_probe", "--clients", str(clients), "--rounds", str(rounds),
                         "--local-steps", str(local_steps), "--batch-size", str(batch_size), "--model", model,
-                        "--dataset", dataset, "--lr", str(lr), "--seed", str(seed), "--cpus", str(cores)],
+                        "--dataset", dataset, "--lr", str(lr), "--seed", str(seed), "--cpus", str(cores),
+                        "--per-round", str(per_round)],
                        capture_output=True, text=True, timeout=900, cwd=repo)
     if r.returncode != 0:
         raise RuntimeError(f"flower probe failed: {r.stderr.strip()[-800:]}")
     fl = json.loads(r.stdout.strip().splitlines()[-1])
-    eb = _edgebed_fedavg_rounds(clients, rounds, local_steps, batch_size, model, dataset, lr, seed)
-    ideal = _bare_fedavg_round(clients, local_steps, batch_size, model, cores)
+    if per_round:
+        eb = _edgebed_fleet_rounds(clients, per_round, rounds, local_steps, batch_size, model, dataset, lr, seed,
+                                   bandwidth)
+    else:
+        eb = _edgebed_fedavg_rounds(clients, rounds, local_steps, batch_size, model, dataset, lr, seed)
+    ideal = _bare_fedavg_round(per_round or clients, local_steps, batch_size, model, cores)
 
     def summary(d: dict) -> dict:
         later = [x["seconds"] for x in d["rounds"][1:]]
@@ -166,13 +200,16 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
     ratios = {k: (s_eb[k] / s_fl[k] if s_fl.get(k) and s_eb.get(k) is not None else None)
               for k in ("round_s", "overhead_s", "total_s")}
     ok = s_fl["rounds_done"] == s_eb["rounds_done"] == rounds and eb["status"] == "completed"
-    say(f"FedAvg, {clients} clients x {local_steps} steps of {batch_size} ({model}, {dataset}) a round, {rounds} rounds, "
-        f"{cores} cores; ideal round (the steps alone) {ideal:.2f} s")
+    who = f"{per_round} of {clients} clients" if per_round else f"{clients} clients"
+    say(f"FedAvg, {who} x {local_steps} steps of {batch_size} ({model}, {dataset}) a round, {rounds} rounds, "
+        f"{cores} cores{', edgebed links ' + bandwidth if bandwidth else ''}; ideal round (the steps alone) {ideal:.2f} s")
     for name, s in (("flower", s_fl), ("edgebed", s_eb)):
         say(f"  {name:8s} round {s['round_s']:.2f} s (overhead {s['overhead_s']:+.2f} s), first round "
             f"{s['first_round_s']:.2f} s, whole run {s['total_s']:.1f} s")
     say("  edgebed / flower: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v is not None))
-    out = {"benchmark": "flower", "clients": clients, "rounds": rounds, "local_steps": local_steps,
+    out = {"benchmark": "flower", "clients": clients, "per_round": per_round or clients,
+           "edgebed_trainers": "per_round" if per_round else "always", "edgebed_bandwidth": bandwidth or None,
+           "rounds": rounds, "local_steps": local_steps,
            "batch_size": batch_size, "model": model, "dataset": dataset, "cores": cores,
            "flwr_version": fl.get("flwr_version"), "ideal_round_s": ideal, "flower": s_fl, "edgebed": s_eb,
            "flower_rounds": fl["rounds"], "edgebed_rounds": eb["rounds"], "ratios": ratios, "ok": ok,
@@ -181,4 +218,5 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
                    "round's local steps alone (bare PyTorch, one thread, spread over the cores); flower: "
                    "start_simulation with one CPU a client, in-process Ray object store; edgebed: netns nodes, "
                    "the model and the updates over TCP on unshaped veth links, a PS barrier"}
-    return _save(out, out_dir, f"flower-{clients}clients.json", say)
+    name = f"flower-{clients}clients-{per_round}a-round.json" if per_round else f"flower-{clients}clients.json"
+    return _save(out, out_dir, name, say)

@@ -235,6 +235,9 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
                  rounds: int = typer.Option(11, help="rounds; the first is not averaged in (start-up)"),
                  local_steps: int = typer.Option(10, help="local steps a client takes a round"),
                  batch_size: int = typer.Option(32),
+                 per_round: int = typer.Option(0, help="a fleet: clients sampled a round (0: every client; "
+                                               "edgebed then starts a device's trainer for its round)"),
+                 bandwidth: str = typer.Option("", help="edgebed's device links shaped to this rate (e.g. 100mbit)"),
                  venv: Optional[Path] = typer.Option(None, help="the venv with flwr[simulation] (default: the "
                                                      "checkout's .venv-flower, made by make flower-venv)"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
@@ -243,8 +246,17 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
 
     if clients < 1 or rounds < 2 or local_steps < 1 or batch_size < 1:
         fail("error: --clients, --local-steps and --batch-size must be at least 1, --rounds at least 2")
+    if not 0 <= per_round <= clients:
+        fail(f"error: --per-round: between 1 and --clients ({clients}), or 0 for every client")
+    if bandwidth:
+        from testbed.scenario import units
+
+        try:
+            units.parse_rate(bandwidth)
+        except ValueError as e:
+            fail(f"error: --bandwidth: {e}")
     _run_refusable(flower_benchmark, clients, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
-                   venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo)
+                   per_round=per_round, bandwidth=bandwidth, venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo)
 
 
 @bench_app.command("stress")

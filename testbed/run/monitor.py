@@ -87,12 +87,19 @@ class Tail:
         return out
 
 
+# A shaped link that carried nothing since its class was last read is read again this often (its
+# rate may have changed; its counters cannot have); in between its row repeats that reading.
+IDLE_READ_EVERY_S = 30.0
+
+
 class Sampler:
-    """The cluster's counters as rows: traffic.csv (access links, WAN links) and resources.csv.
-    `last`: each link's previous reading (for the deltas), kept across samples."""
+    """The cluster's counters as rows: traffic.csv (access links, WAN links), resources.csv and
+    shaping.csv. `last`: each link's previous reading (for the deltas), kept across samples."""
 
     def __init__(self, runtime, run_dir: Path, t0: float, last: dict):
         self.runtime, self.run_dir, self.t0, self.last = runtime, run_dir, t0, last
+        # "w0/up" -> (read at, its class's reading or None (unshaped), the veth's bytes then)
+        self.classes: dict[str, tuple[float, Optional[dict], Optional[int]]] = {}
 
     def sample(self) -> None:
         now = time.time() - self.t0
@@ -105,7 +112,7 @@ class Sampler:
         try:
             self._access(traffic, counters, now)
             self._wan(traffic, now)
-            self._shaping(now)
+            self._shaping(now, counters)
             for name, use in self.runtime.usage().items():
                 res.write(time=now, node=name, cpu_seconds=use.cpu_seconds, memory_bytes=use.memory_bytes,
                           throttled_seconds=use.throttled_seconds, gpu_memory_bytes=use.gpu_memory_bytes,
@@ -124,21 +131,38 @@ class Sampler:
                               delta_bytes=c[f"{d}_bytes"] - prev[f"{d}_bytes"], packets=c[f"{d}_packets"])
             self.last[name] = c
 
-    def _shaping(self, now: float) -> None:
-        """Each shaped access-link direction's HTB class: its rate and counters (shaping.csv)."""
+    def _shaping(self, now: float, counters: dict) -> None:
+        """Each shaped access-link direction's HTB class: its rate and counters (shaping.csv). A
+        class is read when its link carried bytes since its last reading, or that reading is
+        IDLE_READ_EVERY_S old: a fleet's idle devices cost nothing each second."""
+        first = not self.classes
+        keys = [f"{n}/{d}" for n in counters for d in ("up", "down")]
+        if not first:
+            keys = [k for k in keys if self._due(k, now, counters)]
         try:
-            stats = self.runtime.link_stats()
+            stats = self.runtime.link_stats(keys if counters else None)
         except Exception:
             return
-        if not stats:
+        for i, key in enumerate(keys or list(stats)):
+            # the first readings' next ones spread over the period, not all at once
+            read_at = now - IDLE_READ_EVERY_S * i / max(1, len(keys)) if first else now
+            self.classes[key] = (read_at, stats.get(key), _veth_bytes(counters, key))
+        rows = [(key, st) for key, (_, st, _) in self.classes.items() if st is not None]
+        if not rows:
             return
         table = metrics.open_table(self.run_dir, "shaping.csv")
         try:
-            for key, st in stats.items():
+            for key, st in rows:
                 node, direction = key.rsplit("/", 1)
                 table.write(time=now, node=node, direction=direction, **st)
         finally:
             table.close()
+
+    def _due(self, key: str, now: float, counters: dict) -> bool:
+        if key not in self.classes:
+            return True
+        read_at, _, moved = self.classes[key]
+        return moved is None or _veth_bytes(counters, key) != moved or now - read_at >= IDLE_READ_EVERY_S
 
     def _wan(self, traffic, now: float) -> None:
         # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,
@@ -150,6 +174,13 @@ class Sampler:
             traffic.write(time=at, node=site, link=f"wan:{peer}", direction="up", bytes=c["up_bytes"],
                           delta_bytes=c["up_bytes"] - prev["up_bytes"], packets=c["up_packets"])
             self.last[key] = c
+
+
+def _veth_bytes(counters: dict, key: str) -> Optional[int]:
+    """The bytes a link direction ("w0/up") carried, from the veth's counters (None: not read)."""
+    node, direction = key.rsplit("/", 1)
+    c = counters.get(node)
+    return None if c is None else c.get(f"{direction}_bytes")
 
 
 @dataclass

@@ -13,7 +13,7 @@ import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Optional, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterable, Optional, Protocol, runtime_checkable
 
 from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.gpus import GpuProcessUse, gpu_process_use
@@ -241,9 +241,10 @@ class Runtime(LiveOps, ABC):
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
         return self.fabric.wan_counters() if self.fabric is not None else {}
 
-    def link_stats(self) -> dict[str, dict]:
-        """Per "node/up" and "node/down": the access class's rate_bps (None: unshaped), bytes,
-        packets, drops, overlimits, backlog (shaping.read_htb_stats); {} where not readable here."""
+    def link_stats(self, links: Optional[Iterable[str]] = None) -> dict[str, dict]:
+        """Per "node/up" and "node/down" (`links`: those alone): the access class's rate_bps (None:
+        unshaped), bytes, packets, drops, overlimits, backlog (shaping.read_htb_stats); {} where
+        not readable here."""
         return {}
 
     def channel_urls(self) -> tuple[str, str]:

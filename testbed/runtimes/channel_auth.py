@@ -12,6 +12,7 @@ sockets' monitors (`handshake_failures`).
 
 from __future__ import annotations
 
+import errno
 from typing import Optional
 
 import zmq
@@ -23,7 +24,7 @@ from testbed.node.channel_keys import ChannelKeys
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"  # where libzmq asks, in the sockets' own context
 DOMAIN = b"edgebed"
 # A handshake that failed before ZAP was asked: no CURVE (a plain client), or a wrong hub key.
-HANDSHAKE_FAILED = zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+HANDSHAKE_REFUSED = "handshake failed (no CURVE, or not the hub's key)"
 
 
 class RunKeys:
@@ -71,13 +72,19 @@ def answer_zap(sock: zmq.Socket, keys: RunKeys) -> Optional[str]:
     return None if name else "unknown key"
 
 
-def handshake_failures(monitor: zmq.Socket) -> int:
-    """How many handshakes failed before ZAP (no CURVE, a wrong hub key) among the events waiting
-    on a socket's monitor."""
-    n = 0
+def handshake_failures(monitor: zmq.Socket) -> list[str]:
+    """Why each handshake failed among the events waiting on a socket's monitor: a client that is
+    no node of the run (no CURVE, a wrong hub key: a protocol failure, before ZAP), or a connection
+    that closed before its handshake ended (libzmq gives the errno: a trainer that ended, a node
+    frozen or killed, a port scan)."""
+    out: list[str] = []
     while True:
         try:
             event = parse_monitor_message(monitor.recv_multipart(flags=zmq.NOBLOCK))
         except zmq.Again:
-            return n
-        n += bool(event["event"] & HANDSHAKE_FAILED)
+            return out
+        if event["event"] & zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            out.append(HANDSHAKE_REFUSED)
+        elif event["event"] & zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            code = errno.errorcode.get(event["value"], str(event["value"]))
+            out.append(f"handshake cut off ({code}: the peer closed before it ended)")

@@ -16,7 +16,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.kernel.netlink import LOOPBACK_INDEX, add_veth, create_netns, disable_offloads, ns_iproute, set_sysctl
+from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_veth, create_netns, disable_offloads, link_counters,
+                                    ns_iproute, set_sysctl)
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.bridges import BridgeTree
@@ -95,6 +96,9 @@ class Fabric(WanLinks):
         self.wan_ifnames: dict[tuple[str, str], str] = {}  # (from site, to site) -> egress ifname in `from`
         self.plugged: set[str] = set()  # nodes whose switch-side veth is named after them
         self.node_switch: dict[str, str] = {}  # node -> the switch netns its veth is plugged into
+        self.port_index: dict[str, int] = {}  # node -> its switch-side veth's ifindex
+        self.node_end: dict[str, tuple[str, int]] = {}  # node -> (its netns, its eth0's ifindex)
+        self.sockets = NetnsSockets()  # read and reshape each second or 10 times a second: kept open
 
     def _make_ns(self, name: str) -> None:
         self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
@@ -204,30 +208,48 @@ class Fabric(WanLinks):
         disable_offloads(sw, [node.name])
         self.plugged.add(node.name)
         self.node_switch[node.name] = sw
+        self.port_index[node.name] = pidx
+        self.node_end[node.name] = (netns, idx)
         return up, down
+
+    @contextmanager
+    def uplink_iface(self, node: str):
+        """(an IPRoute in the node's namespace, its eth0's ifindex): where its uplink is shaped;
+        the calling thread's own socket, kept open."""
+        netns, index = self.node_end[node]
+        try:
+            yield self.sockets.get(netns), index
+        except BaseException:
+            self.sockets.drop(netns)
+            raise
 
     @contextmanager
     def downlink_iface(self, node: str):
         """(an IPRoute in the node's switch, ifindex of its switch-side veth): where its downlink
-        is shaped. A socket of its own: the monitor thread uses the switch's meanwhile."""
-        with ns_iproute(self.node_switch[node]) as s:
-            yield s, s.link_lookup(ifname=node)[0]
+        is shaped. The calling thread's own socket (the monitor's, a trace replay's), kept open."""
+        sw = self.node_switch[node]
+        try:
+            yield self.sockets.get(sw), self.port_index[node]
+        except BaseException:
+            self.sockets.drop(sw)  # a socket an error left in any state is not used again
+            raise
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
         """Per plugged node: bytes/packets up (node -> net) and down, from the switch-side veth end."""
         out: dict[str, dict[str, int]] = {}
-        for s in self._switches.values():
-            for link in s.get_links():
-                ifname = link.get_attr("IFLA_IFNAME")
-                if ifname not in self.plugged:
+        by_switch: dict[str, list[str]] = {}
+        for node, sw in self.node_switch.items():
+            by_switch.setdefault(sw, []).append(node)
+        for sw, nodes in by_switch.items():
+            stats = link_counters(sw)
+            for node in nodes:
+                st = stats.get(self.port_index[node])
+                if st is None:  # its veth is gone (a node removed)
                     continue
-                st = link.get_attr("IFLA_STATS64")
+                rx_b, rx_p, tx_b, tx_p = st
                 # The switch end *receives* what the node sends (uplink) and *transmits* downlink.
-                out[ifname] = {
-                    "up_bytes": st["rx_bytes"], "up_packets": st["rx_packets"],
-                    "down_bytes": st["tx_bytes"], "down_packets": st["tx_packets"],
-                }
+                out[node] = {"up_bytes": rx_b, "up_packets": rx_p, "down_bytes": tx_b, "down_packets": tx_p}
         return out
 
     def wan_counters(self) -> dict[tuple[str, str], dict[str, int]]:
@@ -249,6 +271,7 @@ class Fabric(WanLinks):
         return {"wan": self.wan_meta(), "routers": {site: router_netns(self.run_id, site) for site in self._routers}}
 
     def close(self) -> None:
+        self.sockets.close()
         for ipr in list(self._switches.values()) + list(self._routers.values()):
             try:
                 ipr.close()

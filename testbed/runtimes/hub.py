@@ -132,8 +132,8 @@ class ControlHub:
                 if self._pull in ready:
                     self._receive()
                 for monitor in set(self._monitors) & set(ready):
-                    for _ in range(handshake_failures(monitor)):
-                        self.drops.add("handshake failed (no CURVE, or not the hub's key)")
+                    for why in handshake_failures(monitor):
+                        self.drops.add(why)
             except Exception as e:  # the hub's own error (a socket's), not a message's: say it, go on
                 self.drops.add("hub error", f"{type(e).__name__}: {e}")
                 time.sleep(0.05)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import Optional
+from typing import Iterable, Optional
 
 from testbed.runtimes.live import LiveOps
 
@@ -39,21 +39,23 @@ class LocalNodeOps(LiveOps):
                 pass
         return f"killed {len(pids)} process(es)"
 
-    def link_stats(self) -> dict[str, dict]:
-        """Per node and direction ("w0/up"): its access class's rate and counters, where it has an
-        HTB class (kernel.shaping.read_htb_stats; the fidelity monitor reads them each second)."""
+    def link_stats(self, links: Optional[Iterable[str]] = None) -> dict[str, dict]:
+        """Per node and direction ("w0/up"; `links`: those alone): its access class's rate and
+        counters, where it has an HTB class (kernel.shaping.read_htb_stats; the fidelity monitor
+        reads them each second)."""
         from testbed.kernel.shaping import read_htb_stats
 
+        keys = [f"{n}/{w}" for n in list(self.handles) for w in ("up", "down")] if links is None else links
         out = {}
-        for node in list(self.handles):
-            for which in ("up", "down"):
-                try:
-                    with self._link_iface(node, which) as (ipr, ifindex):
-                        st = read_htb_stats(ipr, ifindex)
-                except Exception:  # a node being removed, a namespace gone: no reading this time
-                    continue
-                if st is not None:
-                    out[f"{node}/{which}"] = st
+        for key in keys:
+            node, which = key.rsplit("/", 1)
+            try:
+                with self._link_iface(node, which) as (ipr, ifindex):
+                    st = read_htb_stats(ipr, ifindex)
+            except Exception:  # a node being removed, a namespace gone: no reading this time
+                continue
+            if st is not None:
+                out[key] = st
         return out
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:

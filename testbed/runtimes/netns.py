@@ -33,7 +33,7 @@ from typing import Any, Callable, Optional
 from testbed.kernel import cgroups
 from testbed.kernel.gpus import host_gpus
 from testbed.kernel.mounts import read_only_host_controls
-from testbed.kernel.netlink import create_netns, enter_netns, ns_iproute
+from testbed.kernel.netlink import create_netns, enter_netns
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
@@ -235,12 +235,8 @@ class NetnsRuntime(LocalNodeOps, Runtime):
     # -- changes during the run (live.py) ------------------------------------------------
     @contextmanager
     def _link_iface(self, node: str, which: str):
-        if which == "up":
-            with ns_iproute(self.handles[node].netns) as ns:
-                yield ns, ns.link_lookup(ifname="eth0")[0]
-        else:
-            with self.fabric.downlink_iface(node) as iface:
-                yield iface
+        with (self.fabric.uplink_iface if which == "up" else self.fabric.downlink_iface)(node) as iface:
+            yield iface
 
     def set_stress(self, node: str, load: float) -> str:
         """Replace the node's background stress with `load` cores' worth (0: none)."""

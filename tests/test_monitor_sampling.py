@@ -1,0 +1,78 @@
+"""The monitor's sampling at fleet scale (run/monitor.py's Sampler): a shaped link's HTB class is
+read when its link carried bytes since its last reading, or when that reading is
+IDLE_READ_EVERY_S old; shaping.csv still gets a row per class each sample."""
+
+from types import SimpleNamespace
+
+import pandas as pd
+
+from testbed.records import metrics
+from testbed.run import monitor
+from testbed.run.monitor import IDLE_READ_EVERY_S, Sampler
+
+
+class FleetRuntime:
+    """n nodes, each link shaped; `busy` nodes move bytes both ways between samples."""
+
+    def __init__(self, n: int):
+        self.nodes = [f"w{i}" for i in range(n)]
+        self.bytes = {k: 0 for k in self.nodes}
+        self.asked: list = []  # each link_stats call's keys (None: every link)
+
+    def counters(self):
+        return {n: {"up_bytes": b, "up_packets": 0, "down_bytes": b, "down_packets": 0} for n, b in self.bytes.items()}
+
+    def link_stats(self, links=None):
+        self.asked.append(None if links is None else list(links))
+        keys = [f"{n}/{d}" for n in self.nodes for d in ("up", "down")] if links is None else links
+        return {k: {"rate_bps": 1e6, "bytes": self.bytes[k.split("/")[0]], "packets": 0, "drops": 0,
+                    "overlimits": 0, "backlog": 0} for k in keys}
+
+    def wan_counters(self):
+        return {}
+
+    def usage(self):
+        return {}
+
+
+def _sampled(tmp_path, monkeypatch, n: int, t: float = 0.0):
+    """A fleet of n nodes, its sampler on a clock the test moves, and its first sample taken."""
+    clock = SimpleNamespace(t=t)
+    monkeypatch.setattr(monitor.time, "time", lambda: clock.t)
+    rt = FleetRuntime(n)
+    metrics.init_tables(tmp_path)
+    s = Sampler(rt, tmp_path, 0.0, {})
+    s.sample()
+    return clock, rt, s
+
+
+def test_idle_links_are_read_once_a_period_and_busy_ones_each_second(tmp_path, monkeypatch):
+    clock, rt, s = _sampled(tmp_path, monkeypatch, 60, t=100.0)
+    assert len(rt.asked[0]) == 120  # the first sample reads every class
+    reads = {}
+    for second in range(1, int(IDLE_READ_EVERY_S) + 1):
+        clock.t += 1.0
+        rt.bytes["w0"] += 1000  # w0 busy, the rest idle
+        s.sample()
+        for k in rt.asked[-1]:
+            reads[k] = reads.get(k, 0) + 1
+        assert {"w0/up", "w0/down"} <= set(rt.asked[-1])
+        assert len(rt.asked[-1]) <= 2 + 120 / IDLE_READ_EVERY_S + 2  # the idle ones spread, not all at once
+    assert reads["w0/up"] == IDLE_READ_EVERY_S
+    idle = [f"w{i}/{d}" for i in range(1, 60) for d in ("up", "down")]
+    assert all(reads.get(k, 0) == 1 for k in idle)  # each idle class once in the period
+    rows = pd.read_csv(tmp_path / "shaping.csv")
+    assert (rows.groupby("time").size() == 120).all()  # a row per class per sample all the same
+    w0 = rows[(rows.node == "w0") & (rows.direction == "up")].sort_values("time")
+    assert list(w0.bytes.diff().dropna().unique()) == [1000]  # the busy class's readings are fresh
+
+
+def test_a_link_that_starts_moving_is_read_at_the_next_sample(tmp_path, monkeypatch):
+    clock, rt, s = _sampled(tmp_path, monkeypatch, 30)
+    clock.t += 1.0
+    s.sample()
+    assert "w17/up" not in rt.asked[-1]
+    rt.bytes["w17"] += 1
+    clock.t += 1.0
+    s.sample()
+    assert {"w17/up", "w17/down"} <= set(rt.asked[-1])
