@@ -202,3 +202,47 @@ def test_a_fedscale_trace_cannot_run_code(tmp_path):
     f.write_bytes(pickle.dumps({1: {"active": [0], "inactive": [10], "finish_time": 10, "model": _Boom()}}))
     line, = _lines({"workers": [{"count": 1}], "availability": [{"trace": str(f), "trace_format": "fedscale"}]})
     assert "not loaded" in line and not os.path.exists("/tmp/edgebed-pickle-ran")
+
+
+def _flash(tmp_path, users: dict) -> str:
+    """FLASH's state_traces.json: {uid: {"guid", "model", "messages": "stamp<TAB>state" lines}}."""
+    import json
+
+    f = tmp_path / "state_traces.json"
+    f.write_text(json.dumps({uid: {"guid": f"g{uid}", "model": "x", "messages": "\n".join(lines) + "\n"}
+                             for uid, lines in users.items()}))
+    return str(f)
+
+
+FLASH_USERS = {
+    "5": ["2020-01-02 00:00:00\tscreen_on", "2020-01-02 00:00:10\tbattery_charged_on", "2020-01-02 00:00:20\twifi",
+          "2020-01-02 00:00:30\tscreen_lock", "2020-01-02 00:00:50\tscreen_unlock", "2020-01-02 00:01:00\t80%",
+          "2020-01-02 00:01:10\tscreen_lock", "2020-01-02 00:01:20\t4g", "2020-01-02 00:01:40\tscreen_on"],
+    # its trace starts 100 s after FLASH's reference and repeats every 80 s, on the reference's clock
+    "6": ["2020-01-02 00:01:40\tbattery_charged_on", "2020-01-02 00:01:45\twifi", "2020-01-02 00:01:50\tscreen_lock",
+          "2020-01-02 00:02:30\tbattery_charged_off", "2020-01-02 00:03:00\tscreen_unlock"],
+    "7": ["2020-01-02 00:00:00\twifi", "yesterday\tscreen_lock"]}  # FLASH cannot read it: never ready
+
+
+def test_a_flash_trace_is_online_while_locked_on_wifi_and_charging(tmp_path):
+    path = _flash(tmp_path, FLASH_USERS)
+    sc = _sc([{"target": "workers", "trace": path, "trace_format": "flash", "first_client": 5}], seconds=200)
+    assert plan_offline(sc) == {"w0": [(0.0, 30.0), (50.0, 70.0), (80.0, 130.0), (150.0, 170.0), (180.0, 200.0)],
+                                "w1": [(0.0, 30.0), (70.0, 110.0), (150.0, 190.0)],
+                                "w2": [(0.0, 200.0)]}
+    half = _sc([{"target": "w0", "trace": path, "trace_format": "flash", "first_client": 5, "time_scale": 0.5}],
+               seconds=40)
+    assert plan_offline(half) == {"w0": [(0.0, 15.0), (25.0, 35.0)]}
+
+
+@pytest.mark.parametrize("users, why", [
+    ({"5": ["2020-01-02 00:00:00\tairplane_mode"]}, "user 5: a state FLASH does not know"),
+    ({"4": ["2020-01-02 00:00:00\twifi"]}, "no user 5 with messages")])
+def test_a_bad_flash_trace_is_one_line(tmp_path, users, why):
+    path = _flash(tmp_path, users)
+    line, = _lines({"workers": [{"count": 1}], "availability": [{"trace": path, "trace_format": "flash",
+                                                                  "first_client": 5}]})
+    assert line.startswith("availability[0].trace: ") and why in line, line
+    (tmp_path / "state_traces.json").write_text("[1, 2]")
+    line, = _lines({"workers": [{"count": 1}], "availability": [{"trace": path, "trace_format": "flash"}]})
+    assert "a JSON object of users" in line

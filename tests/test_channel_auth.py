@@ -262,3 +262,20 @@ def test_only_the_ps_may_ask_for_another_node_s_trainer(hub, sockets):
     assert _marker(hub, ps, "ps")
     assert hub.drops == {"a train request not the PS's": 2}
     assert hub.take_trainers() == ["w1"] and hub.take_trainers() == [] and hub.take_requests() == []
+
+
+def test_a_generation_s_exit_code_outlives_the_next_one_s_start(hub):
+    """A per-round trainer's device (docker) starts its next trainer at once: the generation before
+    still reads as ended with its own exit code (not -9, superseded), and an `ended` a node sends
+    is the hub's own, never the node's."""
+    from testbed.runtimes.containers import role_ended
+
+    for data in ({"node": "w0", "gen": 1, "running": True, "exitcode": None, "ended": [1, 0]},
+                 {"node": "w0", "gen": 1, "running": False, "exitcode": 0},
+                 {"node": "w0", "gen": 2, "running": True, "exitcode": None}):
+        assert hub._on_state(data)
+    assert role_ended(hub.states, "w0", 1) == 0 and role_ended(hub.states, "w0", 2) is None
+    hub._on_state({"node": "w0", "gen": 3, "running": True, "exitcode": None, "ended": [2, 0]})
+    assert role_ended(hub.states, "w0", 2) == -9  # never heard to end: superseded
+    assert hub._on_state({"node": "w1", "gen": 1, "running": True, "exitcode": None, "ended": [0, 0]})
+    assert hub.states["w1"]["ended"] is None

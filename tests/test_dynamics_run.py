@@ -394,13 +394,17 @@ def test_fedavg_rounds_select_from_the_online_and_drop_the_offline(tmp_path, cle
     assert summary["status"] == "completed" and summary["final_accuracy"] > 0.6, summary
 
 
-def test_per_round_trainers_run_only_for_the_rounds_that_select_them(tmp_path, clean_host):
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_per_round_trainers_run_only_for_the_rounds_that_select_them(tmp_path, clean_host, runtime):
     """fedavg `trainers: per_round`, K = 2 of 8 devices, a 4-s deadline; w1 offline the whole run.
     No worker's trainer starts with the run: the runner starts a round's selected ones when the PS
     asks, each trains only on the models of rounds that selected it, w1 is never online, never
-    drawn, never started; the rounds go on and the model learns."""
+    drawn, never started; the rounds go on and the model learns. Docker: a device's container
+    stays up the whole run, its trainer a role its supervisor starts and ends."""
+    if runtime == "docker":
+        _docker_or_skip()
     (tmp_path / "avail.csv").write_text("node,start,end\nw1,1000,2000\n")
-    data = {"name": "per-round", "seed": 1, "runtime": "netns",
+    data = {"name": "per-round", "seed": 1, "runtime": runtime,
             "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 2},
             "stop": {"seconds": 25},
             "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": 2, "deadline_s": 4,

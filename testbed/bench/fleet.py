@@ -151,4 +151,5 @@ def fleet_benchmark(devices: int, clients: int, *, trainers: str = "per_round", 
     """One fleet run measured (module docstring); its JSON goes to out_dir."""
     out = measure(devices, clients, trainers, seconds, model)
     say(json.dumps({k: v for k, v in out.items() if k != "output_tail"}, indent=1))
-    return _save(out, out_dir, f"fleet-{devices}-{clients}-{trainers}.json", say)
+    model_part = "" if model == "mlp" else f"-{model}"
+    return _save(out, out_dir, f"fleet-{devices}-{clients}-{trainers}{model_part}.json", say)

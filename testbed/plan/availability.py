@@ -3,8 +3,8 @@
 From the scenario's `availability` entries: a seeded two-state model (online and offline
 durations drawn from exponentials of the given means, each worker with its own stream of draws,
 so adding a worker does not move the others'; optionally a daily cycle), or a trace of online
-intervals (CSV `node,start,end`, seconds since the nodes started, or FedScale's
-client_behave_trace), sped up or slowed down by `time_scale`. The timeline turns each offline interval into
+intervals (CSV `node,start,end`, seconds since the nodes started, FedScale's
+client_behave_trace or FLASH's state traces), sped up or slowed down by `time_scale`. The timeline turns each offline interval into
 changes (run/timeline.py): the worker cut off from every node and frozen at its start, healed and
 thawed at its end; the PS then treats it as it treats a worker that stopped answering and came
 back (lost, rejoined).
@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import pickle
 import random
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
@@ -155,6 +157,89 @@ def _client_online(p: Path, data: dict, client: int, until: float) -> list[Inter
     return _merged(out)
 
 
+FLASH_REFERENCE = datetime(2020, 1, 2)  # FLASH's Timer.refer_time: its traces' seconds count from it
+FLASH_TIME = "%Y-%m-%d %H:%M:%S"
+FLASH_NETWORKS = ("unknown", "2g", "3g", "4g", "5g")
+
+
+def read_flash(path: str | Path, nodes: list[str], first_client: int, until: float) -> dict[str, list[Interval]]:
+    """node -> its online intervals within [0, until) seconds, from FLASH's state traces
+    (data/state_traces.json: {uid: {"guid", "model", "messages": "YYYY-mm-dd HH:MM:SS<TAB>state" lines}}),
+    read as FLASH's Timer reads them (models/timer.py): a device is ready while its screen is
+    locked, it is on Wi-Fi and charging; its trace repeats every (last - first message) seconds,
+    on a clock that counts from 2020-01-02 00:00 (run second 0). Worker i of `nodes` is user
+    first_client + i; a user whose messages FLASH cannot read is never ready, as in FLASH."""
+    p = Path(path)
+    try:
+        if p.stat().st_size > MAX_PICKLE_BYTES:
+            raise ValueError(f"{p}: larger than {MAX_PICKLE_BYTES >> 20} MiB")
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}" if str(e).startswith(str(p)) else f"{p}: not FLASH's state traces (not JSON)") \
+            from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise ValueError(f"{p}: cannot be read ({type(e).__name__})") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{p}: not FLASH's state traces (a JSON object of users)")
+    out = {}
+    for i, node in enumerate(nodes):
+        user = data.get(str(first_client + i))
+        if not isinstance(user, dict) or not isinstance(user.get("messages"), str):
+            raise ValueError(f"{p}: no user {first_client + i} with messages")
+        try:
+            out[node] = _flash_online(user["messages"], until)
+        except KeyError as e:
+            raise ValueError(f"{p}: user {first_client + i}: a state FLASH does not know ({str(e)[:40]})") from None
+    return out
+
+
+def _flash_online(messages: str, until: float) -> list[Interval]:
+    try:
+        events = [_flash_event(line) for line in messages.split("\n") if line.strip()]
+    except ValueError:  # a line FLASH cannot read: it marks the user unsuccessful, never ready
+        return []
+    ready, start = [], None
+    locked = wifi = charged = False
+    for t, state in events:
+        if state == "battery_charged_on" or state == "battery_charged_off":
+            charged = state.endswith("on")
+        elif state == "wifi" or state in FLASH_NETWORKS:
+            wifi = state == "wifi"
+        elif state in ("screen_lock", "screen_unlock"):
+            locked = state == "screen_lock"
+        elif state not in ("screen_on", "screen_off") and not state.endswith("%"):
+            raise KeyError(state)  # FLASH stops on it (an assertion)
+        if locked and wifi and charged and start is None:
+            start = t
+        elif start is not None and not (locked and wifi and charged):
+            ready.append((start, t))
+            start = None
+    period = float(int(events[-1][0] - events[0][0])) if events else 0.0
+    if not ready or period <= 0:
+        return []
+    out: list[Interval] = []
+    first = events[0][0]
+    for a, b in _merged(ready):  # FLASH's ready(t): t mod period, shifted into [first, first + period)
+        b = min(b, first + period)
+        m = math.floor(-a / period)
+        while a + m * period < until and len(out) <= MAX_INTERVALS:
+            lo, hi = max(0.0, a + m * period), min(until, b + m * period)
+            if hi > lo:
+                out.append((lo, hi))
+            m += 1
+    return _merged(out)
+
+
+def _flash_event(line: str) -> tuple[float, str]:
+    """(seconds since FLASH's reference, the state)."""
+    stamp, state = line.strip().split("\t")
+    t = (datetime.strptime(stamp.strip(), FLASH_TIME) - FLASH_REFERENCE).total_seconds()
+    state = state.strip().lower()
+    if state.endswith("%"):
+        float(state[:-1])  # a battery level; not a number: ValueError, as in FLASH
+    return t, state
+
+
 def _times(values) -> list[float]:
     """A list of finite numbers as floats (TypeError otherwise: a bool or a string is no time)."""
     if not isinstance(values, list) or any(type(v) not in (int, float) or not math.isfinite(v) for v in values):
@@ -178,6 +263,8 @@ def trace_online(entry: Availability, nodes: list[str], until: float) -> dict[st
     scale = entry.time_scale
     if entry.trace_format == "fedscale":
         raw = read_fedscale(entry.trace, nodes, entry.first_client, until / scale)
+    elif entry.trace_format == "flash":
+        raw = read_flash(entry.trace, nodes, entry.first_client, until / scale)
     else:
         raw = read_trace(entry.trace)
     return {node: [(a * scale, b * scale) for a, b in spans] for node, spans in raw.items()}

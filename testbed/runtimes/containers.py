@@ -53,12 +53,13 @@ class HubStop:
 
 def role_ended(states: dict, node: str, gen: int) -> Optional[int]:
     """The exit code once generation `gen` of a node's role has ended by its supervisor's word
-    (ControlHub.states; superseded by a restart: -9), else None."""
+    (ControlHub.states; superseded by a restart before its end was heard: -9), else None."""
     st = states.get(node)
     if st is None:
         return None
     if st.get("gen", 0) > gen:
-        return -9
+        ended = st.get("ended")
+        return ended[1] if ended and ended[0] == gen and ended[1] is not None else -9
     if st.get("gen") == gen and not st.get("running"):
         return st["exitcode"] if st.get("exitcode") is not None else -9
     return None

@@ -253,7 +253,12 @@ class ControlHub:
                 not (code is None or type(code) is int) or not self._room(self.states, node):
             return False  # the runner's view of a role is built on these (runtimes.docker.RoleProcess)
         with self._cond:
-            self.states[node] = data
+            before = self.states.get(node)
+            # the generation before's end, kept past the next's start (a per-round trainer's device
+            # starts the next at once: its last exit code must not read as "superseded")
+            ended = [before["gen"], before["exitcode"]] if before and not before["running"] else \
+                before.get("ended") if before else None
+            self.states[node] = {**data, "ended": ended}  # the hub's word, never the node's
             self._cond.notify_all()
         self._note_node_drops(node, data.get("dropped"))
         return True

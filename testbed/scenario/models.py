@@ -130,11 +130,13 @@ class Availability(StrictModel):
     trace: Optional[str] = Field(None, min_length=1, max_length=300,
                                  description="a CSV of node,start,end: each worker's online intervals (seconds); "
                                              "a worker of the target the trace does not name is always online")
-    trace_format: Literal["csv", "fedscale"] = Field("csv", description="csv: node,start,end; fedscale: FedScale's "
-                                                     "client_behave_trace (a pickle of plain dicts and lists, "
-                                                     "nothing else loaded), worker i of the target as client "
-                                                     "first_client + i, repeating every finish_time")
-    first_client: int = Field(1, ge=0, le=10**9, description="fedscale: the client id of the target's first worker")
+    trace_format: Literal["csv", "fedscale", "flash"] = Field(
+        "csv", description="csv: node,start,end; fedscale: FedScale's client_behave_trace (a pickle of plain dicts "
+        "and lists, nothing else loaded), worker i of the target as client first_client + i, repeating every "
+        "finish_time; flash: FLASH's state_traces.json (a device online while locked, on Wi-Fi and charging, "
+        "as FLASH reads it), worker i as user first_client + i")
+    first_client: int = Field(1, ge=0, le=10**9, description="fedscale, flash: the client id of the target's "
+                              "first worker")
     time_scale: float = Field(1.0, gt=0.0, le=1000.0, description="run seconds per trace second (0.01: a day's "
                               "trace in 14.4 minutes)")
     while_offline: Literal["freeze", "stop"] = Field("freeze", description="an offline worker's trainer: frozen "

@@ -94,6 +94,9 @@ class RoleConfig:
     # Per-round trainers (fedavg `trainers: per_round`), the PS only: each device's offline
     # intervals in run seconds (plan/availability.py), so that it selects among those online
     offline: dict[str, list[list[float]]] = field(default_factory=dict)
+    # A per-round trainer (a worker of such a run): its node outlives it, and a container's
+    # supervisor waits for the next round's start when it ends (node/launch.py)
+    per_round: bool = False
 
     def __post_init__(self):
         """The parts given as mappings (the runner's tables, or JSON in a container) as dataclasses."""
