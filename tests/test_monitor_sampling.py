@@ -76,3 +76,46 @@ def test_a_link_that_starts_moving_is_read_at_the_next_sample(tmp_path, monkeypa
     clock.t += 1.0
     s.sample()
     assert {"w17/up", "w17/down"} <= set(rt.asked[-1])
+
+
+class CountingCgroup:
+    """A node's cgroup whose processes the test sets; counts its CPU readings."""
+
+    def __init__(self):
+        self.pids: set = set()
+        self.cpu = 1.0
+        self.reads = 0
+
+    def member_pids(self):
+        return set(self.pids)
+
+    def cpu_seconds(self):
+        self.reads += 1
+        return self.cpu
+
+    def memory_bytes(self):
+        return 1 << 20
+
+    def throttled(self):
+        return {"nr_periods": 1, "nr_throttled": 0, "throttled_time": 0}
+
+    def quota_cores(self):
+        return 0.05
+
+    def wait_seconds(self):
+        return 0.0
+
+
+def test_a_node_with_no_process_is_read_once_then_its_reading_repeats():
+    from testbed.runtimes.base import Runtime
+
+    cg = CountingCgroup()
+    rt = SimpleNamespace(handles={"d0": SimpleNamespace(cgroup=cg, compute={})}, _node_usage=Runtime._node_usage)
+    first = Runtime.usage(rt)["d0"]
+    assert cg.reads == 1 and Runtime.usage(rt)["d0"] == first and cg.reads == 1  # idle: no read
+    cg.pids, cg.cpu = {42}, 3.0  # a trainer starts
+    assert Runtime.usage(rt)["d0"].cpu_seconds == 3.0 and Runtime.usage(rt)["d0"].cpu_seconds == 3.0
+    assert cg.reads == 3  # read each time while it has a process
+    cg.pids, cg.cpu = set(), 4.5  # it ended: read once more, then repeated
+    assert Runtime.usage(rt)["d0"].cpu_seconds == 4.5 and Runtime.usage(rt)["d0"].cpu_seconds == 4.5
+    assert cg.reads == 4

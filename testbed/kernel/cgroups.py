@@ -13,6 +13,7 @@ import os
 import signal
 import time
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
@@ -39,6 +40,7 @@ def quota_us(cpus: float, period_us: int) -> int:
     return max(MIN_QUOTA_US, int(round(cpus * period_us)))
 
 
+@lru_cache(maxsize=1)
 def is_v2() -> bool:
     return (ROOT / "cgroup.controllers").exists()
 
@@ -48,6 +50,7 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
+@lru_cache(maxsize=None)  # asked for every file of every node each second (the monitor)
 def _v1_mount(controller: str) -> Optional[Path]:
     """Where a v1 controller is mounted (co-mounted 'cpu,cpuacct' is common)."""
     for cand in (ROOT / controller, ROOT / "cpu,cpuacct", ROOT / "cpuacct,cpu"):

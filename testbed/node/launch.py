@@ -50,13 +50,24 @@ def _role_main(cfg_data: dict, stop) -> None:
         channel.flush()  # the role's last records leave before the process exits
 
 
-def _warm_for_trainers() -> None:
-    """A per-round trainer's device, idle between its rounds: torch imported here once, so that
-    each later trainer forks with it (a trainer at 0.3 of a core spent most of a 4-s round
-    importing it; the netns runtime's forkserver preloads it for every node). Only libraries: no
-    user code runs in the supervisor."""
+def _warm_for_trainers(cfg: dict) -> None:
+    """A per-round trainer's device, idle between its rounds: torch imported and edgebed's own
+    dataset loaded here once, so that each later trainer forks with them (the netns runtime's
+    forkserver preloads both for every node). A plugin's dataset is not: no user code runs in the
+    supervisor, which keeps the container's powers."""
     import numpy  # noqa: F401
     import torch  # noqa: F401
+
+    from testbed import plugins
+    from testbed.data.datasets import _split_spec, shared_dataset
+
+    try:
+        sc, workload = cfg["scenario"], cfg["scenario"]["workload"]
+        entry = plugins.registered("dataset").get(_split_spec(workload["dataset"])[0])
+        if entry is not None and entry.value.startswith("testbed."):
+            shared_dataset(workload["dataset"], seed=sc["seed"], test_size=workload.get("test_size"))
+    except Exception:  # the trainer loads it itself, and says what is wrong
+        pass
 
 
 def _job_main(target: str, kwargs: dict) -> None:
@@ -123,6 +134,7 @@ class RoleSupervisor:
         self.router = None  # node.own_router.OwnRouter, when the node is a site's router (runtime swarm)
         self._next_stats = 0.0
         self.waits_for_rounds = False  # its role a per-round trainer: it outlives the role (RoleConfig.per_round)
+        self.role_cfg: dict = {}
 
     def _send_state(self, running: bool, exitcode=None) -> None:
         channel.send_json(self.up, "state", {"node": self.node, "gen": self.gen, "running": running,
@@ -138,7 +150,7 @@ class RoleSupervisor:
         if req.cpuset:  # a runtime without a cpuset of its own (swarm): the role inherits this
             os.sched_setaffinity(0, parse_cpuset(req.cpuset))
         self.gen = self.gen + 1 if req.gen is None else req.gen
-        self.waits_for_rounds = bool(req.cfg.get("per_round"))
+        self.waits_for_rounds, self.role_cfg = bool(req.cfg.get("per_round")), req.cfg
         self.role = self._ctx.Process(target=_role_main, args=(req.cfg, self.stop), name=f"role-{self.node}")
         self.role.start()
         self._send_state(True)
@@ -387,7 +399,7 @@ class RoleSupervisor:
                     if not self.waits_for_rounds:
                         return 0 if code == 0 else 1  # ended on its own: the container ends with it
                     self.role = None  # a per-round trainer's device: the next round's start comes here
-                    _warm_for_trainers()
+                    _warm_for_trainers(self.role_cfg)
                 if self.role is None and self.stop.is_set():
                     return 0  # idle, or killed and not restarted, when the run ended
         finally:

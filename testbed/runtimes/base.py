@@ -293,16 +293,32 @@ class Runtime(LiveOps, ABC):
                        "downlink": h.downlink.to_meta()} for name, h in self.handles.items()}
 
     def usage(self) -> dict[str, NodeUsage]:
+        """Each node's CPU, memory, throttling, quota and GPU use now. A node with no process
+        that had none at its last reading is that reading again (nothing ran to change it): a
+        fleet's idle devices cost one read each, not seven."""
         out = {}
         gpu_use = gpu_process_use() if any(h.compute.get("gpus") for h in self.handles.values()) else {}
+        idle = self.__dict__.setdefault("_idle_usage", {})  # node -> its reading with no process in it
         for name, h in self.handles.items():
-            thr = h.cgroup.throttled() or {}
-            throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
-            out[name] = NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled,
-                                  *node_gpu_use(h, gpu_use), cpu_quota=h.cgroup.quota_cores(),
-                                  wait_seconds=h.cgroup.wait_seconds(), nr_periods=thr.get("nr_periods"),
-                                  nr_throttled=thr.get("nr_throttled"))
+            empty = not h.cgroup.member_pids()
+            if empty and name in idle:
+                out[name] = idle[name]
+                continue
+            out[name] = self._node_usage(h, gpu_use)
+            if empty:
+                idle[name] = out[name]
+            else:
+                idle.pop(name, None)
         return out
+
+    @staticmethod
+    def _node_usage(h, gpu_use: dict) -> NodeUsage:
+        thr = h.cgroup.throttled() or {}
+        throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
+        return NodeUsage(h.cgroup.cpu_seconds(), h.cgroup.memory_bytes(), throttled,
+                         *node_gpu_use(h, gpu_use), cpu_quota=h.cgroup.quota_cores(),
+                         wait_seconds=h.cgroup.wait_seconds(), nr_periods=thr.get("nr_periods"),
+                         nr_throttled=thr.get("nr_throttled"))
 
     # -- teardown --------------------------------------------------------------------------
     @abstractmethod
