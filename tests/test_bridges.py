@@ -103,3 +103,35 @@ def test_a_run_past_the_machine_s_memory_or_open_files_is_one_line_naming_the_li
     line, = capacity_problems(sc, memory_mib=64 * 1024, files=4096)
     assert line == (f"workers: 1002 nodes need about {1002 * NODE_FILES + 256} open files in the runner, and its "
                     "limit is 4096 (ulimit -Hn; raise nofile)")
+
+
+def test_the_runner_counts_the_open_files_it_can_raise_itself_to():
+    """With CAP_SYS_RESOURCE the runner raises its own hard limit up to fs.nr_open (4,096 devices
+    need about 33,000 files where a hard limit of 20,000 is common), and preflight counts what it
+    can reach; without it (this project's machines: root without the capability), the hard limit."""
+    import resource
+    from pathlib import Path
+
+    from testbed.run.runner import raise_open_files
+    from testbed.runtimes.preflight import files_needed, may_raise_limits, reachable_open_files
+
+    before = resource.getrlimit(resource.RLIMIT_NOFILE)
+    hard = before[1]
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard + 1, hard + 1))
+        can = True
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)
+    except (ValueError, OSError):
+        can = False
+    assert may_raise_limits() == can  # the capability read from /proc agrees with the kernel
+    if not can:
+        assert reachable_open_files() == hard
+        return
+    nr_open = int(Path("/proc/sys/fs/nr_open").read_text())
+    assert reachable_open_files() == max(hard, nr_open)
+    try:
+        need = files_needed(4098)
+        raise_open_files(need)
+        assert resource.getrlimit(resource.RLIMIT_NOFILE) == ((need, need) if need > before[1] else (before[1],) * 2)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, before)

@@ -62,12 +62,14 @@ def rollup(pid: int) -> dict[str, int]:
 
 
 class Sampler(threading.Thread):
-    """Memory in use and trainers alive each second; the trainers' smaps once, `at` s after they run."""
+    """Memory in use, trainers alive and the runner's open files each second; the trainers' smaps
+    once, `at` s after they run."""
 
-    def __init__(self, run_id: str, names: list[str], at: float = 8.0):
+    def __init__(self, run_id: str, names: list[str], runner_pid: int, at: float = 8.0):
         super().__init__(daemon=True)
-        self.run_id, self.names, self.at = run_id, names, at
+        self.run_id, self.names, self.runner_pid, self.at = run_id, names, runner_pid, at
         self.series: list[tuple[float, int, int]] = []  # (time, bytes in use, trainers alive)
+        self.runner_files: list[int] = []
         self.trainers: list[dict[str, int]] = []
         self.stop = threading.Event()
 
@@ -84,6 +86,10 @@ class Sampler(threading.Thread):
         while not self.stop.wait(1.0):
             alive = self.alive()
             self.series.append((round(time.time() - t0, 1), mem_used(), len(alive)))
+            try:
+                self.runner_files.append(len(os.listdir(f"/proc/{self.runner_pid}/fd")))
+            except OSError:
+                pass
             if not self.trainers and time.time() - t0 >= self.at and alive:
                 for pids in alive.values():
                     rows = [r for r in (rollup(p) for p in pids) if r]
@@ -115,7 +121,7 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
         lines.append(line.rstrip())
         if sampler is None and line.startswith("run ") and (run_dir / "meta.json").exists():
             run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
-            sampler = Sampler(run_id, names)
+            sampler = Sampler(run_id, names, up.pid)
             sampler.start()
     up.wait()
     wall = time.time() - t0
@@ -137,6 +143,7 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
             "trainer_uss_median_mib": median_mib([t["uss"] for t in tr]),
             "trainer_pss_median_mib": median_mib([t["pss"] for t in tr]),
             "trainer_rss_median_mib": median_mib([t["rss"] for t in tr]), "trainers_sampled": len(tr),
+            "runner_open_files_max": max(sampler.runner_files, default=None) if sampler is not None else None,
             "rounds": len(rounds),
             "round_seconds_median": round(float(rounds.open_seconds.median()), 2) if len(rounds) else None,
             "rounds_by_reason": rounds.reason.value_counts().to_dict() if len(rounds) else {},

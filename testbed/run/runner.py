@@ -38,7 +38,7 @@ from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, summarize
 from testbed.run.trainers import Trainers
 from testbed.runtimes import auto_note, runtime_class, select_runtime
-from testbed.runtimes.preflight import preflight
+from testbed.runtimes.preflight import files_needed, may_raise_limits, preflight
 from testbed.runtimes.replay import start_replay
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
@@ -70,12 +70,19 @@ def run(sc: Scenario, scenario_path: str, run_dir: Path, *, say: Callable[[str],
 FLEET_NODES = 200  # from this many nodes on, bring-up and teardown show how far they have got
 
 
-def raise_open_files() -> None:
+def raise_open_files(needed: int) -> None:
     """The runner's soft open-file limit up to its hard one (a soft 1,024 is common; a fleet holds
-    several files a node)."""
+    several files a node), and with CAP_SYS_RESOURCE the hard one up to what `needed` files take
+    (preflight checked that fs.nr_open allows it: 4,096 nodes need more than a hard 20,000)."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if needed > hard and may_raise_limits():
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (needed, needed))
+            return
+        except (ValueError, OSError):  # past fs.nr_open: the hard limit it has
+            pass
     if soft != hard:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
@@ -89,7 +96,7 @@ class Run:
         self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
         self.t_invoked = time.time()
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
-        raise_open_files()  # a fleet's control connections: up to the hard limit preflight checked
+        raise_open_files(files_needed(len(sc.node_names())))  # a fleet's: the limit preflight checked
         self.runtime_name = select_runtime(sc.runtime, say, sc)  # auto: the first that can run here and run sc
         self.run_dir = Path(run_dir).resolve()
         if self.run_dir.exists() and any(self.run_dir.iterdir()):

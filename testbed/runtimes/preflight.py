@@ -140,18 +140,51 @@ def capacity_problems(sc: Scenario, memory_mib: Optional[float] = None, files: O
     nodes = len(sc.node_names())
     busy = nodes - sc.n_workers + make_strategy(sc.algorithm.name, sc.algorithm.params).trainers_at_once(sc.n_workers)
     memory_mib = host_memory_mib() if memory_mib is None else memory_mib
-    files = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if files is None else files
+    files = reachable_open_files() if files is None else files
     lines = []
     need = busy * NODE_PROCESS_MIB + (nodes - busy) * IDLE_NODE_MIB + RESERVE_MIB
     if memory_mib is not None and need > memory_mib:
         lines.append(f"workers: {nodes} nodes need about {need / 1024:.1f} GiB ({busy} training processes at once, "
                      f"{NODE_PROCESS_MIB:g} MiB each, measured), and this machine has {memory_mib / 1024:.1f} GiB "
                      "available")
-    need_files = nodes * NODE_FILES + RESERVE_FILES
+    need_files = files_needed(nodes)
     if files != resource.RLIM_INFINITY and need_files > files:
         lines.append(f"workers: {nodes} nodes need about {need_files} open files in the runner, and its limit is "
                      f"{files} (ulimit -Hn; raise nofile)")
     return lines
+
+
+def files_needed(nodes: int) -> int:
+    return nodes * NODE_FILES + RESERVE_FILES
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def may_raise_limits() -> bool:
+    """Whether this process may raise its hard limits (CAP_SYS_RESOURCE: root usually, not in
+    every container or sandbox: not on this project's build machines)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_SYS_RESOURCE & 1)
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+def reachable_open_files() -> int:
+    """The most files the runner may hold: its hard limit, or with CAP_SYS_RESOURCE the kernel's
+    fs.nr_open (it raises its own hard limit up to that: run.runner.raise_open_files)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if not may_raise_limits():
+        return hard
+    try:
+        return max(hard, int(Path("/proc/sys/fs/nr_open").read_text()))
+    except (OSError, ValueError):
+        return hard
 
 
 def preflight(sc: Scenario) -> None:
