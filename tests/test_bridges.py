@@ -97,6 +97,9 @@ def test_a_run_past_the_machine_s_memory_or_open_files_is_one_line_naming_the_li
     per_round = parse_scenario({"runtime": "netns", "workers": [{"count": 4000}], "algorithm": {
         "name": "fedavg", "params": {"clients": 50, "over_selection": 1.3, "deadline_s": 10, "trainers": "per_round"}}})
     assert capacity_problems(per_round, memory_mib=24 * 1024, files=100_000) == []  # 132 trainers + 2, idle the rest
+    assert capacity_problems(per_round, memory_mib=24 * 1024, files=6_000) == []  # idle nodes hold about a file
+    line, = capacity_problems(per_round, memory_mib=24 * 1024, files=5_000)
+    assert "4002 nodes need about 5182 open files" in line, line  # 132 busy x 8 + 3,870 idle + 256
     line, = capacity_problems(per_round, memory_mib=4 * 1024, files=100_000)
     assert line.startswith("workers: 4002 nodes need about 8.0 GiB (132 training processes at once"), line
     assert NODE_PROCESS_MIB == 37.0  # measured: 256 workers at once took 9.6 GiB

@@ -115,6 +115,7 @@ def plugin_problems(sc: Scenario) -> list[str]:
 NODE_PROCESS_MIB = 37.0
 IDLE_NODE_MIB = 0.6  # a node with no process (namespace, veths, qdiscs, cgroup): 0.53 MiB measured
 NODE_FILES = 8
+IDLE_NODE_FILES = 1  # a node with no process: a 1,002-node per-round fleet's runner held 897 files at most
 RESERVE_MIB = 1024.0  # the runner, the page cache a run reads its data through
 RESERVE_FILES = 256
 
@@ -147,15 +148,17 @@ def capacity_problems(sc: Scenario, memory_mib: Optional[float] = None, files: O
         lines.append(f"workers: {nodes} nodes need about {need / 1024:.1f} GiB ({busy} training processes at once, "
                      f"{NODE_PROCESS_MIB:g} MiB each, measured), and this machine has {memory_mib / 1024:.1f} GiB "
                      "available")
-    need_files = files_needed(nodes)
+    need_files = files_needed(nodes, busy)
     if files != resource.RLIM_INFINITY and need_files > files:
         lines.append(f"workers: {nodes} nodes need about {need_files} open files in the runner, and its limit is "
                      f"{files} (ulimit -Hn; raise nofile)")
     return lines
 
 
-def files_needed(nodes: int) -> int:
-    return nodes * NODE_FILES + RESERVE_FILES
+def files_needed(nodes: int, busy: Optional[int] = None) -> int:
+    """The runner's open files for `nodes`, `busy` of them with a process at once (all: None)."""
+    busy = nodes if busy is None else busy
+    return busy * NODE_FILES + (nodes - busy) * IDLE_NODE_FILES + RESERVE_FILES
 
 
 CAP_SYS_RESOURCE = 24
