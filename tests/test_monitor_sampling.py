@@ -110,7 +110,8 @@ def test_a_node_with_no_process_is_read_once_then_its_reading_repeats():
     from testbed.runtimes.base import Runtime
 
     cg = CountingCgroup()
-    rt = SimpleNamespace(handles={"d0": SimpleNamespace(cgroup=cg, compute={})}, _node_usage=Runtime._node_usage)
+    rt = SimpleNamespace(handles={"d0": SimpleNamespace(cgroup=cg, compute={})}, _node_usage=Runtime._node_usage,
+                         _idle_usage={})
     first = Runtime.usage(rt)["d0"]
     assert cg.reads == 1 and Runtime.usage(rt)["d0"] == first and cg.reads == 1  # idle: no read
     cg.pids, cg.cpu = {42}, 3.0  # a trainer starts

@@ -144,6 +144,7 @@ class Runtime(LiveOps, ABC):
         self.keys = RunKeys()  # who may speak on it: the hub's key and each node's, made for this run
         self.image: Optional[str] = None  # the node image, for runtimes that run one
         self.warnings: list[str] = []  # what bring-up could not do as asked (meta.json's warnings)
+        self._idle_usage: dict[str, NodeUsage] = {}  # node -> its usage read with no process in it
         self.progress: Tick = no_ticks  # a fleet's bring-up and teardown as they go (the runner's to show)
 
     # -- before a run: can it run here, can it run this ---------------------------------------
@@ -298,7 +299,7 @@ class Runtime(LiveOps, ABC):
         fleet's idle devices cost one read each, not seven."""
         out = {}
         gpu_use = gpu_process_use() if any(h.compute.get("gpus") for h in self.handles.values()) else {}
-        idle = self.__dict__.setdefault("_idle_usage", {})  # node -> its reading with no process in it
+        idle = self._idle_usage
         for name, h in self.handles.items():
             empty = not h.cgroup.member_pids()
             if empty and name in idle:
