@@ -126,7 +126,8 @@ def _edgebed_fleet_rounds(devices: int, per_round: int, rounds: int, local_steps
     summary, records = run_for_records(sc, "bench-flower", "rounds.csv")
     total = time.monotonic() - t0
     rows = records["rounds.csv"].sort_values("round")
-    out_rounds = [{"round": int(r["round"]), "seconds": float(r.open_seconds), "clients": int(r.n_finished)}
+    # rounds.csv counts from 0, Flower from 1: numbered as Flower's here
+    out_rounds = [{"round": int(r["round"]) + 1, "seconds": float(r.open_seconds), "clients": int(r.n_finished)}
                   for _, r in rows.iterrows()]
     return {"framework": "edgebed", "status": summary["status"], "clients": devices, "per_round": per_round,
             "rounds": out_rounds, "total_seconds": total}
