@@ -95,3 +95,20 @@ def test_auto_runs_on_netns_and_says_why_when_no_image_can_be_had(monkeypatch):
         runtimes.select_runtime("docker")
     monkeypatch.setattr(images, "image_unavailable", lambda client: None)
     assert runtimes.select_runtime("auto") == "docker"
+
+
+def test_more_workers_than_training_samples_is_one_line_naming_the_field():
+    """4,096 workers on mnist5k's 4,000 training samples: every worker would exit once started
+    ("cannot give 4096 workers a sample each"); preflight says it before anything is made."""
+    def problems(count, **workload):
+        return pf.shard_problems(parse_scenario({"workers": [{"count": count}],
+                                                 "workload": {"dataset": "mnist5k", **workload}}))
+
+    assert problems(4000) == []
+    line, = problems(4001)
+    assert line.startswith("workers: 4001 workers and 4000 training samples in workload.dataset 'mnist5k': "), line
+    line, = problems(2001, train_fraction=0.5)
+    assert line.startswith("workers: 2001 workers and 2000 training samples") and "train_fraction" in line
+    assert problems(4500, test_size=500) == [] and len(problems(4501, test_size=500)) == 1
+    assert pf.shard_problems(parse_scenario({"workers": [{"count": 5000}],
+                                             "workload": {"dataset": "mnist"}})) == []

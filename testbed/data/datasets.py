@@ -271,6 +271,20 @@ def synthetic_cifar(arg: str | None = None, *, seed: int = 0, test_size: int | N
     return _make_synthetic_cifar(n_train, _SYNTH_TEST if test_size is None else test_size, seed)
 
 
+def known_train_size(spec: str, test_size: int | None = None) -> int | None:
+    """The training samples of edgebed's own dataset `spec`, known without loading it (measured:
+    mnist5k 4,000 of its 5,000 by default, mnist and Debian's fashion_mnist 60,000); None where it
+    is not (a directory's files, a plugin's)."""
+    name, arg = _split_spec(spec)
+    if name == "mnist5k":
+        return 5000 - (_MNIST5K_TEST if test_size is None else test_size)
+    if name == "mnist" or (name == "fashion_mnist" and arg is None):
+        return 60_000
+    if name == "synthetic_cifar":
+        return _SYNTH_TRAIN if arg is None else _synthetic_n(arg)
+    return None
+
+
 @functools.lru_cache(maxsize=2)
 def shared_dataset(spec: str, seed: int = 0, test_size: int | None = None) -> Dataset:
     """load_dataset's result, kept for the process and read-only: what a run's nodes train and

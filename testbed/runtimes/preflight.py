@@ -76,6 +76,29 @@ def _is_package(path: Path) -> bool:
         (path.is_file() and path.suffix == ".whl")
 
 
+def shard_problems(sc: Scenario) -> list[str]:
+    """More workers than training samples: each worker's partition needs one of its own (every
+    worker would exit with the partition's error once started). Datasets whose size is known
+    before loading: edgebed's own (a plugin's is loaded by plugin_problems)."""
+    from testbed import plugins
+    from testbed.data.datasets import _split_spec, known_train_size
+
+    wl = sc.workload
+    entry = plugins.registered("dataset").get(_split_spec(wl.dataset)[0])
+    if entry is None or not entry.value.startswith("testbed."):
+        return []
+    size = known_train_size(wl.dataset, wl.test_size)
+    if size is None:
+        return []
+    if wl.train_fraction is not None:
+        size = max(1, round(wl.train_fraction * size))
+    if sc.n_workers <= size:
+        return []
+    return [f"workers: {sc.n_workers} workers and {size} training samples in workload.dataset '{wl.dataset}'"
+            f"{' (its train_fraction)' if wl.train_fraction is not None else ''}: each worker needs one of its "
+            "own (a larger dataset, such as mnist, or fewer workers)"]
+
+
 def plugin_problems(sc: Scenario) -> list[str]:
     """A plugin's model or dataset, tried before anything starts: the dataset loads, and the model
     takes two of its samples and gives (2, classes) logits. (edgebed's own are tested; a plugin's
@@ -100,6 +123,9 @@ def plugin_problems(sc: Scenario) -> list[str]:
         return [f"workload.dataset: {e}"]
     except Exception as e:  # a plugin's own failure
         return [f"workload.dataset: '{wl.dataset}' failed: {type(e).__name__}: {e}"]
+    if sc.n_workers > len(ds.train_y):
+        return [f"workers: {sc.n_workers} workers and {len(ds.train_y)} training samples in workload.dataset "
+                f"'{wl.dataset}': each worker needs one of its own"]
     try:
         check_model(wl.model, tuple(ds.input_shape), ds.num_classes)
     except ModelError as e:
@@ -195,6 +221,6 @@ def preflight(sc: Scenario) -> None:
     lines = runtimes.scenario_problems(sc)
     if runtimes.unknown_runtime(sc.runtime) is not None:
         raise ScenarioError(lines)  # nothing else can be asked of a runtime that is not there
-    lines += plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
+    lines += shard_problems(sc) + plugin_problems(sc) + cpuset_problems(sc) + engine_problems(sc)
     if lines:
         raise ScenarioError(lines)
