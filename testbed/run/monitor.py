@@ -3,6 +3,7 @@ lines, the global step the timeline waits for), and the conditions that end it e
 
 from __future__ import annotations
 
+import math
 import signal
 import time
 from dataclasses import dataclass, field
@@ -90,6 +91,7 @@ class Tail:
 # A shaped link that carried nothing since its class was last read is read again this often (its
 # rate may have changed; its counters cannot have); in between its row repeats that reading.
 IDLE_READ_EVERY_S = 30.0
+STALE_READS = 64  # idle classes read a sample at the least: a small cluster's all at once
 
 
 class Sampler:
@@ -133,20 +135,17 @@ class Sampler:
 
     def _shaping(self, now: float, counters: dict) -> None:
         """Each shaped access-link direction's HTB class: its rate and counters (shaping.csv). A
-        class is read when its link carried bytes since its last reading, or that reading is
-        IDLE_READ_EVERY_S old: a fleet's idle devices cost nothing each second."""
-        first = not self.classes
-        keys = [f"{n}/{d}" for n in counters for d in ("up", "down")]
-        if not first:
-            keys = [k for k in keys if self._due(k, now, counters)]
+        class is read when its link carried bytes since its last reading; of the others, those
+        never read or last read IDLE_READ_EVERY_S ago, the oldest first, as many a sample as
+        spread them over that period (at least STALE_READS): a fleet's idle devices cost little
+        each second, and a sample slower than the period does not read them all every time."""
+        keys = self._classes_to_read(now, counters)
         try:
             stats = self.runtime.link_stats(keys if counters else None)
         except Exception:
             return
-        for i, key in enumerate(keys or list(stats)):
-            # the first readings' next ones spread over the period, not all at once
-            read_at = now - IDLE_READ_EVERY_S * i / max(1, len(keys)) if first else now
-            self.classes[key] = (read_at, stats.get(key), _veth_bytes(counters, key))
+        for key in (keys if counters else list(stats)):
+            self.classes[key] = (now, stats.get(key), _veth_bytes(counters, key))
         rows = [(key, st) for key, (_, st, _) in self.classes.items() if st is not None]
         if not rows:
             return
@@ -158,11 +157,17 @@ class Sampler:
         finally:
             table.close()
 
-    def _due(self, key: str, now: float, counters: dict) -> bool:
-        if key not in self.classes:
-            return True
-        read_at, _, moved = self.classes[key]
-        return moved is None or _veth_bytes(counters, key) != moved or now - read_at >= IDLE_READ_EVERY_S
+    def _classes_to_read(self, now: float, counters: dict) -> list[str]:
+        keys = [f"{n}/{d}" for n in counters for d in ("up", "down")]
+        moving, stale = [], []
+        for key in keys:
+            read_at, _, moved = self.classes.get(key, (None, None, None))
+            if read_at is not None and moved is not None and _veth_bytes(counters, key) != moved:
+                moving.append(key)
+            elif read_at is None or moved is None or now - read_at >= IDLE_READ_EVERY_S:
+                stale.append((-1.0 if read_at is None else read_at, key))
+        budget = max(STALE_READS, math.ceil(len(keys) / IDLE_READ_EVERY_S))
+        return moving + [key for _, key in sorted(stale)[:budget]]
 
     def _wan(self, traffic, now: float) -> None:
         # WAN links, one row per direction from each router's end: node = site, link = wan:<peer site>,
