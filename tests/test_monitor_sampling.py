@@ -89,8 +89,8 @@ class CountingCgroup:
         self.cpu = 1.0
         self.reads = 0
 
-    def member_pids(self):
-        return set(self.pids)
+    def idle(self):
+        return not self.pids
 
     def cpu_seconds(self):
         self.reads += 1
@@ -123,3 +123,19 @@ def test_a_node_with_no_process_is_read_once_then_its_reading_repeats():
     cg.pids, cg.cpu = set(), 4.5  # it ended: read once more, then repeated
     assert Runtime.usage(rt)["d0"].cpu_seconds == 4.5 and Runtime.usage(rt)["d0"].cpu_seconds == 4.5
     assert cg.reads == 4
+
+
+def test_a_node_whose_processes_this_host_cannot_see_is_read_every_time():
+    """A swarm node's usage comes over the control channel (runtimes/swarm_api.py's HubCgroup):
+    it is never taken for idle, so its readings are never repeated."""
+    from testbed.runtimes.base import Runtime
+    from testbed.runtimes.swarm_api import HubCgroup
+
+    stats = {"d0": {"cpu_seconds": 1.0}}
+    cg = HubCgroup(stats, "d0")
+    assert cg.idle() is False
+    rt = SimpleNamespace(handles={"d0": SimpleNamespace(cgroup=cg, compute={})}, _node_usage=Runtime._node_usage,
+                         _idle_usage={})
+    assert Runtime.usage(rt)["d0"].cpu_seconds == 1.0
+    stats["d0"]["cpu_seconds"] = 2.5
+    assert Runtime.usage(rt)["d0"].cpu_seconds == 2.5

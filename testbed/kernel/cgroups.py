@@ -158,6 +158,14 @@ class CgroupUsage:
         except (OSError, AttributeError):
             return False
 
+    def idle(self) -> bool:
+        """No process in the cgroup now, as this host reads it; False where it cannot tell (a
+        node elsewhere, whose usage comes over the control channel)."""
+        try:
+            return not self._file("cpu", "cgroup.procs").read_text().split()
+        except (OSError, AttributeError, NotImplementedError):
+            return False
+
     def member_pids(self) -> set[int]:
         try:
             return {int(x) for x in self._file("cpu", "cgroup.procs").read_text().split()}

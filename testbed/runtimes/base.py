@@ -301,7 +301,7 @@ class Runtime(LiveOps, ABC):
         gpu_use = gpu_process_use() if any(h.compute.get("gpus") for h in self.handles.values()) else {}
         idle = self._idle_usage
         for name, h in self.handles.items():
-            empty = not h.cgroup.member_pids()
+            empty = h.cgroup.idle()
             if empty and name in idle:
                 out[name] = idle[name]
                 continue
