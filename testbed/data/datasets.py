@@ -271,6 +271,14 @@ def synthetic_cifar(arg: str | None = None, *, seed: int = 0, test_size: int | N
     return _make_synthetic_cifar(n_train, _SYNTH_TEST if test_size is None else test_size, seed)
 
 
+def edgebeds_own(spec: str) -> bool:
+    """Whether `spec` names one of edgebed's own datasets (loading it runs no plugin's code)."""
+    from testbed import plugins
+
+    entry = plugins.registered("dataset").get(_split_spec(spec)[0])
+    return entry is not None and entry.value.startswith("testbed.")
+
+
 def known_train_size(spec: str, test_size: int | None = None) -> int | None:
     """The training samples of edgebed's own dataset `spec`, known without loading it (measured:
     mnist5k 4,000 of its 5,000 by default, mnist and Debian's fashion_mnist 60,000); None where it

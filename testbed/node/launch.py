@@ -58,13 +58,11 @@ def _warm_for_trainers(cfg: dict) -> None:
     import numpy  # noqa: F401
     import torch  # noqa: F401
 
-    from testbed import plugins
-    from testbed.data.datasets import _split_spec, shared_dataset
+    from testbed.data.datasets import edgebeds_own, shared_dataset
 
     try:
         sc, workload = cfg["scenario"], cfg["scenario"]["workload"]
-        entry = plugins.registered("dataset").get(_split_spec(workload["dataset"])[0])
-        if entry is not None and entry.value.startswith("testbed."):
+        if edgebeds_own(workload["dataset"]):
             shared_dataset(workload["dataset"], seed=sc["seed"], test_size=workload.get("test_size"))
     except Exception:  # the trainer loads it itself, and says what is wrong
         pass

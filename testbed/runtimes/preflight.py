@@ -80,12 +80,10 @@ def shard_problems(sc: Scenario) -> list[str]:
     """More workers than training samples: each worker's partition needs one of its own (every
     worker would exit with the partition's error once started). Datasets whose size is known
     before loading: edgebed's own (a plugin's is loaded by plugin_problems)."""
-    from testbed import plugins
-    from testbed.data.datasets import _split_spec, known_train_size
+    from testbed.data.datasets import edgebeds_own, known_train_size
 
     wl = sc.workload
-    entry = plugins.registered("dataset").get(_split_spec(wl.dataset)[0])
-    if entry is None or not entry.value.startswith("testbed."):
+    if not edgebeds_own(wl.dataset):
         return []
     size = known_train_size(wl.dataset, wl.test_size)
     if size is None:
