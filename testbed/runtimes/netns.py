@@ -103,23 +103,6 @@ class NetnsNode:
     env: dict = field(default_factory=dict)  # what the node's processes start with (gpu_share.grant)
 
 
-def _end_frozen(cgroup: cgroups.NodeCgroup) -> None:
-    """A frozen node (offline, crashed) ends without running again: its processes are killed, then
-    thawed (a frozen process ends on nothing, not even SIGKILL, until then). Thawed first, it would
-    finish the step it was frozen in and record it after the run's end."""
-    if not cgroup.is_frozen():
-        return
-    for pid in cgroup.member_pids():
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        cgroup.freeze(False)
-    except OSError:
-        pass
-
-
 class NetnsRuntime(LocalNodeOps, Runtime):
     name = "netns"
     features = Features(shared_data=True, concurrent_flows=True, same_host=True)
@@ -256,8 +239,16 @@ class NetnsRuntime(LocalNodeOps, Runtime):
 
     # -- teardown ------------------------------------------------------------------------
     def stop_processes(self, grace: float) -> None:
-        for h in self.handles.values():
-            _end_frozen(h.cgroup)
+        for name, h in self.handles.items():
+            # a frozen node (offline, crashed) ends without running again: killed, then thawed (a
+            # frozen process ends on nothing, not even SIGKILL, until then; thawed first, it would
+            # finish the step it was frozen in and record it after the run's end)
+            if h.cgroup.is_frozen():
+                self.kill_node(name)
+                try:
+                    h.cgroup.freeze(False)
+                except OSError:
+                    pass
         procs = [p for h in self.handles.values() for p in h.processes]
         deadline = time.monotonic() + grace
         for p in procs:
