@@ -140,10 +140,12 @@ def test_decentralized_converges_over_two_sites(tmp_path, clean_host, name, para
         mine = steps[steps.node == w]
         sent = mine.bytes_sent.sum()
         assert sent == grads[grads.node == w].bytes.sum() + peers[(peers.node == w) & (peers.kind == "weights")].bytes.sum()
-        # what was still queued for a peer that had already stopped never reached the wire (up to a
-        # few seconds of messages wait behind the 20 Mbit/s WAN on a slow machine)
-        queued_at_stop = mine[mine.time > mine.time.max() - 3.0].bytes_sent.sum()
-        assert sent - queued_at_stop <= t[(w, "access", "up")] <= 1.15 * sent + 1e6
+        # what was still queued for a peer that had already stopped never reached the wire: how much
+        # depends on how far the WAN had fallen behind on a slow machine, so the lower bound is below
+        # (every byte a peer received crossed its sender's uplink)
+        assert t[(w, "access", "up")] <= 1.15 * sent + 1e6
+    uplinks = sum(t[(w, "access", "up")] for w in ("w0", "w1", "w2"))
+    assert steps.bytes_received.sum() <= uplinks <= 1.15 * steps.bytes_sent.sum() + 3e6
     # every byte w2 sends crosses the WAN; the coordinator carries no training traffic (what
     # enters it is the workers' progress notes and the evaluator's TCP acknowledgements)
     assert t[("b", "wan:a", "up")] >= steps[steps.node == "w2"].bytes_sent.sum()

@@ -182,6 +182,30 @@ def test_a_request_is_repeated_until_answered_and_beats_carry_the_stop(tmp_path)
         hub.close()
 
 
+def test_closing_the_hub_ends_a_request_still_waiting_and_refuses_later_ones(tmp_path):
+    """A trainer's first start (a 180-s wait for a cold container) as the run ends: the hub's close
+    ends the wait at once with a reason, and a request after it says the channel is closed."""
+    hub, _, _ = _hub(tmp_path)
+    errors: list = []
+
+    def ask():
+        try:
+            hub.request("w1", {"op": "go"}, timeout=180)
+        except RuntimeError as e:
+            errors.append((time.monotonic(), str(e)))
+
+    t = threading.Thread(target=ask)
+    t.start()
+    time.sleep(0.5)
+    closed_at = time.monotonic()
+    hub.close()
+    t.join(10)
+    assert not t.is_alive() and errors[0][0] - closed_at < 2.0
+    assert errors[0][1] == "w1: no answer to a go request: the run has ended"
+    with pytest.raises(RuntimeError, match="the run has ended"):
+        hub.request("w1", {"op": "go"}, timeout=5)
+
+
 def test_a_silent_runner_stops_a_node_only_after_its_first_beat():
     heart = channel.Heartbeat(timeout=0.2)
     time.sleep(0.3)

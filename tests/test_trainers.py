@@ -30,7 +30,8 @@ def test_the_asked_trainers_start_once_and_the_others_are_counted_by_why():
     trainers = Trainers(spec, procs, start, lambda: asked.pop() if asked else [], {"w3": [[5.0, 20.0]]}, t0)
     trainers.run_once()
     assert started == ["w1", "w2"]
-    assert trainers.counts == {"started": 2, "running already": 1, "offline": 1, "not a worker": 2, "failed": 0}
+    assert trainers.counts == {"started": 2, "running already": 1, "offline": 1, "not a worker": 2, "failed": 0,
+                              "cut off by the end": 0}
     trainers.run_once()  # nothing more asked: nothing more started
     assert started == ["w1", "w2"]
 
@@ -46,6 +47,21 @@ def test_a_trainer_that_cannot_start_is_counted_and_the_rest_start():
     trainers.run_once()
     assert trainers.counts["failed"] == 1 and trainers.counts["started"] == 1
     assert trainers.errors == ["w0: OSError: no memory"]
+
+
+def test_a_start_cut_off_by_the_run_s_end_is_no_failure():
+    """A container's first role still starting when the run ends: the control channel closes under
+    the request; that is the end's doing, not a trainer that could not start."""
+    spec = build_cluster(parse_scenario({"workers": [{"count": 2}]}), "abcdef")
+    trainers = None
+
+    def start(node):
+        trainers._stop.set()  # the runner's teardown, while this start waited for an answer
+        raise RuntimeError(f"{node.name}: no answer to a go request: the run has ended")
+
+    trainers = Trainers(spec, {}, start, lambda: ["w0", "w1"], {}, time.time())
+    trainers.run_once()
+    assert trainers.counts["cut off by the end"] == 2 and trainers.counts["failed"] == 0 and trainers.errors == []
 
 
 def test_offline_at_holds_each_interval_from_its_start_to_before_its_end():

@@ -40,9 +40,13 @@ def quota_us(cpus: float, period_us: int) -> int:
     return max(MIN_QUOTA_US, int(round(cpus * period_us)))
 
 
-@lru_cache(maxsize=1)
 def is_v2() -> bool:
-    return (ROOT / "cgroup.controllers").exists()
+    return _is_v2_at(ROOT)
+
+
+@lru_cache(maxsize=8)  # keyed on the root: a test (or EDGEBED_CGROUP_ROOT) may point ROOT elsewhere
+def _is_v2_at(root: Path) -> bool:
+    return (root / "cgroup.controllers").exists()
 
 
 def _write(path: Path, value: str) -> None:
@@ -50,10 +54,14 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
-@lru_cache(maxsize=None)  # asked for every file of every node each second (the monitor)
 def _v1_mount(controller: str) -> Optional[Path]:
     """Where a v1 controller is mounted (co-mounted 'cpu,cpuacct' is common)."""
-    for cand in (ROOT / controller, ROOT / "cpu,cpuacct", ROOT / "cpuacct,cpu"):
+    return _v1_mount_at(ROOT, controller)
+
+
+@lru_cache(maxsize=64)  # asked for every file of every node each second (the monitor)
+def _v1_mount_at(root: Path, controller: str) -> Optional[Path]:
+    for cand in (root / controller, root / "cpu,cpuacct", root / "cpuacct,cpu"):
         if (cand / "tasks").exists() and (controller in cand.name.split(",")):
             return cand
     return None

@@ -28,7 +28,8 @@ class Trainers:
         self.workers = {n.name: n for n in spec.workers}
         self.procs, self.start_role, self.take = procs, start, take
         self.offline, self.t0, self.poll = OfflineClock(offline), t0, poll
-        self.counts = {"started": 0, "running already": 0, "offline": 0, "not a worker": 0, "failed": 0}
+        self.counts = {"started": 0, "running already": 0, "offline": 0, "not a worker": 0, "failed": 0,
+                       "cut off by the end": 0}
         self.errors: list[str] = []
         self._ending: dict[str, float] = {}  # running when asked for -> until when to watch it end
         self._stop = threading.Event()
@@ -62,6 +63,8 @@ class Trainers:
         try:
             self.start_role(self.workers[name])
         except Exception as e:  # one trainer that cannot start is a drop-out, not the run's end
+            if self._stop.is_set():  # asked for as the run ended (a container's supervisor still
+                return "cut off by the end"  # starting its first role when the channel closed)
             self.errors.append(f"{name}: {type(e).__name__}: {e}"[:200])
             return "failed"
         return "started"

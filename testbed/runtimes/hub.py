@@ -355,6 +355,8 @@ class ControlHub:
     # -- down: beats, delays, requests -----------------------------------------------------
     def _publish(self, t: bytes, payload: bytes) -> None:
         with self._pub_lock:
+            if self._pub.closed:  # closed by close() while another thread still asked
+                raise RuntimeError("the control channel is closed: the run has ended")
             self._pub.send_multipart([t, payload])
 
     def _beat(self) -> None:
@@ -416,6 +418,8 @@ class ControlHub:
             while True:
                 waiting = [n for n in nodes if (n, seqs[n]) not in self._acks]
                 now = time.monotonic()
+                if self._stop.is_set():  # closing: no answer will be read
+                    why = why or "the run has ended"
                 if not waiting or now > deadline or why:
                     break
                 if now >= next_send:
@@ -436,8 +440,12 @@ class ControlHub:
         if self._stop.is_set():
             return
         self._stop.set()
+        with self._cond:  # a request waiting for an answer ends now
+            self._cond.notify_all()
         self._thread.join(timeout=5)
-        for sock in (*self._monitors, self._pull, self._pub, self._zap):
+        with self._pub_lock:
+            self._pub.close(linger=0)
+        for sock in (*self._monitors, self._pull, self._zap):
             sock.close(linger=0)
         self._ctx.term()
         for t in self._tables.values():
