@@ -7,11 +7,22 @@ It acts only in a direct child of the runner that named itself in EDGEBED_RUNNER
 anywhere else (a test, a tool), it does nothing."""
 
 import ctypes
+import json
 import os
 import signal
 
 PR_SET_PDEATHSIG = 1
 RUNNER_ENV = "EDGEBED_RUNNER_PID"
+MAIN_ENV = "EDGEBED_FORKSERVER_MAIN"  # the runner's main module, for forkserver_main.py
+MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
+
+
+def request_main() -> None:
+    """Name this process's main module for its next forkserver (forkserver_main.py)."""
+    from multiprocessing import spawn
+
+    data = spawn.get_preparation_data("edgebed")
+    os.environ[MAIN_ENV] = json.dumps({k: data[k] for k in MAIN_KEYS if k in data})
 
 
 def _guard() -> None:

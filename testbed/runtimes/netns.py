@@ -42,7 +42,7 @@ from testbed.plan.cluster import ClusterSpec, Node, stress_loads
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
-from testbed.runtimes.forkserver_guard import RUNNER_ENV
+from testbed.runtimes.forkserver_guard import RUNNER_ENV, request_main
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import RunState, cleanup_run
@@ -184,7 +184,11 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         data each on their own. Runs in one process are sequential: the last one's nodes are gone."""
         os.environ[RUNNER_ENV] = str(os.getpid())  # the forkserver dies with this process (forkserver_guard.py)
         stop_forkserver()
-        self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", *modules])
+        request_main()
+        # the runner's main module and this one (whose _bootstrap every node unpickles) imported
+        # once there, not again in every node as it starts (forkserver_main.py)
+        self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", "testbed.runtimes.forkserver_main",
+                                          __name__, *modules])
 
     def make_stop_event(self) -> StopEvent:
         self._stop_event = StopFlag(self._ctx)  # lock-free: a killed role cannot leave it held
