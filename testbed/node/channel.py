@@ -30,7 +30,10 @@ import zmq
 from testbed.node import channel_keys, untrusted
 from testbed.records import metrics
 
-LINGER_MS = 3000  # how long a role's exit waits for its last rows to leave
+# How long a role's exit waits for its last rows and report to leave: under the runner's 10-s grace
+# before it kills a node (run/runner.py, stop_processes), and only while some are still queued.
+# 3 s lost a starved PS's report (ps.json) at 1,000 devices with 50 a round.
+LINGER_MS = 8000
 QUEUE = 100_000  # rows held while the runner is slow to take them (then a write waits)
 # A container can start before its ctl0 exists: its first SYN goes out another way and is lost,
 # and TCP's retries would take two minutes; ZeroMQ gives up on an attempt after this and retries.
