@@ -242,7 +242,6 @@ def test_a_node_whose_link_went_with_it_leaves_the_replay_without_failures():
 def _docker_runtime_with_one_node(monkeypatch, running: bool, eth0: list[int], host_links: list[int]):
     """A DockerRuntime over fakes: a container that runs or has exited, a namespace with or
     without its eth0, a host with or without the container's veth peer (index 42)."""
-    from contextlib import contextmanager
     from types import SimpleNamespace
 
     import pyroute2
@@ -266,12 +265,11 @@ def _docker_runtime_with_one_node(monkeypatch, running: bool, eth0: list[int], h
         def __exit__(self, *exc):
             return False
 
-    @contextmanager
-    def ns_iproute(name):
-        yield Ipr(eth0)
+    from testbed.kernel import netlink
 
-    monkeypatch.setattr(docker_rt, "ns_iproute", ns_iproute)
-    monkeypatch.setattr(pyroute2, "IPRoute", lambda: Ipr(host_links))
+    opened = []  # each socket the runtime opens: (namespace or None for the host's)
+    monkeypatch.setattr(netlink, "ns_iproute", lambda name: opened.append(name) or Ipr(eth0))
+    monkeypatch.setattr(pyroute2, "IPRoute", lambda: opened.append(None) or Ipr(host_links))
     caps = KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=True)
     rt = docker_rt.DockerRuntime(RunState("t33", os.getpid(), "/nonexistent", ""), client=object(), caps=caps)
     d = Direction(rate=5e6)
@@ -280,6 +278,7 @@ def _docker_runtime_with_one_node(monkeypatch, running: bool, eth0: list[int], h
     rt.handles["w0"] = docker_rt.DockerHandle(SimpleNamespace(name="w0", link=link), "eb-t33-w0", container, 42,
                                               plan_direction(d, caps), plan_direction(d, caps), None, {},
                                               host_ifname="veth0a")
+    rt.opened = opened
     return rt
 
 
@@ -297,6 +296,17 @@ def test_docker_rates_of_a_running_container_without_its_interface_fail_by_name(
     rt = _docker_runtime_with_one_node(monkeypatch, running=True, eth0=[7], host_links=[42])
     rt.set_rates("w0", {"up": 2e6, "down": 3e6})
     assert rt.handles["w0"].uplink.rate_bps == 2e6 and rt.handles["w0"].downlink.rate_bps == 3e6
+
+
+def test_docker_keeps_a_link_s_sockets_open_between_rate_changes(monkeypatch):
+    """A trace reshapes a link 10 times a second: one socket a namespace and thread, not one a change."""
+    rt = _docker_runtime_with_one_node(monkeypatch, running=True, eth0=[7], host_links=[42])
+    for k in range(10):
+        rt.set_rates("w0", {"up": 1e6 + k, "down": 2e6 + k})
+    assert sorted(rt.opened, key=str) == [None, "eb-t33-w0"]
+    rt.sockets.close()
+    with pytest.raises(RuntimeError, match="closed"):  # teardown: nothing opens one again
+        rt.set_rates("w0", {"up": 1e6})
 
 
 class FakeIpr:

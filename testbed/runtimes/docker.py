@@ -17,7 +17,7 @@ from typing import Any, Callable, Optional
 
 from testbed.kernel import names
 from testbed.kernel.cgroups import period_us_of, quota_us
-from testbed.kernel.netlink import attach_netns, disable_offloads, ns_iproute
+from testbed.kernel.netlink import NetnsSockets, attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
 from testbed.node import control
 from testbed.node.trace_replay import LinkGone
@@ -122,6 +122,9 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         self.image = image
         self.network = None
         self._host_ipr = None
+        # a node's link is reshaped 10 times a second (a trace) and read each second: the sockets
+        # that do it stay open per thread, as the netns runtime's fabric keeps its own
+        self.sockets = NetnsSockets()
         self.say: Callable[[str], None] = lambda line: None
 
     @classmethod
@@ -294,21 +297,27 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
     def _link_iface(self, node: str, which: str):
         h = self.handles[node]
         if which == "up":
-            with ns_iproute(h.netns) as ns:
+            with self._kept_socket(h.netns) as ns:
                 found = ns.link_lookup(ifname="eth0")
                 if not found:
                     raise self._link_missing(node, "eth0 in its namespace")
                 yield ns, found[0]
         elif h.host_ifindex is not None:
-            from pyroute2 import IPRoute
-
-            with IPRoute() as ipr:  # its own socket: the monitor thread uses the runtime's
+            with self._kept_socket(None) as ipr:  # the calling thread's own (None: the host's namespace)
                 if h.host_ifindex not in ipr.link_lookup(ifname=h.host_ifname):
                     raise self._link_missing(node, f"its veth peer {h.host_ifname} on the host")
                 yield ipr, h.host_ifindex
         else:
             with self.fabric.downlink_iface(node) as iface:
                 yield iface
+
+    @contextmanager
+    def _kept_socket(self, netns: Optional[str]):
+        try:
+            yield self.sockets.get(netns)
+        except BaseException:
+            self.sockets.drop(netns)  # a socket an error left in any state is not used again
+            raise
 
     def _link_missing(self, node: str, what: str) -> Exception:
         """A node's interface is not there: its container ended and Docker removed the veth pair
@@ -387,6 +396,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
 
         self.save_logs()
         self._close_control()
+        self.sockets.close()  # before the namespaces they hold go
         if self.fabric is not None:
             self.fabric.close()
         if self._host_ipr is not None:
