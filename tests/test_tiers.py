@@ -1,6 +1,7 @@
 """The test tiers (README, "Tests"): `make test-fast` (-m "not slow") leaves out every test that
 brings something real up, marked by tests/conftest.py from what the test uses."""
 
+import os
 import subprocess
 import sys
 
@@ -8,17 +9,30 @@ import pytest
 from conftest import REPO
 
 
-def _collected(*args: str) -> list[str]:
-    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
-                       cwd=REPO, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    return [line for line in r.stdout.splitlines() if "::" in line]
+# run inside the collecting pytest: each test in the order it runs, with its tier marks (one
+# collection of the whole suite, about 16 s here, instead of one a tier)
+PRINT_TIERS = """
+def pytest_collection_finish(session):
+    for item in session.items:
+        marks = ",".join(m for m in ("slow", "real") if item.get_closest_marker(m))
+        print(f"TIER\\t{item.nodeid}\\t{marks}")
+"""
 
 
 @pytest.fixture(scope="module")
-def tiers() -> tuple[list[str], list[str]]:
-    """The fast tier's tests and the real ones, each in the order they run."""
-    return _collected("-m", "not slow"), _collected("-m", "real")
+def tiers(tmp_path_factory) -> tuple[list[str], list[str]]:
+    """The fast tier's tests (`-m "not slow"`) and the real ones (`-m real`), each in the order they run."""
+    plugin = tmp_path_factory.mktemp("tiers")
+    (plugin / "print_tiers.py").write_text(PRINT_TIERS)
+    r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                        "-p", "print_tiers"], cwd=REPO, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                           str(plugin), os.environ.get("PYTHONPATH", "")]))})
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = [line.split("\t") for line in r.stdout.splitlines() if line.startswith("TIER\t")]
+    fast = [nodeid for _, nodeid, marks in rows if "slow" not in marks.split(",")]
+    real = [nodeid for _, nodeid, marks in rows if "real" in marks.split(",")]
+    return fast, real
 
 
 def test_the_fast_tier_has_no_real_run_and_keeps_the_unit_tests(tiers):
