@@ -1,8 +1,9 @@
 """Imported by the netns runtime's forkserver (its preload, after forkserver_guard) and nowhere
 else: the runner's main module (the `edgebed` script, `python -m testbed.cli`, a user's script),
 imported there once so that each node forked from it finds it and does not import it again as
-it starts. A node did that before its first line, under its own CPU quota (with this runtime's
-modules, 1.2 s of a per-round trainer's start on a loaded machine; benchmarks/node_start.py).
+it starts. A node did that before its first line, before it joins its cgroup (with this
+runtime's modules, 1.2 s of a per-round trainer's start on a loaded machine, the host's CPU
+meanwhile: benchmarks/node_start.py).
 
 multiprocessing's own "__main__" preload cannot do it: the forkserver is asked for `main_path`,
 a key spawn.get_preparation_data does not give (CPython 3.11-3.13), so it imports nothing. The
