@@ -39,11 +39,9 @@ def scenario(devices: int, per_round: int, seconds: int, seed: int) -> dict:
             "workers": [{"count": devices, "profile": "edge"}]}
 
 
-def first_steps(run_dir: Path) -> pd.DataFrame:
+def first_steps(rounds: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
     """Per round and drawn device: seconds from the round's opening to its first step, and whether
     it was drawn in the round before (then its trainer ran already)."""
-    rounds = pd.read_csv(run_dir / "rounds.csv", keep_default_na=False)
-    steps = pd.read_csv(run_dir / "steps.csv")
     rows, before = [], set()
     for r in rounds.itertuples():
         opened, drawn = r.time - r.open_seconds, set(str(r.selected).split())
@@ -64,7 +62,7 @@ def one_run(devices: int, per_round: int, seconds: int, seed: int) -> tuple[pd.D
         subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(path), "--out", str(run_dir), "-q"],
                        cwd=ROOT, check=True, timeout=seconds + 300)
         rounds = pd.read_csv(run_dir / "rounds.csv", keep_default_na=False)
-        return first_steps(run_dir), rounds
+        return first_steps(rounds, pd.read_csv(run_dir / "steps.csv")), rounds
 
 
 def summary(values) -> dict:

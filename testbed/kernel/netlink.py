@@ -94,6 +94,16 @@ class NetnsSockets:
             self._close_one(cache.popitem(last=False)[1])
         return ipr
 
+    @contextmanager
+    def using(self, netns: Optional[str]):
+        """This thread's socket in `netns` for a `with` block: one an error left in any state is
+        dropped, not used again."""
+        try:
+            yield self.get(netns)
+        except BaseException:
+            self.drop(netns)
+            raise
+
     def drop(self, netns: Optional[str]) -> None:
         """Close this thread's socket in `netns` (after an error: the next `get` opens a new one)."""
         ipr = self._cache().pop(netns, None)

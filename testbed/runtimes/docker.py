@@ -297,27 +297,19 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
     def _link_iface(self, node: str, which: str):
         h = self.handles[node]
         if which == "up":
-            with self._kept_socket(h.netns) as ns:
+            with self.sockets.using(h.netns) as ns:
                 found = ns.link_lookup(ifname="eth0")
                 if not found:
                     raise self._link_missing(node, "eth0 in its namespace")
                 yield ns, found[0]
         elif h.host_ifindex is not None:
-            with self._kept_socket(None) as ipr:  # the calling thread's own (None: the host's namespace)
+            with self.sockets.using(None) as ipr:  # the calling thread's own (None: the host's namespace)
                 if h.host_ifindex not in ipr.link_lookup(ifname=h.host_ifname):
                     raise self._link_missing(node, f"its veth peer {h.host_ifname} on the host")
                 yield ipr, h.host_ifindex
         else:
             with self.fabric.downlink_iface(node) as iface:
                 yield iface
-
-    @contextmanager
-    def _kept_socket(self, netns: Optional[str]):
-        try:
-            yield self.sockets.get(netns)
-        except BaseException:
-            self.sockets.drop(netns)  # a socket an error left in any state is not used again
-            raise
 
     def _link_missing(self, node: str, what: str) -> Exception:
         """A node's interface is not there: its container ended and Docker removed the veth pair

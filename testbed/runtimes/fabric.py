@@ -217,22 +217,16 @@ class Fabric(WanLinks):
         """(an IPRoute in the node's namespace, its eth0's ifindex): where its uplink is shaped;
         the calling thread's own socket, kept open."""
         netns, index = self.node_end[node]
-        try:
-            yield self.sockets.get(netns), index
-        except BaseException:
-            self.sockets.drop(netns)
-            raise
+        with self.sockets.using(netns) as ipr:
+            yield ipr, index
 
     @contextmanager
     def downlink_iface(self, node: str):
         """(an IPRoute in the node's switch, ifindex of its switch-side veth): where its downlink
         is shaped. The calling thread's own socket (the monitor's, a trace replay's), kept open."""
         sw = self.node_switch[node]
-        try:
-            yield self.sockets.get(sw), self.port_index[node]
-        except BaseException:
-            self.sockets.drop(sw)  # a socket an error left in any state is not used again
-            raise
+        with self.sockets.using(sw) as ipr:
+            yield ipr, self.port_index[node]
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict[str, int]]:
