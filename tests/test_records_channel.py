@@ -276,11 +276,12 @@ def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(t
     import subprocess
     import sys
 
-    from testbed.node.launch import HEARTBEAT_TIMEOUT
-
+    heartbeat_timeout = 4.0  # the supervisor's own (20 s) would make this test wait 20 s for the same path
     hub, up, down = _hub(tmp_path)
     keys = {channel_keys.ENV: hub.keys.of("w0").to_text()}  # (in a container: a file of its own)
-    proc = subprocess.Popen([sys.executable, "-m", "testbed.node.launch", "--supervise", "w0", up, down],
+    supervise = ("import sys; import testbed.node.launch as launch; "
+                 f"launch.HEARTBEAT_TIMEOUT = {heartbeat_timeout}; sys.exit(launch.main(sys.argv))")
+    proc = subprocess.Popen([sys.executable, "-c", supervise, "--supervise", "w0", up, down],
                             env={**os.environ, **keys})
     try:
         assert hub.request("w0", {"op": "go", "idle": True}, timeout=30) == "idle"
@@ -294,8 +295,8 @@ def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(t
             hub.request("w0", {"op": "stress", "load": "all"}, timeout=30)
         hub.close()  # no more beats
         silent = time.monotonic()
-        assert proc.wait(timeout=HEARTBEAT_TIMEOUT + 15) == 0
-        assert HEARTBEAT_TIMEOUT - 1 < time.monotonic() - silent < HEARTBEAT_TIMEOUT + 5
+        assert proc.wait(timeout=heartbeat_timeout + 15) == 0
+        assert heartbeat_timeout - 1 < time.monotonic() - silent < heartbeat_timeout + 5
     finally:
         if proc.poll() is None:
             proc.kill()

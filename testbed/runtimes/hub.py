@@ -13,9 +13,9 @@ run directory for everything the nodes send:
 Only the run's nodes get in: both sockets are CURVE servers, and a client is let in only with a
 key the runner made for one of its nodes (runtimes.channel_auth; others are refused and
 counted). A message's sender is the node of the key it came with (its ZAP User-Id), never a
-name in it: each node may send only what its role sends, and only for itself (TABLE_ROLES,
-KIND_ROLES below: a row, state, ack or request about another node is dropped as such), and a
-worker's replica is forwarded on a topic naming it. Whatever arrives is read as untrusted
+name in it: each node may send only what its role sends, and only for itself (the rules are
+runtimes.hub_rules: a row, state, ack or request about another node is dropped as such), and
+a worker's replica is forwarded on a topic naming it. Whatever arrives is read as untrusted
 (node.untrusted's strict JSON: no NaN or Infinity, int64 at most, bounded depth; a size limit
 per kind of message): what the hub cannot use is dropped and counted by reason (`drops`,
 summary.json's `control_dropped`), and no message ends its thread.
@@ -26,7 +26,6 @@ requests to a node's supervisor, repeated until acknowledged.
 
 from __future__ import annotations
 
-import csv
 import json
 import os
 import threading
@@ -40,15 +39,10 @@ from testbed.kernel.netlink import entered_netns
 from testbed.node import untrusted
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
+from testbed.runtimes import hub_rules as rules
 from testbed.runtimes.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, handshake_failures
 
-MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
-# The largest message of each kind (a replica's limit is the hub's max_replica): a larger one is
-# dropped unread. A node's answer carries its kernel probe or counters; a report is ps.json.
-KIND_LIMITS = {"ack": 1 << 20, "state": 16 * 1024, "report": 4 << 20, "request": 16 * 1024,
-               "ready": 1024, "stats": 16 * 1024, "put": 1 << 20}
-MAX_NAME = 256  # characters of a node's name, a slot's key
 MAX_REQUESTS = 1000  # nodes' requests waiting for the timeline
 MAX_NODES = 10_000  # distinct names the hub keeps a state, a readiness or counters for
 PUB_QUEUE = 1000  # messages queued per subscriber: beats and requests repeat, a slow reader loses old ones
@@ -57,22 +51,6 @@ MAX_SLOTS = 10_000  # mailbox slots a run's measuring jobs may fill
 RECEIVE_BATCH = 1000  # messages taken in a row before the hub answers handshakes and beats again
 BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
 RESEND = 0.2  # s between repeats of an unanswered request
-
-# What a node may send, by its role (a site's router on swarm: only what every supervisor sends).
-# A table's rows come from these roles only, and a table with a node column only with the
-# sender's name in it; traffic.csv and resources.csv are the runner's own. A command workload's
-# programs report steps, evaluations and metrics from any node (`edgebed.report`:
-# ControlHub.open_reports).
-TABLE_ROLES: dict[str, tuple[str, ...]] = {
-    "steps.csv": ("worker",), "stream.csv": ("worker",), "buffer.csv": ("worker",), "peers.csv": ("worker",),
-    "eval.csv": ("evaluator",), "server.csv": ("ps",), "rounds.csv": ("ps",), "events.csv": ("ps",), "report.csv": (),
-    "traffic.csv": (), "resources.csv": (), "shaping.csv": ()}
-REPORT_TABLES = ("steps.csv", "eval.csv", "report.csv")  # what edgebed.report writes
-REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command workload's programs
-KIND_ROLES = {"report": ("ps",), "replica": ("worker",), "ready": ("broker", "producer")}  # others: any node
-SELF_KINDS = ("ack", "state", "stats", "ready", "request")  # their "node" is the sender's own name
-CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own drawn crash
-TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
 MAX_TRAINERS = 100_000  # train requests waiting for the runner
 
 
@@ -167,21 +145,17 @@ class ControlHub:
 
     def _row(self, frames: list[bytes], sender: str) -> Optional[str]:
         """None once the row is in its table, else why it was dropped."""
-        table = self._table(frames[0]) if len(frames) == 2 and len(frames[1]) <= MAX_ROW else None
-        row = _one_row(frames[1], len(table.columns)) if table is not None else None
+        table = self._table(frames[0]) if len(frames) == 2 and len(frames[1]) <= rules.MAX_ROW else None
+        row = rules.one_row(frames[1], len(table.columns)) if table is not None else None
         if row is None:
             return "bad row"
-        if not self._may_write(frames[0].decode("ascii"), sender):
+        if not rules.may_write(frames[0].decode("ascii"), self.keys.roles.get(sender), self.reports_open):
             return "row of a table not its role's"
         if "node" in table.columns and row[table.columns.index("node")] != sender:
             return "row for another node"
         table.append(frames[1])
         self.rows += 1
         return None
-
-    def _may_write(self, table: str, sender: str) -> bool:
-        role = self.keys.roles.get(sender)
-        return role in TABLE_ROLES[table] or (self.reports_open and table in REPORT_TABLES and role in REPORT_ROLES)
 
     def open_reports(self) -> None:
         """A command workload: its programs may report from any of its nodes (edgebed.report)."""
@@ -201,20 +175,17 @@ class ControlHub:
 
     def _message(self, kind: str, payload: bytes, sender: str) -> Optional[str]:
         """None once taken, else why it was dropped."""
-        limit = self.max_replica if kind == "replica" else KIND_LIMITS.get(kind)
-        if limit is None:
-            return "unknown kind"
-        if len(payload) > limit:
-            return f"{kind} too large"
-        if kind in KIND_ROLES and self.keys.roles.get(sender) not in KIND_ROLES[kind]:
-            return f"{kind} not its role's"
+        role = self.keys.roles.get(sender)
+        why = rules.kind_refused(kind, len(payload), role, self.max_replica)
+        if why:
+            return why
         if kind == "replica":  # bytes for the coordinator, as they came, named by the key they came with
             self._publish(topic("replica", sender), payload)
             return None
-        data = untrusted.loads(payload, max_bytes=limit)
+        data = untrusted.loads(payload, max_bytes=rules.KIND_LIMITS[kind])
         if not isinstance(data, dict):
             return f"{kind} not a mapping"
-        why = self._claim(kind, data, sender)
+        why = rules.claim_refused(kind, data, sender, role, self._slots.get(str(data.get("key")), ()))
         if why:
             return why
         handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,
@@ -222,23 +193,9 @@ class ControlHub:
                    "put": self._on_put}[kind]
         return None if handler(data) else f"bad {kind}"
 
-    def _claim(self, kind: str, data: dict, sender: str) -> Optional[str]:
-        """Why a message speaks for another than its sender, or asks more than a node may; else None."""
-        if kind == "request" and data.get("action") == TRAIN:
-            if self.keys.roles.get(sender) != "ps" or data.get("fields", {}) != {} or not _name(data.get("node")):
-                return "a train request not the PS's"
-            return None
-        if kind in SELF_KINDS and data.get("node") != sender:
-            return f"{kind} for another node"
-        if kind == "request" and (data.get("action") not in CRASH_ACTIONS or data.get("fields", {}) != {}):
-            return "request beyond a node's own crash"
-        if kind == "put" and sender not in self._slots.get(str(data.get("key")), ()):
-            return "put into a slot not given to it"
-        return None
-
     def _on_ack(self, data: dict) -> bool:
         node, seq, detail = data.get("node"), data.get("seq"), data.get("detail", "")
-        if not _name(node) or type(seq) is not int or type(detail) is not str:
+        if not rules.is_name(node) or type(seq) is not int or type(detail) is not str:
             return False
         with self._cond:
             if (node, seq) in self._awaited:  # a repeat's answer, or one no request asked for, is not kept
@@ -249,7 +206,7 @@ class ControlHub:
 
     def _on_state(self, data: dict) -> bool:
         code, node = data.get("exitcode"), data.get("node")
-        if not _name(node) or type(data.get("gen")) is not int or type(data.get("running")) is not bool or \
+        if not rules.is_name(node) or type(data.get("gen")) is not int or type(data.get("running")) is not bool or \
                 not (code is None or type(code) is int) or not self._room(self.states, node):
             return False  # the runner's view of a role is built on these (runtimes.docker.RoleProcess)
         with self._cond:
@@ -287,7 +244,7 @@ class ControlHub:
         """(the timeline checks what it asks for: timeline.request_change; the runner, a train
         request's node: run.trainers)"""
         with self._cond:
-            if data.get("action") == TRAIN:
+            if data.get("action") == rules.TRAIN:
                 if len(self._trainers) >= MAX_TRAINERS:
                     return False
                 self._trainers.append(data["node"])
@@ -299,7 +256,7 @@ class ControlHub:
 
     def _on_ready(self, data: dict) -> bool:
         node = data.get("node")
-        if not _name(node) or not (node in self.ready or len(self.ready) < MAX_NODES):
+        if not rules.is_name(node) or not (node in self.ready or len(self.ready) < MAX_NODES):
             return False
         with self._cond:
             self.ready.add(node)
@@ -307,7 +264,7 @@ class ControlHub:
 
     def _on_put(self, data: dict) -> bool:
         key, text = data.get("key"), data.get("data")
-        if not _name(key) or type(text) is not str or (key not in self.puts and len(self.puts) >= MAX_SLOTS):
+        if not rules.is_name(key) or type(text) is not str or (key not in self.puts and len(self.puts) >= MAX_SLOTS):
             return False
         with self._cond:
             self.puts[key] = text
@@ -317,7 +274,7 @@ class ControlHub:
 
     def _on_stats(self, data: dict) -> bool:
         node, values = data.get("node"), [v for k, v in data.items() if k != "node"]
-        if not _name(node) or not self._room(self.stats, node) or \
+        if not rules.is_name(node) or not self._room(self.stats, node) or \
                 not all(v is None or type(v) in (int, float) for v in values):
             return False  # counters go into traffic.csv and resources.csv as numbers
         with self._cond:
@@ -486,11 +443,6 @@ def _sender(frame: zmq.Frame) -> str:
         return ""
 
 
-def _name(value) -> bool:
-    """A node's name or a slot's key as the hub keeps it: a short string."""
-    return type(value) is str and 0 < len(value) <= MAX_NAME
-
-
 def parsed_answer(answer: Optional[str]):
     """A node's JSON answer to a request (ask_all's, request's); None where none came or it is
     not strict JSON (node.untrusted)."""
@@ -498,14 +450,3 @@ def parsed_answer(answer: Optional[str]):
         return untrusted.loads(answer) if answer else None
     except untrusted.Refused:
         return None
-
-
-def _one_row(line: bytes, columns: int) -> Optional[list[str]]:
-    """The row's fields if `line` is one CSV row of `columns` fields, else None."""
-    if not line.endswith(b"\n") or (line.count(b"\n") != 1 and b'"' not in line):
-        return None  # a newline inside a row only within a quoted field (csv decides below)
-    try:
-        rows = list(csv.reader([line.decode()]))
-    except (UnicodeDecodeError, csv.Error):
-        return None
-    return rows[0] if len(rows) == 1 and len(rows[0]) == columns else None

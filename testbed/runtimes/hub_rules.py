@@ -1,0 +1,85 @@
+"""What a node may send the runner's hub (runtimes.hub): the rules, apart from the sockets.
+
+A message's sender is the node of the key it came with, never a name in it (runtimes.hub). Each
+node may send only what its role sends, and only for itself: a row of a table its role writes,
+naming itself; a message of a kind its role sends, of at most that kind's size, about itself;
+a request for its own drawn crash; the PS alone asks for a worker's trainer. Every function here
+is pure: it says why something is refused (or that it is not), and the hub counts the reason.
+"""
+
+from __future__ import annotations
+
+import csv
+from typing import Optional
+
+MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
+# The largest message of each kind (a replica's limit is the hub's max_replica): a larger one is
+# dropped unread. A node's answer carries its kernel probe or counters; a report is ps.json.
+KIND_LIMITS = {"ack": 1 << 20, "state": 16 * 1024, "report": 4 << 20, "request": 16 * 1024,
+               "ready": 1024, "stats": 16 * 1024, "put": 1 << 20}
+MAX_NAME = 256  # characters of a node's name, a slot's key
+
+# What a node may send, by its role (a site's router on swarm: only what every supervisor sends).
+# A table's rows come from these roles only, and a table with a node column only with the
+# sender's name in it; traffic.csv and resources.csv are the runner's own. A command workload's
+# programs report steps, evaluations and metrics from any node (`edgebed.report`:
+# ControlHub.open_reports).
+TABLE_ROLES: dict[str, tuple[str, ...]] = {
+    "steps.csv": ("worker",), "stream.csv": ("worker",), "buffer.csv": ("worker",), "peers.csv": ("worker",),
+    "eval.csv": ("evaluator",), "server.csv": ("ps",), "rounds.csv": ("ps",), "events.csv": ("ps",), "report.csv": (),
+    "traffic.csv": (), "resources.csv": (), "shaping.csv": ()}
+REPORT_TABLES = ("steps.csv", "eval.csv", "report.csv")  # what edgebed.report writes
+REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command workload's programs
+KIND_ROLES = {"report": ("ps",), "replica": ("worker",), "ready": ("broker", "producer")}  # others: any node
+SELF_KINDS = ("ack", "state", "stats", "ready", "request")  # their "node" is the sender's own name
+CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own drawn crash
+TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
+
+
+def may_write(table: str, role: Optional[str], reports_open: bool) -> bool:
+    """Whether a node of `role` may add rows to `table` (a known table's name)."""
+    return role in TABLE_ROLES[table] or (reports_open and table in REPORT_TABLES and role in REPORT_ROLES)
+
+
+def kind_refused(kind: str, size: int, role: Optional[str], max_replica: int) -> Optional[str]:
+    """Why a message of `kind` and `size` bytes from a node of `role` is dropped unread; else None."""
+    limit = max_replica if kind == "replica" else KIND_LIMITS.get(kind)
+    if limit is None:
+        return "unknown kind"
+    if size > limit:
+        return f"{kind} too large"
+    if kind in KIND_ROLES and role not in KIND_ROLES[kind]:
+        return f"{kind} not its role's"
+    return None
+
+
+def claim_refused(kind: str, data: dict, sender: str, role: Optional[str], slot_holders) -> Optional[str]:
+    """Why a message speaks for another than its sender, or asks more than a node may; else None.
+    `slot_holders`: the nodes given the mailbox slot a put names."""
+    if kind == "request" and data.get("action") == TRAIN:
+        if role != "ps" or data.get("fields", {}) != {} or not is_name(data.get("node")):
+            return "a train request not the PS's"
+        return None
+    if kind in SELF_KINDS and data.get("node") != sender:
+        return f"{kind} for another node"
+    if kind == "request" and (data.get("action") not in CRASH_ACTIONS or data.get("fields", {}) != {}):
+        return "request beyond a node's own crash"
+    if kind == "put" and sender not in slot_holders:
+        return "put into a slot not given to it"
+    return None
+
+
+def is_name(value) -> bool:
+    """A node's name or a slot's key as the hub keeps it: a short string."""
+    return type(value) is str and 0 < len(value) <= MAX_NAME
+
+
+def one_row(line: bytes, columns: int) -> Optional[list[str]]:
+    """The row's fields if `line` is one CSV row of `columns` fields, else None."""
+    if not line.endswith(b"\n") or (line.count(b"\n") != 1 and b'"' not in line):
+        return None  # a newline inside a row only within a quoted field (csv decides below)
+    try:
+        rows = list(csv.reader([line.decode()]))
+    except (UnicodeDecodeError, csv.Error):
+        return None
+    return rows[0] if len(rows) == 1 and len(rows[0]) == columns else None
