@@ -237,7 +237,9 @@ def test_a_slower_host_gets_a_larger_quota_a_shared_one_the_same():
     shared = run_devices.plan_quota(fake_cal(cpu_s=0.01, wall_s=0.02), speed)  # half a CPU free
     assert slow.quota_cores == pytest.approx(2 * fast.quota_cores)
     assert shared.quota_cores == pytest.approx(fast.quota_cores)
-    assert shared.available_cores == pytest.approx(1.0)  # 2 CPUs at half each
+    assert shared.available_cores == pytest.approx(0.5)  # a one-core device: one of the 2 CPUs, at half
+    two_cores = run_devices.plan_quota(fake_cal(cpu_s=0.01, wall_s=0.02), cat.Speed(gflops=0.5, cores=2))
+    assert two_cores.available_cores == pytest.approx(1.0)  # 2 CPUs at half each
 
 
 def test_multicore_device_threads():
@@ -246,6 +248,36 @@ def test_multicore_device_threads():
     assert cal.threads == 2
     cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.1, flops=10**9, cpus=8), cat.Speed(gflops=6, cores=4))
     assert cal.threads == math.ceil(2.4)
+    # never more threads than the device has cores, nor than the host has CPUs
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.1, flops=10**9, cpus=8), cat.Speed(gflops=12, cores=2))
+    assert cal.threads == 2 and cal.available_cores == pytest.approx(2.0)
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.1, wall_s=0.1, flops=10**9, cpus=2), cat.Speed(gflops=6, cores=4))
+    assert cal.threads == 2
+    # a paced device's headroom is not a need: 0.72 cores needed, 1.44 of quota, one thread
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.01, wall_s=0.01), cat.builtin()["raspberry-pi-4"].speed, paced=True)
+    assert cal.quota_cores > 1 and cal.threads == 1
+
+
+def test_a_one_core_device_on_slower_cores_is_refused_not_spread_over_two():
+    # 10 GFLOP/s from a host core of 6.7: a core and a half, which one thread cannot take
+    cal = run_devices.plan_quota(fake_cal(cpu_s=0.15, wall_s=0.15, flops=10**9, cpus=8), cat.Speed(gflops=10, cores=1))
+    assert cal.threads == 1 and cal.available_cores == pytest.approx(1.0)
+    assert "it needs 1.50 cores of this host" in run_devices.shortfall_line(cal)
+
+
+def test_a_device_that_needs_two_cores_is_measured_again_on_two_threads_before_its_quota():
+    sc = parse_scenario({"profiles": {"board": {"speed": {"gflops": 5, "cores": 4}, "pace_steps": False}},
+                         "workers": [{"count": 1, "profile": "board"}]})
+    spec = build_cluster(sc, "abc123")
+    target = 1e8 / 20e9  # 5 ms
+    rt = FakeRuntime(cpu_s=0.008, wall_s=0.008, under_quota=target)  # one thread: 1.6 cores' worth
+    cals, _ = run_devices.calibrate_devices(rt, sc, spec, say=lambda s: None, host_cores={"": 2})
+    # one thread, then two (no quota on either), then the check on two threads under the quota
+    assert rt.jobs == [("w0", "calibrate", 1, False), ("w0", "calibrate", 2, False), ("w0", "check", 2, True)]
+    assert cals["w0"]["threads"] == 2 and cals["w0"]["calibration"]["threads"] == 2
+    # the quota is two threads' CPU per step (10% dearer than one's) over the device's step time
+    assert rt.quotas["w0"] == pytest.approx(0.008 * 1.1 / target)
+    assert spec.node("w0").threads == 2 and spec.node("w0").device_cpus == pytest.approx(1.76)
 
 
 def test_device_faster_than_its_host_is_one_line():
@@ -274,9 +306,12 @@ def test_quotas_adding_up_past_the_host_warn_once_per_host():
 class FakeRuntime:
     """A runtime whose calibration job answers at once with a fixed measurement."""
 
+    PARALLEL_COST = 0.1  # each thread past the first costs a step this much more CPU time
+
     def __init__(self, cpu_s: float, wall_s: float, under_quota: float = 0.0):
         self.cpu_s, self.wall_s, self.quotas, self.puts = cpu_s, wall_s, {}, {}
         self.under_quota = under_quota  # the step time the check under the quota measures
+        self.jobs: list[tuple[str, str, int, bool]] = []  # node, calibrate or check, threads, under a quota
 
     def mailbox(self, name):
         rt = self
@@ -306,10 +341,13 @@ class FakeRuntime:
     def start(self, node, target, kwargs, label=""):
         import json
 
-        assert target == run_devices.CALIBRATE_TARGET and kwargs["threads"] == 1
-        wall = self.under_quota if kwargs["result_path"].endswith("-verify.json") else self.wall_s
+        assert target == run_devices.CALIBRATE_TARGET
+        check, threads = kwargs["result_path"].endswith("-verify.json"), kwargs["threads"]
+        self.jobs.append((node, "check" if check else "calibrate", threads, node in self.quotas))
+        cpu = self.cpu_s * (1 + self.PARALLEL_COST * (threads - 1))
+        wall = self.under_quota if check else cpu / threads * self.wall_s / self.cpu_s
         self.puts[kwargs["result_path"]] = json.dumps({
-            "model": kwargs["model"], "flops_per_step": 10**8, "step_s": [wall] * 5, "cpu_s": [self.cpu_s] * 5,
+            "model": kwargs["model"], "flops_per_step": 10**8, "step_s": [wall] * 5, "cpu_s": [cpu] * 5,
             "cpus": 2, "host": "h1"})
 
         class Done:

@@ -106,3 +106,34 @@ def test_a_paced_device_s_steps_take_its_time(tmp_path, clean_host):
     compute = steps[steps.node == "w0"].compute_seconds.iloc[4:]
     # the step's own work is paced; the batch's fetch before it is not (a little over the target)
     assert dev["target_step_s"] <= compute.median() <= 1.3 * dev["target_step_s"], (compute.describe(), dev)
+
+
+@needs_root
+@pytest.mark.timeout(300)
+@pytest.mark.serial  # it measures the host's speed, as the tests above
+def test_a_device_that_needs_a_core_and_a_half_trains_on_two_threads(tmp_path, clean_host):
+    """A two-core device at 1.5x this host's speed per core (measured here first, on the run's
+    model): one thread cannot keep up with it, so it is measured again on two, trains on two, and
+    its paced steps take its time."""
+    import os
+
+    from testbed.node.calibrate import measure_steps
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("this machine gives this process one CPU: a two-thread device cannot be tried")
+    host = measure_steps("adacomp_cnn", "mnist5k", seed=1, batch_size=32, repetitions=3)
+    host_gflops = host["flops_per_step"] / host["cpu_s_median"] / 1e9  # one thread, no quota
+    sc = json.loads(json.dumps(SCENARIO))
+    sc["profiles"]["pi"] = {"speed": {"gflops": round(0.75 * host_gflops, 3), "cores": 2}}
+    run_dir = tmp_path / "run"
+    proc = start_up(write_scenario(tmp_path, sc), run_dir)
+    out, _ = proc.communicate(timeout=280)
+    assert proc.returncode == 0, out[-3000:]
+    meta = json.loads((run_dir / "meta.json").read_text())
+    dev = meta["nodes"]["w0"]["device"]
+    assert 1.0 < dev["needed_cores"] <= 2.0, dev  # about 1.5 (more: two threads cost more CPU per step)
+    assert dev["threads"] == 2 and dev["calibration"]["threads"] == 2 and meta["nodes"]["w0"]["threads"] == 2
+    assert "2 thread(s), steps paced" in out
+    steps = pd.read_csv(run_dir / "steps.csv")
+    compute = steps[steps.node == "w0"].compute_seconds.iloc[4:]
+    assert dev["target_step_s"] <= compute.median() <= 1.3 * dev["target_step_s"], (compute.describe(), dev)

@@ -68,12 +68,13 @@ def _scenario(devices: tuple[str, ...], dataset: str, pace: bool = False) -> dic
 
 
 def _measure(bench: _Bench, rt: Any, node: str, sc: Any, model: str, repetitions: int, min_rep_s: float,
-             pace_s: float = 0.0) -> dict:
-    """Step times of `model` in `node` under whatever quota it has now (`pace_s`: held to it)."""
+             pace_s: float = 0.0, threads: int = 1) -> dict:
+    """Step times of `model` in `node` under whatever quota it has now (`pace_s`: held to it), on
+    `threads` threads (a device's: run.devices)."""
     slot = bench.result(f"measure-{node}-{model}-{time.monotonic_ns()}.json")
     proc = rt.start(node, run_devices.CALIBRATE_TARGET,
                     dict(result_path=str(slot), model=model, dataset=sc.workload.dataset, seed=sc.seed,
-                         test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
+                         test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=threads,
                          repetitions=repetitions, min_rep_s=min_rep_s, pace_s=pace_s), label="measure")
     proc.join(600)
     if not slot.arrived():
@@ -140,7 +141,7 @@ class DeviceBench:
             run_devices.refine_quota(rt, self.sc, node, cal)  # as at bring-up
             for run_model in self.models if self.cross else (cal_model,):
                 m = _measure(bench, rt, node.name, self.sc, run_model, self.repetitions, self.min_rep_s,
-                             cal.target_step_s if self.pace else 0.0)
+                             cal.target_step_s if self.pace else 0.0, cal.threads)
                 row = {**_row(device, cal, m, speed.step_seconds(m["flops_per_step"])), "condition": condition,
                        "paced": self.pace}
                 rows.append(row)

@@ -55,12 +55,15 @@ class Node:
     image: Optional[str] = None  # a foreign image with its own entrypoint (kafka); None: edgebed's node image
     host: str = ""  # the machine it runs on (placement.py; set when the plan is made)
     device_cpus: Optional[float] = None  # a device profile's quota, once its host is calibrated (run/devices.py)
+    device_threads: int = 0  # and its training threads (0: from the quota)
     # a paced device (profile pace_steps): its step time for a batch of device_step_batch samples
     device_step_s: float = 0.0
     device_step_batch: int = 0
 
     @property
     def threads(self) -> int:
+        if self.device_threads:
+            return self.device_threads
         cpus = self.profile.cpus or self.device_cpus
         return max(1, math.ceil(cpus)) if cpus else 1
 

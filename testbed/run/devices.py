@@ -8,8 +8,16 @@ wall and CPU seconds of a step, on one thread, with no quota. The runner (here, 
 cgroups) computes
 
     target step time  T = FLOPs / (device gflops per core * cores * 1e9)
-    quota             q = (median CPU seconds per step) / T        cores
-    threads             = ceil(q), at most the CPUs the node may run on
+    needed cores      n = (median CPU seconds per step) / T
+    threads           k = ceil(n), at most the device's cores and the CPUs the node may run on
+    quota             q = n (a paced device: up to PACE_HEADROOM x n, within what the host gives)
+
+A device that needs more than one core of its host (a multi-core device on slower cores) trains
+on k threads, as on the device, and is measured again on k threads before its quota is set:
+parallel steps cost more CPU per step than one thread's, and the quota is CPU time. Its k
+threads may run on any k of the node's CPUs (no cpuset is added: k threads cannot use more than
+k CPUs, and the quota caps their sum); the check under the quota runs the same k threads, so
+what a quota costs k threads within one CFS period is in the correction.
 
 and sets q through the runtime's `set_cpus` (netns, docker: the node's cgroup; swarm: the
 container's host engine). A host slower per CPU-second gives a larger q; a host whose CPU is
@@ -74,7 +82,8 @@ class Calibration:
     host_cpus: int
     target_step_s: float = 0.0
     quota_cores: float = 0.0
-    threads: int = 1
+    threads: int = 1  # the node's training threads
+    calibrated_threads: int = 1  # the threads step_s and cpu_s were measured on
     available_cores: float = 0.0
     needed_cores: float = 0.0  # CPU seconds per step over the step's time: what the device needs
     batch_size: int = 0  # the calibration's batch (a paced step's time is for this many samples)
@@ -92,8 +101,9 @@ class Calibration:
     def meta(self) -> dict:
         d = asdict(self)
         d.pop("node")
+        d.pop("calibrated_threads")
         d["calibration"] = {"model": d.pop("model"), "flops_per_step": d.pop("flops_per_step"),
-                            "repetitions": len(self.step_s), "threads": 1,
+                            "repetitions": len(self.step_s), "threads": self.calibrated_threads,
                             "step_s": d.pop("step_s"), "cpu_s": d.pop("cpu_s"),
                             "step_s_median": self.wall_median, "step_s_spread": spread(self.step_s),
                             "cpu_s_median": self.cpu_median, "cpu_s_spread": spread(self.cpu_s)}
@@ -110,15 +120,18 @@ def spread(xs: list[float]) -> float:
 
 def plan_quota(cal: Calibration, speed: Speed, paced: bool = False) -> Calibration:
     """Fill in the target step time, the quota (a paced device's with headroom, within what the
-    host can give), the threads and what the host can give."""
+    host can give), the threads and what the host can give: the share of a CPU the calibration
+    got, on as many CPUs as the device has cores (a one-core device cannot be emulated by two of
+    the host's slower ones)."""
     cal.target_step_s = speed.step_seconds(cal.flops_per_step)
     cal.needed_cores = cal.quota_cores = cal.cpu_median / cal.target_step_s
-    share = min(1.0, cal.cpu_median / cal.wall_median) if cal.wall_median > 0 else 1.0
-    cal.available_cores = cal.host_cpus * share
+    share = min(1.0, cal.cpu_median / (cal.wall_median * cal.calibrated_threads)) if cal.wall_median > 0 else 1.0
+    cal.available_cores = min(cal.host_cpus, speed.cores) * share
     cal.paced = paced
     if paced:
         cal.quota_cores = max(cal.needed_cores, min(cal.available_cores, cal.needed_cores * PACE_HEADROOM))
-    cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
+    wanted = max(cal.calibrated_threads, math.ceil(cal.needed_cores - 1e-9))
+    cal.threads = max(1, min(cal.host_cpus, speed.cores, wanted))
     return cal
 
 
@@ -175,6 +188,7 @@ class Job:
     node: Node
     proc: Any
     slot: Any
+    threads: int = 1
 
     def result(self, what: str) -> dict:
         """Wait for the job (CALIBRATION_TIMEOUT_S at most) and read its answer."""
@@ -185,18 +199,19 @@ class Job:
 
 
 def _start_job(runtime: Any, sc: Scenario, node: Node, slot_name: str, model: str, repetitions: int,
-               min_rep_s: float) -> Job:
+               min_rep_s: float, threads: int = 1) -> Job:
     slot = runtime.mailbox("calibrate") / slot_name
     kwargs = dict(result_path=str(slot), model=model, dataset=sc.workload.dataset, seed=sc.seed,
-                  test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=1,
+                  test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=threads,
                   repetitions=repetitions, min_rep_s=min_rep_s)
-    return Job(node, runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate"), slot)
+    return Job(node, runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate"), slot, threads)
 
 
 def start_calibration(runtime: Any, sc: Scenario, node: Node, model: str = "", repetitions: int = REPETITIONS,
-                      min_rep_s: float = MIN_REP_S) -> Job:
-    """Start the calibration job in `node` (no quota on it yet)."""
-    return _start_job(runtime, sc, node, f"{node.name}.json", model or sc.workload.model, repetitions, min_rep_s)
+                      min_rep_s: float = MIN_REP_S, threads: int = 1) -> Job:
+    """Start the calibration job in `node` (no quota on it yet), on `threads` threads."""
+    name = f"{node.name}.json" if threads == 1 else f"{node.name}-{threads}threads.json"
+    return _start_job(runtime, sc, node, name, model or sc.workload.model, repetitions, min_rep_s, threads)
 
 
 def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
@@ -207,7 +222,7 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
                       gflops_per_core=speed.gflops, cores=speed.cores, model=str(r["model"]),
                       flops_per_step=int(r["flops_per_step"]), step_s=[float(x) for x in r["step_s"]],
                       cpu_s=[float(x) for x in r["cpu_s"]], host_cpus=max(1, int(r["cpus"])),
-                      batch_size=int(r.get("batch_size") or 0))
+                      batch_size=int(r.get("batch_size") or 0), calibrated_threads=job.threads)
     if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
         raise RuntimeError(f"{node.name}: the calibration measured no work (model {cal.model})")
     return plan_quota(cal, speed, paced=node.profile.paces_steps())
@@ -215,8 +230,13 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
 
 def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",
                    repetitions: int = REPETITIONS, min_rep_s: float = MIN_REP_S) -> Calibration:
-    """Run the calibration job in `node` (no quota on it yet) and plan its quota."""
-    return finish_calibration(start_calibration(runtime, sc, node, model, repetitions, min_rep_s), label, speed)
+    """Run the calibration job in `node` (no quota on it yet) and plan its quota; a device that
+    needs more than one thread is measured again on its threads (the module's docstring)."""
+    cal = finish_calibration(start_calibration(runtime, sc, node, model, repetitions, min_rep_s), label, speed)
+    if cal.threads > cal.calibrated_threads and shortfall_line(cal) is None:
+        job = start_calibration(runtime, sc, node, model, repetitions, min_rep_s, threads=cal.threads)
+        cal = finish_calibration(job, label, speed)
+    return cal
 
 
 def refuse_if_short(cal: Calibration) -> None:
@@ -226,9 +246,10 @@ def refuse_if_short(cal: Calibration) -> None:
 
 
 def start_check(runtime: Any, sc: Scenario, node: Node, cal: Calibration, model: str = "") -> Job:
-    """Start the check of `cal`'s quota (already set on the node): steps timed under it."""
+    """Start the check of `cal`'s quota (already set on the node): steps timed under it, on the
+    node's training threads."""
     return _start_job(runtime, sc, node, f"{node.name}-verify.json", model or cal.model, VERIFY_REPETITIONS,
-                      VERIFY_REP_S)
+                      VERIFY_REP_S, cal.threads)
 
 
 def finish_check(runtime: Any, job: Job, cal: Calibration) -> Calibration:
@@ -243,7 +264,6 @@ def finish_check(runtime: Any, job: Job, cal: Calibration) -> Calibration:
     else:
         factor = min(MAX_CORRECTION, max(1 / MAX_CORRECTION, measured / cal.target_step_s))
         cal.quota_cores = first * factor
-    cal.threads = max(1, min(cal.host_cpus, math.ceil(cal.quota_cores - 1e-9)))
     cal.extra.update(first_quota_cores=first, check_step_s=[float(x) for x in r["step_s"]],
                      check_step_s_median=measured, correction=factor)
     runtime.set_cpus(job.node.name, cal.quota_cores)
@@ -298,30 +318,43 @@ def this_host_cores() -> dict[str, int]:
     return {"": cores, name: cores}
 
 
+def _measure(runtime: Any, sc: Scenario, threads: dict[str, int], nodes: list[Node],
+             what: dict[str, tuple[str, Speed]], cores: dict[str, int]) -> dict[str, Calibration]:
+    """Calibrate `nodes` (no quota on them) on threads[name] threads each, side by side where
+    their threads fit their host's CPUs (calibration_batches), one group after another; a device
+    faster than its host can give is refused as soon as its group is done."""
+    cals: dict[str, Calibration] = {}
+    for group in calibration_batches([(n, float(threads[n.name])) for n in nodes], cores):
+        done = _each([start_calibration(runtime, sc, n, threads=threads[n.name]) for n in group],
+                     lambda j: finish_calibration(j, *what[j.node.name]))
+        for cal in done:
+            refuse_if_short(cal)
+            cal.extra["calibrated_beside"] = [n.name for n in group if n.name != cal.node]
+            cals[cal.node] = cal
+    return cals
+
+
 def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callable[[str], None],
                       verify: bool = True,
                       host_cores: Optional[dict[str, int]] = None) -> tuple[dict[str, dict], list[str]]:
-    """Calibrate every device node with no quota (one thread: a core each), set its quota, check
-    it under that quota and correct it once (finish_check); (meta.json's `device` per node,
+    """Calibrate every device node with no quota (one thread: a core each; a device that needs
+    more than a core of its host again on its threads), set its quota, check it under that quota
+    on its threads and correct it once (finish_check); (meta.json's `device` per node,
     warnings). Nodes measure side by side as long as their jobs' cores fit their host's CPUs
-    (calibration_batches: a core each for the calibration, the quota for the check, at most a job
+    (calibration_batches: its threads for a calibration, the quota for a check, at most a job
     per CPU), one group after another. DeviceRefused, before any role starts, when a device is
     faster than its host can give."""
     found = device_nodes(sc, spec)
     what = {n.name: (label, speed) for n, label, speed in found}
     cores = this_host_cores() if host_cores is None else host_cores
-    cals: dict[str, Calibration] = {}
-    for group in calibration_batches([(n, 1.0) for n, _, _ in found], cores):
-        done = _each([start_calibration(runtime, sc, n) for n in group],
-                     lambda j: finish_calibration(j, *what[j.node.name]))
-        for cal in done:
-            refuse_if_short(cal)
-        for cal in done:
-            runtime.set_cpus(cal.node, cal.quota_cores)
-            cal.extra["calibrated_beside"] = [n.name for n in group if n.name != cal.node]
-            cals[cal.node] = cal
+    nodes = [n for n, _, _ in found]
+    cals = _measure(runtime, sc, {n.name: 1 for n in nodes}, nodes, what, cores)
+    parallel = [n for n in nodes if cals[n.name].threads > 1]
+    cals.update(_measure(runtime, sc, {n.name: cals[n.name].threads for n in parallel}, parallel, what, cores))
+    for cal in cals.values():
+        runtime.set_cpus(cal.node, cal.quota_cores)
     if verify:
-        demands = [(n, min(1.0, cals[n.name].quota_cores)) for n, _, _ in found]  # the check runs one thread
+        demands = [(n, min(float(cals[n.name].threads), cals[n.name].quota_cores)) for n in nodes]
         for group in calibration_batches(demands, cores):
             done = _each([start_check(runtime, sc, n, cals[n.name]) for n in group],
                          lambda j: finish_check(runtime, j, cals[j.node.name]))
@@ -330,7 +363,7 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
                 refuse_if_short(cal)
     for cal in cals.values():
         node = spec.node(cal.node)
-        node.device_cpus = cal.quota_cores
+        node.device_cpus, node.device_threads = cal.quota_cores, cal.threads
         if cal.paced:
             node.device_step_s, node.device_step_batch = cal.target_step_s, cal.batch_size or sc.workload.batch_size
         say(f"{cal.node}: device {cal.device} on host {cal.host}: {cal.model} step {cal.target_step_s * 1e3:.1f} ms "
