@@ -65,3 +65,39 @@ def test_a_cut_drops_one_peer_both_ways_and_a_heal_lets_it_through_again(two_nam
     assert before == ["refused", "refused"]  # nothing listens on port 9: the peer answers with a reset
     assert cut == ["silent", "refused"]  # the cut peer is gone, its other address is not
     assert healed == ["refused", "refused"]
+
+
+CLASSES = textwrap.dedent("""
+    import json, socket, time
+    from testbed.node.own_link import OwnLink
+
+    link = OwnLink()
+    link.shape("10.77.0.1", {"rate_bps": 8_000_000}, {"rate_bps": 4_000_000})
+    before = link.class_stats()
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _ in range(200):
+        s.sendto(b"x" * 1000, ("10.77.0.2", 9))
+    time.sleep(0.5)  # 200 kB at 8 Mbit/s: 0.2 s in the class's queue
+    print(json.dumps([before, link.class_stats()]))
+""")
+
+
+@needs_root
+def test_a_self_shaping_node_reports_its_classes_for_the_fidelity_monitor(two_namespaces):
+    """What a swarm node adds to its stats (the runner cannot read its classes): each direction's
+    HTB class, its rate and counters, flat for the channel (runtimes.swarm_api.reported_classes)."""
+    import json
+
+    from testbed.runtimes.swarm_api import reported_classes
+
+    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", CLASSES], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    before, after = json.loads(r.stdout.strip().splitlines()[-1])
+    assert before["up_class_rate_bps"] == 8_000_000 and before["down_class_rate_bps"] == 4_000_000
+    assert after["up_class_bytes"] - before["up_class_bytes"] >= 200 * 1000  # the datagrams left through it
+    assert after["up_class_packets"] - before["up_class_packets"] >= 200
+    report = {**after, "time": 100.0}
+    got = reported_classes({"w0": report}, {"w0": 2.0})
+    assert got["w0/up"]["rate_bps"] == 8_000_000 and got["w0/up"]["bytes"] == after["up_class_bytes"]
+    assert got["w0/down"]["time"] == 98.0  # on the runner's clock

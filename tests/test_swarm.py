@@ -294,6 +294,11 @@ def test_smoke_across_two_hosts_with_a_worker_killed_and_restarted_on_the_second
     # the link was shaped inside the node and counted: w1's uplink carried its pushes
     traffic = pd.read_csv(run_dir / "traffic.csv")
     assert traffic[(traffic.node == "w2") & (traffic.direction == "up")].bytes.max() > 10e6
+    # and its classes reached the fidelity monitor from the node (the runner cannot read them)
+    shaping = pd.read_csv(run_dir / "shaping.csv")
+    w2_up = shaping[(shaping.node == "w2") & (shaping.direction == "up")]
+    assert len(w2_up) >= 10 and set(w2_up.rate_bps) == {20e6} and w2_up.bytes.max() > 10e6  # edge-slow's uplink
+    assert "w2/up" in summary["fidelity"]["links"] and summary["fidelity"]["links"]["w2/up"]["judged"] >= 5
     for h in lab:
         assert _ours_on(h) == ({"containers": [], "networks": [], "services": []} if h.name.endswith("h1")
                                else {"containers": [], "networks": []}), h.name
@@ -692,3 +697,23 @@ def test_a_neighbour_on_the_hosts_network_can_neither_read_nor_steer_the_run(tmp
     for h in lab:
         assert _ours_on(h) == ({"containers": [], "networks": [], "services": []} if h.name.endswith("h1")
                                else {"containers": [], "networks": []}), h.name
+
+
+def test_a_swarm_node_s_reported_classes_are_read_as_the_monitor_reads_a_local_class():
+    """runtime swarm's link_stats: from each node's last stats report, checked like anything that
+    arrives (a count that is not a non-negative int, a rate that is not positive: no reading)."""
+    from testbed.runtimes.swarm_api import reported_classes
+
+    up = {"up_class_rate_bps": 1e6, "up_class_bytes": 5000, "up_class_packets": 5, "up_class_drops": 1,
+          "up_class_overlimits": 3, "up_class_backlog": 0}
+    down = {k.replace("up_", "down_"): v for k, v in up.items()}
+    stats = {"w0": {**up, **down, "time": 50.5}, "w1": {**up, "up_class_drops": -1, "time": 50.0},
+             "w2": {**up, "up_class_bytes": True, "time": 50.0}, "w3": {**up, "up_class_rate_bps": 0, "time": 50.0},
+             "w4": {**up}, "w5": {**up, "up_class_rate_bps": None, "time": 50.0}, "gone": {**up, "time": 1.0}}
+    clocks = {f"w{i}": 0.5 for i in range(6)}
+    got = reported_classes(stats, clocks)
+    assert got["w0/up"] == {"rate_bps": 1e6, "bytes": 5000, "packets": 5, "drops": 1, "overlimits": 3, "backlog": 0,
+                            "time": 50.0}
+    assert "w0/down" in got and "w5/up" in got and got["w5/up"]["rate_bps"] is None  # unshaped: no rate
+    assert not any(k.startswith(("w1/", "w2/", "w3/", "w4/", "gone/")) for k in got)  # malformed, no time, not ours
+    assert set(reported_classes(stats, clocks, links=["w0/down"])) == {"w0/down"}

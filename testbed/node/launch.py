@@ -210,6 +210,7 @@ class RoleSupervisor:
         thr = cg.throttled() or {}
         throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
         channel.send_json(self.up, "stats", {"node": self.node, **(self.link.counters() or {}),
+                                             **self.link.class_stats(),  # the fidelity monitor's links
                                              "cpu_seconds": cg.cpu_seconds(), "memory_bytes": cg.memory_bytes(),
                                              "throttled_seconds": throttled, "time": time.time(),
                                              # the fidelity monitor's (records.fidelity)

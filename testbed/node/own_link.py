@@ -167,6 +167,26 @@ class OwnLink:
         return {"up_bytes": up["tx_bytes"], "up_packets": up["tx_packets"],
                 "down_bytes": down["bytes"], "down_packets": down["packets"]}
 
+    def class_stats(self) -> dict:
+        """Each direction's HTB class as the fidelity monitor reads it on a host it shapes
+        (kernel.shaping.read_htb_stats), flat for the channel's stats: up_class_rate_bps,
+        up_class_bytes, ... down_class_backlog; {} without a link or a class."""
+        from pyroute2 import IPRoute
+
+        from testbed.kernel.shaping import read_htb_stats
+
+        if self.ifindex is None:
+            return {}
+        out = {}
+        try:
+            with IPRoute() as ipr:
+                for direction, ifindex in (("up", self.ifindex), ("down", self.ifb)):
+                    for key, value in (read_htb_stats(ipr, ifindex) or {}).items():
+                        out[f"{direction}_class_{key}"] = value
+        except Exception:  # a class being replaced: no reading this time, never the supervisor's end
+            return {}
+        return out
+
 
 def root_qdisc_bytes(ipr, ifindex: int) -> dict:
     """What the root qdisc of `ifindex` sent, counted as the wire would: an IFB receives what

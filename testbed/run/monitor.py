@@ -153,7 +153,8 @@ class Sampler:
         try:
             for key, st in rows:
                 node, direction = key.rsplit("/", 1)
-                table.write(time=now, node=node, direction=direction, **st)
+                at = st["time"] - self.t0 if "time" in st else now  # a remote node's own reading time
+                table.write(time=at, node=node, direction=direction, **{k: v for k, v in st.items() if k != "time"})
         finally:
             table.close()
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from testbed.kernel.cgroups import period_us_of
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
@@ -30,7 +30,7 @@ from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
 from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
                                         gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
-                                        runner_address, set_container_quota, swarm_labels)
+                                        reported_classes, runner_address, set_container_quota, swarm_labels)
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
@@ -429,6 +429,11 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             if fresh:
                 out[node] = fresh
         return out
+
+    def link_stats(self, links: Optional[Iterable[str]] = None) -> dict[str, dict]:
+        """As each node last read its own classes and reported them (it shapes its link itself)."""
+        return reported_classes(self.hub.stats if self.hub is not None else {},
+                                {n: h.clock[0] for n, h in self.handles.items()}, links)
 
     def _timed(self, node: str, reading) -> Optional[dict]:
         """A node's counters, their read time moved onto the runner's clock; None if malformed."""

@@ -44,6 +44,32 @@ class HubCgroup(CgroupUsage):
         return self._get("wait_seconds")
 
 
+CLASS_COUNTS = ("bytes", "packets", "drops", "overlimits", "backlog")
+
+
+def reported_classes(stats: dict, clocks: dict[str, float], links=None) -> dict[str, dict]:
+    """Per "node/up" and "node/down" (`links`: those alone), its HTB class as the node last
+    reported it (node.own_link.class_stats: a swarm node shapes its own link), in
+    kernel.shaping.read_htb_stats' shape, with `time`, when the node read it, on the runner's
+    clock (`clocks`: each node's offset). A report with a count that is not a non-negative int,
+    or a rate that is not a positive number or None, gives no reading."""
+    out = {}
+    for node, offset in clocks.items():
+        report = stats.get(node)
+        if not isinstance(report, dict) or not isinstance(report.get("time"), float):
+            continue
+        for direction in ("up", "down"):
+            key = f"{node}/{direction}"
+            if links is not None and key not in links:
+                continue
+            counts = {c: report.get(f"{direction}_class_{c}") for c in CLASS_COUNTS}
+            rate = report.get(f"{direction}_class_rate_bps")
+            if all(type(v) is int and v >= 0 for v in counts.values()) and \
+                    (rate is None or (type(rate) in (int, float) and rate > 0)):
+                out[key] = {"rate_bps": rate, **counts, "time": report["time"] - offset}
+    return out
+
+
 class TaskRoleProcess:
     """The runner's view of one generation of a node's role: its supervisor's word (hub.states),
     and the task's state should the whole container die."""
