@@ -160,13 +160,12 @@ def test_traffic_rows_carry_when_a_remote_node_read_its_counters(tmp_path):
 
     from testbed.records.metrics import TABLES
     from testbed.run.monitor import Sampler
-    from testbed.runtimes.swarm import SwarmRuntime
+    from testbed.runtimes.swarm_api import timed_counters
 
-    rt = object.__new__(SwarmRuntime)
-    rt.handles = {"w0": SimpleNamespace(clock=(2.0, 0.001))}  # its clock is 2 s ahead of the runner's
     reading = {"up_bytes": 10, "up_packets": 1, "down_bytes": 20, "down_packets": 2}
-    assert rt._timed("w0", {**reading, "time": 1002.5}) == {**reading, "time": 1000.5}
-    assert rt._timed("w0", {**reading, "up_bytes": "10"}) is None and rt._timed("w0", None) is None
+    # its clock is 2 s ahead of the runner's
+    assert timed_counters({**reading, "time": 1002.5}, 2.0) == {**reading, "time": 1000.5}
+    assert timed_counters({**reading, "up_bytes": "10"}, 2.0) is None and timed_counters(None, 2.0) is None
     fake = SimpleNamespace(counters=lambda: {"w0": {**reading, "time": 1000.5}, "w1": reading},
                            wan_counters=lambda: {("a", "b"): {**reading, "time": 1000.75}}, usage=lambda: {})
     Sampler(fake, tmp_path, 995.0, {}).sample()

@@ -30,7 +30,8 @@ from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
 from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
                                         gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
-                                        reported_classes, runner_address, set_container_quota, swarm_labels)
+                                        reported_classes, runner_address, set_container_quota, swarm_labels,
+                                        timed_counters)
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
@@ -54,9 +55,6 @@ class SwarmHandle:
     container: str = ""  # the task's container id, on its host
     clock: tuple[float, float] = (0.0, 0.0)  # its clock's offset against the runner's, and the RTT it was measured with
     caps: Optional[KernelCaps] = None  # its host's kernel, as the node found it (asked before its link is shaped)
-
-
-COUNTER_KEYS = ("up_bytes", "up_packets", "down_bytes", "down_packets")
 
 
 class SwarmRuntime(SupervisedNodes, Runtime):
@@ -415,17 +413,18 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict]:
-        from testbed.runtimes.hub import parsed_answer
-
         """Every node's link counters, read by the nodes now, all at once (a periodic report would
         be up to STATS_EVERY old, and a rate from two of them off by as much); a node that does not
         answer within a second gives its last report. Each with `time`, when the node read it, on
         the runner's clock: an answer that comes late must not read as a faster link."""
+        from testbed.runtimes.hub import parsed_answer
+
         if self.hub is None:
             return {}
-        out = {n: c for n, s in self.hub.stats.items() if n in self.handles and (c := self._timed(n, s))}
+        out = {n: c for n, s in self.hub.stats.items()
+               if n in self.handles and (c := timed_counters(s, self.handles[n].clock[0]))}
         for node, answer in self.hub.ask_all(list(self.handles), control.Counters().to_wire()).items():
-            fresh = self._timed(node, parsed_answer(answer))
+            fresh = timed_counters(parsed_answer(answer), self.handles[node].clock[0])
             if fresh:
                 out[node] = fresh
         return out
@@ -434,15 +433,6 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         """As each node last read its own classes and reported them (it shapes its link itself)."""
         return reported_classes(self.hub.stats if self.hub is not None else {},
                                 {n: h.clock[0] for n, h in self.handles.items()}, links)
-
-    def _timed(self, node: str, reading) -> Optional[dict]:
-        """A node's counters, their read time moved onto the runner's clock; None if malformed."""
-        if not isinstance(reading, dict) or not all(type(reading.get(k)) is int for k in COUNTER_KEYS):
-            return None
-        out = {k: reading[k] for k in COUNTER_KEYS}
-        if isinstance(reading.get("time"), float):
-            out["time"] = reading["time"] - self.handles[node].clock[0]
-        return out
 
     def link_counter(self, node: str, key: str) -> int:
         """Read now by the node itself (its periodic report may be STATS_EVERY old)."""

@@ -45,6 +45,18 @@ class HubCgroup(CgroupUsage):
 
 
 CLASS_COUNTS = ("bytes", "packets", "drops", "overlimits", "backlog")
+COUNTER_KEYS = ("up_bytes", "up_packets", "down_bytes", "down_packets")
+
+
+def timed_counters(reading, offset: float) -> Optional[dict]:
+    """A node's link counters, their read time moved onto the runner's clock by the node's clock
+    `offset`; None if malformed."""
+    if not isinstance(reading, dict) or not all(type(reading.get(k)) is int for k in COUNTER_KEYS):
+        return None
+    out = {k: reading[k] for k in COUNTER_KEYS}
+    if isinstance(reading.get("time"), float):
+        out["time"] = reading["time"] - offset
+    return out
 
 
 def reported_classes(stats: dict, clocks: dict[str, float], links=None) -> dict[str, dict]:
