@@ -1,10 +1,13 @@
-"""`edgebed bench fleet` (issue 34): FedAvg over N devices on the netns runtime, K selected a
+"""`edgebed bench fleet` (issue 34): FedAvg over N devices on the netns runtime (or swarm: the
+two-host lab, `edgebed lab up`), K selected a
 round, with `trainers: per_round` (a device's trainer process only while it is selected) or
 `always` (every device's trainer for the whole run). While it runs, every second: memory in use
 (MemTotal - MemAvailable) and the trainer processes alive; a few seconds in, each running
 trainer's USS (its own pages: what one more trainer adds), PSS and RSS from smaps_rollup. After
 it: bring-up and teardown seconds, the round times (rounds.csv), what became of the PS's trainer
-requests, and the accuracy. Needs root; run it with nothing else on the machine."""
+requests, and the accuracy. On swarm the trainers live in the lab's containers: memory in use is
+the machine's (the lab's hosts share it) and the trainers are not counted. Needs root; run it
+with nothing else on the machine."""
 
 from __future__ import annotations
 
@@ -29,13 +32,15 @@ from testbed.kernel.cgroups import NodeCgroup
 REPO = Path(__file__).resolve().parents[2]
 
 MiB = 2**20
+DEFAULT_RUNTIME = "netns"
 
 
-def scenario(devices: int, clients: int, trainers: str, seconds: float, model: str) -> dict:
+def scenario(devices: int, clients: int, trainers: str, seconds: float, model: str,
+             runtime: str = DEFAULT_RUNTIME) -> dict:
     # the devices share 2 cores: 0.05 of a core each (10 running at once: half the machine);
     # mnist5k's 4,000 training samples give 1,000 devices 4 each, and past 4,000 some none: full MNIST
     dataset = "mnist5k" if devices <= 1000 else "mnist"
-    return {"name": "fleet-training", "seed": 1, "runtime": "netns",
+    return {"name": "fleet-training", "seed": 1, "runtime": runtime,
             "workload": {"model": model, "dataset": dataset, "batch_size": 32, "lr": 0.05, "eval_seconds": 5},
             "stop": {"seconds": seconds},
             "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": clients, "over_selection": 1.3,
@@ -74,11 +79,14 @@ class Sampler(threading.Thread):
         self.runner_files: list[int] = []
         self.trainers: list[dict[str, int]] = []
         self.stop = threading.Event()
+        self.local = False  # whether a node's cgroup was found here (a swarm's are in its hosts' engines)
 
     def alive(self) -> dict[str, list[int]]:
         out = {}
         for n in self.names:
-            pids = [p for p in NodeCgroup(self.run_id, n).pids()]
+            cg = NodeCgroup(self.run_id, n)
+            self.local = self.local or any(d.is_dir() for d in cg.dirs())
+            pids = [p for p in cg.pids()]
             if pids:
                 out[n] = pids
         return out
@@ -106,10 +114,11 @@ def median_mib(values: list[int]) -> float | None:
     return round(statistics.median(values) / MiB, 1) if values else None
 
 
-def measure(devices: int, clients: int, trainers: str, seconds: float, model: str) -> dict:
+def measure(devices: int, clients: int, trainers: str, seconds: float, model: str,
+            runtime: str = DEFAULT_RUNTIME) -> dict:
     scratch = Path(tempfile.mkdtemp(prefix="edgebed-fleet-training-"))
     path = scratch / "s.yaml"
-    path.write_text(yaml.safe_dump(scenario(devices, clients, trainers, seconds, model)))
+    path.write_text(yaml.safe_dump(scenario(devices, clients, trainers, seconds, model, runtime)))
     run_dir = scratch / "run"
     before = mem_used()
     t0 = time.time()
@@ -134,14 +143,15 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
     rounds = pd.read_csv(run_dir / "rounds.csv") if (run_dir / "rounds.csv").exists() else pd.DataFrame()
     series = sampler.series if sampler is not None else []
+    counted = sampler is not None and sampler.local  # the nodes' cgroups are this machine's (not swarm's)
     tr = sampler.trainers if sampler is not None else []
-    return {"benchmark": "fleet-training", "devices": devices, "clients": clients, "trainers": trainers,
-            "model": model, "seconds": seconds, "wall_seconds": round(wall, 1),
+    return {"benchmark": "fleet-training", "runtime": runtime, "devices": devices, "clients": clients,
+            "trainers": trainers, "model": model, "seconds": seconds, "wall_seconds": round(wall, 1),
             "bring_up_seconds": made[0] if made else None, "teardown_seconds": summary.get("teardown_seconds"),
             "memory_in_use_before_mib": round(before / MiB),
             "memory_in_use_peak_mib": round(max(m for _, m, _ in series) / MiB) if series else None,
-            "trainers_alive_max": max((a for _, _, a in series), default=None),
-            "trainers_alive_median": statistics.median([a for _, _, a in series]) if series else None,
+            "trainers_alive_max": max((a for _, _, a in series), default=None) if counted else None,
+            "trainers_alive_median": statistics.median([a for _, _, a in series]) if series and counted else None,
             "trainer_uss_median_mib": median_mib([t["uss"] for t in tr]),
             "trainer_pss_median_mib": median_mib([t["pss"] for t in tr]),
             "trainer_rss_median_mib": median_mib([t["rss"] for t in tr]), "trainers_sampled": len(tr),
@@ -157,9 +167,11 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
 
 
 def fleet_benchmark(devices: int, clients: int, *, trainers: str = "per_round", seconds: float = 90,
-                    model: str = "mlp", out_dir: Path | None = None, say: Callable[[str], None] = print) -> dict:
+                    model: str = "mlp", runtime: str = DEFAULT_RUNTIME, out_dir: Path | None = None,
+                    say: Callable[[str], None] = print) -> dict:
     """One fleet run measured (module docstring); its JSON goes to out_dir."""
-    out = measure(devices, clients, trainers, seconds, model)
+    out = measure(devices, clients, trainers, seconds, model, runtime)
     say(json.dumps({k: v for k, v in out.items() if k != "output_tail"}, indent=1))
     model_part = "" if model == "mlp" else f"-{model}"
-    return _save(out, out_dir, f"fleet-{devices}-{clients}-{trainers}{model_part}.json", say)
+    runtime_part = "" if runtime == DEFAULT_RUNTIME else f"-{runtime}"  # the files before --runtime keep their names
+    return _save(out, out_dir, f"fleet-{devices}-{clients}-{trainers}{model_part}{runtime_part}.json", say)

@@ -93,14 +93,19 @@ def bench_fleet(devices: int = typer.Option(200, help="devices (workers): each a
                 trainers: str = typer.Option("per_round", help="per_round (a trainer only while selected) | always"),
                 seconds: float = typer.Option(90, help="length of the run"),
                 model: str = typer.Option("mlp", help="the model the devices train"),
+                runtime: str = typer.Option("netns", help="a runtime (swarm: the two-host lab, edgebed lab up)"),
                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
-    """A fleet that trains: bring-up, memory per trainer, round time, teardown (netns)."""
+    """A fleet that trains: bring-up, memory per trainer, round time, teardown (netns or swarm)."""
     from testbed.bench.fleet import fleet_benchmark
 
     if trainers not in ("per_round", "always"):
         fail("error: --trainers: per_round or always")
-    res = fleet_benchmark(devices, clients, trainers=trainers, seconds=seconds, model=model, out_dir=out,
-                          say=typer.echo)
+    from testbed.runtimes import runtime_names
+
+    if runtime not in runtime_names():
+        fail(f"error: --runtime: one of {', '.join(runtime_names())}")
+    res = fleet_benchmark(devices, clients, trainers=trainers, seconds=seconds, model=model, runtime=runtime,
+                          out_dir=out, say=typer.echo)
     exit_unless_ok(res)
 
 

@@ -25,8 +25,7 @@ from typing import Any, Callable
 from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel, channel_keys, control, untrusted
 from testbed.node.stop_flag import StopFlag
-from testbed.plan.cluster import stress_loads
-from testbed.scenario.units import parse_cpuset
+from testbed.scenario.units import parse_cpuset, stress_loads  # light: a container's supervisor imports no schema
 
 STATS_EVERY = 0.5  # s between a self-shaping node's counters (traffic.csv samples them)
 HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)

@@ -210,10 +210,3 @@ def peer_table(spec: ClusterSpec, node: Node) -> dict[str, dict]:
     return {w.name: {"address": w.address, "rate_bps": path_rate(spec, node, w), "same_site": w.site == node.site}
             for w in spec.workers if w.name != node.name}
 
-
-def stress_loads(load: float) -> list[float]:
-    """`load` cores of background stress as per-process loads (one process busies one core)."""
-    if load <= 0:
-        return []
-    n = max(1, int(-(-load // 1)))
-    return [load / n] * n

@@ -38,7 +38,7 @@ from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
 from testbed.node.stop_flag import StopFlag
-from testbed.plan.cluster import ClusterSpec, Node, stress_loads
+from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
@@ -46,6 +46,7 @@ from testbed.runtimes.forkserver_guard import RUNNER_ENV, request_main
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import RunState, cleanup_run
+from testbed.scenario.units import stress_loads
 
 # what a node runs is handed over as `module:function` data: no runtime imports the roles
 STRESS_TARGET = "testbed.node.roles.stress:run_stress"

@@ -147,3 +147,11 @@ def format_rate(bps: float) -> str:
         if bps >= scale:
             return f"{bps / scale:g}{unit}"
     return f"{bps:g}bit"
+
+
+def stress_loads(load: float) -> list[float]:
+    """`load` cores of background stress as per-process loads (one process busies one core)."""
+    if load <= 0:
+        return []
+    n = max(1, int(-(-load // 1)))
+    return [load / n] * n
