@@ -209,4 +209,3 @@ def peer_table(spec: ClusterSpec, node: Node) -> dict[str, dict]:
         return {}
     return {w.name: {"address": w.address, "rate_bps": path_rate(spec, node, w), "same_site": w.site == node.site}
             for w in spec.workers if w.name != node.name}
-

@@ -185,7 +185,7 @@ class ControlHub:
         data = untrusted.loads(payload, max_bytes=rules.KIND_LIMITS[kind])
         if not isinstance(data, dict):
             return f"{kind} not a mapping"
-        why = rules.claim_refused(kind, data, sender, role, self._slots.get(str(data.get("key")), ()))
+        why = rules.claim_refused(kind, data, sender, role, self._slots)
         if why:
             return why
         handler = {"ack": self._on_ack, "state": self._on_state, "report": self._on_report,

@@ -53,9 +53,10 @@ def kind_refused(kind: str, size: int, role: Optional[str], max_replica: int) ->
     return None
 
 
-def claim_refused(kind: str, data: dict, sender: str, role: Optional[str], slot_holders) -> Optional[str]:
+def claim_refused(kind: str, data: dict, sender: str, role: Optional[str],
+                  slots: dict[str, set[str]]) -> Optional[str]:
     """Why a message speaks for another than its sender, or asks more than a node may; else None.
-    `slot_holders`: the nodes given the mailbox slot a put names."""
+    `slots`: each mailbox slot's key -> the nodes it was given to."""
     if kind == "request" and data.get("action") == TRAIN:
         if role != "ps" or data.get("fields", {}) != {} or not is_name(data.get("node")):
             return "a train request not the PS's"
@@ -64,7 +65,7 @@ def claim_refused(kind: str, data: dict, sender: str, role: Optional[str], slot_
         return f"{kind} for another node"
     if kind == "request" and (data.get("action") not in CRASH_ACTIONS or data.get("fields", {}) != {}):
         return "request beyond a node's own crash"
-    if kind == "put" and sender not in slot_holders:
+    if kind == "put" and sender not in slots.get(str(data.get("key")), ()):
         return "put into a slot not given to it"
     return None
 
