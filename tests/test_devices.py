@@ -275,6 +275,7 @@ def test_a_device_that_needs_two_cores_is_measured_again_on_two_threads_before_i
     # one thread, then two (no quota on either), then the check on two threads under the quota
     assert rt.jobs == [("w0", "calibrate", 1, False), ("w0", "calibrate", 2, False), ("w0", "check", 2, True)]
     assert cals["w0"]["threads"] == 2 and cals["w0"]["calibration"]["threads"] == 2
+    assert cals["w0"]["one_thread"] == {"needed_cores": pytest.approx(1.6), "cpu_s_median": pytest.approx(0.008)}
     # the quota is two threads' CPU per step (10% dearer than one's) over the device's step time
     assert rt.quotas["w0"] == pytest.approx(0.008 * 1.1 / target)
     assert spec.node("w0").threads == 2 and spec.node("w0").device_cpus == pytest.approx(1.76)

@@ -350,7 +350,10 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
     nodes = [n for n, _, _ in found]
     cals = _measure(runtime, sc, {n.name: 1 for n in nodes}, nodes, what, cores)
     parallel = [n for n in nodes if cals[n.name].threads > 1]
-    cals.update(_measure(runtime, sc, {n.name: cals[n.name].threads for n in parallel}, parallel, what, cores))
+    again = _measure(runtime, sc, {n.name: cals[n.name].threads for n in parallel}, parallel, what, cores)
+    for name, cal in again.items():  # what one thread measured, kept beside the threads' calibration
+        cal.extra["one_thread"] = {"needed_cores": cals[name].needed_cores, "cpu_s_median": cals[name].cpu_median}
+    cals.update(again)
     for cal in cals.values():
         runtime.set_cpus(cal.node, cal.quota_cores)
     if verify:
