@@ -47,7 +47,8 @@ demo: setup
 # CPU): the lab's files one lane's unit of work, the rest shared out, then the tests marked
 # `serial` (they check the whole host or time something) alone: `make test LANES=2`. A clean-clone
 # `.ci/run` in two lanes (2026-11-29) passed in 41.6 min (27.8 + 4.5 min of tests) against 75 in
-# one lane, but the next one failed at least two tests: one lane stays the default (README, "Tests").
+# one lane; the next one failed two tests (both mended since): one lane stays the default until two
+# lanes pass again (README, "Tests").
 # Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 PYTEST_CI ?= --durations=25 --timeout=1200
 LANES ?= 1
