@@ -66,13 +66,14 @@ def reported_classes(stats: dict, clocks: dict[str, float], links=None) -> dict[
     clock (`clocks`: each node's offset). A report with a count that is not a non-negative int,
     or a rate that is not a positive number or None, gives no reading."""
     out = {}
+    wanted = None if links is None else set(links)  # the monitor asks for up to two keys a node each second
     for node, offset in clocks.items():
         report = stats.get(node)
         if not isinstance(report, dict) or not isinstance(report.get("time"), float):
             continue
         for direction in ("up", "down"):
             key = f"{node}/{direction}"
-            if links is not None and key not in links:
+            if wanted is not None and key not in wanted:
                 continue
             counts = {c: report.get(f"{direction}_class_{c}") for c in CLASS_COUNTS}
             rate = report.get(f"{direction}_class_rate_bps")
