@@ -86,3 +86,17 @@ def test_candidates_stay_private_and_of_the_same_size():
     blocks = [str(b) for b in candidates("10.254.0.0/16")]
     assert blocks == ["10.254.0.0/16", "10.255.0.0/16"]  # 11.0.0.0/16 is public: not offered
     assert [str(b) for b in candidates("192.168.250.0/24")][:2] == ["192.168.250.0/24", "192.168.251.0/24"]
+
+
+@pytest.mark.parametrize("named", [False, True])
+def test_up_s_overrides_and_api_vary_leave_the_subnet_as_the_scenario_did(named):
+    """`edgebed up --runtime docker` re-validates the scenario with the override: a default subnet
+    dumped and read back looked named, and two lanes' runs collided on it (10.77.0.0/16)."""
+    from testbed.cli.core import _overridden
+    from testbed.run.api import vary
+
+    sc = parse_scenario({"name": "t", "runtime": "netns", "workers": [{"count": 2}],
+                         **({"network": {"subnet": "10.77.0.0/16"}} if named else {})})
+    for again in (_overridden(sc, "docker", None, [], False), vary(sc, {"stop.seconds": 5})):
+        assert again.network.subnet == "10.77.0.0/16"
+        assert build_cluster(again, "abc123").subnet_fixed is named

@@ -78,8 +78,9 @@ def _overridden(sc: Scenario, runtime: Optional[str], algorithm: Optional[str], 
     import yaml
 
     from testbed.plan import parse_scenario
+    from testbed.scenario.loading import scenario_data
 
-    data = sc.model_dump(mode="json", exclude_none=True)
+    data = scenario_data(sc)
     if runtime is not None:
         data["runtime"] = runtime
     if algorithm is not None and algorithm != sc.algorithm.name:

@@ -25,6 +25,7 @@ import pandas as pd
 
 from testbed.plan import load_scenario, parse_scenario
 from testbed.records.reader import RunRecords, load_run
+from testbed.scenario.loading import scenario_data
 from testbed.scenario.schema import Scenario
 
 Changes = Optional[dict[str, Any]]
@@ -66,7 +67,7 @@ def scenario(source: Union[str, Path, dict, Scenario], changes: Changes = None,
 
 def vary(sc: Scenario, changes: Changes) -> Scenario:
     """`sc` with `changes` applied (see `scenario`), validated again."""
-    return parse_scenario(_apply(sc.model_dump(mode="json", exclude_none=True), changes))
+    return parse_scenario(_apply(scenario_data(sc), changes))
 
 
 @dataclass

@@ -154,6 +154,16 @@ def _availability(data: Any) -> list[dict]:
     return [e for e in entries if isinstance(e, dict)] if isinstance(entries, list) else []
 
 
+def scenario_data(sc: Scenario) -> dict:
+    """A validated scenario's fields, to change and validate again (`up`'s overrides, api.vary).
+    What the scenario left to edgebed stays left: a default subnet dumped would read as named on
+    the way back, and a runtime could no longer move it off one the engine holds."""
+    data = sc.model_dump(mode="json", exclude_none=True)
+    if "subnet" not in sc.network.model_fields_set:
+        data.get("network", {}).pop("subnet", None)
+    return data
+
+
 def scenario_to_yaml(sc: Scenario) -> str:
     """The resolved scenario (defaults filled in), as written to RUN/scenario.yaml."""
     return yaml.safe_dump(sc.model_dump(mode="json", exclude_none=True), sort_keys=False)
