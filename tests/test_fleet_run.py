@@ -55,6 +55,11 @@ def test_a_short_fleet_run_calibrates_each_device_and_replays_each_trace(tmp_pat
             assert len(mine) >= 1 and (mine.rate_bps > 0).all(), (node, direction)
             changing += mine.rate_bps.nunique() > 10
     assert changing >= 6, rates.groupby(["node", "direction"]).rate_bps.nunique().to_dict()
+    # the Pi 4's delay follows its recorded 5G round trips (half each way), changed when they change
+    delays = rates[(rates.node == "pi40") & rates.latency_s.notna()]
+    assert set(delays.direction) == {"up", "down"} and delays.latency_s.nunique() > 3, delays
+    assert delays.latency_s.between(0.006, 0.134).all()  # 12-268 ms round trips in the recording
+    assert rates[rates.node == "pi30"].latency_s.isna().all()  # a static latency is no trace
     replay = summary["trace_replay"]
     assert replay["failed"] == 0 and replay["changes"] > 0, replay
     assert "fidelity" in summary and set(summary["fidelity"]["nodes"]) >= set(workers)

@@ -495,7 +495,7 @@ def test_start_replay_lets_a_self_replaying_node_change_its_own_link(tmp_path):
     sc = parse_scenario({"name": "t", "profiles": {"lte": {"trace": "verizon-lte-short"}},
                          "workers": [{"count": 2, "profile": "lte"}]})
     spec = build_cluster(sc, "abc")
-    handed, changed = {}, []
+    handed, changed, noted = {}, [], []
 
     class Runtime:
         def replay_on_node(self, node, schedules, t0):
@@ -505,6 +505,9 @@ def test_start_replay_lets_a_self_replaying_node_change_its_own_link(tmp_path):
         def set_rates(self, node, rates):
             changed.append(node)
 
+        def note_rates(self, node, rates):
+            noted.append(node)
+
     replay = start_replay(Runtime(), spec, sc.seed, tmp_path, t0=0.0)
     try:
         replay.stop()
@@ -513,5 +516,6 @@ def test_start_replay_lets_a_self_replaying_node_change_its_own_link(tmp_path):
         replay.stop()
     assert set(handed) == {"w0", "w1"} and len(handed["w0"]["up"]["rates"]) == 1400
     assert changed and set(changed) == {"w1"}  # w0 changes its own link
+    assert noted and set(noted) == {"w0"}  # and the runner's books follow it
     rows = (tmp_path / LINK_RATES_FILE).read_text().splitlines()
-    assert rows[0] == "time,node,direction,rate_bps,trace_time" and {r.split(",")[1] for r in rows[1:]} == {"w0", "w1"}
+    assert rows[0] == "time,node,direction,rate_bps,trace_time,latency_s" and {r.split(",")[1] for r in rows[1:]} == {"w0", "w1"}

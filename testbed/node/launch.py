@@ -275,7 +275,10 @@ class RoleSupervisor:
         return self._made(req, self.link, "the node's link was shaped")
 
     def _on_reshape(self, req: control.Reshape) -> str:
-        return self._own_link(req).reshape(req.which, req.old, req.new)
+        done = self._own_link(req).reshape(req.which, req.old, req.new)
+        if self.replay is not None:  # the reshape set the rate the runner knew: the trace's again next tick
+            self.replay.forget_applied()
+        return done
 
     def _on_replay(self, req: control.Replay) -> str:
         """Keep the trace's clock here and change this node's own link in place each tick."""

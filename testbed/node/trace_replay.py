@@ -12,6 +12,10 @@ A node whose link went away with it (a docker container that exited: Docker remo
 pair) makes `set_rates` raise `LinkGone`: the replay leaves that node (summary.json's
 trace_replay.ended), a change that failed otherwise is counted as failed with where it raised.
 
+A latency trace (scenario/latency_traces.py) is a second schedule per direction (`delays`), of
+one-way delays, on the same clock: `set_delay(node, which, seconds)` is called when the delay due
+differs from the one set (the runner's `set_link(latency=)` on every runtime).
+
 Bursty loss (`burst_loss: {p, r, good_loss, bad_loss}`): `GilbertElliott` moves a direction
 between a good and a bad state at each tick (a two-state Markov chain) and the link's loss is set
 to the state's (`set_link(loss=)`: netem's loss where the kernel has netem; here, without netem,
@@ -49,11 +53,18 @@ class NodeReplay:
     applied: dict[str, float] = field(default_factory=dict)
     losses: dict[str, "GilbertElliott"] = field(default_factory=dict)
     applied_loss: dict[str, float] = field(default_factory=dict)
+    delays: dict[str, TraceSchedule] = field(default_factory=dict)  # one-way delay (s) per tick
+    applied_delay: dict[str, float] = field(default_factory=dict)
 
     def due(self, t: float) -> dict[str, float]:
         """The rates due `t` seconds after the nodes' start that differ from what is set."""
         rates = {w: s.rate_at(t) for w, s in self.schedules.items()}
         return {w: r for w, r in rates.items() if self.applied.get(w) != r}
+
+    def delay_due(self, t: float) -> dict[str, float]:
+        """The one-way delays due at `t` that differ from what is set."""
+        delays = {w: s.rate_at(t) for w, s in self.delays.items()}
+        return {w: d for w, d in delays.items() if self.applied_delay.get(w) != d}
 
     def loss_due(self) -> dict[str, float]:
         """Each bursty-loss chain one tick on: the losses that differ from what is set."""
@@ -63,16 +74,19 @@ class NodeReplay:
 
 class TraceReplay:
     """Sets each traced node's rates when due. `set_rates(node, {"up": bit/s, ...})` changes them
-    in place; `record(t, node, which, rate, trace_time)` writes one down. `clock` is wall time
-    and `t0` the nodes' start."""
+    in place; `record(t, node, which, rate, trace_time, delay)` writes a direction's state down
+    (rate or delay None: not traced). `clock` is wall time and `t0` the nodes' start."""
 
     def __init__(self, nodes: list[NodeReplay], set_rates: Callable[[str, dict[str, float]], None],
-                 record: Callable[[float, str, str, float, float], None], t0: float,
+                 record: Callable[..., None], t0: float,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
-                 set_loss: Optional[Callable[[str, str, float], None]] = None):
+                 set_loss: Optional[Callable[[str, str, float], None]] = None,
+                 set_delay: Optional[Callable[[str, str, float], None]] = None):
         self.nodes, self.set_rates, self.record, self.t0, self.clock = list(nodes), set_rates, record, t0, clock
         self.set_loss = set_loss  # (node, "up"/"down", probability): the bursty-loss chains' state
-        self.tick = min((s.resolution for n in nodes for s in n.schedules.values()), default=0.1)
+        self.set_delay = set_delay  # (node, "up"/"down", one-way seconds): a latency trace's
+        self.tick = min((s.resolution for n in nodes for s in (*n.schedules.values(), *n.delays.values())),
+                        default=0.1)
         self._stop = threading.Event()
         self._sleep = sleep or (lambda s: self._stop.wait(s))
         self._thread: Optional[threading.Thread] = None
@@ -86,6 +100,7 @@ class TraceReplay:
             try:
                 self._step_losses(n)
                 self._step_rates(n, t)
+                self._step_delays(n, t)
             except LinkGone:  # the node ended, its link with it: nothing is left to replay on
                 self.nodes.remove(n)
                 self.counts["ended"] += 1
@@ -105,8 +120,32 @@ class TraceReplay:
         n.applied.update(rates)
         self.counts["changes"] += len(rates)
         for which, rate in rates.items():
-            sched = n.schedules[which]
-            self.record(t, n.node, which, rate, (t + sched.offset) % sched.duration if sched.loop else t + sched.offset)
+            self.record(t, n.node, which, rate, n.schedules[which].trace_time(t), n.applied_delay.get(which))
+
+    def _step_delays(self, n: NodeReplay, t: float) -> None:
+        """A latency trace's tick: each direction's delay that changed, one call per direction."""
+        set_delay = self.set_delay
+        if set_delay is None:
+            return
+        for which, delay in n.delay_due(t).items():
+            try:
+                set_delay(n.node, which, delay)
+            except LinkGone:
+                raise
+            except Exception as e:  # as a rate change: counted, said, the replay goes on
+                self.counts["failed"] += 1
+                self._said(f"{n.node} delay", e)
+                continue
+            n.applied_delay[which] = delay
+            self.counts["changes"] += 1
+            self.record(t, n.node, which, n.applied.get(which), n.delays[which].trace_time(t), delay)
+
+    def forget_applied(self) -> None:
+        """Apply every node's due rates and delays again at the next tick (the link was reshaped
+        from elsewhere: a timeline's change sets the rate the runner last knew)."""
+        for n in self.nodes:
+            n.applied.clear()
+            n.applied_delay.clear()
 
     def _said(self, where: str, e: Exception) -> None:
         """A failed change in summary.json, with the line that raised it (a rare one is a race to find)."""

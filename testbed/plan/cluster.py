@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from testbed.plan.topology import Topology, node_site, plan_topology
+from testbed.scenario.latency_traces import with_delay_start
 from testbed.scenario.links import Direction, inherit
 from testbed.scenario.schema import Profile, Scenario
 from testbed.scenario.traces import with_trace_start
@@ -161,7 +162,8 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
         if site is not None:
             lan = sc.profile_of(sc.sites[site].lan)
             up, down = inherit(up, lan.resolved_direction("uplink")), inherit(down, lan.resolved_direction("downlink"))
-        up, down = with_trace_start(up, "up", sc.seed, name), with_trace_start(down, "down", sc.seed, name)
+        up, down = (with_delay_start(with_trace_start(d, w, sc.seed, name), w, sc.seed, name)
+                    for d, w in ((up, "up"), (down, "down")))
         address = str(next(site_hosts[site] if site is not None else hosts))
         spec.nodes.append(Node(name, role, rank, address, _profile_label(ref), prof, Link(name, up, down), group,
                                site, image))

@@ -48,7 +48,8 @@ REPORT_COLUMNS: list[str] = ["time", "node", "step", "key", "value"]
 # The run directory's folder of requests to the runner (`edgebed link/kill/...`, a worker's drawn
 # crash): the CLI and nodes write one JSON file per request, the runner's timeline reads them.
 CONTROL_DIR = ".control"
-# link_rates.csv, runs with link traces only: the rate each traced direction was set to (a step:
-# it holds until the node's next row of that direction); trace_time = where in its trace it was
-LINK_RATE_COLUMNS: list[str] = ["time", "node", "direction", "rate_bps", "trace_time"]
+# link_rates.csv, runs with link traces only: the rate and one-way delay each traced direction was
+# set to (a step: it holds until the node's next row of that direction; empty: not traced);
+# trace_time = where in its trace it was
+LINK_RATE_COLUMNS: list[str] = ["time", "node", "direction", "rate_bps", "trace_time", "latency_s"]
 LINK_RATES_FILE = "link_rates.csv"

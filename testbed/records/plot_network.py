@@ -151,9 +151,23 @@ def _link_check_figure(rec: RunRecords, style: _Style) -> Figure | None:
 MAX_TRACED_PANELS = 8
 
 
+def _delay_steps(ax, s) -> None:
+    """A latency trace's one-way delay as set (link_rates.csv's latency_s), on a right-hand axis."""
+    delays = s.dropna(subset=["latency_s"])
+    if delays.empty:
+        return
+    right = ax.twinx()
+    right.step(delays["time"], delays["latency_s"] * 1e3, where="post", color="tab:purple", lw=0.9, ls="--",
+               label="one-way delay set (trace)")
+    right.set_ylabel("delay (ms)", color="tab:purple")
+    right.set_ylim(bottom=0)
+    right.legend(fontsize=8, loc="upper left")
+
+
 def _link_rates_figure(rec: RunRecords, style: _Style) -> Figure | None:
     """Traced links (link_rates.csv): the rate each was set to (a step per tick) beside the rate it
-    carried (traffic.csv), per node and direction: the trace the run experienced."""
+    carried (traffic.csv), and the delay a latency trace set, per node and direction: the trace
+    the run experienced."""
     from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
     from testbed.records.reader import read_csv_records
 
@@ -171,7 +185,10 @@ def _link_rates_figure(rec: RunRecords, style: _Style) -> Figure | None:
     axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]
     for ax, (node, direction) in zip(axes, shown):
         s = set_rates[(set_rates["node"] == node) & (set_rates["direction"] == direction)].sort_values("time")
-        ax.step(s["time"], s["rate_bps"] / 1e6, where="post", color="0.45", lw=0.9, label="configured (trace)")
+        rates = s.dropna(subset=["rate_bps"])
+        if not rates.empty:
+            ax.step(rates["time"], rates["rate_bps"] / 1e6, where="post", color="0.45", lw=0.9,
+                    label="configured (trace)")
         c = carried[(carried["node"] == node) & (carried["direction"] == direction)].dropna(subset=["mbps"])
         if not c.empty:
             ax.plot(c["time"], c["mbps"], color=style.color(node), lw=1.4, label="measured (traffic.csv)")
@@ -179,6 +196,7 @@ def _link_rates_figure(rec: RunRecords, style: _Style) -> Figure | None:
         ax.set_title(f"{node} {direction}", fontsize=9, loc="left")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
+        _delay_steps(ax, s)
     axes[0].legend(fontsize=8, loc="upper right")
     axes[-1].set_xlabel("wall time (s)")
     more = f" (first {len(shown)} of {len(keys)})" if len(keys) > len(shown) else ""

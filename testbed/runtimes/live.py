@@ -79,12 +79,18 @@ class LiveOps:
         """A trace replay's tick (runtimes.replay): each direction's rate changed in place, the
         rest of its plan as it is (no delays to publish, no filters touched)."""
         h = self.handles[node]
-        dirs = self._directions(node)
         for which, rate in rates.items():
             old: DirectionPlan = getattr(h, WHICH[which])
-            new = replace(old, rate_bps=float(rate), burst_bytes=htb_burst(rate))
-            self._reshape(node, which, old, new)
-            setattr(h, WHICH[which], new)
+            self._reshape(node, which, old, replace(old, rate_bps=float(rate), burst_bytes=htb_burst(rate)))
+            self.note_rates(node, {which: rate})
+
+    def note_rates(self, node: str, rates: dict[str, float]) -> None:
+        """Rates now in force on a node's link, in this object's books only (set by `set_rates`, or
+        by a node that replays its own trace): a later `set_link` changes the link from them."""
+        h = self.handles[node]
+        dirs = self._directions(node)
+        for which, rate in rates.items():
+            setattr(h, WHICH[which], replace(getattr(h, WHICH[which]), rate_bps=float(rate), burst_bytes=htb_burst(rate)))
             dirs[which] = dirs[which].model_copy(update={"rate": float(rate)})
 
     def replay_on_node(self, node: str, schedules: dict, t0: float) -> bool:

@@ -2,7 +2,10 @@
 schedules from its links, and the replay started on a runtime, each change written to
 RUN/link_rates.csv. A runtime whose nodes shape their own links from inside (swarm) hands each
 node its schedules (`LiveOps.replay_on_node`): the node's own process then keeps the clock and
-changes its HTB classes in place; the runner keeps the same clock only to record the rates."""
+changes its HTB classes in place; the runner keeps the same clock to record the rates and keep its
+books (`LiveOps.note_rates`). Loss chains and latency traces are the runner's on every runtime:
+their changes are `set_link`'s (netem where the kernel has it, else the bpf loss filter and the
+nodes' transport delay)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from typing import Optional
 from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay, schedules_to_wire
 from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
 from testbed.records.metrics import CsvLog
+from testbed.scenario.latency_traces import delay_schedule
 from testbed.scenario.traces import direction_schedule
 
 DIRECTIONS = (("up", "uplink"), ("down", "downlink"))
@@ -26,11 +30,13 @@ def replays_of(spec, seed: int) -> list[NodeReplay]:
         dirs = {w: getattr(node.link, name) for w, name in DIRECTIONS}
         scheds = {w: direction_schedule(d, w, seed, node.name) for w, d in dirs.items()}
         present = {w: s for w, s in scheds.items() if s is not None}
+        delays = {w: s for w, s in ((w, delay_schedule(d, w, seed, node.name)) for w, d in dirs.items()) if s is not None}
         losses = {w: GilbertElliott(d.burst_loss.p, d.burst_loss.r, d.burst_loss.good_loss, d.burst_loss.bad_loss,
                                     rng=random.Random(f"{seed}:{node.name}:{w}:loss"))
                   for w, d in dirs.items() if getattr(d, "burst_loss", None) is not None}
-        if present or losses:
-            out.append(NodeReplay(node.name, present, {w: s.rate_at(0.0) for w, s in present.items()}, losses))
+        if present or losses or delays:
+            out.append(NodeReplay(node.name, present, {w: s.rate_at(0.0) for w, s in present.items()}, losses,
+                                  delays=delays, applied_delay={w: s.rate_at(0.0) for w, s in delays.items()}))
     return out
 
 
@@ -44,21 +50,28 @@ def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional
     path.write_text(",".join(LINK_RATE_COLUMNS) + "\n")
     table = CsvLog(path, LINK_RATE_COLUMNS)
 
-    def record(t: float, node: str, which: str, rate: float, trace_time: float) -> None:
-        table.write(time=t, node=node, direction=which, rate_bps=rate, trace_time=trace_time)
+    def record(t: float, node: str, which: str, rate: Optional[float], trace_time: float,
+               delay: Optional[float] = None) -> None:
+        table.write(time=t, node=node, direction=which, rate_bps=rate, trace_time=trace_time, latency_s=delay)
 
     for n in nodes:
-        for which, rate in n.applied.items():
-            record(0.0, n.node, which, rate, n.schedules[which].offset)
+        for which in sorted({*n.applied, *n.applied_delay}):
+            sched = n.schedules.get(which) or n.delays[which]
+            record(0.0, n.node, which, n.applied.get(which), sched.offset, n.applied_delay.get(which))
         n.applied_loss.update({which: 0.0 for which in n.losses})  # the chains start good (no loss set yet)
     remote = {n.node for n in nodes if n.schedules and _on_node(runtime, n, t0)}
 
     def set_rates(node: str, rates: dict[str, float]) -> None:
-        if node not in remote:  # a node replaying itself changes its own link: the runner only records
+        if node in remote:  # a node replaying itself changes its own link: the runner keeps its books
+            runtime.note_rates(node, rates)
+        else:
             runtime.set_rates(node, rates)
 
+    # Loss and delay change by the runner's clock on every runtime (`set_link`, which also
+    # publishes a transport delay where the kernel has no netem).
     replay = TraceReplay(nodes, set_rates, record, t0,
-                         set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}))
+                         set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}),
+                         set_delay=lambda node, which, s: runtime.set_link(node, which, {"latency": s}))
     replay.start()
     return replay
 

@@ -34,6 +34,10 @@ class Direction(StrictModel):
     # a recorded trace the rate follows (scenario/traces.py), replayed in place every resolution
     trace: Optional[str] = Field(default=None, min_length=1, max_length=300, description="a catalog name (traces "
                                  "README), a library path (mahimahi/ATT-LTE-driving.up) or a file beside the scenario")
+    # a recorded delay the latency follows (scenario/latency_traces.py), on the trace's clock and settings
+    latency_trace: Optional[str] = Field(default=None, min_length=1, max_length=300, description="a latency "
+                                         "catalog name, `ping -D` output (half of each RTT), a CICV5G table or "
+                                         "time,latency rows; replaces `latency`")
     trace_loop: Optional[bool] = Field(default=None, description="at the trace's end: start over (default) or hold its last rate")
     trace_offset: Union[Literal["random"], Seconds] = Field(default=None, description="where in the trace a node starts: "
                                                             "seconds, or random (per node, from the scenario's seed)")
@@ -58,7 +62,8 @@ def trace_resolution(v: Optional[float]) -> Optional[float]:
     return v
 
 
-TRACE_FIELDS: tuple[str, ...] = ("trace", "trace_loop", "trace_offset", "trace_resolution", "burst_loss")
+TRACE_FIELDS: tuple[str, ...] = ("trace", "latency_trace", "trace_loop", "trace_offset", "trace_resolution",
+                                 "burst_loss")
 LINK_PROPERTIES: tuple[str, ...] = tuple(f for f in Direction.model_fields if f not in TRACE_FIELDS)
 
 

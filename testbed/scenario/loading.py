@@ -15,6 +15,7 @@ from testbed.scenario.checks import ScenarioError
 from testbed.scenario.devices.catalog import read_device_file
 from testbed.scenario.loader import LoadError, excerpt, load_yaml_file
 from testbed.scenario.models import Scenario
+from testbed.scenario.latency_traces import LATENCY_CATALOG
 from testbed.scenario.traces import is_library_ref
 
 
@@ -83,11 +84,11 @@ def _trace_fields(data: Any) -> list[tuple[str, str]]:
     for i, entry in enumerate(_availability(data)):
         if isinstance(entry.get("trace"), str) and entry["trace"].strip():
             out.append((f"availability[{i}].trace", entry["trace"]))
-    return out + [(f, d[k]) for f, d, k in _link_trace_slots(data) if not is_library_ref(d[k])]
+    return out + [(f, d[k]) for f, d, k in _link_trace_slots(data) if not _in_library(d[k])]
 
 
 def _link_trace_slots(data: Any) -> list[tuple[str, dict, str]]:
-    """(field, mapping, key) of every link `trace:` in the raw fields: named and inline profiles
+    """(field, mapping, key) of every link `trace:` and `latency_trace:` in the raw fields: named and inline profiles
     (workers, ps, evaluator, sites' LANs), both-direction and per-direction."""
     if not isinstance(data, dict):
         return []
@@ -107,16 +108,22 @@ def _link_trace_slots(data: Any) -> list[tuple[str, dict, str]]:
             continue
         for field, holder in ((where, prof), (f"{where}.uplink", prof.get("uplink")),
                               (f"{where}.downlink", prof.get("downlink"))):
-            if isinstance(holder, dict) and isinstance(holder.get("trace"), str) and holder["trace"].strip():
-                out.append((f"{field}.trace", holder, "trace"))
+            for key in ("trace", "latency_trace"):
+                if isinstance(holder, dict) and isinstance(holder.get(key), str) and holder[key].strip():
+                    out.append((f"{field}.{key}", holder, key))
     return out
+
+
+def _in_library(ref: str) -> bool:
+    """A shipped trace: a rate or latency catalog name, or a path in the library."""
+    return is_library_ref(ref) or ref in LATENCY_CATALOG
 
 
 def _resolve_link_traces(data: Any, base: Path) -> None:
     """A link trace that is not the library's is a file taken from the scenario's folder."""
     for _, holder, key in _link_trace_slots(data):
         t = holder[key].strip()
-        if not is_library_ref(t) and not Path(t).is_absolute():
+        if not _in_library(t) and not Path(t).is_absolute():
             holder[key] = str((base / t).resolve())
 
 

@@ -62,6 +62,7 @@ class Profile(BothDirections):
                                        "node may use (paced steps; MPS threads for a command workload)")
     # a recorded trace for both directions (a catalog name picks .up for the uplink, .down for the downlink)
     trace: Optional[str] = Field(None, min_length=1, max_length=300)
+    latency_trace: Optional[str] = Field(None, min_length=1, max_length=300)  # each direction gets half an RTT
     trace_loop: Optional[bool] = None
     trace_offset: Union[Literal["random"], Seconds] = None
     trace_resolution: Seconds = None

@@ -6,17 +6,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from testbed.scenario.latency_traces import delay_schedule
 from testbed.scenario.links import Direction
 from testbed.scenario.traces import direction_schedule
 
 
 def _direction_problem(where: str, d: Direction, which: str) -> list[str]:
-    if d.trace is None:
-        return []
-    try:
-        direction_schedule(d, which, 0, "check")
-    except ValueError as e:
-        return [f"{where}.trace: {(str(e).splitlines() or ['unreadable'])[0][:300]}"]
+    for name, schedule in (("trace", direction_schedule), ("latency_trace", delay_schedule)):
+        if getattr(d, name) is None:
+            continue
+        try:
+            schedule(d, which, 0, "check")
+        except ValueError as e:
+            return [f"{where}.{name}: {(str(e).splitlines() or ['unreadable'])[0][:300]}"]
     return []
 
 
@@ -30,14 +32,16 @@ def trace_problems(sc: Any, refs: list[tuple[str, Any]]) -> list[str]:
     checked += [(w, ref) for w, ref in refs if isinstance(ref, Profile)]
     for where, prof in checked:
         for which, name in (("up", "uplink"), ("down", "downlink")):
-            field = f"{where}.{name}" if getattr(prof, name) is not None and getattr(prof, name).trace else where
+            own = getattr(prof, name)
+            field = f"{where}.{name}" if own is not None and (own.trace or own.latency_trace) else where
             lines += _direction_problem(field, prof.resolved_direction(name), which)
     shapes = [(f"wan.links[{i}]", link) for i, link in enumerate(sc.wan.links)] + [("wan.default", sc.wan.default)]
     shapes += [(f"links[{i}]", link) for i, link in enumerate(sc.links)]
     for where, shape in shapes:
         for side in ("forward", "reverse"):
             d = getattr(shape, side)
-            if d is not None and d.trace is not None:
-                lines.append(f"{where}.{side}.trace: traces are replayed on access links only (a profile's "
-                             "uplink/downlink or trace)")
+            for key in ("trace", "latency_trace"):
+                if d is not None and getattr(d, key) is not None:
+                    lines.append(f"{where}.{side}.{key}: traces are replayed on access links only (a profile's "
+                                 "uplink/downlink or trace)")
     return list(dict.fromkeys(lines))  # a profile's trace: one line, not one per direction

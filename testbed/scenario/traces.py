@@ -266,7 +266,8 @@ def _sample_steps(rows: list[Row], resolution: float, duration: float) -> list[f
 @dataclass(frozen=True)
 class TraceSchedule:
     """One direction's replay: `rates[k]` holds from k * resolution seconds of the trace; the
-    node starts `offset` seconds into it; at the end it loops or holds its last rate."""
+    node starts `offset` seconds into it; at the end it loops or holds its last rate. A delay
+    schedule (scenario/latency_traces.py) is the same with one-way delays in seconds as `rates`."""
 
     rates: tuple[float, ...]
     resolution: float
@@ -288,6 +289,10 @@ class TraceSchedule:
     def rate_at(self, t: float) -> float:
         k = self.index_at(t)
         return self.rates[-1] if k is None else self.rates[k]
+
+    def trace_time(self, t: float) -> float:
+        """Where in the trace the node is `t` seconds after its start."""
+        return (t + self.offset) % self.duration if self.loop else t + self.offset
 
 
 def node_offset(offset: Union[float, str, None], duration: float, seed: int, node: str,
