@@ -408,7 +408,9 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     """dynamics-smoke with every worker on the second host: a link change (the node reshapes its
     own link), a kill and restart, a CPU change through the host's engine (the task is not
     restarted), a pause and resume, and a partition and heal (the node's own tc filters). The
-    workers' profile has its own CPU period (set by the host's engine once the task runs)."""
+    workers' profile has its own CPU period (set by the host's engine once the task runs). w2's
+    link follows a rate trace (the node's own clock) and a latency trace (the runner's reshapes):
+    a delay change must never set the node's trace rate back."""
     from test_dynamics_run import _rates
 
     sc = yaml.safe_load((REPO / "scenarios" / "dynamics-smoke.yaml").read_text())
@@ -418,6 +420,10 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
                      {"at": "38s", "target": "w1", "action": "heal"}]
     sc["stop"]["seconds"] = 50
     sc["profiles"]["edge"]["cpu_period"] = "50ms"
+    (tmp_path / "rates.csv").write_text("time,bandwidth\n0,40mbit\n2,20mbit\n")  # 4 s, looped
+    (tmp_path / "rtt.csv").write_text("time,rtt_ms\n0,20\n1.5,60\n")  # 3 s: its changes fall between the rates'
+    sc["profiles"]["traced"] = {**sc["profiles"]["edge"], "trace": "rates.csv", "latency_trace": "rtt.csv"}
+    sc["workers"] = [{"count": 2, "profile": "edge"}, {"count": 1, "profile": "traced"}]
     run_dir = _run(tmp_path, sc)
     meta = json.loads((run_dir / "meta.json").read_text())
     assert meta["nodes"]["w2"]["compute"]["cpu_period_s"] == 0.05
@@ -444,6 +450,17 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     before, after = w2[w2.time < 14].compute_seconds.median(), w2[(w2.time > 17) & (w2.time < 30)].compute_seconds.median()
     assert after > 1.25 * before, (before, after)
     assert not ((w2.time > 30.5) & (w2.time < 34)).any() and (w2.time > 34.5).sum() >= 1
+    set_on_w2 = pd.read_csv(run_dir / "link_rates.csv").query("node == 'w2'")
+    assert set(set_on_w2.latency_s.dropna().round(3)) == {0.01, 0.03}  # half of each RTT, each way
+    assert json.loads((run_dir / "summary.json").read_text())["trace_replay"]["failed"] == 0
+    # the class w2's own host reports, each second: the trace's rate of that moment (a reading
+    # within a tick of a rate change may show either), never the link's start rate set back by a
+    # reshape for a delay change
+    shaping = pd.read_csv(run_dir / "shaping.csv").query("node == 'w2' and direction == 'up'").dropna(subset=["rate_bps"])
+    phase = shaping.time % 4.0
+    clear = shaping[((phase > 0.3) & (phase < 1.8)) | ((phase > 2.3) & (phase < 3.8))]
+    due = (clear.time % 4.0 < 2).map({True: 40e6, False: 20e6})
+    assert len(clear) >= 10 and ((clear.rate_bps - due).abs() < 0.02 * due).mean() >= 0.9, clear[["time", "rate_bps"]]
 
 
 def test_sites_on_two_hosts_route_through_their_routers_and_the_shaped_wan(tmp_path, lab, clean_host):
