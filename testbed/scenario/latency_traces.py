@@ -27,8 +27,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 from testbed.scenario import units
-from testbed.scenario.traces import (CATALOG, DEFAULT_RESOLUTION_S, LIBRARY, MAX_TRACE_SECONDS, TraceSchedule, _is_number, _kind,
-                                     _read_text, node_offset, read_link_trace, trace_file)
+from testbed.scenario.traces import (CATALOG, DEFAULT_RESOLUTION_S, LIBRARY, MAX_TRACE_SECONDS, TraceSchedule,
+                                     _is_number, _kind, _read_text, node_offset, read_link_trace, sample_steps,
+                                     steps_duration, trace_file)
 
 PING_SUFFIX = ".ping"
 # short name -> a recorded latency trace in the library (testbed/traces/README.md: sources, licences)
@@ -158,17 +159,10 @@ def _cached_delays(path: str, resolution: float, from_rate_trace: bool) -> tuple
     rows = rate_trace_delays(path) if from_rate_trace else read_delay_rows(path)
     if not rows:
         return ()
-    span = rows[-1][0] - rows[0][0]
-    duration = span + (span / (len(rows) - 1) if len(rows) > 1 else resolution)
+    duration = steps_duration([t for t, _ in rows], resolution)
     if duration + 1e-9 < resolution:
         raise ValueError(f"{path}: the trace lasts {duration:g} s, shorter than its resolution {resolution:g} s")
-    out, j = [], 0
-    for k in range(max(1, int(duration / resolution + 1e-9))):
-        t = rows[0][0] + k * resolution
-        while j + 1 < len(rows) and rows[j + 1][0] <= t + 1e-9:
-            j += 1
-        out.append(rows[j][1])
-    return tuple(out)
+    return tuple(sample_steps(rows, resolution, duration))
 
 
 def latency_file(ref: str, which: str) -> Path:

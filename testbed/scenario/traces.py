@@ -244,22 +244,29 @@ def trace_rates(path: str | Path, resolution: float = DEFAULT_RESOLUTION_S) -> l
         rows = _binned(ms, resolution, max(1, math.ceil(duration / resolution - 1e-9)))
     else:
         rows = read_link_trace(p)
-        span = rows[-1][0] - rows[0][0]
-        duration = span + (span / (len(rows) - 1) if len(rows) > 1 else resolution)
+        duration = steps_duration([t for t, _, _ in rows], resolution)
     if duration + 1e-9 < resolution:
         raise ValueError(f"{p}: the trace lasts {duration:g} s, shorter than its resolution {resolution:g} s")
     if _kind(p) == "mahimahi":
         return [r for _, r, _ in rows]
-    return _sample_steps(rows, resolution, duration)
+    return [max(trickle(resolution), r) for r in sample_steps([(t, r) for t, r, _ in rows], resolution, duration)]
 
 
-def _sample_steps(rows: list[Row], resolution: float, duration: float) -> list[float]:
+def steps_duration(times: list[float], resolution: float) -> float:
+    """How long steps at `times` last: their span plus the mean spacing (a single row: one tick)."""
+    span = times[-1] - times[0]
+    return span + (span / (len(times) - 1) if len(times) > 1 else resolution)
+
+
+def sample_steps(rows: list[tuple[float, float]], resolution: float, duration: float) -> list[float]:
+    """(time, value) steps, time ascending, sampled at the start of each tick of `resolution`: each
+    row's value holds until the next row's time."""
     out, j = [], 0
     for k in range(max(1, int(duration / resolution + 1e-9))):
         t = rows[0][0] + k * resolution
         while j + 1 < len(rows) and rows[j + 1][0] <= t + 1e-9:
             j += 1
-        out.append(max(trickle(resolution), rows[j][1]))
+        out.append(rows[j][1])
     return out
 
 
