@@ -90,7 +90,8 @@ class LiveOps:
         h = self.handles[node]
         dirs = self._directions(node)
         for which, rate in rates.items():
-            setattr(h, WHICH[which], replace(getattr(h, WHICH[which]), rate_bps=float(rate), burst_bytes=htb_burst(rate)))
+            plan: DirectionPlan = getattr(h, WHICH[which])
+            setattr(h, WHICH[which], replace(plan, rate_bps=float(rate), burst_bytes=htb_burst(rate)))
             dirs[which] = dirs[which].model_copy(update={"rate": float(rate)})
 
     def replay_on_node(self, node: str, schedules: dict, t0: float) -> bool:

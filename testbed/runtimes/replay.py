@@ -30,7 +30,8 @@ def replays_of(spec, seed: int) -> list[NodeReplay]:
         dirs = {w: getattr(node.link, name) for w, name in DIRECTIONS}
         scheds = {w: direction_schedule(d, w, seed, node.name) for w, d in dirs.items()}
         present = {w: s for w, s in scheds.items() if s is not None}
-        delays = {w: s for w, s in ((w, delay_schedule(d, w, seed, node.name)) for w, d in dirs.items()) if s is not None}
+        delayed = {w: delay_schedule(d, w, seed, node.name) for w, d in dirs.items()}
+        delays = {w: s for w, s in delayed.items() if s is not None}
         losses = {w: GilbertElliott(d.burst_loss.p, d.burst_loss.r, d.burst_loss.good_loss, d.burst_loss.bad_loss,
                                     rng=random.Random(f"{seed}:{node.name}:{w}:loss"))
                   for w, d in dirs.items() if getattr(d, "burst_loss", None) is not None}
