@@ -115,7 +115,7 @@ class TraceReplay:
             raise
         except Exception as e:  # one node's failure must not stop the others' replay
             self.counts["failed"] += 1
-            self._said(f"{n.node}", e)
+            self._said(f"{n.node}", e, t)
             return
         n.applied.update(rates)
         self.counts["changes"] += len(rates)
@@ -134,7 +134,7 @@ class TraceReplay:
                 raise
             except Exception as e:  # as a rate change: counted, said, the replay goes on
                 self.counts["failed"] += 1
-                self._said(f"{n.node} delay", e)
+                self._said(f"{n.node} delay", e, t)
                 continue
             n.applied_delay[which] = delay
             self.counts["changes"] += 1
@@ -147,12 +147,14 @@ class TraceReplay:
             n.applied.clear()
             n.applied_delay.clear()
 
-    def _said(self, where: str, e: Exception) -> None:
-        """A failed change in summary.json, with the line that raised it (a rare one is a race to find)."""
+    def _said(self, where: str, e: Exception, t: Optional[float] = None) -> None:
+        """A failed change in summary.json, with when (run time) and the line that raised it (a rare
+        one is a race to find)."""
         if len(self.errors) < 20:
             tb = traceback.extract_tb(e.__traceback__)[-1:] if e.__traceback__ is not None else []
             at = f" at {Path(tb[0].filename).name}:{tb[0].lineno}" if tb else ""
-            self.errors.append(f"{where}: {type(e).__name__}: {e}{at}")
+            when = f" ({t:.1f} s)" if t is not None else ""
+            self.errors.append(f"{where}{when}: {type(e).__name__}: {e}{at}")
 
     def _step_losses(self, n: NodeReplay) -> None:
         set_loss = self.set_loss

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterable, Optional
 from testbed.kernel.cgroups import period_us_of
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import control, untrusted
+from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
 from testbed.runtimes.bridges import one_bridge_problems
@@ -35,6 +36,9 @@ from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _f
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
+# new tasks for a container the engine failed to start: it races with itself at times ("unable to
+# remount dir as readonly ... secrets: device or resource busy", moby#48783, open; once in CI)
+START_RETRIES = 2
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).
 UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
@@ -266,12 +270,19 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         its host, no GPU) is an error naming its host."""
         deadline = time.monotonic() + TASK_TIMEOUT
         running: dict[str, dict] = {}
+        retried: dict[str, int] = {}
         while len(running) < len(services):
             for name in sorted(set(services) - set(running)):
                 task = _latest_task(services[name])
                 if task is None:
                     continue
                 st = task["Status"]
+                if _start_failed_transiently(st) and retried.get(name, 0) < START_RETRIES:
+                    retried[name] = retried.get(name, 0) + 1
+                    self.warnings.append(f"swarm: {name} on host {self._hostname(task)} did not start "
+                                         f"({st.get('Err')}); started again")
+                    services[name].force_update()  # a new task; the failed one never ran the node
+                    continue
                 if st["State"] in ("rejected", "failed", "shutdown", "complete", "orphaned"):
                     raise RuntimeError(f"runtime swarm: {name} on host {self._hostname(task)}: task {st['State']}: "
                                        f"{st.get('Err') or st.get('Message')}")
@@ -384,7 +395,12 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             raise ValueError(f"{node}: loss without netem (its host's kernel has none) is an eBPF filter, which "
                              "needs CAP_SYS_ADMIN in the node: runtime swarm grants it to nodes whose links have "
                              "loss from the start")
-        self._request(node, control.Reshape(which, asdict(old), asdict(new)).to_wire())
+        try:
+            self._request(node, control.Reshape(which, asdict(old), asdict(new)).to_wire())
+        except RuntimeError as e:  # a task that ended (the run's stop reached it first) took its link along
+            if self.task_running(node):
+                raise
+            raise LinkGone(f"{node}: its task has ended, and its link with it") from e
 
     def replay_on_node(self, node: str, schedules: dict, t0: float) -> bool:
         """The node keeps its trace's clock and changes its own link (node.trace_replay)."""
@@ -493,3 +509,9 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
 
 register_sweeper(Sweeper("swarm", swarm_labels, remove_swarm_resources))
+
+
+def _start_failed_transiently(status: dict) -> bool:
+    """A task whose container the engine failed to start (the node never ran): a race of the engine's
+    own may be behind it, and a new task costs a second; one that fails the same way again is an error."""
+    return status["State"] == "failed" and (status.get("Err") or "").startswith("starting container failed")
