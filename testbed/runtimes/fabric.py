@@ -16,10 +16,11 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_veth, create_netns, disable_offloads, link_counters,
+from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_neighbours, add_veth, create_netns, disable_offloads, link_counters,
                                     ns_iproute, set_sysctl)
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
 from testbed.plan.cluster import ClusterSpec, Node
+from testbed.plan.neighbours import mac_of, static_neighbours
 from testbed.runtimes.bridges import BridgeTree
 from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
@@ -99,6 +100,7 @@ class Fabric(WanLinks):
         self.port_index: dict[str, int] = {}  # node -> its switch-side veth's ifindex
         self.node_end: dict[str, tuple[str, int]] = {}  # node -> (its netns, its eth0's ifindex)
         self.sockets = NetnsSockets()  # read and reshape each second or 10 times a second: kept open
+        self.neighbours: dict[str, list[str]] = {}  # address -> the addresses it has permanent ARP entries for
 
     def _make_ns(self, name: str) -> None:
         self.state.netns.append(name)  # recorded first: `down` finds it even if we crash next
@@ -118,6 +120,7 @@ class Fabric(WanLinks):
               progress: Tick = no_ticks) -> dict[str, tuple[DirectionPlan, DirectionPlan]]:
         """Switch(es), routers and WAN links; every node's netns plugged in. Returns node -> (up, down) plans."""
         plans = {}
+        self.neighbours = static_neighbours(spec)
         if spec.topology is None:
             sw = switch_netns(self.run_id)
             s, br = self._make_switch(sw)
@@ -127,7 +130,7 @@ class Fabric(WanLinks):
                 progress("links", i + 1, len(spec.nodes))
             disable_offloads(sw, tree.links)
             if spec.relay_gateway:  # on the switch, not on the host: nodes reach one relayed port only
-                s.addr("add", index=br, address=spec.gateway, prefixlen=spec.prefixlen)
+                self._address_lan_end(s, br, spec.gateway, spec.prefixlen)
                 self.gateway_netns = sw
             return plans
         topo = spec.topology
@@ -163,9 +166,7 @@ class Fabric(WanLinks):
         self._routers[site.name] = r
         set_sysctl(name, "net/ipv4/ip_forward", "1")
         add_veth(s, "router", name, "lan", master=br, state="up")
-        idx = r.link_lookup(ifname="lan")[0]
-        r.addr("add", index=idx, address=site.router, prefixlen=site.prefixlen)
-        r.link("set", index=idx, state="up")
+        self._address_lan_end(r, r.link_lookup(ifname="lan")[0], site.router, site.prefixlen)
         r.link("set", index=LOOPBACK_INDEX, state="up")
 
     def _create_wan_link(self, edge) -> None:
@@ -197,8 +198,7 @@ class Fabric(WanLinks):
         down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
         with ns_iproute(netns) as ns:
             idx = ns.link_lookup(ifname="eth0")[0]
-            ns.addr("add", index=idx, address=node.address, prefixlen=prefixlen)
-            ns.link("set", index=idx, state="up")
+            self._address_lan_end(ns, idx, node.address, prefixlen)
             ns.link("set", index=LOOPBACK_INDEX, state="up")
             if gateway is not None:  # other sites are reached through the site's router
                 ns.route("add", dst="default", gateway=gateway)
@@ -211,6 +211,14 @@ class Fabric(WanLinks):
         self.port_index[node.name] = pidx
         self.node_end[node.name] = (netns, idx)
         return up, down
+
+    def _address_lan_end(self, ipr, index: int, address: str, prefixlen: int) -> None:
+        """An interface on a LAN: its address, the MAC made from it, the permanent ARP entries of
+        the addresses it talks to (plan/neighbours.py), up."""
+        ipr.link("set", index=index, address=mac_of(address))
+        ipr.addr("add", index=index, address=address, prefixlen=prefixlen)
+        add_neighbours(ipr, index, [(a, mac_of(a)) for a in self.neighbours.get(address, [])])
+        ipr.link("set", index=index, state="up")
 
     @contextmanager
     def uplink_iface(self, node: str):
