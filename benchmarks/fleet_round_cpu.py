@@ -124,10 +124,11 @@ def main() -> None:
     sampler.join()
     t0 = _t0(lines)
     opened, closed = t0 + float((rounds.time - rounds.open_seconds).min()), t0 + float(rounds.time.max())
-    out = {"devices": args.devices, "per_round": args.per_round, "status": summary["status"], "cores": os.cpu_count(),
+    out = {"devices": args.devices, "per_round": args.per_round, "status": summary["status"],
+           "reason": summary.get("reason"), "last_lines": [line for _, line in lines[-8:]], "cores": os.cpu_count(),
            "round_seconds": [float(x) for x in rounds.open_seconds], "whole_run_s": ended - started,
            "before_rounds": window(samples, started, opened), "rounds": window(samples, opened, closed)}
-    print(json.dumps({k: out[k] for k in ("status", "round_seconds", "rounds")}, indent=1))
+    print(json.dumps({k: out[k] for k in ("status", "reason", "round_seconds", "rounds")}, indent=1))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(out, indent=1))
