@@ -178,7 +178,8 @@ def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an
     rt.hosts, rt.warnings = [], []
     once, twice = Service([("failed", race), ("running", None)]), Service([("failed", race)] * 2 + [("running", None)])
     assert set(rt.wait_running({"ps": once, "w0": twice})) == {"ps", "w0"}
-    assert (once.updates, twice.updates, len(rt.warnings)) == (1, 2, 3) and "w0 on host h1 did not start" in rt.warnings[-1]
+    assert (once.updates, twice.updates, len(rt.warnings)) == (1, 2, 3)
+    assert "w0 on host h1 did not start" in rt.warnings[-1]
     with pytest.raises(RuntimeError, match="w1 on host h1: task failed: starting container failed"):
         rt.wait_running({"w1": Service([("failed", race)] * 3)})
     with pytest.raises(RuntimeError, match="task rejected: no suitable node"):

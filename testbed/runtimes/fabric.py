@@ -16,8 +16,8 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_neighbours, add_veth, create_netns, disable_offloads, link_counters,
-                                    ns_iproute, set_sysctl)
+from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_neighbours, add_veth, create_netns,
+                                    disable_offloads, link_counters, ns_iproute, set_sysctl)
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, reshape
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.plan.neighbours import mac_of, static_neighbours
