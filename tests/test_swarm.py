@@ -156,7 +156,7 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an_error():
     """moby#48783: an engine fails now and then to start a container (the node never ran); a new task
     follows, at most twice, and meta.json's warnings say so. Any other end of a task is an error."""
-    from testbed.runtimes import swarm
+    from testbed.runtimes import swarm_api
     from testbed.runtimes.live import LiveOps
     from testbed.runtimes.swarm import SwarmRuntime
 
@@ -184,7 +184,7 @@ def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an
         rt.wait_running({"w1": Service([("failed", race)] * 3)})
     with pytest.raises(RuntimeError, match="task rejected: no suitable node"):
         rt.wait_running({"w2": Service([("rejected", "no suitable node")])})
-    assert swarm.START_RETRIES == 2
+    assert swarm_api.START_RETRIES == 2
 
 
 def test_a_reshape_of_a_node_whose_task_ended_is_link_gone():

@@ -32,13 +32,9 @@ from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_h
 from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
                                         gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
                                         reported_classes, runner_address, set_container_quota, swarm_labels,
-                                        timed_counters)
+                                        tasks_running, timed_counters)
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
-TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
-# new tasks for a container the engine failed to start: it races with itself at times ("unable to
-# remount dir as readonly ... secrets: device or resource busy", moby#48783, open; once in CI)
-START_RETRIES = 2
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).
 UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
@@ -268,31 +264,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def wait_running(self, services: dict[str, Any]) -> dict[str, dict]:
         """Every service's task running (name -> its task); a task the swarm rejects (no image on
         its host, no GPU) is an error naming its host."""
-        deadline = time.monotonic() + TASK_TIMEOUT
-        running: dict[str, dict] = {}
-        retried: dict[str, int] = {}
-        while len(running) < len(services):
-            for name in sorted(set(services) - set(running)):
-                task = _latest_task(services[name])
-                if task is None:
-                    continue
-                st = task["Status"]
-                if _start_failed_transiently(st) and retried.get(name, 0) < START_RETRIES:
-                    retried[name] = retried.get(name, 0) + 1
-                    self.warnings.append(f"swarm: {name} on host {self._hostname(task)} did not start "
-                                         f"({st.get('Err')}); started again")
-                    services[name].force_update()  # a new task; the failed one never ran the node
-                    continue
-                if st["State"] in ("rejected", "failed", "shutdown", "complete", "orphaned"):
-                    raise RuntimeError(f"runtime swarm: {name} on host {self._hostname(task)}: task {st['State']}: "
-                                       f"{st.get('Err') or st.get('Message')}")
-                if st["State"] == "running":
-                    running[name] = task
-            if len(running) < len(services) and time.monotonic() > deadline:
-                raise RuntimeError(f"runtime swarm: {', '.join(sorted(set(services) - set(running)))} not running "
-                                   f"after {TASK_TIMEOUT:.0f} s")
-            time.sleep(0.3)
-        return running
+        return tasks_running(services, self._hostname, self.warnings.append)
 
     def _hostname(self, task: dict) -> str:
         return next((h.hostname for h in self.hosts if h.id == task.get("NodeID")), task.get("NodeID", "?"))
@@ -510,8 +482,3 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
 register_sweeper(Sweeper("swarm", swarm_labels, remove_swarm_resources))
 
-
-def _start_failed_transiently(status: dict) -> bool:
-    """A task whose container the engine failed to start (the node never ran): a race of the engine's
-    own may be behind it, and a new task costs a second; one that fails the same way again is an error."""
-    return status["State"] == "failed" and (status.get("Err") or "").startswith("starting container failed")

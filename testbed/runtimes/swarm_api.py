@@ -213,6 +213,50 @@ def set_container_quota(node: str, host: SwarmHost, container: str, period: Opti
     api._raise_for_status(api._post_json(api._url("/containers/{0}/update", container), data=data))
 
 
+TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
+# new tasks for a container the engine failed to start: it races with itself at times ("unable to
+# remount dir as readonly ... secrets: device or resource busy", moby#48783, open; once in CI)
+START_RETRIES = 2
+ENDED = ("rejected", "failed", "shutdown", "complete", "orphaned")
+
+
+def tasks_running(services: dict[str, Any], hostname: Callable[[dict], str],
+                  warn: Callable[[str], None]) -> dict[str, dict]:
+    """Every one-task service's task running (name -> its task); one that ended is an error naming
+    its host (`hostname(task)`), but for a container the engine failed to start: a new task, at
+    most START_RETRIES times, each said through `warn`."""
+    deadline = time.monotonic() + TASK_TIMEOUT
+    running: dict[str, dict] = {}
+    retried: dict[str, int] = {}
+    while len(running) < len(services):
+        for name in sorted(set(services) - set(running)):
+            task = _latest_task(services[name])
+            if task is None:
+                continue
+            st = task["Status"]
+            if _start_failed_transiently(st) and retried.get(name, 0) < START_RETRIES:
+                retried[name] = retried.get(name, 0) + 1
+                warn(f"swarm: {name} on host {hostname(task)} did not start ({st.get('Err')}); started again")
+                services[name].force_update()  # a new task; the failed one never ran the node
+                continue
+            if st["State"] in ENDED:
+                raise RuntimeError(f"runtime swarm: {name} on host {hostname(task)}: task {st['State']}: "
+                                   f"{st.get('Err') or st.get('Message')}")
+            if st["State"] == "running":
+                running[name] = task
+        if len(running) < len(services) and time.monotonic() > deadline:
+            raise RuntimeError(f"runtime swarm: {', '.join(sorted(set(services) - set(running)))} not running "
+                               f"after {TASK_TIMEOUT:.0f} s")
+        time.sleep(0.3)
+    return running
+
+
+def _start_failed_transiently(status: dict) -> bool:
+    """A task whose container the engine failed to start (the node never ran): a race of the engine's
+    own may be behind it, and a new task costs a second; one that fails the same way again is an error."""
+    return status["State"] == "failed" and (status.get("Err") or "").startswith("starting container failed")
+
+
 def _latest_task(service) -> Optional[dict]:
     try:
         tasks = service.tasks()

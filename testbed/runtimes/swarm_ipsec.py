@@ -15,11 +15,11 @@ import time
 from typing import Any, Callable, Optional
 
 from testbed.kernel import ipsec
+from testbed.runtimes.swarm_api import ENDED
 
 PROBE_TIMEOUT = 120.0  # s for every host's probe task to end (a cold image start included)
 # The image's python running edgebed's probe itself, not a job: jobs (`--exec`) give up NET_ADMIN
 PROBE_COMMAND = ["python", "-m", "testbed.kernel.ipsec"]
-ENDED = ("complete", "failed", "rejected", "shutdown", "orphaned")
 
 
 def overlay_options(encrypt: bool) -> Optional[dict]:
