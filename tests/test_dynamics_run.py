@@ -57,7 +57,10 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
     events = pd.read_csv(run_dir / "events.csv")
     applied = events[events.scheduled_time.notna()]
     assert len(applied) == 5 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
-    assert ((applied.time - applied.scheduled_time).abs() < 0.1).all()  # each within 100 ms of its time
+    # each done within 100 ms of its time; on docker a kill or restart goes through the engine's API,
+    # which took 0.17 s once in CI's two lanes
+    late = 0.1 if runtime == "netns" else 0.5
+    assert ((applied.time - applied.scheduled_time).abs() < late).all(), applied[["time", "scheduled_time"]]
     assert "rejoined" in set(events.action)  # the PS saw w1 come back
     # w0's link, both directions: held to 2 Mbit/s between 10 s and 25 s (within 10%), well above outside
     traffic = pd.read_csv(run_dir / "traffic.csv")

@@ -218,7 +218,7 @@ def test_a_failing_node_does_not_stop_the_others():
     replay = TraceReplay([NodeReplay("bad", {"up": sched}), NodeReplay("ok", {"up": sched})], set_rates,
                          lambda *row: None, t0=0.0)
     replay.run_once(0.1)
-    assert good == ["ok"] and replay.counts["failed"] == 1 and "bad: OSError: gone" in replay.errors[0]
+    assert good == ["ok"] and replay.counts["failed"] == 1 and "bad (0.1 s): OSError: gone" in replay.errors[0]
 
 
 def test_a_node_whose_link_went_with_it_leaves_the_replay_without_failures():
