@@ -147,7 +147,7 @@ def test_shared_dataset_is_one_read_only_copy_and_the_forkserver_preloads_it(mon
 
     from testbed.data import preload as dataset_preload
 
-    monkeypatch.delenv(dataset_preload.ENV, raising=False)  # restored to unset after the test
+    monkeypatch.setenv(dataset_preload.ENV, "")  # unset again after the test (request() sets it)
     ds.shared_dataset.cache_clear()
     a = ds.shared_dataset("mnist5k", seed=3, test_size=None)
     assert a is ds.shared_dataset("mnist5k", seed=3, test_size=None)  # one copy per process

@@ -42,6 +42,40 @@ def test_edgebeds_own_register_through_the_entry_point_groups():
                if ep.name in ("mlp", "adacomp_cnn"))
 
 
+def test_the_forkserver_reads_the_registries_once_and_loads_edgebeds_own_plugins_only(monkeypatch):
+    """data/plugin_preload.py, as the forkserver imports it: every group read (a fork finds the
+    cache filled), the run's algorithm, model and dataset loaded when they are edgebed's, and a
+    user's package's plugin not imported there (its code runs in the nodes only)."""
+    import importlib
+
+    from testbed.data import plugin_preload
+
+    loaded = []
+
+    class Entry:
+        def __init__(self, name, module):
+            self.name, self.module = name, module
+
+        def load(self):
+            loaded.append(self.name)
+
+    fake = {"algorithm": {"fedavg": Entry("fedavg", "testbed.strategies.fedavg"),
+                          "theirs": Entry("theirs", "theirpkg.algo")},
+            "model": {"adacomp_cnn": Entry("adacomp_cnn", "testbed.data.models")}, "dataset": {}}
+    read = []
+    monkeypatch.setattr(plugins, "registered", lambda kind: read.append(kind) or fake[kind])
+    monkeypatch.setenv(plugin_preload.ENV, "")  # unset again after the test (request() sets it)
+    plugin_preload.request({"algorithm": "fedavg", "model": "adacomp_cnn", "dataset": "mnist5k"})
+    importlib.reload(plugin_preload)
+    assert set(read) == set(plugins.GROUPS) and loaded == ["fedavg", "adacomp_cnn"]
+    loaded.clear()
+    plugin_preload.request({"algorithm": "theirs"})
+    importlib.reload(plugin_preload)
+    assert loaded == []
+    plugin_preload.request({"algorithm": ["not", "a", "name"]})  # never raises in the forkserver
+    importlib.reload(plugin_preload)
+
+
 def test_a_plugin_named_by_import_path_is_validated_like_a_builtin(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))
     sc = parse_scenario(_scenario(model="edgebed_example.models:tiny_cnn", dataset="edgebed_example.data:stripes",

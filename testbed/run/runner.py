@@ -50,7 +50,7 @@ EXIT_STOPPED = 3
 
 PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles.ps", "testbed.node.roles.worker", "testbed.node.roles.peer",
            "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets", "testbed.data.models",
-           "testbed.data.partition", "testbed.strategies", "testbed.data.preload"]
+           "testbed.data.partition", "testbed.strategies", "testbed.data.preload", "testbed.data.plugin_preload"]
 
 
 def default_run_dir(sc: Scenario) -> Path:
@@ -165,6 +165,10 @@ class Run:
             from testbed.data.preload import request
 
             request(sc.workload.dataset, sc.seed, sc.workload.test_size)
+            from testbed.data import plugin_preload
+
+            plugin_preload.request({"algorithm": sc.algorithm.name, "model": sc.workload.model,
+                                    "dataset": sc.workload.dataset})
         self.spec = place(build_cluster(sc, self.run_id), self.runtime.placer(sc))
         self._make_nodes()
         self.hub = self.runtime.hub  # before any node starts: the nodes' rows come in here
