@@ -481,4 +481,3 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
 
 register_sweeper(Sweeper("swarm", swarm_labels, remove_swarm_resources))
-
