@@ -41,8 +41,10 @@ def test_a_short_fleet_run_calibrates_each_device_and_replays_each_trace(tmp_pat
         assert d["device"] == device and d["calibration"]["model"] == "adacomp_cnn"
         assert d["calibration"]["repetitions"] >= 3 and d["calibration"]["flops_per_step"] > 0
         quotas[node] = d["quota_cores"]
-    # a slower device gets less of the host: the Pi 3B's quota is the smallest, the Pixel 2's the largest
-    assert min(quotas, key=quotas.get) == "pi30" and max(quotas, key=quotas.get) == "phone0", quotas
+    # a slower device gets less of the host: the Pi 3B's quota the smallest, and the Pixel 2 (3.9x
+    # its speed) at least twice it. Not the Pi 4 below the Pixel 2 (1.56x): each node calibrates
+    # on the host as it is then, and under CI's two lanes the Pi 4's read the host 1.6x slower once
+    assert min(quotas, key=quotas.get) == "pi30" and quotas["phone0"] > 2 * quotas["pi30"], quotas
     assert meta["nodes"]["ps"]["cpu_basis"].startswith("host-relative")
     # every worker's two directions follow their traces (a row per change); a direction may sit in
     # an outage of its recorded trace for the whole short run (AT&T's LTE uplink at the Pi 3B's
