@@ -98,7 +98,7 @@ class TraceReplay:
         self.counts["ticks"] += 1
         for n in list(self.nodes):
             try:
-                self._step_losses(n)
+                self._step_losses(n, t)
                 self._step_rates(n, t)
                 self._step_delays(n, t)
             except LinkGone:  # the node ended, its link with it: nothing is left to replay on
@@ -156,7 +156,7 @@ class TraceReplay:
             when = f" ({t:.1f} s)" if t is not None else ""
             self.errors.append(f"{where}{when}: {type(e).__name__}: {e}{at}")
 
-    def _step_losses(self, n: NodeReplay) -> None:
+    def _step_losses(self, n: NodeReplay, t: float) -> None:
         set_loss = self.set_loss
         if set_loss is None:
             return
@@ -169,7 +169,7 @@ class TraceReplay:
                 raise
             except Exception as e:  # as a rate change: counted, said, the replay goes on
                 self.counts["failed"] += 1
-                self._said(f"{n.node} loss", e)
+                self._said(f"{n.node} loss", e, t)
 
     def _loop(self) -> None:
         k = 1  # tick 0 is the bring-up's rate
