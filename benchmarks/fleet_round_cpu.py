@@ -9,7 +9,7 @@ machine's busy time from /proc/stat. What the runner takes of the machine while 
 what the devices' trainers and the PS cannot have: on 2 cores, a second of runner CPU a second is
 half the machine.
 
-    sudo .venv/bin/python benchmarks/fleet_round_cpu.py [--devices 1000] [--per-round 10] [--rounds 11]
+    sudo .venv/bin/python benchmarks/fleet_round_cpu.py [--devices 1000] [--per-round 10] [--rounds 11] [--parked P]
         [--out benchmarks/results/fleet-round-cpu-1000.json] [--keep RUN_DIR]
 
 Root (netns runtime); run it alone. Results: BENCHMARKS.md, "Side by side with Flower".
@@ -60,7 +60,7 @@ def sample_loop(samples: list, stop: threading.Event) -> None:
         samples.append({"t": time.time(), "threads": thread_cpu(), "machine": machine_busy()})
 
 
-def fleet_scenario(devices: int, per_round: int, rounds: int):
+def fleet_scenario(devices: int, per_round: int, rounds: int, parked: int = 0):
     """The scenario `edgebed bench flower --clients N --per-round K --bandwidth 100mbit` runs."""
     from testbed.plan import parse_scenario
 
@@ -69,7 +69,8 @@ def fleet_scenario(devices: int, per_round: int, rounds: int):
                                         "threads": 1, "eval_interval": 10_000_000},
                            "stop": {"steps": rounds, "seconds": 3600},
                            "algorithm": {"name": "fedavg", "params": {"period": 10, "clients": per_round,
-                                                                      "trainers": "per_round", "deadline_s": 600}},
+                                                                      "trainers": "per_round", "deadline_s": 600,
+                                                                      "parked": parked}},
                            "profiles": {"device": {"bandwidth": "100mbit"}},
                            "workers": [{"count": devices, "profile": "device"}]})
 
@@ -101,6 +102,7 @@ def main() -> None:
     ap.add_argument("--devices", type=int, default=1000)
     ap.add_argument("--per-round", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--parked", type=int, default=0, help="trainers a round left out that wait for a later one")
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--keep", type=Path, default=None, help="keep the run's records in this folder")
     args = ap.parse_args()
@@ -116,7 +118,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="edgebed-round-cpu-") as tmp:
         run_dir = args.keep or Path(tmp) / "run"
         started = time.time()
-        summary = run(fleet_scenario(args.devices, args.per_round, args.rounds), "round-cpu", run_dir,
+        summary = run(fleet_scenario(args.devices, args.per_round, args.rounds, args.parked), "round-cpu", run_dir,
                       say=lambda line: lines.append((time.time(), line)))
         ended = time.time()
         rounds = pd.read_csv(run_dir / "rounds.csv").sort_values("round")
@@ -124,8 +126,8 @@ def main() -> None:
     sampler.join()
     t0 = _t0(lines)
     opened, closed = t0 + float((rounds.time - rounds.open_seconds).min()), t0 + float(rounds.time.max())
-    out = {"devices": args.devices, "per_round": args.per_round, "status": summary["status"],
-           "reason": summary.get("reason"), "last_lines": [line for _, line in lines[-8:]], "cores": os.cpu_count(),
+    out = {"devices": args.devices, "per_round": args.per_round, "parked": args.parked, "status": summary["status"],
+           "reason": summary.get("reason"), "trainers": summary.get("trainers"), "last_lines": [line for _, line in lines[-8:]], "cores": os.cpu_count(),
            "round_seconds": [float(x) for x in rounds.open_seconds], "whole_run_s": ended - started,
            "before_rounds": window(samples, started, opened), "rounds": window(samples, opened, closed)}
     print(json.dumps({k: out[k] for k in ("status", "reason", "round_seconds", "rounds")}, indent=1))

@@ -258,3 +258,17 @@ def pytest_xdist_make_scheduler(config, log):
             return "lab" if nodeid.split("::", 1)[0] in LAB_FILES else nodeid
 
     return LabTogether(config, log)
+
+
+@pytest.fixture
+def ps_port_free():
+    """A PS role made in the test binds its port (5555) on loopback: skip if something holds it."""
+    import zmq
+
+    s = zmq.Context.instance().socket(zmq.ROUTER)
+    try:
+        s.bind("tcp://127.0.0.1:5555")
+    except zmq.ZMQError:
+        pytest.skip("port 5555 on loopback is taken")
+    finally:
+        s.close(linger=0)

@@ -12,6 +12,8 @@ from testbed.node.wire import Message, decode, encode
 from testbed.plan import parse_scenario
 from testbed.records import metrics
 
+pytestmark = pytest.mark.usefixtures("ps_port_free")
+
 
 def _reply(sock, kinds=("model",), timeout=5.0) -> Message:
     deadline = time.monotonic() + timeout
@@ -67,17 +69,6 @@ def test_a_bad_push_is_refused_answered_and_recorded(tmp_path):
         ctx.term()
         ps.ep.close()
         ps.zctx.term()
-
-
-@pytest.fixture(autouse=True)
-def _port_free():
-    s = zmq.Context.instance().socket(zmq.ROUTER)
-    try:
-        s.bind("tcp://127.0.0.1:5555")
-    except zmq.ZMQError:
-        pytest.skip("port 5555 on loopback is taken")
-    finally:
-        s.close(linger=0)
 
 
 def test_the_coordinator_reports_each_inbox_drops_and_ignores_a_bad_count(tmp_path):

@@ -108,7 +108,7 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
 
 
 def _edgebed_fleet_rounds(devices: int, per_round: int, rounds: int, local_steps: int, batch_size: int, model: str,
-                          dataset: str, lr: float, seed: int, bandwidth: str) -> dict:
+                          dataset: str, lr: float, seed: int, bandwidth: str, parked: int = 0) -> dict:
     """K of N devices a round in edgebed (netns, fedavg with per-round trainers: a selected device's
     trainer starts with its round; each device's link shaped to `bandwidth` both ways, if given):
     each round's time from rounds.csv (open to close), the reports in it."""
@@ -120,7 +120,8 @@ def _edgebed_fleet_rounds(devices: int, per_round: int, rounds: int, local_steps
                                       "threads": 1, "eval_interval": 10_000_000},
                          "stop": {"steps": rounds, "seconds": 3600},
                          "algorithm": {"name": "fedavg", "params": {"period": local_steps, "clients": per_round,
-                                                                    "trainers": "per_round", "deadline_s": 600}},
+                                                                    "trainers": "per_round", "deadline_s": 600,
+                                                                    "parked": parked}},
                          "profiles": {"device": profile}, "workers": [{"count": devices, "profile": "device"}]})
     t0 = time.monotonic()
     summary, records = run_for_records(sc, "bench-flower", "rounds.csv")
@@ -155,7 +156,7 @@ def _bare_fedavg_round(clients: int, local_steps: int, batch_size: int, model: s
 
 def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 10, batch_size: int = 32,
                      model: str = "adacomp_cnn", dataset: str = "mnist5k", lr: float = 0.05, seed: int = 1,
-                     per_round: int = 0, bandwidth: str = "", venv: Path = FLOWER_VENV,
+                     per_round: int = 0, bandwidth: str = "", parked: int = 0, venv: Path = FLOWER_VENV,
                      out_dir: Path | None = None, say: Callable[[str], None] = print) -> dict:
     """FedAvg rounds of the same work in Flower's simulation engine (flwr + Ray, run by
     testbed/bench/flower_probe.py under `venv`) and in edgebed (netns): each round every client takes
@@ -167,7 +168,8 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
 
     `per_round` K (a fleet): K of the `clients` a round, Flower's FedAvg sampling them, edgebed's
     fedavg selecting them and starting their trainers for the round (trainers: per_round);
-    `bandwidth`: edgebed's device links shaped to it (Flower has no network)."""
+    `bandwidth`: edgebed's device links shaped to it (Flower has no network); `parked`: up to this
+    many trainers a round left out wait for a later one (fedavg's `parked`)."""
     import subprocess
 
     py = Path(venv) / "bin" / "python"
@@ -185,7 +187,7 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
     fl = json.loads(r.stdout.strip().splitlines()[-1])
     if per_round:
         eb = _edgebed_fleet_rounds(clients, per_round, rounds, local_steps, batch_size, model, dataset, lr, seed,
-                                   bandwidth)
+                                   bandwidth, parked)
     else:
         eb = _edgebed_fedavg_rounds(clients, rounds, local_steps, batch_size, model, dataset, lr, seed)
     ideal = _bare_fedavg_round(per_round or clients, local_steps, batch_size, model, cores)
@@ -210,6 +212,7 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
     say("  edgebed / flower: " + ", ".join(f"{k} {v:.2f}x" for k, v in ratios.items() if v is not None))
     out = {"benchmark": "flower", "clients": clients, "per_round": per_round or clients,
            "edgebed_trainers": "per_round" if per_round else "always", "edgebed_bandwidth": bandwidth or None,
+           "edgebed_parked": parked,
            "rounds": rounds, "local_steps": local_steps,
            "batch_size": batch_size, "model": model, "dataset": dataset, "cores": cores,
            "flwr_version": fl.get("flwr_version"), "ideal_round_s": ideal, "flower": s_fl, "edgebed": s_eb,
@@ -219,5 +222,6 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
                    "round's local steps alone (bare PyTorch, one thread, spread over the cores); flower: "
                    "start_simulation with one CPU a client, in-process Ray object store; edgebed: netns nodes, "
                    "the model and the updates over TCP on unshaped veth links, a PS barrier"}
-    name = f"flower-{clients}clients-{per_round}a-round.json" if per_round else f"flower-{clients}clients.json"
+    name = f"flower-{clients}clients-{per_round}a-round{f'-parked{parked}' if parked else ''}.json" if per_round \
+        else f"flower-{clients}clients.json"
     return _save(out, out_dir, name, say)

@@ -243,6 +243,8 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
                  per_round: int = typer.Option(0, help="a fleet: clients sampled a round (0: every client; "
                                                "edgebed then starts a device's trainer for its round)"),
                  bandwidth: str = typer.Option("", help="edgebed's device links shaped to this rate (e.g. 100mbit)"),
+                 parked: int = typer.Option(0, help="with --per-round: edgebed keeps up to this many trainers a "
+                                            "round left out waiting for a later one (fedavg's parked)"),
                  venv: Optional[Path] = typer.Option(None, help="the venv with flwr[simulation] (default: the "
                                                      "checkout's .venv-flower, made by make flower-venv)"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
@@ -253,6 +255,8 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
         fail("error: --clients, --local-steps and --batch-size must be at least 1, --rounds at least 2")
     if not 0 <= per_round <= clients:
         fail(f"error: --per-round: between 1 and --clients ({clients}), or 0 for every client")
+    if parked < 0 or (parked and not per_round):
+        fail("error: --parked: at least 0, and only with --per-round")
     if bandwidth:
         from testbed.scenario import units
 
@@ -261,7 +265,7 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
         except ValueError as e:
             fail(f"error: --bandwidth: {e}")
     _run_refusable(flower_benchmark, clients, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
-                   per_round=per_round, bandwidth=bandwidth, venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo)
+                   per_round=per_round, bandwidth=bandwidth, parked=parked, venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo)
 
 
 @bench_app.command("stress")

@@ -35,7 +35,7 @@ from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_t
 from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.progress import FleetProgress
 from testbed.run.streams import relay_external_broker, start_streams
-from testbed.run.summary import control_drops, summarize
+from testbed.run.summary import control_drops, ps_info, summarize
 from testbed.run.trainers import Trainers
 from testbed.runtimes import auto_note, runtime_class, select_runtime
 from testbed.runtimes.preflight import files_needed, may_raise_limits, preflight
@@ -392,6 +392,9 @@ class Run:
         trainers = getattr(self, "trainers", None)
         if trainers is not None:  # per-round trainers: what became of the PS's requests
             summary["trainers"] = {**trainers.counts, "errors": trainers.errors[:5]}
+            parked = ps_info(self.run_dir).get("parked_trainers")
+            if isinstance(parked, dict):  # the PS's: trainers handed a later round instead of started
+                summary["trainers"]["parked"] = parked
         replay = getattr(self, "replay", None)
         if replay is not None:  # ticks, rate changes made, failed, ticks skipped for being late, nodes ended
             summary["trace_replay"] = {**replay.counts, "errors": replay.errors[:5]}

@@ -163,7 +163,7 @@ def capacity_problems(sc: Scenario, memory_mib: Optional[float] = None, files: O
     from testbed.strategies import make_strategy
 
     nodes = len(sc.node_names())
-    busy = nodes - sc.n_workers + make_strategy(sc.algorithm.name, sc.algorithm.params).trainers_at_once(sc.n_workers)
+    busy = nodes - sc.n_workers + make_strategy(sc.algorithm.name, sc.algorithm.params).trainers_alive(sc.n_workers)
     memory_mib = host_memory_mib() if memory_mib is None else memory_mib
     files = reachable_open_files() if files is None else files
     lines = []

@@ -145,6 +145,7 @@ class Strategy(ABC):
     # True: a worker's trainer runs only while it is selected (the runner starts it when the PS
     # asks, server.starts; it ends when worker_parks says so): fedavg's `trainers: per_round`
     per_round: bool = False
+    parked: int = 0  # per-round trainers: how many wait, idle, between their rounds (node/roles/parking.py)
     Params: ClassVar[type[BaseModel]] = NoParams
     # whether this worker's last payload was compressed (steps.csv `compressed`); None: not compressing
     last_compressed: Optional[bool] = None
@@ -200,12 +201,17 @@ class Strategy(ABC):
         """A worker received the model with this meta (see server_reply_meta)."""
 
     def trainers_at_once(self, n_workers: int) -> int:
-        """How many of `n_workers` workers' trainers run at once, at most (what a machine must hold)."""
+        """How many of `n_workers` workers' trainers train at once, at most (the CPU they are promised)."""
         return n_workers
 
+    def trainers_alive(self, n_workers: int) -> int:
+        """How many trainer processes exist at once, at most, parked ones included (what memory must hold)."""
+        return min(n_workers, self.trainers_at_once(n_workers) + self.parked)
+
     def worker_parks(self, version: int) -> bool:
-        """Whether this worker's trainer ends now, the model of `version` just taken, to be started
-        again when needed (fedavg's per-round trainers); False: it trains the whole run."""
+        """Whether this worker's trainer stops training now, the model of `version` just taken: it
+        ends, or waits parked for a later round if the PS says so (fedavg's per-round trainers);
+        False: it trains the whole run."""
         return False
 
     def report(self) -> dict:

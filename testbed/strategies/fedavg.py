@@ -32,8 +32,11 @@ gives the PS, `RoleConfig.offline`), not the PS's silence timeout. When a round 
 asks the runner to start the selected devices' trainers (`server.starts`); each says hello, gets
 the round's model, trains H steps on batches drawn for that round (its data state is its shard
 and the round: nothing else outlives it), pushes, and gets the next round's model: selected
-again, it goes on; not selected, it ends (parks) and costs nothing until drawn again. A round
-needs a deadline here: a trainer that never starts (its device went offline) is a drop-out.
+again, it goes on; not selected, it ends and costs nothing until drawn again, or, with `parked`
+P > 0, it waits (parks) with its process, connection and model, and when a later round draws its
+device the PS hands it that round's model instead of asking for a new trainer (at most P wait,
+the longest parked ended first: node/roles/parking.py). A round needs a deadline here: a
+trainer that never starts (its device went offline) is a drop-out.
 """
 
 from __future__ import annotations
@@ -68,12 +71,17 @@ class FedAvgParams(StrategyParams):
     trainers: Literal["always", "per_round"] = Field("always", description="always: every device's trainer runs "
                                                      "the whole run; per_round: started when selected, ended when "
                                                      "not (a fleet: idle devices cost no process); needs deadline_s")
+    parked: int = Field(0, ge=0, le=100_000, description="per_round: how many trainers a round did not select "
+                        "wait, idle, for a later one that does (the PS hands them its model: no new process; the "
+                        "longest parked ends first past this); 0: a trainer not selected again ends")
 
     @model_validator(mode="after")
     def _per_round_needs_a_deadline(self):
         if self.trainers == "per_round" and self.deadline_s is None:
             raise ValueError("trainers: per_round needs deadline_s (a selected device that never starts is a "
                              "drop-out only a deadline ends)")
+        if self.parked and self.trainers != "per_round":
+            raise ValueError("parked: only with trainers: per_round (always-on trainers never end)")
         return self
 
 
@@ -95,6 +103,7 @@ class FedAvg(LocalSGD):
     def __init__(self, params=None):
         super().__init__(params)
         self.per_round = self.params.trainers == "per_round"
+        self.parked = self.params.parked
         self._open: Optional[Round] = None  # PS: the round now open
         self._selected: dict[int, bool] = {}  # worker: whether it is selected, by round
         self._reported: dict[str, float] = {}  # PS: when each selected client's update came, since the round opened

@@ -11,7 +11,8 @@ import zmq
 from testbed.node import channel, transport, untrusted
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
-                                       setup_torch)
+                                       send_stop, setup_torch)
+from testbed.node.roles.parking import ParkedTrainers
 from testbed.node.wire import Message
 from testbed.plan.availability import OfflineClock
 from testbed.strategies import PushMeta, ServerState, make_strategy
@@ -66,8 +67,10 @@ class ParameterServer(ServingRole):
         self.feed = EvalFeed(self.ep, self.cfg.now)
         self.members = Membership()
         self.offline = OfflineClock(cfg.offline)  # per-round trainers: the devices offline as time goes
+        self.parked: Optional[ParkedTrainers] = None  # per-round trainers waiting for a later round
         if self.strategy.per_round:  # every device is in the fleet from the start, its trainer not running
             self.members.joined = set(cfg.workers)
+            self.parked = ParkedTrainers(self.strategy.parked)
         self.refused: dict[str, int] = {}  # malformed messages per worker
         self.faulty: set[str] = set()  # lost for them: heard again only after a restart
         self.reason: Optional[str] = None
@@ -84,14 +87,28 @@ class ParameterServer(ServingRole):
         before = len(self.server.log)
         answer = self.strategy.server_on_tick(self.server, time.monotonic())  # a round's deadline
         self.record(before)
-        for w in answer:
-            self.send_model(w)
+        self.answer(answer)
+
+    def answer(self, workers: list[str]) -> None:
+        """Send `workers` the model; first the trainers of a round that just opened (a parked
+        one handed its round before another parks in its place)."""
         self.ask_trainers()
+        for w in workers:
+            self.send_model(w)
 
     def ask_trainers(self) -> None:
-        """The runner starts the trainers of a round's clients (per-round trainers): one request
-        each, over the control channel; it passes over those running already."""
+        """The trainers of a round's clients (per-round trainers): a parked one is handed the
+        round's model; for the others the runner starts one (a request each, over the control
+        channel; it passes over those running already). None once the run is ending."""
+        if self.reason is not None:
+            del self.server.starts[:]
+            return
         for w in self.server.starts:
+            if self.parked is not None and self.parked.take(w):
+                if self.send_model(w):
+                    self.parked.counts["handed a round"] += 1
+                    continue
+                self.parked.counts["gone when handed"] += 1  # it ended (killed offline): start another
             channel.send_json(self.cfg.records, "request", {"id": f"train-{self.server.version}-{w}", "node": w,
                                                             "action": "train", "fields": {},
                                                             "source": f"round {self.server.version}"})
@@ -117,7 +134,8 @@ class ParameterServer(ServingRole):
                 "stop_reason": self.reason, "ingress_payload_bytes": self.ingress_payload,
                 "transport_bytes_sent": self.ep.bytes_sent, "transport_bytes_received": self.ep.bytes_received,
                 "workers_joined": sorted(self.members.joined), "strategy": self.strategy.report(),
-                "messages_dropped": dict(self.ep.dropped)}
+                "messages_dropped": dict(self.ep.dropped),
+                **({"parked_trainers": self.parked.report()} if self.parked is not None else {})}
 
     # -- messages ----------------------------------------------------------------------------
     def serve(self, msgs) -> None:
@@ -155,7 +173,6 @@ class ParameterServer(ServingRole):
             self.rejoin(sender, "answered again")  # it was lost (frozen, cut off) and is back
         if msg.kind == "push":
             self.on_push(sender, msg, nbytes)
-            self.ask_trainers()  # the round it closed opened the next
         elif msg.kind == "eval_ready":
             self.feed.on_ready()
         elif msg.kind == "target_reached":
@@ -174,6 +191,8 @@ class ParameterServer(ServingRole):
             if self.server.version == 0:
                 self.snapshot()  # accuracy of the initial model: the curves start at step 0
         elif sender in m.joined and self.strategy.per_round:  # a trainer started for a round
+            if self.parked is not None:
+                self.parked.take(sender)  # a new trainer for its device: an old one's place is gone
             self.send_model(sender)
         elif sender in m.joined:  # a restarted worker: what it had pending died with it
             if sender not in m.left:
@@ -196,8 +215,7 @@ class ParameterServer(ServingRole):
         server.push_meta = meta
         answer = self.strategy.server_on_push(server, sender, msg.tensors, base_version)
         self.record(before, sender, nbytes)
-        for w in answer:
-            self.send_model(w)
+        self.answer(answer)
         self.maybe_snapshot()
 
     def record(self, before: int, sender: Optional[str] = None, nbytes: int = 0) -> None:
@@ -213,19 +231,33 @@ class ParameterServer(ServingRole):
             self.rounds.write(time=now, **round_row(row))
         del server.rounds[:]
 
-    def send(self, msg: Message, to: str) -> None:
+    def send(self, msg: Message, to: str) -> bool:
+        """Whether it left: False when `to`'s connection is gone (killed, crashed): it is lost."""
         m = self.members
         try:
             self.ep.send(msg, to)
-            if to in m.waiting:  # it has work again: its silence counts from now
-                m.waiting.discard(to)
-                m.heard[to] = time.time()
-        except zmq.ZMQError:  # its connection is gone (killed, crashed): it is lost
+        except zmq.ZMQError:
             m.unreachable.append(to)
+            return False
+        if to in m.waiting:  # it has work again: its silence counts from now
+            m.waiting.discard(to)
+            m.heard[to] = time.time()
+        return True
 
-    def send_model(self, to: str) -> None:
-        self.send(Message("model", self.server.params, {"version": self.server.version,
-                                                        **self.strategy.server_reply_meta(self.server, to)}), to)
+    def send_model(self, to: str) -> bool:
+        meta = {"version": self.server.version, **self.strategy.server_reply_meta(self.server, to)}
+        if self.parked is not None and meta.get("selected") is False:  # a per-round trainer the round left out
+            meta["park"] = self.park(to)
+        return self.send(Message("model", self.server.params, meta), to)
+
+    def park(self, worker: str) -> bool:
+        """Whether `worker`'s trainer waits parked for a later round (else it ends); the oldest
+        parked ones past the capacity are told to end."""
+        if self.parked is None:
+            return False
+        ended = self.parked.park(worker)
+        send_stop(self.ep, [w for w in ended if w != worker], "parked trainers past their capacity")
+        return worker not in ended
 
     def tell(self, result) -> None:
         """Send a completed vote's outcome (SelSync's all-gathered flags) to the voters."""
@@ -239,8 +271,7 @@ class ParameterServer(ServingRole):
         """`w` is out of the run: the strategy goes on without it (a vote may now be complete)."""
         self.members.left.add(w)
         self.members.waiting.discard(w)
-        for x in self.strategy.server_on_leave(self.server, w):
-            self.send_model(x)
+        self.answer(self.strategy.server_on_leave(self.server, w))
         self.tell(self.strategy.server_on_vote(self.server, None, False))
 
     def lose(self, w: str, why: str) -> None:

@@ -44,25 +44,37 @@ class Worker:
             self.inject = DataInjection(cfg, sc.workload.injection, sc.seed, self.zctx, self.own_batch)
         self.version = -1
         self.parked = False  # a per-round trainer that was not selected: it ends without a bye
+        self.waits = False  # ... or, parked, waits for a round that selects it (the PS said so)
         self.inbox: deque[Message] = deque()  # received, not yet read by wait_reply
         self.crash = random.Random(f"crash-{sc.seed}-{cfg.rank}") if sc.faults.crash_per_push > 0 else None
 
     def run(self) -> None:
         try:
             self.ep.send(Message("hello"))
-            reply = self.wait_reply()
-            if reply is None or reply.kind == "stop":
-                return
-            self.take_model(reply)
-            if self.parked:
-                return
             step = 0
-            while not self.stop_event.is_set():
-                step += 1
-                if not self.step(step):
-                    break
+            while self.await_round():
+                while not self.stop_event.is_set():
+                    step += 1
+                    if not self.step(step):
+                        break
+                if not (self.parked and self.waits):  # the run is over for it, or it ends not selected
+                    return
         finally:
             self.close()
+
+    def await_round(self) -> bool:
+        """Take models until one to train on comes (hello's answer, or a parked trainer's next
+        round); False when the run is over for this trainer (stopped, or not selected and not
+        asked to wait)."""
+        while True:
+            reply = self.wait_reply()
+            if reply is None or reply.kind == "stop":
+                return False
+            self.take_model(reply)
+            if not self.parked:
+                return True
+            if not self.waits:
+                return False
 
     def step(self, step: int) -> bool:
         """One training step; False when the run is over for this worker."""
@@ -159,6 +171,7 @@ class Worker:
         if self.strategy.per_round:  # a trainer's batches: its device's shard, drawn for this round
             self.data.batches.reseed(self.sc.seed, self.cfg.rank, self.version)
             self.parked = self.strategy.worker_parks(self.version)
+            self.waits = self.parked and reply.meta.get("park") is True
 
     def close(self) -> None:
         if self.feeder is not None:
