@@ -145,20 +145,29 @@ def test_the_ps_hands_a_parked_trainer_its_round_and_asks_the_runner_for_the_oth
 @needs_root
 @pytest.mark.root
 @pytest.mark.slow
-def test_a_fleet_with_parked_trainers_starts_each_device_once_and_trains(tmp_path, clean_host):
+@pytest.mark.parametrize("runtime", ["netns", "docker"])
+def test_a_fleet_with_parked_trainers_starts_each_device_once_and_trains(tmp_path, clean_host, runtime):
     """6 devices, 2 a round, every trainer may park: after a device's first round its trainer is
     handed each later round that draws it (the runner starts at most one trainer a device), only a
-    round's clients train on its model, and the model learns."""
-    data = {"name": "parked", "seed": 1, "runtime": "netns",
+    round's clients train on its model, and the model learns. Docker: the trainer is a role its
+    container's supervisor keeps while it waits."""
+    if runtime == "docker":
+        from test_dynamics_run import _docker_or_skip
+
+        _docker_or_skip()
+    data = {"name": "parked", "seed": 1, "runtime": runtime,
             "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 2},
-            "stop": {"seconds": 20},
+            "stop": {"seconds": 20 if runtime == "netns" else 30},
             "algorithm": {"name": "fedavg", "params": {"period": 4, "clients": 2, "deadline_s": 4,
                                                        "trainers": "per_round", "parked": 6}},
             "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}}, "workers": [{"count": 6, "profile": "edge"}]}
     run_dir = tmp_path / "run"
     run_up(write_scenario(tmp_path, data), run_dir, "-q", timeout=200)
     summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["final_accuracy"] > 0.6, summary
+    # docker: a device's first trainer imports torch in its container (seconds at 0.3 of a core,
+    # against the 4-s deadline: those rounds close empty, test_dynamics_run); netns ones fork warm
+    assert summary["status"] == "completed" and summary["final_accuracy"] > (0.6 if runtime == "netns" else 0.2), \
+        summary
     rounds = pd.read_csv(run_dir / "rounds.csv", keep_default_na=False)
     selected = {int(r): set(s.split()) for r, s in zip(rounds["round"], rounds.selected)}
     drawn = sum(len(s) for s in selected.values())
@@ -169,7 +178,8 @@ def test_a_fleet_with_parked_trainers_starts_each_device_once_and_trains(tmp_pat
     # a draw is a parked trainer handed its round, one still running (drawn twice in a row), or a
     # device's first start; the last round may be cut
     handed = parked["handed a round"]
-    assert handed + trainers["running already"] + 6 >= drawn - 2 and handed >= drawn / 3, (drawn, trainers)
+    assert handed + trainers["running already"] + trainers["started"] >= drawn - 2 and handed >= drawn / 3, \
+        (drawn, trainers)
     assert parked["ended to make room"] == 0 and parked["gone when handed"] == 0, parked
     assert parked["capacity"] == 6
     steps = pd.read_csv(run_dir / "steps.csv")
