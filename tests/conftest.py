@@ -94,16 +94,19 @@ def _descends_from_me(pid) -> bool:
 
 
 @pytest.fixture
-def clean_host(tmp_path):
+def clean_host(tmp_path, request):
     """Fail a test that leaves namespaces, cgroups, containers or state files of edgebed behind.
 
     Only runs this test made count (runner is this process, or the run dir is in the test's
     tmp_path; a run with no state file counts unless an engine's labels name a live runner that
     is not this process's): other edgebed runs on the same machine, another lane's, must not fail it.
+    A test that does not use the lab counts no run the lab's swarm alone holds: the lab's lane
+    kills runners on purpose (`edgebed down` after kill -9), and their services outlive their
+    state files for a few seconds.
     """
     from testbed.kernel import cgroups
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import known_runs, labelled_runs
+    from testbed.runtimes.state import RUN_LABEL, SWEEPERS, known_runs, labelled_runs
 
     load_backends()
     before = set(known_runs())
@@ -111,11 +114,18 @@ def clean_host(tmp_path):
 
     def ours(rid, st) -> bool:
         if st is None:  # no state file (yet, or any more): an engine's labels may name its runner
+            if rid in swarm_only:
+                return False
             engine = labelled.get(rid)
             return engine is None or not engine.runner_alive() or _descends_from_me(engine.runner_pid)
         return st.runner_pid == os.getpid() or str(st.run_dir).startswith(str(tmp_path))
 
     labelled = labelled_runs()
+    swarm_only: set = set()
+    if "lab" not in request.fixturenames and "swarm" in SWEEPERS:
+        others = {labels.get(RUN_LABEL) for name, sweeper in SWEEPERS.items() if name != "swarm"
+                  for _, labels in sweeper.find_labels()}
+        swarm_only = {labels.get(RUN_LABEL) for _, labels in SWEEPERS["swarm"].find_labels()} - others
     after = {rid for rid, st in known_runs(labelled).items() if rid not in before and ours(rid, st)}
     assert not after, f"leftover runs: {after}; netns {our_netns()}; cgroups {cgroups.list_runs()}"
 

@@ -71,9 +71,13 @@ def test_the_ps_hands_a_parked_trainer_its_round_and_asks_the_runner_for_the_oth
     cfg = RoleConfig(node="ps", role="ps", rank=-1, run_dir=str(tmp_path), t0=time.time(),
                      scenario=sc.model_dump(mode="json"), ps_address="127.0.0.1", threads=1,
                      workers=["w0", "w1", "w2"])
-    asked: list[str] = []
-    monkeypatch.setattr("testbed.node.roles.ps.channel.send_json",
-                        lambda address, kind, data: asked.append(data["node"]) if data.get("action") == "train" else None)
+    asked: list[str] = []  # the devices the PS asks the runner to start a trainer for
+
+    def requests(address, kind, data):
+        if data.get("action") == "train":
+            asked.append(data["node"])
+
+    monkeypatch.setattr("testbed.node.roles.ps.channel.send_json", requests)
     ps = ParameterServer(cfg, threading.Event())
     draws = ["w0", "w1", "w0", "w2", "w1"]
     ps.strategy.choose = lambda round_, online: frozenset([draws[round_]])

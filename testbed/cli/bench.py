@@ -265,7 +265,8 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
         except ValueError as e:
             fail(f"error: --bandwidth: {e}")
     _run_refusable(flower_benchmark, clients, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
-                   per_round=per_round, bandwidth=bandwidth, parked=parked, venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo)
+                   per_round=per_round, bandwidth=bandwidth, parked=parked, venv=venv or FLOWER_VENV, out_dir=out,
+                   say=typer.echo)
 
 
 @bench_app.command("stress")
