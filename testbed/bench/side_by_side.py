@@ -97,7 +97,8 @@ def _edgebed_fedavg_rounds(clients: int, rounds: int, local_steps: int, batch_si
     first = steps.sort_values("time").head(1)  # the first step's start: when round 1 began
     start = float(first.time.iloc[0] - first.compute_seconds.iloc[0]) if len(first) else 0.0
     for r, end in enumerate(ends, start=1):
-        in_round = steps[(steps.step >= (r - 1) * local_steps) & (steps.step < r * local_steps)]
+        # a worker's steps count from 1: round r is its steps (r-1)H+1 .. rH, the last one the push
+        in_round = steps[(steps.step > (r - 1) * local_steps) & (steps.step <= r * local_steps)]
         per_worker = in_round.groupby("node").compute_seconds.sum()
         out_rounds.append({"round": r, "start": start, "end": float(end), "seconds": float(end) - start,
                            "clients": int(in_round.node.nunique()), "compute_s_sum": float(per_worker.sum()),

@@ -43,6 +43,7 @@ from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Una
 from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.forkserver_guard import RUNNER_ENV, request_main
+from testbed.runtimes.forkserver_process import ForkserverProcess
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import RunState, cleanup_run
@@ -208,7 +209,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
     def start(self, node: str, target: Callable | str, kwargs: dict[str, Any], label: str = "") -> NodeProcess:
         h = self.handles[node]
         self.grant_slots(node, kwargs)
-        p = self._ctx.Process(
+        p = ForkserverProcess(  # self._ctx's Process (the one forkserver), polled safely from two threads
             target=_bootstrap,
             args=(h.netns, self.run_id, node, target, Deferred(kwargs), h.env, self.keys.of(node)),
             name=f"edgebed-{node}{'-' + label if label else ''}",
