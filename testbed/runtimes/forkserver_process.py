@@ -23,16 +23,15 @@ class _Popen(popen_forkserver.Popen):
         super().__init__(process_obj)
 
     def poll(self, flag=os.WNOHANG):
-        if self.returncode is None:
-            if not wait([self.sentinel], 0 if flag == os.WNOHANG else None):  # (not under the lock: it may block)
-                return None
-            with self._status_lock:
-                if self.returncode is None:
-                    try:
-                        self.returncode = forkserver.read_signed(self.sentinel)
-                    except (OSError, EOFError):  # the forkserver died before it could say
-                        self.returncode = 255
-        return self.returncode
+        if self.returncode is None and flag != os.WNOHANG:
+            wait([self.sentinel])  # until it ends: not under the lock, which the others only hold briefly
+        with self._status_lock:  # the look at the pipe too: one thread's read leaves it empty a moment
+            if self.returncode is None and wait([self.sentinel], 0):
+                try:
+                    self.returncode = forkserver.read_signed(self.sentinel)
+                except (OSError, EOFError):  # the forkserver died before it could say
+                    self.returncode = 255
+            return self.returncode
 
 
 class ForkserverProcess(context.ForkServerProcess):
