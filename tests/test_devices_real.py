@@ -134,6 +134,9 @@ def test_a_device_that_needs_more_than_a_core_trains_on_two_threads(tmp_path, cl
     sc = json.loads(json.dumps(SCENARIO))
     sc["profiles"] = {"pi": {"speed": {"gflops": round(0.58 * host_gflops, 3), "cores": 2}, "pace_steps": False},
                       "dc": {"cpus": 0.2}}
+    # a step here takes about 12 ms: 24 steps are 2-3 of the quota's 100-ms periods, and a mean over
+    # so few whole and part periods moved 0.97-1.53x the target (CI); 300 steps span about 36
+    sc["stop"]["steps"] = 300
     run_dir = tmp_path / "run"
     proc = start_up(write_scenario(tmp_path, sc), run_dir)
     out, _ = proc.communicate(timeout=280)
