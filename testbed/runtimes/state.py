@@ -319,28 +319,34 @@ def engine_runs(runs: dict[str, Optional[RunState]],
     return {rid: st for rid, st in runs.items() if st is not None or rid in held}
 
 
-def _netns_pids(name: str) -> set[int]:
-    """Processes whose network namespace is the named one (compare st_ino/st_dev of ns links)."""
-    try:
-        target = os.stat(NETNS_DIR / name)
-    except OSError:
-        return set()
-    pids = set()
-    for d in Path("/proc").iterdir():
+def _netns_pids(netns_names: list[str]) -> set[int]:
+    """Processes whose network namespace is one of the named ones (st_ino/st_dev of the ns links
+    compared; /proc read once, whatever the number of namespaces)."""
+    targets = set()
+    for name in netns_names:
+        try:
+            st = os.stat(NETNS_DIR / name)
+        except OSError:
+            continue
+        targets.add((st.st_ino, st.st_dev))
+    pids: set[int] = set()
+    if not targets:
+        return pids
+    for d in os.scandir("/proc"):
         if not d.name.isdigit():
             continue
         try:
-            st = os.stat(d / "ns" / "net")
+            st = os.stat(f"/proc/{d.name}/ns/net")
         except OSError:
             continue
-        if st.st_ino == target.st_ino and st.st_dev == target.st_dev:
+        if (st.st_ino, st.st_dev) in targets:
             pids.add(int(d.name))
     return pids
 
 
 def run_processes(run_id: str) -> set[int]:
     """Processes still inside the run's namespaces."""
-    return set().union(*(_netns_pids(name) for name in netns_of_run(run_id)))
+    return _netns_pids(netns_of_run(run_id))
 
 
 def why_left_alone(run_id: str, st: Optional[RunState], engine: Optional[EngineRun] = None) -> Optional[str]:
@@ -381,12 +387,11 @@ def _remove_namespaces(netns_names: list[str], progress: Tick = no_ticks) -> lis
     """Kill what runs in the namespaces, then remove them (their veth ends and qdiscs go with them)."""
     from testbed.kernel.netlink import remove_netns
 
-    for name in netns_names:
-        for pid in _netns_pids(name):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    for pid in _netns_pids(netns_names):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     problems = []
     for i, name in enumerate(netns_names):
         try:
