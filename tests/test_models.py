@@ -96,3 +96,37 @@ def test_errors() -> None:
         build_model("mlp", (28, 28), 10)  # type: ignore[arg-type]
     with pytest.raises(ModelError, match="num_classes"):
         build_model("mlp", (1, 28, 28), 1)
+
+
+def test_a_kept_initial_model_is_a_copy_of_the_seeded_build_and_leaves_torch_where_the_build_did(monkeypatch) -> None:
+    """What the netns forkserver keeps (data/preload.py) hands each node the model and the torch
+    generator state a build after torch.manual_seed(seed) gives: a node's run does not change with it."""
+    import importlib
+
+    from testbed.data import models
+    from testbed.data import preload as dataset_preload
+
+    monkeypatch.setattr(models, "_INITIAL", {})
+    built = models.initial_model("adacomp_cnn", (1, 28, 28), 10, 7)
+    after_build = torch.rand(3)
+    assert not models._INITIAL  # nothing kept: built here
+    monkeypatch.setenv(dataset_preload.ENV, "")  # unset again after the test (request() sets it)
+    dataset_preload.request("mnist5k", 7, None, "adacomp_cnn")
+    importlib.reload(dataset_preload)  # what the forkserver does on import
+    assert list(models._INITIAL) == [("adacomp_cnn", (1, 28, 28), 10, 7)]
+    torch.manual_seed(999)  # a node's own seeding before it asks
+    a = models.initial_model("adacomp_cnn", (1, 28, 28), 10, 7)
+    assert torch.equal(torch.rand(3), after_build)
+    b = models.initial_model("adacomp_cnn", (1, 28, 28), 10, 7)
+    for pa, pb, pc in zip(a.parameters(), b.parameters(), built.parameters()):
+        assert torch.equal(pa, pc) and torch.equal(pb, pc)
+    with torch.no_grad():
+        next(a.parameters()).add_(1.0)  # a trainer's steps change its copy only
+    assert torch.equal(next(b.parameters()), next(built.parameters()))
+    # another seed, or a model that is not edgebed's own, is built in the node as before
+    other = models.initial_model("adacomp_cnn", (1, 28, 28), 10, 8)
+    assert not torch.equal(next(other.parameters()), next(built.parameters()))
+    models._INITIAL.clear()
+    dataset_preload.request("mnist5k", 7, None, "some.module:factory")
+    importlib.reload(dataset_preload)
+    assert not models._INITIAL

@@ -8,10 +8,17 @@ makes builds reproducible.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 from torch import nn
 
-__all__ = ["ModelError", "build_model", "check_model", "count_parameters", "model_names"]
+__all__ = ["ModelError", "build_model", "check_model", "count_parameters", "initial_model", "keep_initial_model",
+           "model_names"]
+
+# (name, input shape, classes, seed) -> the model built after torch.manual_seed(seed), and torch's
+# generator state the build left: kept by the netns forkserver (data/preload.py) for every fork
+_INITIAL: dict[tuple, tuple[nn.Module, torch.Tensor]] = {}
 
 
 class ModelError(ValueError):
@@ -56,6 +63,27 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) 
     if not isinstance(model, nn.Module):
         raise ModelError(f"'{name}' returned a {type(model).__name__}, not a torch.nn.Module")
     return model
+
+
+def initial_model(name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int) -> nn.Module:
+    """The run's initial model, the same on every node: torch seeded with `seed`, then the model
+    built, and torch's generator left where that build leaves it. Where a forkserver kept it
+    (keep_initial_model) a fork takes a copy instead of building (about 10 ms of a trainer's start
+    on the AdaComp CNN)."""
+    kept = _INITIAL.get((name, tuple(input_shape), num_classes, seed))
+    if kept is not None:
+        model, rng = kept
+        torch.set_rng_state(rng)
+        return copy.deepcopy(model)
+    torch.manual_seed(seed)
+    return build_model(name, input_shape, num_classes)
+
+
+def keep_initial_model(name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int) -> None:
+    """Build the initial model once and keep it for initial_model (the forkserver, before it forks)."""
+    torch.manual_seed(seed)
+    model = build_model(name, input_shape, num_classes)
+    _INITIAL[(name, tuple(input_shape), num_classes, seed)] = (model, torch.get_rng_state())
 
 
 def check_model(name: str, input_shape: tuple[int, int, int], num_classes: int) -> None:

@@ -164,7 +164,7 @@ class Run:
         if self.runtime.features.shared_data:  # the forkserver loads the data once for every node (data/preload.py)
             from testbed.data.preload import request
 
-            request(sc.workload.dataset, sc.seed, sc.workload.test_size)
+            request(sc.workload.dataset, sc.seed, sc.workload.test_size, sc.workload.model)
             from testbed.data import plugin_preload
 
             plugin_preload.request({"algorithm": sc.algorithm.name, "model": sc.workload.model,

@@ -125,11 +125,11 @@ def setup_torch(cfg: RoleConfig, sc: Scenario) -> None:
 
 def model_and_data(sc: Scenario):
     from testbed.data.datasets import shared_dataset
-    from testbed.data.models import build_model
+    from testbed.data.models import initial_model
 
     ds = shared_dataset(sc.workload.dataset, seed=sc.seed, test_size=sc.workload.test_size)
-    torch.manual_seed(sc.seed)  # identical initial model everywhere
-    model = build_model(sc.workload.model, tuple(ds.input_shape), ds.num_classes)
+    # identical initial model everywhere (built after torch.manual_seed(seed), or a kept copy of it)
+    model = initial_model(sc.workload.model, tuple(ds.input_shape), ds.num_classes, sc.seed)
     return model, ds
 
 
