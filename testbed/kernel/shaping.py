@@ -182,21 +182,37 @@ def plan_direction(d: DirectionShape, caps: KernelCaps, peers=()) -> DirectionPl
     return plan
 
 
-def apply_direction(ipr, ifindex: int, plan: DirectionPlan) -> None:
-    """Install `plan` on interface `ifindex` of the namespace `ipr` is bound to."""
-    if plan.rate_bps is None and not plan.netem and not plan.bpf_loss and not plan.peers:
+def installs_anything(plan: DirectionPlan) -> bool:
+    """Whether apply_direction puts a qdisc on the interface for `plan` (an unshaped direction: none)."""
+    return plan.rate_bps is not None or bool(plan.netem) or bool(plan.bpf_loss) or bool(plan.peers)
+
+
+def rate_alone(plan: DirectionPlan) -> bool:
+    """Whether `plan` is an HTB rate and nothing else (what kernel.rtnl installs by itself)."""
+    return not plan.netem and not plan.bpf_loss and not plan.peers
+
+
+def apply_direction(ipr, ifindex: int, plan: DirectionPlan, rt=None) -> None:
+    """Install `plan` on interface `ifindex` of the namespace `ipr` is bound to. `rt`: a
+    kernel.rtnl.Rtnl in the same namespace that installs the HTB root and class instead of
+    pyroute2 (a fleet's bring-up); `ipr` may then be None for a plan that is a rate alone."""
+    if not installs_anything(plan):
         return
     parent = None
     if plan.rate_bps is not None or plan.bpf_loss or plan.peers:
         # A loss filter needs a classful root; without a rate, the class never limits.
         rate_bps = plan.rate_bps if plan.rate_bps is not None else UNLIMITED_BPS
         burst = plan.burst_bytes or htb_burst(rate_bps)
-        ipr.tc("add", "htb", index=ifindex, handle=HTB_HANDLE, default=0x10)
-        rate = f"{int(rate_bps)}bit"
-        ipr.tc(
-            "add-class", "htb", index=ifindex, handle=HTB_CLASS, parent=HTB_HANDLE,
-            rate=rate, ceil=rate, burst=burst, cburst=burst,
-        )
+        if rt is not None:
+            rt.add_htb_qdisc(ifindex, HTB_HANDLE, default=0x10)
+            rt.add_htb_class(ifindex, HTB_CLASS, HTB_HANDLE, int(rate_bps), burst)
+        else:
+            ipr.tc("add", "htb", index=ifindex, handle=HTB_HANDLE, default=0x10)
+            rate = f"{int(rate_bps)}bit"
+            ipr.tc(
+                "add-class", "htb", index=ifindex, handle=HTB_CLASS, parent=HTB_HANDLE,
+                rate=rate, ceil=rate, burst=burst, cburst=burst,
+            )
         parent = HTB_CLASS
     if plan.bpf_loss:
         from testbed.kernel.bpf import attach_loss

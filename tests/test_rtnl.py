@@ -1,0 +1,111 @@
+"""kernel/rtnl.py: the link, address, neighbour and HTB requests a fleet's bring-up sends encoded by
+hand; the kernel must end up with what pyroute2's requests made."""
+
+import os
+import socket
+import struct
+import uuid
+
+import pytest
+
+from conftest import needs_root
+from testbed.kernel import rtnl
+from testbed.kernel.netlink import NETNS_DIR, create_netns, ns_iproute, remove_netns
+from testbed.kernel.shaping import htb_burst
+
+
+def test_attributes_are_padded_and_nested_as_netlink_reads_them():
+    a = rtnl.attr(rtnl.IFLA_IFNAME, b"eth0\0")
+    assert struct.unpack_from("=HH", a) == (9, rtnl.IFLA_IFNAME) and len(a) == 12 and a[4:9] == b"eth0\0"
+    nested = rtnl.attr(rtnl.IFLA_LINKINFO, rtnl.attr(rtnl.IFLA_INFO_KIND, b"veth\0"))
+    assert struct.unpack_from("=HH", nested) == (16, rtnl.IFLA_LINKINFO) and nested[4:] == rtnl.attr(1, b"veth\0")
+
+
+def test_a_rate_table_is_pyroute2_s():
+    from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
+
+    spec, table = rtnl.htb_rate(10_000_000)
+    cell_log, linklayer, overhead, align, mpu, rate = rtnl._RATESPEC.unpack(spec)
+    assert (cell_log, linklayer, overhead, align, mpu, rate) == (3, 0, 0, -1, 0, 1_250_000)
+    assert struct.unpack("=256I", table)[:3] == tuple(int(calc_xmittime(1_250_000, n)) for n in (8, 16, 24))
+    assert rtnl._RATESPEC.unpack(rtnl.htb_rate(int(100e9))[0])[5] == (1 << 32) - 1  # the rest in RATE64
+
+
+@pytest.fixture
+def two_namespaces():
+    names = [f"eb-rtnl-{uuid.uuid4().hex[:6]}-{k}" for k in ("sw", "n")]
+    for n in names:
+        create_netns(n, ipv6=False)
+    yield names
+    for n in names:
+        remove_netns(n)
+
+
+@needs_root
+def test_a_node_s_link_address_neighbours_and_isolated_port(two_namespaces):
+    sw, node = two_namespaces
+    with rtnl.Rtnl(sw) as s:
+        with ns_iproute(sw) as ipr:
+            ipr.link("add", ifname="br0", kind="bridge")
+        br = s.index("br0")
+        s.set_link(br, up=True)
+        fd = os.open(os.path.join(NETNS_DIR, node), os.O_RDONLY)
+        try:
+            port = s.add_veth("w0", fd, "eth0", master=br, up=True)
+            with pytest.raises(OSError) as exists:  # the kernel's errors come back as OSError
+                s.add_veth("w0", fd, "eth1")
+            assert exists.value.errno == 17
+        finally:
+            os.close(fd)
+        s.isolate_port(port)
+    with rtnl.Rtnl(node) as n:
+        idx = n.index("eth0")
+        n.set_link(idx, mac="02:eb:0a:00:00:05")
+        n.add_address(idx, "10.0.0.5", 24)
+        n.add_neighbour(idx, "10.0.0.1", "02:eb:0a:00:00:01")
+        n.add_neighbour(idx, "10.0.0.1", "02:eb:0a:00:00:01")  # replace: twice is fine
+        n.set_link(idx, up=True)
+        with pytest.raises(OSError) as missing:
+            n.index("nothing")
+        assert missing.value.errno == 19
+    with ns_iproute(sw) as ipr:
+        link = ipr.get_links(port)[0]
+        assert link.get_attr("IFLA_IFNAME") == "w0" and link.get_attr("IFLA_MASTER") == br
+        assert link["flags"] & 1  # up
+        proto = ipr.brport("show", index=port)[0].get_attr("IFLA_PROTINFO")
+        assert proto.get_attr("IFLA_BRPORT_ISOLATED") == 1
+    with ns_iproute(node) as ipr:
+        link = ipr.get_links(idx)[0]
+        assert link.get_attr("IFLA_ADDRESS") == "02:eb:0a:00:00:05" and link["flags"] & 1
+        addrs = [(a.get_attr("IFA_ADDRESS"), a["prefixlen"]) for a in ipr.get_addr(index=idx, family=socket.AF_INET)]
+        assert addrs == [("10.0.0.5", 24)]
+        neigh = [(x.get_attr("NDA_DST"), x.get_attr("NDA_LLADDR"), x["state"]) for x in ipr.get_neighbours(ifindex=idx)]
+        assert neigh == [("10.0.0.1", "02:eb:0a:00:00:01", rtnl.NUD_PERMANENT)]
+
+
+def _htb(ipr, index: int) -> list:
+    """What the kernel holds of interface `index`'s HTB root and class 1:10."""
+    qdisc = [q for q in ipr.get_qdiscs(index=index) if q.get_attr("TCA_KIND") == "htb"][0]
+    cls = [c for c in ipr.get_classes(index=index) if c["handle"] == 0x10010][0]
+    parms = cls.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_PARMS")
+    init = qdisc.get_attr("TCA_OPTIONS").get_attr("TCA_HTB_INIT")
+    return [qdisc["handle"], init["defcls"], init["rate2quantum"], cls["parent"],
+            *(parms[k] for k in ("rate", "ceil", "buffer", "cbuffer", "quantum", "prio", "level"))]
+
+
+@needs_root
+@pytest.mark.parametrize("rate_bps", [1_000_000, 10_000_001, 100_000_000, int(100e9)])
+def test_an_htb_rate_is_installed_as_pyroute2_installs_it(two_namespaces, rate_bps):
+    ns = two_namespaces[0]
+    with ns_iproute(ns) as ipr, rtnl.Rtnl(ns) as rt:
+        for name in ("a", "b"):
+            ipr.link("add", ifname=name, kind="veth", peer=f"{name}p")
+        a, b = ipr.link_lookup(ifname="a")[0], ipr.link_lookup(ifname="b")[0]
+        burst, rate = htb_burst(rate_bps), f"{rate_bps}bit"
+        ipr.tc("add", "htb", index=a, handle=0x10000, default=0x10)
+        ipr.tc("add-class", "htb", index=a, handle=0x10010, parent=0x10000, rate=rate, ceil=rate, burst=burst,
+               cburst=burst)
+        rt.add_htb_qdisc(b, 0x10000, 0x10)
+        rt.add_htb_class(b, 0x10010, 0x10000, rate_bps, burst)
+        assert _htb(ipr, b) == _htb(ipr, a)
+        assert _htb(ipr, b)[4] == min(rate_bps // 8, (1 << 32) - 1)
