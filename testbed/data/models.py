@@ -68,7 +68,7 @@ def build_model(name: str, input_shape: tuple[int, int, int], num_classes: int) 
 def initial_model(name: str, input_shape: tuple[int, int, int], num_classes: int, seed: int) -> nn.Module:
     """The run's initial model, the same on every node: torch seeded with `seed`, then the model
     built, and torch's generator left where that build leaves it. Where a forkserver kept it
-    (keep_initial_model) a fork takes a copy instead of building (about 10 ms of a trainer's start
+    (keep_initial_model) a fork takes a copy instead of building (13 ms less of a trainer's start
     on the AdaComp CNN)."""
     kept = _INITIAL.get((name, tuple(input_shape), num_classes, seed))
     if kept is not None:
