@@ -1,7 +1,6 @@
 """kernel/rtnl.py: the link, address, neighbour and HTB requests a fleet's bring-up sends encoded by
 hand; the kernel must end up with what pyroute2's requests made."""
 
-import os
 import socket
 import struct
 import uuid
@@ -10,7 +9,7 @@ import pytest
 
 from conftest import needs_root
 from testbed.kernel import rtnl
-from testbed.kernel.netlink import NETNS_DIR, create_netns, ns_iproute, remove_netns
+from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
 from testbed.kernel.shaping import htb_burst
 
 
@@ -49,14 +48,10 @@ def test_a_node_s_link_address_neighbours_and_isolated_port(two_namespaces):
             ipr.link("add", ifname="br0", kind="bridge")
         br = s.index("br0")
         s.set_link(br, up=True)
-        fd = os.open(os.path.join(NETNS_DIR, node), os.O_RDONLY)
-        try:
-            port = s.add_veth("w0", fd, "eth0", master=br, up=True)
-            with pytest.raises(OSError) as exists:  # the kernel's errors come back as OSError
-                s.add_veth("w0", fd, "eth1")
-            assert exists.value.errno == 17
-        finally:
-            os.close(fd)
+        port = s.add_veth("w0", node, "eth0", master=br, up=True)
+        with pytest.raises(OSError) as exists:  # the kernel's errors come back as OSError
+            s.add_veth("w0", node, "eth1")
+        assert exists.value.errno == 17
         s.isolate_port(port)
     with rtnl.Rtnl(node) as n:
         idx = n.index("eth0")

@@ -19,7 +19,7 @@ import socket
 import struct
 from typing import Optional
 
-from testbed.kernel.netlink import entered_netns
+from testbed.kernel.netlink import NETNS_DIR, entered_netns
 
 NLMSG_ERROR = 2
 RTM_NEWLINK, RTM_GETLINK, RTM_SETLINK = 16, 18, 19
@@ -129,17 +129,21 @@ class Rtnl:
                 return answers
 
     # -- links -----------------------------------------------------------------------------
-    def add_veth(self, ifname: str, peer_netns_fd: int, peer_ifname: str, *, master: Optional[int] = None,
+    def add_veth(self, ifname: str, peer_netns: str, peer_ifname: str, *, master: Optional[int] = None,
                  up: bool = False) -> int:
-        """A veth: `ifname` here (enslaved to `master`, up if asked), its peer `peer_ifname` in the
-        namespace of `peer_netns_fd`, down; returns the ifindex of `ifname`."""
-        peer = _ifinfo() + attr(IFLA_IFNAME, peer_ifname.encode() + b"\0") + attr(IFLA_NET_NS_FD,
-                                                                                 struct.pack("=I", peer_netns_fd))
-        info = attr(IFLA_INFO_KIND, b"veth\0") + attr(IFLA_INFO_DATA, attr(VETH_INFO_PEER, peer))
-        body = _ifinfo(up=up) + attr(IFLA_IFNAME, ifname.encode() + b"\0") + attr(IFLA_LINKINFO, info)
-        if master is not None:
-            body += attr(IFLA_MASTER, struct.pack("=I", master))
-        self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body)
+        """A veth: `ifname` here (enslaved to `master`, up if asked), its peer `peer_ifname` in netns
+        `peer_netns`, down, each made in place under its final name; returns the ifindex of `ifname`."""
+        fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY)
+        try:
+            peer = _ifinfo() + attr(IFLA_IFNAME, peer_ifname.encode() + b"\0") + attr(IFLA_NET_NS_FD,
+                                                                                     struct.pack("=I", fd))
+            info = attr(IFLA_INFO_KIND, b"veth\0") + attr(IFLA_INFO_DATA, attr(VETH_INFO_PEER, peer))
+            body = _ifinfo(up=up) + attr(IFLA_IFNAME, ifname.encode() + b"\0") + attr(IFLA_LINKINFO, info)
+            if master is not None:
+                body += attr(IFLA_MASTER, struct.pack("=I", master))
+            self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body)
+        finally:
+            os.close(fd)
         return self.index(ifname)
 
     def index(self, ifname: str) -> int:

@@ -14,10 +14,9 @@ link-local ones), and each run's control network is its own, so two runs do not 
 from __future__ import annotations
 
 import ipaddress
-import os
 import secrets
 
-from testbed.kernel.netlink import NETNS_DIR, create_netns, ns_iproute
+from testbed.kernel.netlink import create_netns, ns_iproute
 from testbed.kernel.rtnl import Rtnl
 from testbed.runtimes.bridges import BridgeTree
 from testbed.runtimes.state import RunState
@@ -73,11 +72,7 @@ class ControlNetwork:
 
     @staticmethod
     def _plug(rt: Rtnl, br: int, i: int, netns: str, address: str) -> None:
-        fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY)
-        try:
-            pidx = rt.add_veth(f"n{i}", fd, "ctl0", master=br, up=True)
-        finally:
-            os.close(fd)
+        pidx = rt.add_veth(f"n{i}", netns, "ctl0", master=br, up=True)
         with Rtnl(netns) as n:
             idx = n.index("ctl0")
             n.add_address(idx, address, CONTROL_SUBNET.prefixlen)

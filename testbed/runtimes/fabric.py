@@ -13,11 +13,10 @@ isolation rules for internal networks) never see the cluster's traffic.
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.kernel.netlink import (LOOPBACK_INDEX, NETNS_DIR, NetnsSockets, add_veth, create_netns,
+from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_veth, create_netns,
                                     disable_offloads, link_counters, ns_iproute, set_sysctl)
 from testbed.kernel.rtnl import Rtnl
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, rate_alone, reshape
@@ -201,11 +200,7 @@ class Fabric(WanLinks):
         shaping). Links, addresses, neighbours and an HTB rate by kernel.rtnl (a fleet's bring-up: a
         node's requests through pyroute2 took about 25 ms); routes, netem, loss filters and peer
         classes by pyroute2."""
-        fd = os.open(os.path.join(NETNS_DIR, netns), os.O_RDONLY)
-        try:
-            pidx = self._switch_rtnl[sw].add_veth(node.name, fd, "eth0", master=br, up=True)
-        finally:
-            os.close(fd)
+        pidx = self._switch_rtnl[sw].add_veth(node.name, netns, "eth0", master=br, up=True)
         up = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
         down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)
         with Rtnl(netns) as n:
