@@ -235,16 +235,6 @@ def add_veth(ipr, ifname: str, peer_netns: str, peer_ifname: str, **attrs) -> in
     return ipr.link_lookup(ifname=ifname)[0]
 
 
-NUD_PERMANENT = 0x80  # a neighbour entry never aged, probed or collected (and not counted against gc_thresh)
-
-
-def add_neighbours(ipr, index: int, entries: list[tuple[str, str]]) -> None:
-    """Permanent ARP entries [(IPv4 address, MAC)] on interface `index` of `ipr`'s namespace:
-    nothing is asked by broadcast (plan/neighbours.py says why)."""
-    for address, mac in entries:
-        ipr.neigh("replace", dst=address, lladdr=mac, ifindex=index, state=NUD_PERMANENT)
-
-
 @contextmanager
 def in_netns(name: str) -> Iterator:
     ipr = ns_iproute(name)

@@ -182,11 +182,6 @@ def plan_direction(d: DirectionShape, caps: KernelCaps, peers=()) -> DirectionPl
     return plan
 
 
-def installs_anything(plan: DirectionPlan) -> bool:
-    """Whether apply_direction puts a qdisc on the interface for `plan` (an unshaped direction: none)."""
-    return plan.rate_bps is not None or bool(plan.netem) or bool(plan.bpf_loss) or bool(plan.peers)
-
-
 def rate_alone(plan: DirectionPlan) -> bool:
     """Whether `plan` is an HTB rate and nothing else (what kernel.rtnl installs by itself)."""
     return not plan.netem and not plan.bpf_loss and not plan.peers
@@ -196,7 +191,7 @@ def apply_direction(ipr, ifindex: int, plan: DirectionPlan, rt=None) -> None:
     """Install `plan` on interface `ifindex` of the namespace `ipr` is bound to. `rt`: a
     kernel.rtnl.Rtnl in the same namespace that installs the HTB root and class instead of
     pyroute2 (a fleet's bring-up); `ipr` may then be None for a plan that is a rate alone."""
-    if not installs_anything(plan):
+    if plan.rate_bps is None and not plan.netem and not plan.bpf_loss and not plan.peers:
         return
     parent = None
     if plan.rate_bps is not None or plan.bpf_loss or plan.peers:
