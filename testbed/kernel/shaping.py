@@ -191,7 +191,7 @@ def apply_direction(ipr, ifindex: int, plan: DirectionPlan, rt=None) -> None:
     """Install `plan` on interface `ifindex` of the namespace `ipr` is bound to. `rt`: a
     kernel.rtnl.Rtnl in the same namespace that installs the HTB root and class instead of
     pyroute2 (a fleet's bring-up); `ipr` may then be None for a plan that is a rate alone."""
-    if plan.rate_bps is None and not plan.netem and not plan.bpf_loss and not plan.peers:
+    if plan.rate_bps is None and rate_alone(plan):  # nothing to install
         return
     parent = None
     if plan.rate_bps is not None or plan.bpf_loss or plan.peers:
