@@ -3,6 +3,7 @@ hand; the kernel must end up with what pyroute2's requests made."""
 
 import socket
 import struct
+import time
 import uuid
 
 import pytest
@@ -77,6 +78,33 @@ def test_a_node_s_link_address_neighbours_and_isolated_port(two_namespaces):
         neigh = [(x.get_attr("NDA_DST"), x.get_attr("NDA_LLADDR"), x["state"]) for x in ipr.get_neighbours(ifindex=idx)]
         assert neigh == [("10.0.0.1", "02:eb:0a:00:00:01", rtnl.NUD_PERMANENT)]
 
+
+
+@needs_root
+def test_a_veth_into_a_process_s_namespace_and_a_default_route(two_namespaces):
+    """A fleet host's device (node.fleet_host): its namespace is its process's, named nowhere."""
+    import subprocess
+
+    sw, node = two_namespaces
+    inside = subprocess.Popen(["ip", "netns", "exec", node, "sleep", "30"])
+    try:
+        time.sleep(0.3)  # in its namespace by then
+        with rtnl.Rtnl(sw) as s:
+            s.add_veth("d0", inside.pid, "eth0", up=True)
+        with rtnl.Rtnl(node) as n:
+            idx = n.index("eth0")
+            n.add_address(idx, "10.205.0.2", 24)
+            n.set_link(idx, up=True)
+            n.add_default_route("10.205.0.1")
+            with pytest.raises(OSError) as twice:
+                n.add_default_route("10.205.0.1")
+            assert twice.value.errno == 17
+        with ns_iproute(node) as ipr:
+            [route] = [r for r in ipr.get_routes(family=socket.AF_INET, table=254) if r["dst_len"] == 0]
+            assert route.get_attr("RTA_GATEWAY") == "10.205.0.1" and route.get_attr("RTA_OIF") == idx
+    finally:
+        inside.kill()
+        inside.wait()
 
 def _htb(ipr, index: int) -> list:
     """What the kernel holds of interface `index`'s HTB root and class 1:10."""

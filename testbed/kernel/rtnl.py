@@ -24,17 +24,21 @@ from testbed.kernel.netlink import NETNS_DIR, entered_netns
 NLMSG_ERROR = 2
 RTM_NEWLINK, RTM_GETLINK, RTM_SETLINK = 16, 18, 19
 RTM_NEWADDR = 20
+RTM_NEWROUTE = 24
 RTM_NEWNEIGH = 28
 RTM_NEWQDISC, RTM_NEWTCLASS = 36, 40
 NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 NLA_F_NESTED = 0x8000
 
-IFLA_ADDRESS, IFLA_IFNAME, IFLA_MASTER, IFLA_PROTINFO, IFLA_LINKINFO, IFLA_NET_NS_FD = 1, 3, 10, 12, 18, 28
+IFLA_ADDRESS, IFLA_IFNAME, IFLA_MASTER, IFLA_PROTINFO, IFLA_LINKINFO, IFLA_NET_NS_PID, IFLA_NET_NS_FD = \
+    1, 3, 10, 12, 18, 19, 28
 IFLA_INFO_KIND, IFLA_INFO_DATA = 1, 2
 VETH_INFO_PEER = 1
 IFLA_BRPORT_ISOLATED = 33
 IFA_ADDRESS, IFA_LOCAL = 1, 2
+RTA_GATEWAY = 5
+RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_UNIVERSE, RTN_UNICAST = 254, 3, 0, 1
 NDA_DST, NDA_LLADDR = 1, 2
 IFF_UP = 0x1
 NUD_PERMANENT = 0x80  # a neighbour entry never aged, probed or collected (nor counted against gc_thresh)
@@ -48,6 +52,7 @@ _IFINFO = struct.Struct("=BxHiII")  # ifinfomsg: family, type, index, flags, cha
 _IFADDR = struct.Struct("=BBBBI")  # ifaddrmsg: family, prefix length, flags, scope, index
 _NDMSG = struct.Struct("=BxxxiHBB")  # ndmsg: family, ifindex, state, flags, type
 _TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, info
+_RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg: family, dst len, src len, tos, table, protocol, scope, type, flags
 _RATESPEC = struct.Struct("=BBHhHI")  # tc_ratespec: cell_log, linklayer, overhead, cell_align, mpu, rate
 
 
@@ -129,21 +134,24 @@ class Rtnl:
                 return answers
 
     # -- links -----------------------------------------------------------------------------
-    def add_veth(self, ifname: str, peer_netns: str, peer_ifname: str, *, master: Optional[int] = None,
+    def add_veth(self, ifname: str, peer_netns: str | int, peer_ifname: str, *, master: Optional[int] = None,
                  up: bool = False) -> int:
         """A veth: `ifname` here (enslaved to `master`, up if asked), its peer `peer_ifname` in netns
-        `peer_netns`, down, each made in place under its final name; returns the ifindex of `ifname`."""
-        fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY)
+        `peer_netns` (a name, or an int: the namespace of that process), down, each made in place
+        under its final name; returns the ifindex of `ifname`."""
+        fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY) if isinstance(peer_netns, str) else None
         try:
-            peer = _ifinfo() + attr(IFLA_IFNAME, peer_ifname.encode() + b"\0") + attr(IFLA_NET_NS_FD,
-                                                                                     struct.pack("=I", fd))
+            where = attr(IFLA_NET_NS_FD, struct.pack("=I", fd)) if fd is not None \
+                else attr(IFLA_NET_NS_PID, struct.pack("=I", peer_netns))
+            peer = _ifinfo() + attr(IFLA_IFNAME, peer_ifname.encode() + b"\0") + where
             info = attr(IFLA_INFO_KIND, b"veth\0") + attr(IFLA_INFO_DATA, attr(VETH_INFO_PEER, peer))
             body = _ifinfo(up=up) + attr(IFLA_IFNAME, ifname.encode() + b"\0") + attr(IFLA_LINKINFO, info)
             if master is not None:
                 body += attr(IFLA_MASTER, struct.pack("=I", master))
             self.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, body)
         finally:
-            os.close(fd)
+            if fd is not None:
+                os.close(fd)
         return self.index(ifname)
 
     def index(self, ifname: str) -> int:
@@ -178,6 +186,12 @@ class Rtnl:
         body = _NDMSG.pack(socket.AF_INET, index, NUD_PERMANENT, 0, 0) + attr(NDA_DST, ipaddress.IPv4Address(address).packed) \
             + attr(NDA_LLADDR, _mac(mac))
         self.request(RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, body)
+
+    def add_default_route(self, gateway: str) -> None:
+        """The IPv4 default route through `gateway` (`ip route add default via G`)."""
+        body = _RTMSG.pack(socket.AF_INET, 0, 0, 0, RT_TABLE_MAIN, RTPROT_BOOT, RT_SCOPE_UNIVERSE, RTN_UNICAST, 0) \
+            + attr(RTA_GATEWAY, ipaddress.IPv4Address(gateway).packed)
+        self.request(RTM_NEWROUTE, NLM_F_CREATE | NLM_F_EXCL, body)
 
     # -- shaping ---------------------------------------------------------------------------
     def add_htb_qdisc(self, index: int, handle: int, default: int) -> None:

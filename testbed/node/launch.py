@@ -28,15 +28,26 @@ from testbed.node.stop_flag import StopFlag
 from testbed.scenario.units import parse_cpuset, stress_loads  # light: a container's supervisor imports no schema
 
 STATS_EVERY = 0.5  # s between a self-shaping node's counters (traffic.csv samples them)
+IDLE_STATS_EVERY = 5.0  # s between them while nothing runs in the node (a fleet's idle devices: thousands)
+IDLE_POLL = 0.5  # s a supervisor with nothing running sleeps between looks (a request wakes it at once)
 HEARTBEAT_TIMEOUT = 20.0  # s without a beat after which a node stops by itself (its runner is gone)
 GO_DEADLINE = 600.0  # s a container waits for its first request
 MAX_REQUEST = 64 << 20  # bytes: a "go" carries the RoleConfig (the scenario, every node's stream schedule)
 KEPT_ANSWERS = 1000  # answers kept for repeats of a request (the runner repeats only its latest ones)
 
 
-def _role_main(cfg_data: dict, stop) -> None:
+def _join(cgroup_procs: tuple) -> None:
+    """Into the node's cgroup, where the supervisor is not in it (a fleet host's device:
+    node.fleet_host): before the process starts anything, and while it still may."""
+    for path in cgroup_procs:
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+
+
+def _role_main(cfg_data: dict, stop, cgroup_procs: tuple = ()) -> None:
     # first, while this is the process's one thread (importing torch starts more): the role and
     # what it starts get none of the supervisor's powers (SECURITY.md)
+    _join(cgroup_procs)
     drop_privileges()
     from testbed.node.roles import resolve_target
     from testbed.node.roles.common import RoleConfig
@@ -67,8 +78,9 @@ def _warm_for_trainers(cfg: dict) -> None:
         pass
 
 
-def _job_main(target: str, kwargs: dict) -> None:
+def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = ()) -> None:
     """A measuring job (runtime.start on a node whose runner is elsewhere): one function."""
+    _join(cgroup_procs)
     drop_privileges()
     import importlib
 
@@ -80,7 +92,8 @@ def _job_main(target: str, kwargs: dict) -> None:
         channel.flush()
 
 
-def _stress_main(load: float, stop) -> None:
+def _stress_main(load: float, stop, cgroup_procs: tuple = ()) -> None:
+    _join(cgroup_procs)
     drop_privileges()
     from testbed.node.roles.stress import run_stress
 
@@ -148,7 +161,8 @@ class RoleSupervisor:
             os.sched_setaffinity(0, parse_cpuset(req.cpuset))
         self.gen = self.gen + 1 if req.gen is None else req.gen
         self.waits_for_rounds, self.role_cfg = bool(req.cfg.get("per_round")), req.cfg
-        self.role = self._ctx.Process(target=_role_main, args=(req.cfg, self.stop), name=f"role-{self.node}")
+        self.role = self._ctx.Process(target=_role_main, args=(req.cfg, self.stop, self.joins()),
+                                      name=f"role-{self.node}")
         self.role.start()
         self._send_state(True)
         self._set_stress(req.stress)
@@ -157,7 +171,7 @@ class RoleSupervisor:
         old = self._kill(self.stress)
         self.stress = []
         for load in loads:
-            p = self._ctx.Process(target=_stress_main, args=(load, self.stop), daemon=True)
+            p = self._ctx.Process(target=_stress_main, args=(load, self.stop, self.joins()), daemon=True)
             p.start()
             self.stress.append(p)
         return old
@@ -202,10 +216,8 @@ class RoleSupervisor:
         """A self-shaping node's link counters and usage, for the runner's traffic and resources."""
         if self.link is None or time.monotonic() < self._next_stats:
             return
-        self._next_stats = time.monotonic() + STATS_EVERY
-        from testbed.kernel.cgroups import OwnCgroup
-
-        cg = OwnCgroup()
+        self._next_stats = time.monotonic() + (STATS_EVERY if self._busy() else IDLE_STATS_EVERY)
+        cg = self.own_cgroup()
         thr = cg.throttled() or {}
         throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
         channel.send_json(self.up, "stats", {"node": self.node, **(self.link.counters() or {}),
@@ -216,6 +228,21 @@ class RoleSupervisor:
                                              "cpu_quota": cg.quota_cores(), "wait_seconds": cg.wait_seconds(),
                                              "nr_periods": thr.get("nr_periods"),
                                              "nr_throttled": thr.get("nr_throttled")})
+
+    def joins(self) -> tuple:
+        """The cgroup.procs files a role, stress or job process joins first (none: a container's
+        processes are in its cgroup already)."""
+        return ()
+
+    def _busy(self) -> bool:
+        return self.role is not None or bool(self.stress or self.jobs or self._reap)
+
+    def own_cgroup(self):
+        """The cgroup whose usage this node reports: the container's own (a device of a fleet
+        host has one of its own inside the host's container: node.fleet_host)."""
+        from testbed.kernel.cgroups import OwnCgroup
+
+        return OwnCgroup()
 
     # -- requests (node.control), one handler each ----------------------------------------
     def _on_kill(self, req: control.Kill) -> str:
@@ -235,7 +262,7 @@ class RoleSupervisor:
         return "started"
 
     def _on_exec(self, req: control.Exec) -> str:
-        job = self._ctx.Process(target=_job_main, args=(req.target, req.kwargs), daemon=True)
+        job = self._ctx.Process(target=_job_main, args=(req.target, req.kwargs, self.joins()), daemon=True)
         job.start()
         self.jobs[req.done] = job
         return "started"
@@ -381,6 +408,10 @@ class RoleSupervisor:
         while not self.stop.is_set() and time.monotonic() < deadline:
             if self._listen(100):
                 return True
+        why = ("stopped (SIGTERM)" if self.terminated else "the runner said stop" if self.beat.stop
+               else f"the runner silent for {HEARTBEAT_TIMEOUT:.0f} s" if self.stop.is_set()
+               else f"none in {GO_DEADLINE:.0f} s")
+        print(f"supervisor of {self.node}: no request came: {why}", file=sys.stderr, flush=True)
         return False
 
     def run(self) -> int:
@@ -388,7 +419,7 @@ class RoleSupervisor:
             if not self.wait_for_go():
                 return 1
             while True:
-                self._listen(int(self.POLL * 1000))
+                self._listen(int((self.POLL if self._busy() else IDLE_POLL) * 1000))
                 self._send_stats()
                 self._reap_jobs()
                 while self._reap:

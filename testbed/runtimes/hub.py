@@ -49,6 +49,7 @@ PUB_QUEUE = 1000  # messages queued per subscriber: beats and requests repeat, a
 REPORTS = ("ps.json",)  # the files a role may have written
 MAX_SLOTS = 10_000  # mailbox slots a run's measuring jobs may fill
 RECEIVE_BATCH = 1000  # messages taken in a row before the hub answers handshakes and beats again
+LISTEN_BACKLOG = 4096  # connections waiting to be accepted: a fleet host's thousand devices connect at once
 BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
 RESEND = 0.2  # s between repeats of an unanswered request
 MAX_TRAINERS = 100_000  # train requests waiting for the runner
@@ -370,10 +371,10 @@ class ControlHub:
                 seqs[node] = self._seq
             self._awaited.update(seqs.items())
         deadline = time.monotonic() + timeout
-        next_send, why = 0.0, None
+        next_send, why, waiting = 0.0, None, list(nodes)
         with self._cond:
             while True:
-                waiting = [n for n in nodes if (n, seqs[n]) not in self._acks]
+                waiting = [n for n in waiting if (n, seqs[n]) not in self._acks]  # each wake: those left
                 now = time.monotonic()
                 if self._stop.is_set():  # closing: no answer will be read
                     why = why or "the run has ended"
@@ -426,6 +427,7 @@ def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_
     pub.setsockopt(zmq.SNDHWM, PUB_QUEUE)  # a subscriber that stops reading loses messages, the hub no memory
     monitors = []
     for sock in (pull, pub):
+        sock.setsockopt(zmq.BACKLOG, LISTEN_BACKLOG)
         keys.serve(sock)
         monitors.append(sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL |
                                                 zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL))
