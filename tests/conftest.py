@@ -238,7 +238,7 @@ def is_real(item) -> bool:
 
 # the test files whose tests use the lab (a session fixture): `make test`'s lanes give each file's
 # tests to one lane together, so one lab is brought up, once
-LAB_FILES = ("tests/test_swarm.py", "tests/test_ipsec.py")
+LAB_FILES = ("tests/test_swarm.py", "tests/test_ipsec.py", "tests/test_swarm_fleet.py")
 
 
 def pytest_collection_modifyitems(config, items):

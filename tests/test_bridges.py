@@ -1,4 +1,4 @@
-"""A switch past one bridge (runtimes/bridges.py): a Linux bridge holds 1,023 ports, so the netns
+"""A switch past one bridge (kernel/bridges.py): a Linux bridge holds 1,023 ports, so the netns
 runtime's switches become trees of bridges; the runtimes whose nodes share one Docker network
 refuse more nodes than one bridge holds, before anything starts."""
 
@@ -8,7 +8,7 @@ import pytest
 
 from testbed import runtimes
 from testbed.plan import parse_scenario
-from testbed.runtimes.bridges import BRIDGE_PORTS, LEAF_PORTS, BridgeTree, leaf_count
+from testbed.kernel.bridges import BRIDGE_PORTS, LEAF_PORTS, BridgeTree, leaf_count
 
 
 class FakeIPRoute:

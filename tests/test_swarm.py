@@ -139,7 +139,7 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 
     rt = object.__new__(SwarmRuntime)  # no engine: only what shaping and live changes use
     LiveOps.__init__(rt)
-    rt.caps, rt.fabric, rt.hub = UNPROBED, None, type("Hub", (), {"set_delay": lambda *a: None})()
+    rt.caps, rt.fabric, rt.fleet, rt.hub = UNPROBED, None, None, type("Hub", (), {"set_delay": lambda *a: None})()
     rt.handles = {n.name: SwarmHandle(n, _host(n.host), None) for n in spec.nodes}
     rt._request = request
     rt._shape(spec)
@@ -203,7 +203,8 @@ def test_a_reshape_of_a_node_whose_task_ended_is_link_gone():
     LiveOps.__init__(rt)
     rt._request, rt.handles = no_answer, {}
     plan = DirectionPlan(rate_bps=1e6)
-    rt._tasks = {"w0": (time.monotonic(), False), "w1": (time.monotonic(), True)}
+    rt._services = {n: type("Service", (), {"id": f"s-{n}"})() for n in ("w0", "w1")}
+    rt._tasks = {"s-w0": (time.monotonic(), False), "s-w1": (time.monotonic(), True)}
     with pytest.raises(LinkGone, match="w0: its task has ended"):
         rt._reshape("w0", "up", plan, plan)
     with pytest.raises(RuntimeError, match="w1: no answer"):  # a running task's silence is an error

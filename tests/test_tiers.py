@@ -60,4 +60,4 @@ def test_the_labs_tests_run_last_together(tiers):
     first_lab = order.index("tests/test_ipsec.py::test_encrypt_on_the_lab_runs_only_where_every_kernel_has_esp_and_gcm")
     assert order.index("tests/test_swarm.py::test_hosts_lists_the_lab") > first_lab
     assert order.index("tests/test_tensorboard.py::test_a_run_writes_scalars_while_it_goes") < first_lab
-    assert len(order) - first_lab == 12  # 2 in test_ipsec, 10 in test_swarm
+    assert len(order) - first_lab == 13  # 2 in test_ipsec, 10 in test_swarm, 1 in test_swarm_fleet

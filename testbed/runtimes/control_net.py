@@ -6,7 +6,7 @@ acks go up to RECORDS_PORT, heartbeats, the stop and requests come down from CON
 (testbed.node.channel). It is not shaped and not counted: the emulated links carry training
 traffic only, as a testbed's management network is kept apart from its experiment network.
 Its bridge ports are isolated: a node reaches the runner over it, never another node (past
-1,023 nodes the bridge is a tree, runtimes/bridges.py, isolated at the root too).
+1,023 nodes the bridge is a tree, kernel/bridges.py, isolated at the root too).
 Link-local addresses (169.254.0.0/16) never overlap a scenario's subnets (validation refuses
 link-local ones), and each run's control network is its own, so two runs do not collide.
 """
@@ -18,7 +18,7 @@ import secrets
 
 from testbed.kernel.netlink import create_netns, ns_iproute
 from testbed.kernel.rtnl import Rtnl
-from testbed.runtimes.bridges import BridgeTree
+from testbed.kernel.bridges import BridgeTree
 from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
 

@@ -23,7 +23,7 @@ from testbed.node import control
 from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
-from testbed.runtimes.bridges import one_bridge_problems
+from testbed.kernel.bridges import one_bridge_problems
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
 from testbed.runtimes.docker_network import create_run_network
 from testbed.runtimes.docker_nodes import ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys

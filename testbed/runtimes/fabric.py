@@ -6,7 +6,7 @@ it sits in the host's root namespace, so the host's iptables (Docker's FORWARD D
 isolation rules for internal networks) never see the cluster's traffic.
 
     one LAN:   node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw (past 1,023 ports a tree of
-               bridges: br0-1, br0-2, ... each joined to br0; runtimes/bridges.py)
+               bridges: br0-1, br0-2, ... each joined to br0; kernel/bridges.py)
     sites:     node eth0 <== veth ==> <node> -- br0 in eb-<run>-sw-<site> -- router (eb-<run>-rt-<site>)
                routers joined pairwise by WAN veths wan-<peer>, each direction shaped on its egress
 """
@@ -22,7 +22,7 @@ from testbed.kernel.rtnl import Rtnl
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, rate_alone, reshape
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.plan.neighbours import mac_of, static_neighbours
-from testbed.runtimes.bridges import BridgeTree
+from testbed.kernel.bridges import BridgeTree
 from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
 from testbed.scenario.links import Direction, inherit

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Optional
+from typing import Any, Callable, Optional
 from dataclasses import dataclass, field
 
 GPU_KINDS = ("gpu", "nvidia-gpu")  # a host's generic resources that are GPUs (dockerd --node-generic-resource)
@@ -166,9 +166,11 @@ def describe_hosts(hosts: list[SwarmHost]) -> list[str]:
 
 
 class SwarmPlacer:
-    def __init__(self, hosts: list[SwarmHost], sc):
+    def __init__(self, hosts: list[SwarmHost], sc, packed: Callable[[Any], bool] = lambda node: False):
         self.hosts = [h for h in hosts if h.usable()]
         self.sc = sc
+        # a fleet host's device (runtimes.swarm_fleet): no CPU booked, dealt out to the hosts fewest first
+        self.packed = packed
         if not self.hosts:
             raise RuntimeError("runtime swarm: the swarm has no ready, active host")
 
@@ -216,13 +218,18 @@ class SwarmPlacer:
         left = {h.hostname: [h.cpus, h.memory, h.gpus] for h in self.hosts}
         pins = self._pins(spec)
         out = {}
+        devices: Counter = Counter()  # a host's packed devices so far
         for node in sorted(spec.nodes, key=lambda n: n.name not in pins):  # pinned nodes first
             key, allowed = pins.get(node.name, ("", self.hosts))
-            need = _needs(node)
+            need = [0.0, 0, 0] if self.packed(node) else _needs(node)
             fits = [h for h in allowed if _fits(left[h.hostname], need)]
             if not fits:
                 raise RuntimeError(_no_fit(node, key, allowed, left, need))
-            best = max(fits, key=lambda h: left[h.hostname][0])
+            if self.packed(node):
+                best = min(fits, key=lambda h: (devices[h.hostname], h.hostname))
+                devices[best.hostname] += 1
+            else:
+                best = max(fits, key=lambda h: left[h.hostname][0])
             out[node.name] = best.hostname
             left[best.hostname] = [a - b for a, b in zip(left[best.hostname], need)]
         return out

@@ -25,7 +25,7 @@ from testbed.node import control, untrusted
 from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
-from testbed.runtimes.bridges import one_bridge_problems
+from testbed.kernel.bridges import one_bridge_problems
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
@@ -73,6 +73,10 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     @classmethod
     def scenario_problems(cls, sc) -> list[str]:
+        from testbed.runtimes.swarm_fleet import fleet_problems, packs_workers
+
+        if packs_workers(sc):  # the workers are in fleet hosts, each on a tree of bridges of its own
+            return fleet_problems(sc)
         return one_bridge_problems(sc, cls.name)  # its overlay network is a bridge on each host (not measured past)
 
     @classmethod
@@ -100,9 +104,11 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self.network = None
         self.encrypt = False  # the run's overlays encrypted (network.encrypt)
         self._urls = ("", "")
-        self._tasks: dict[str, tuple[float, bool]] = {}  # node -> (checked at, running)
+        self._tasks: dict[str, tuple[float, bool]] = {}  # service id -> (checked at, running)
         self._services: dict[str, Any] = {}  # node or router -> its service
         self._placer: Optional[SwarmPlacer] = None
+        self.fleet = None  # runtimes.swarm_fleet.SwarmFleet: a per-round fleet's devices in one container a host
+        self._warm: dict = {}  # what a fleet host loads once for its devices' trainers
         self.say: Callable[[str], None] = lambda line: None
 
     @classmethod
@@ -115,7 +121,12 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         return rt
 
     def placer(self, sc):
-        self._placer = SwarmPlacer(self.hosts, sc)
+        from testbed.runtimes.swarm_fleet import packs_workers
+
+        packed = packs_workers(sc)
+        self._placer = SwarmPlacer(self.hosts, sc, packed=lambda node: packed and node.role == "worker")
+        self._warm = {"dataset": sc.workload.dataset, "seed": sc.seed, "test_size": sc.workload.test_size} \
+            if packed else {}
         return self._placer
 
     def placer_for_sites(self) -> SwarmPlacer:  # the placement's, for the sites' routers
@@ -152,19 +163,45 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             self.fabric.make_lans()
         else:
             self.network = self.overlay(f"eb-{self.run_id}", spec.subnet)
+        packed = [n for n in spec.nodes if self._placer is not None and self._placer.packed(n)]
+        devices = {n.name for n in packed}
         for node in spec.nodes:
-            self.handles[node.name] = self._create_service(node)
+            if node.name not in devices:
+                self.handles[node.name] = self._create_service(node)
+        if packed:
+            self._create_fleet(spec, packed)
         if self.fabric is not None:
             self.fabric.make_routers()
-        for name, task in self.wait_running({n: h.service for n, h in self.handles.items()}).items():
+        services = {n: h.service for n, h in self.handles.items() if n not in devices}
+        tasks = self.wait_running({**services, **(self.fleet.services() if self.fleet is not None else {})})
+        for name in services:
             h = self.handles[name]
-            spec.take_address(h.node, self.address_on(task, self._lan(h.node)))
-            h.container = (task["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
+            spec.take_address(h.node, self.address_on(tasks[name], self._lan(h.node)))
+            h.container = (tasks[name]["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
             if "cpu_period_s" in h.compute:
                 self._set_quota(name, h.compute["cpu_quota"])
+        if self.fleet is not None:
+            self.fleet.take_addresses(tasks, self.network)
+            for node in packed:
+                self.handles[node.name].container = self.fleet.container_of(tasks, node.name)
         if self.fabric is not None:
             self.fabric.route()
         self._shape(spec)
+
+    def _create_fleet(self, spec: ClusterSpec, packed: list[Node]) -> None:
+        """A per-round fleet's devices: one fleet host service a host (runtimes.swarm_fleet)."""
+        from testbed.runtimes.swarm_fleet import SwarmFleet
+
+        self.fleet = SwarmFleet(self, spec, packed)
+        self.fleet.create(self.network, self._warm)
+        for node in packed:
+            p, service = node.profile, self.fleet.host_service(node.name)
+            compute = {"engine": "swarm fleet host", "cpu_quota": p.cpus, "memory_bytes": p.memory}
+            if p.cpu_period is not None:
+                compute["cpu_period_s"] = p.cpu_period
+            self._services[node.name] = service  # a device runs while its host does
+            self.handles[node.name] = SwarmHandle(node, self._host(node), service, compute=compute,
+                                                  cgroup=HubCgroup(self.hub.stats, node.name))
 
     def _host(self, node: Node) -> SwarmHost:
         return next(h for h in self.hosts if h.hostname == node.host)
@@ -205,22 +242,25 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def service(self, name: str, host: SwarmHost, networks: list, resources: Optional[dict] = None,
                 sysctls: Optional[dict] = None, directions: tuple = (), env: Optional[dict] = None,
-                role: str = "router"):
+                role: str = "router", secret: Optional[list] = None, caps: Optional[list[str]] = None,
+                command: Optional[list[str]] = None, args: Optional[list[str]] = None):
         """A one-task service running a node's supervisor on `host`, on `networks` [(network, alias)],
         shaping `directions` (scenario.links.Direction) itself, with the channel keys of `name` (a
-        node of `role`, or a site's router)."""
+        node of `role`, or a site's router); or, given `secret` (secrets' references), `caps`,
+        `command` and `args`, another of the image's programs (a fleet host)."""
         import docker
 
-        caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]
+        if caps is None:
+            caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]
         service = self.client.services.create(
-            self.image, name=f"eb-{self.run_id}-{name}", command=None,
-            args=["--supervise", name, *self._urls], hostname=name,
+            self.image, name=f"eb-{self.run_id}-{name}", command=command,
+            args=args or ["--supervise", name, *self._urls], hostname=name,
             networks=[docker.types.NetworkAttachmentConfig(net.id, aliases=[alias]) for net, alias in networks],
             endpoint_spec=docker.types.EndpointSpec(mode="dnsrr"),
             restart_policy=docker.types.RestartPolicy(condition="none"),
             constraints=[f"node.id=={host.id}"], cap_add=caps,
             resources=docker.types.Resources(**resources) if resources else None, sysctls=sysctls,
-            secrets=[self._key_secret(name, role)], labels=self.labels, container_labels=self.labels,
+            secrets=secret or [self._key_secret(name, role)], labels=self.labels, container_labels=self.labels,
             env=[f"{k}={v}" for k, v in (env or {}).items()] or None)
         self._services[name] = service
         return service
@@ -228,13 +268,19 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def _key_secret(self, name: str, role: str):
         """The channel keys of `name` as a Docker secret of the run that only its service references,
         at node.channel_keys.KEY_FILE (0400) in its task (the swarm's managers keep it encrypted)."""
+        return self.secret(name, self.keys.admit(name, role).to_text())
+
+    def secret(self, name: str, text: str, path: str = ""):
+        """`text` as a Docker secret of the run at `path` (node.channel_keys.KEY_FILE), 0400, in the
+        task of the one service that references it."""
         import docker
 
         from testbed.node.channel_keys import KEY_FILE
 
         secret = self.client.secrets.create(name=f"eb-{self.run_id}-{name}-key", labels=self.labels,
-                                            data=self.keys.admit(name, role).to_text().encode())
-        return docker.types.SecretReference(secret.id, secret.name, filename=KEY_FILE, uid="0", gid="0", mode=0o400)
+                                            data=text.encode())
+        return docker.types.SecretReference(secret.id, secret.name, filename=path or KEY_FILE, uid="0", gid="0",
+                                            mode=0o400)
 
     def _create_service(self, node: Node) -> SwarmHandle:
         prof, host = node.profile, self._host(node)
@@ -281,9 +327,16 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         has its clock read; all nodes at once (one by one took 1-2 s a node at 32 nodes)."""
         from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=min(16, len(spec.nodes))) as pool:
-            for done in [pool.submit(self._shape_node, node) for node in spec.nodes]:
+        firsts = self.fleet.first_devices() if self.fleet is not None else set()
+        for node in spec.nodes:  # each fleet host's first: its kernel and clock are every device's there
+            if node.name in firsts:
+                self._shape_node(node)
+        pool = ThreadPoolExecutor(max_workers=min(16, len(spec.nodes)))
+        try:
+            for done in [pool.submit(self._shape_node, node) for node in spec.nodes if node.name not in firsts]:
                 done.result()  # the first error, if any
+        finally:  # an error or Ctrl-C: the nodes not yet asked are not (a fleet's thousand would be waited for)
+            pool.shutdown(wait=False, cancel_futures=True)
         kernels = [h.caps for h in self.handles.values()]
         if self.fabric is not None:
             kernels += list(self.fabric.router_caps.values())
@@ -291,14 +344,18 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def _shape_node(self, node: Node) -> None:
         h = self.handles[node.name]
-        h.caps = self.ask_kernel(node.name)
+        first = self.fleet.first_of(node.name) if self.fleet is not None else None
+        shared = self.handles[first] if first not in (None, node.name) else None  # its fleet host's, asked
+        h.caps = shared.caps if shared is not None else self.ask_kernel(node.name)
         h.uplink = plan_direction(node.link.uplink, h.caps, node.link.uplink_peers)
         h.downlink = plan_direction(node.link.downlink, h.caps, node.link.downlink_peers)
         routes = self.fabric.node_routes(node.site) if self.fabric is not None else {}
+        if self.fleet is not None and node.name not in self.fleet.of:  # replies to devices go through their host
+            routes = {**routes, **self.fleet.routes()}
         self._request(node.name, control.Shape(node.address, asdict(h.uplink), asdict(h.downlink), routes).to_wire(),
                       timeout=GO_TIMEOUT)
         self._publish_delays(node.name)
-        h.clock = self.clock_offset(node.name)
+        h.clock = shared.clock if shared is not None else self.clock_offset(node.name)
 
     def clock_offset(self, name: str) -> tuple[float, float]:
         """(offset, rtt) of a node's or router's clock against the runner's (measure_offset)."""
@@ -344,11 +401,12 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         return self.hub.request(node, req, timeout, gone)
 
     def task_running(self, node: str) -> bool:
-        at, running = self._tasks.get(node, (0.0, True))
-        if time.monotonic() - at > 2.0:  # the manager is asked at most every 2 s per node
-            task = _latest_task(self._services[node])
+        service = self._services[node]
+        at, running = self._tasks.get(service.id, (0.0, True))
+        if time.monotonic() - at > 2.0:  # the manager is asked at most every 2 s per service (a fleet host's
+            task = _latest_task(service)  # devices share theirs)
             running = task is not None and task["Status"]["State"] == "running"
-            self._tasks[node] = (time.monotonic(), running)
+            self._tasks[service.id] = (time.monotonic(), running)
         return running
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "SwarmJob":
@@ -388,6 +446,9 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def set_cpus(self, node: str, cpus: Optional[float]) -> str:
         """The container's quota, changed by its host's engine in place (a service update would
         restart the task)."""
+        if self.fleet is not None and node in self.fleet.of:
+            raise NotImplementedError(f"runtime swarm does not support set_cpus for {node}, a device of a fleet host "
+                                      "(its quota is a cgroup inside the host's container)")
         self._set_quota(node, cpus)
         return f"cpu quota {cpus} cores"
 
@@ -411,11 +472,19 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             return {}
         out = {n: c for n, s in self.hub.stats.items()
                if n in self.handles and (c := timed_counters(s, self.handles[n].clock[0]))}
-        for node, answer in self.hub.ask_all(list(self.handles), control.Counters().to_wire()).items():
+        for node, answer in self.hub.ask_all(self._to_ask(out), control.Counters().to_wire()).items():
             fresh = timed_counters(parsed_answer(answer), self.handles[node].clock[0])
             if fresh:
                 out[node] = fresh
         return out
+
+    def _to_ask(self, reported: dict) -> list[str]:
+        """The nodes whose counters are read now: all but a fleet host's devices with nothing
+        running, whose own reports (every IDLE_STATS_EVERY, node.launch) stand for them: at a
+        thousand devices, asking each one every sample took the runner's whole core."""
+        fleet = self.fleet.of if self.fleet is not None else {}
+        return [n for n, h in self.handles.items()
+                if n not in fleet or n not in reported or (h.processes and h.processes[-1].is_alive())]
 
     def link_stats(self, links: Optional[Iterable[str]] = None) -> dict[str, dict]:
         """As each node last read its own classes and reported them (it shapes its link itself)."""
@@ -443,9 +512,12 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def save_logs(self) -> None:
         logs = self.run_dir / "logs"
         logs.mkdir(exist_ok=True)
-        for name, h in self.handles.items():
+        packed = self.fleet.of if self.fleet is not None else {}
+        services = {name: h.service for name, h in self.handles.items() if name not in packed}
+        services.update(self.fleet.services() if self.fleet is not None else {})  # a fleet host's: once, fh-K.log
+        for name, service in services.items():
             try:
-                (logs / f"{name}.log").write_bytes(b"".join(h.service.logs(stdout=True, stderr=True)))
+                (logs / f"{name}.log").write_bytes(b"".join(service.logs(stdout=True, stderr=True)))
             except Exception:
                 pass
 

@@ -19,7 +19,7 @@ from testbed.scenario.traces import read_link_trace
 
 # In all groups together: what names and veth indices take. What a machine can hold is less, and
 # preflight says so (runtimes/preflight.py: memory and open files); one bridge's 1,023 ports
-# bound the docker and swarm runtimes (runtimes/bridges.py), the netns runtime makes a tree.
+# bound the docker and swarm runtimes (kernel/bridges.py), the netns runtime makes a tree.
 MAX_WORKERS = 10_000
 FIXED_SPLIT_DATASETS = ("mnist", "fashion_mnist", "idx", "cifar10")
 
