@@ -378,6 +378,7 @@ def test_the_report_names_the_commit_the_runs_ran_on(tmp_path):
 
 
 def test_the_code_of_a_series_is_its_strategy_with_what_it_imports_the_roles_and_the_experiments_module():
+    import testbed.reproduce.dlion  # noqa: F401  (imported, as `edgebed reproduce` has it: the digest reads sys.modules)
     from testbed.reproduce.provenance import code_digest, strategy_files
 
     names = [p.name for p in strategy_files("scadles")]

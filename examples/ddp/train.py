@@ -68,6 +68,7 @@ def main() -> None:
                            model_bytes=model_bytes, world_size=world)
         print(f"rank {rank} step {step} loss {loss.item():.3f} all-reduce {allreduce_s:.3f} s "
               f"({args.backend} on {device})", flush=True)
+    dist.barrier()  # no collective in flight when the group goes: gloo aborted one rank's exit without it (CI)
     dist.destroy_process_group()
 
 
