@@ -201,7 +201,7 @@ def test_a_reshape_of_a_node_whose_task_ended_is_link_gone():
 
     rt = object.__new__(SwarmRuntime)
     LiveOps.__init__(rt)
-    rt._request, rt.handles = no_answer, {}
+    rt._request, rt.handles, rt.fleet = no_answer, {}, None
     plan = DirectionPlan(rate_bps=1e6)
     rt._services = {n: type("Service", (), {"id": f"s-{n}"})() for n in ("w0", "w1")}
     rt._tasks = {"s-w0": (time.monotonic(), False), "s-w1": (time.monotonic(), True)}

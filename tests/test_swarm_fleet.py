@@ -165,3 +165,25 @@ def test_a_per_round_fleet_trains_from_one_container_a_host(tmp_path, lab, clean
     for h in lab:
         assert _ours_on(h) == ({"containers": [], "networks": [], "services": []} if h.name.endswith("h1")
                                else {"containers": [], "networks": []}), h.name
+
+
+def test_a_device_silent_past_its_reports_is_gone_while_its_host_runs():
+    """A fleet host's task outlives a device whose supervisor ended: the device's silence (it
+    reports every 5 s while idle) is what says it is gone, so a request to it ends at once."""
+    import time
+
+    from testbed.runtimes.live import LiveOps
+    from testbed.runtimes.swarm import DEVICE_SILENT_S
+
+    rt = object.__new__(SwarmRuntime)
+    LiveOps.__init__(rt)
+    host = type("Service", (), {"id": "s-fh0"})()
+    rt._services = {"d0": host, "d1": host, "d2": host}
+    rt._tasks = {"s-fh0": (time.monotonic(), True)}
+    rt.fleet = type("Fleet", (), {"of": {"d0": None, "d1": None, "d2": None}})()
+    now = time.monotonic()
+    rt.hub = type("Hub", (), {"stats_at": {"d0": now - 1, "d1": now - DEVICE_SILENT_S - 1}})()
+    assert rt.task_running("d0") and not rt.task_running("d1")
+    assert rt.task_running("d2")  # never reported: not shaped yet, not taken for gone
+    rt._tasks = {"s-fh0": (time.monotonic(), False)}
+    assert not rt.task_running("d0")  # its host's task ended

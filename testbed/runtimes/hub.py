@@ -77,6 +77,7 @@ class ControlHub:
         self.ready: set[str] = set()  # nodes that said their service is up (the broker)
         self.puts: dict[str, str] = {}  # mailbox slot -> what a measuring job put there (node.mailbox)
         self.stats: dict[str, dict] = {}  # node -> its own link counters and usage (nodes that shape their own link)
+        self.stats_at: dict[str, float] = {}  # node -> when (monotonic) its last report came
         self._requests: list[dict] = []  # crash requests from the nodes, for the timeline
         self._trainers: list[str] = []  # workers whose trainers the PS asked for, for the runner
         self._delays: dict[str, bytes] = {}
@@ -280,6 +281,7 @@ class ControlHub:
             return False  # counters go into traffic.csv and resources.csv as numbers
         with self._cond:
             self.stats[node] = data
+            self.stats_at[node] = time.monotonic()
         return True
 
     def wait_put(self, key: str, timeout: float) -> bool:

@@ -10,7 +10,9 @@ plans as the other runtimes, and reports its counters and usage over the control
 That channel (runtimes.hub) listens on the runner's address that the hosts reach; nodes reach
 it through their hosts' NAT, each with its own channel keys: a Docker secret of the run that
 only its service references. Services get their addresses from the swarm, so the plan's
-addresses are replaced by the tasks' before any link is shaped or role configured.
+addresses are replaced by the tasks' before any link is shaped or role configured. A per-round
+fleet's devices are not services: each host runs one fleet host holding its devices
+(runtimes.swarm_fleet, node.fleet_host).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweepe
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).
 UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
+DEVICE_SILENT_S = 30.0  # s without a fleet device's report after which its supervisor is taken for gone
 
 
 @dataclass
@@ -396,17 +399,28 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
         """A request to the node's supervisor; an error as soon as its task has ended."""
         def gone() -> Optional[str]:
-            return None if self.task_running(node) else f"its task has ended (see RUN/logs/{node}.log)"
+            if self.task_running(node):
+                return None
+            fh = self.fleet.of.get(node) if self.fleet is not None else None
+            return f"its task has ended (see RUN/logs/{node}.log)" if fh is None else \
+                f"its supervisor has ended or is silent (see RUN/logs/{fh.name}.log)"
 
         return self.hub.request(node, req, timeout, gone)
 
     def task_running(self, node: str) -> bool:
+        """Whether the node's task runs (the manager asked at most every 2 s a service); a fleet
+        host's device, whether its host's does and the device has not gone silent: a device that
+        has reported before and not for DEVICE_SILENT_S (it reports every 5 s while idle) has no
+        supervisor any more, and a request to it would wait out its whole timeout."""
         service = self._services[node]
         at, running = self._tasks.get(service.id, (0.0, True))
-        if time.monotonic() - at > 2.0:  # the manager is asked at most every 2 s per service (a fleet host's
-            task = _latest_task(service)  # devices share theirs)
+        if time.monotonic() - at > 2.0:
+            task = _latest_task(service)
             running = task is not None and task["Status"]["State"] == "running"
             self._tasks[service.id] = (time.monotonic(), running)
+        if running and self.fleet is not None and node in self.fleet.of and self.hub is not None:
+            heard = self.hub.stats_at.get(node)
+            return heard is None or time.monotonic() - heard < DEVICE_SILENT_S
         return running
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "SwarmJob":
