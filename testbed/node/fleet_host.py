@@ -7,9 +7,11 @@ so a thousand did not fit the lab (BENCHMARKS.md). Here one container a host hol
 host's devices the way the netns runtime holds them on one machine: each device a network
 namespace with its own veth on the host's LAN (`fleet0`, the host its gateway), its own cgroup
 inside the container's (CPU quota, memory limit), and its own supervisor (node.launch's, with
-its own channel keys: the hub knows each device by its key, as any node), forked from this
-process after torch and the run's dataset were loaded once, so a device costs its namespace and
-some 2 MiB, and a trainer starts from warm pages.
+its own channel keys: the hub knows each device by its key, as any node), forked by the
+Spawner after torch and the run's dataset were loaded once, so a trainer starts from warm pages.
+A device costs its namespace and its supervisor's pages written after the fork (13.7 MiB
+private at 1,000 devices, measured: BENCHMARKS.md). The first process (HostKeeper) holds the
+keys and hands each device its own (SECURITY.md).
 
 Traffic: a device's default route is the host, which forwards onto the run's overlay; the other
 nodes route the host's LAN through its overlay address (runtimes.swarm_fleet gives them the
@@ -33,7 +35,6 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Optional
 
 from testbed.node.channel_keys import KEY_FILE
 from testbed.node.fleet_plan import PLAN_FILE, DevicePlan, FleetPlan
