@@ -114,10 +114,10 @@ class DeviceSupervisor(RoleSupervisor):
     """A device's supervisor: node.launch's, but its usage is its own cgroup's, and the runner's
     address in what it is sent is the gateway's (the host relays the hub's ports there)."""
 
-    def __init__(self, device: DevicePlan, run: str, up: str, down: str, runner_prefix: bytes, local_prefix: bytes):
-        super().__init__(device.node, up, down)
+    def __init__(self, device: DevicePlan, run: str, urls: tuple[str, str], runner: str, gateway: str):
+        self._prefixes = (f"tcp://{runner}:".encode(), f"tcp://{gateway}:".encode())
+        super().__init__(device.node, *(u.encode().replace(*self._prefixes).decode() for u in urls))
         self.run_id = run
-        self._prefixes = (runner_prefix, local_prefix)
 
     def own_cgroup(self):
         from testbed.kernel.cgroups import NodeCgroup
@@ -166,9 +166,7 @@ def _device_main(device: DevicePlan, plan: FleetPlan, urls: tuple[str, str], run
         rt.set_link(eth, up=True)
         rt.add_default_route(plan.gateway)
     channel_keys.use(_read_key(key, device.node))
-    local = [u.replace(f"tcp://{runner}:", f"tcp://{plan.gateway}:") for u in urls]
-    sup = DeviceSupervisor(device, plan.run, local[0], local[1], f"tcp://{runner}:".encode(),
-                           f"tcp://{plan.gateway}:".encode())
+    sup = DeviceSupervisor(device, plan.run, urls, runner, plan.gateway)
     signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "terminated", True))
     return sup.run()
 

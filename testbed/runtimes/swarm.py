@@ -43,6 +43,11 @@ UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
 DEVICE_SILENT_S = 30.0  # s without a fleet device's report after which its supervisor is taken for gone
 
 
+def container_of(task: dict) -> str:
+    """The id of a running task's container, on its host."""
+    return (task["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
+
+
 @dataclass
 class SwarmHandle:
     node: Node
@@ -180,13 +185,13 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         for name in services:
             h = self.handles[name]
             spec.take_address(h.node, self.address_on(tasks[name], self._lan(h.node)))
-            h.container = (tasks[name]["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
+            h.container = container_of(tasks[name])
             if "cpu_period_s" in h.compute:
                 self._set_quota(name, h.compute["cpu_quota"])
         if self.fleet is not None:
             self.fleet.take_addresses(tasks, self.network)
             for node in packed:
-                self.handles[node.name].container = self.fleet.container_of(tasks, node.name)
+                self.handles[node.name].container = container_of(tasks[self.fleet.of[node.name].name])
         if self.fabric is not None:
             self.fabric.route()
         self._shape(spec)

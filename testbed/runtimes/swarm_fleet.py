@@ -122,10 +122,6 @@ class SwarmFleet:
         """Every fleet host's LAN through its overlay address (the routes of every other node)."""
         return {str(fh.lan): fh.address for fh in self.hosts}
 
-    def container_of(self, tasks: dict[str, dict], node: str) -> str:
-        task = tasks[self.of[node].name]
-        return (task["Status"].get("ContainerStatus") or {}).get("ContainerID", "")
-
     def first_devices(self) -> set[str]:
         """Each host's first device: the kernel and the clock it finds are its host's, which every
         device of the host shares (asked once a host, not a thousand times)."""
