@@ -66,7 +66,10 @@ def test_algorithm_converges_and_sends_what_it_claims(tmp_path, clean_host, name
         mine = steps[steps.node == w]
         assert t[(w, "down")] >= mine.bytes_received.sum()
         assert t[(w, "down")] <= 1.10 * mine.bytes_received.sum() + 2e6  # + the run's last pull, hellos
-        assert t[(w, "up")] >= mine.bytes_sent.sum()
+        # every push but the last crossed the link: the run's end can cut the last one in flight
+        # (queued for a server that stopped; 12.69 of 12.71 MB in a CI run)
+        last_push = mine[mine.bytes_sent > 0].sort_values("time").bytes_sent.iloc[-1]
+        assert t[(w, "up")] >= mine.bytes_sent.sum() - last_push
 
 
 def test_scadles_on_streams(tmp_path, clean_host):
