@@ -11,7 +11,7 @@ import pytest
 from conftest import needs_root
 from testbed.kernel import rtnl
 from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
-from testbed.kernel.shaping import htb_burst
+from testbed.kernel.shaping import change_rate, htb_burst
 
 
 def test_attributes_are_padded_and_nested_as_netlink_reads_them():
@@ -132,3 +132,47 @@ def test_an_htb_rate_is_installed_as_pyroute2_installs_it(two_namespaces, rate_b
         rt.add_htb_class(b, 0x10010, 0x10000, rate_bps, burst)
         assert _htb(ipr, b) == _htb(ipr, a)
         assert _htb(ipr, b)[4] == min(rate_bps // 8, (1 << 32) - 1)
+        # a trace's tick (node.own_link.set_rates): the rate changed in place, as change_rate does
+        change_rate(ipr, a, rate_bps // 3)
+        rt.add_htb_class(b, 0x10010, 0x10000, rate_bps // 3, htb_burst(rate_bps // 3), change=True)
+        assert _htb(ipr, b) == _htb(ipr, a) and _htb(ipr, b)[4] == min(rate_bps // 24, (1 << 32) - 1)
+
+
+@needs_root
+@pytest.mark.parametrize("rate_bps", [10_000_000, int(100e9)])
+def test_a_link_s_counters_read_by_hand_are_pyroute2_s(two_namespaces, rate_bps):
+    """What a node's own link reads every few seconds (node.own_link: its counters and its HTB
+    class, the fidelity monitor's input), read by kernel.rtnl's dumps: pyroute2's numbers."""
+    from testbed.kernel.netlink import entered_netns, link_counters
+    from testbed.kernel.shaping import htb_stats, read_htb_stats
+    from testbed.node.own_link import root_qdisc_bytes
+
+    a_ns, b_ns = two_namespaces
+    with ns_iproute(a_ns) as ipr, rtnl.Rtnl(a_ns) as rt:
+        a = rt.add_veth("a", b_ns, "b", up=True)
+        rt.add_address(a, "10.9.0.1", 24)
+        rt.add_htb_qdisc(a, 0x10000, 0x10)
+        rt.add_htb_class(a, 0x10010, 0x10000, rate_bps, htb_burst(rate_bps))
+        with rtnl.Rtnl(b_ns) as b_rt:
+            b = b_rt.index("b")
+            b_rt.add_address(b, "10.9.0.2", 24)
+            b_rt.set_link(b, up=True)
+            b_rt.add_neighbour(b, "10.9.0.1", "02:eb:0a:09:00:01")
+        rt.add_neighbour(a, "10.9.0.2", "02:eb:0a:09:00:02")  # no ARP: the packets leave at once
+        with entered_netns(a_ns):
+            sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        with sender:  # until the link's carrier is on (the kernel turns it on a moment after "up")
+            deadline = time.monotonic() + 5
+            while (htb_stats(rt, a) or {}).get("packets", 0) < 50 and time.monotonic() < deadline:
+                for _ in range(50):
+                    sender.sendto(b"x" * 1000, ("10.9.0.2", 9))
+                time.sleep(0.2)
+        mine, theirs = htb_stats(rt, a), read_htb_stats(ipr, a)
+        assert mine == theirs and mine["packets"] >= 50 and mine["bytes"] >= 50 * 1000
+        assert mine["rate_bps"] == (None if rate_bps >= 100e9 else rate_bps)
+        basic = [q for q in ipr.get_qdiscs(index=a) if q["parent"] == 0xFFFFFFFF][0] \
+            .get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
+        assert root_qdisc_bytes(rt, a) == {"bytes": basic["bytes"], "packets": basic["packets"]}
+        tx = ipr.get_links(a)[0].get_attr("IFLA_STATS64")
+        assert link_counters(a_ns)[a][2:] == (tx["tx_bytes"], tx["tx_packets"])
+        assert htb_stats(rt, rt.index("lo")) is None and [q.kind for q in rt.tc_objects(a)] == ["htb"]

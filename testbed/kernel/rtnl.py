@@ -4,9 +4,11 @@ pyroute2 (0.9) spends about 1.4 ms of Python on a request (its asyncio loop run 
 its message classes' encoding and decoding), against some 0.1 ms the kernel takes: at 1,000
 devices, 14 of the 19 s of bring-up went to its links and control links, about 20 requests a
 node (BENCHMARKS.md, "A fleet up and down"). These are the link, address and neighbour requests
-of those, and an HTB root and class (a shaped access link's two; netem, loss filters and peer
-classes stay with pyroute2). Each request waits for its acknowledgement; an error comes back as
-OSError with the kernel's errno (pyroute2 raised its NetlinkError; nothing caught those here).
+of those, an HTB root and class (a shaped access link's two, and a trace's rate changes; netem,
+loss filters and peer classes stay with pyroute2), and the reads a node's own link makes every
+few seconds (its qdiscs' and classes' counters: `tc_objects`). Each request waits for its
+acknowledgement; an error comes back as OSError with the kernel's errno (pyroute2 raised its
+NetlinkError; nothing caught those here).
 Formats: linux/netlink.h, rtnetlink.h, if_link.h, veth.h, neighbour.h, pkt_sched.h.
 """
 
@@ -17,17 +19,18 @@ import ipaddress
 import os
 import socket
 import struct
+from dataclasses import dataclass
 from typing import Optional
 
 from testbed.kernel.netlink import NETNS_DIR, entered_netns
 
-NLMSG_ERROR = 2
+NLMSG_ERROR, NLMSG_DONE = 2, 3
 RTM_NEWLINK, RTM_GETLINK, RTM_SETLINK = 16, 18, 19
 RTM_NEWADDR = 20
 RTM_NEWROUTE = 24
 RTM_NEWNEIGH = 28
-RTM_NEWQDISC, RTM_NEWTCLASS = 36, 40
-NLM_F_REQUEST, NLM_F_ACK = 0x1, 0x4
+RTM_NEWQDISC, RTM_GETQDISC, RTM_NEWTCLASS, RTM_GETTCLASS = 36, 38, 40, 42
+NLM_F_REQUEST, NLM_F_ACK, NLM_F_DUMP = 0x1, 0x4, 0x300
 NLM_F_REPLACE, NLM_F_EXCL, NLM_F_CREATE = 0x100, 0x200, 0x400
 NLA_F_NESTED = 0x8000
 
@@ -43,7 +46,7 @@ NDA_DST, NDA_LLADDR = 1, 2
 IFF_UP = 0x1
 NUD_PERMANENT = 0x80  # a neighbour entry never aged, probed or collected (nor counted against gc_thresh)
 TC_H_ROOT = 0xFFFFFFFF
-TCA_KIND, TCA_OPTIONS = 1, 2
+TCA_KIND, TCA_OPTIONS, TCA_STATS = 1, 2, 3
 TCA_HTB_PARMS, TCA_HTB_INIT, TCA_HTB_CTAB, TCA_HTB_RTAB, TCA_HTB_RATE64, TCA_HTB_CEIL64 = 1, 2, 3, 4, 6, 7
 HTB_MTU = 1600  # what tc and pyroute2 size a rate table's cells for
 
@@ -54,6 +57,7 @@ _NDMSG = struct.Struct("=BxxxiHBB")  # ndmsg: family, ifindex, state, flags, typ
 _TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, info
 _RTMSG = struct.Struct("=BBBBBBBBI")  # rtmsg: family, dst len, src len, tos, table, protocol, scope, type, flags
 _RATESPEC = struct.Struct("=BBHhHI")  # tc_ratespec: cell_log, linklayer, overhead, cell_align, mpu, rate
+_TC_STATS = struct.Struct("=QIIIIIII")  # tc_stats: bytes, packets, drops, overlimits, bps, pps, qlen, backlog
 
 
 def attr(kind: int, payload: bytes) -> bytes:
@@ -111,10 +115,18 @@ class Rtnl:
     def request(self, kind: int, flags: int, body: bytes) -> list[bytes]:
         """Send one request and read until its acknowledgement; returns the other messages of
         the answer (a get's). An error answer raises OSError(errno)."""
+        return self._exchange(kind, NLM_F_ACK | flags, body, NLMSG_ERROR)
+
+    def dump(self, kind: int, body: bytes) -> list[bytes]:
+        """Every message of a dump (`kind` a get with NLM_F_DUMP), read until its NLMSG_DONE."""
+        return self._exchange(kind, NLM_F_DUMP, body, NLMSG_DONE)
+
+    def _exchange(self, kind: int, flags: int, body: bytes, last: int) -> list[bytes]:
+        """Send a request; the messages of its answer up to the one of type `last` (an error
+        answer raises OSError(errno))."""
         self.seq += 1
-        self.sock.send(_HEADER.pack(_HEADER.size + len(body), kind, NLM_F_REQUEST | NLM_F_ACK | flags,
-                                    self.seq, 0) + body)
-        answers = []
+        self.sock.send(_HEADER.pack(_HEADER.size + len(body), kind, NLM_F_REQUEST | flags, self.seq, 0) + body)
+        answers: list[bytes] = []
         while True:
             data, offset = self.sock.recv(1 << 16), 0
             while offset + _HEADER.size <= len(data):
@@ -125,13 +137,14 @@ class Rtnl:
                 offset += (length + 3) & ~3
                 if seq != self.seq:
                     continue  # an answer to an earlier request that gave up (never expected)
+                if mtype == NLMSG_ERROR:
+                    err = -struct.unpack_from("=i", payload)[0]
+                    if err:
+                        raise OSError(err, os.strerror(err))
+                if mtype == last:
+                    return answers
                 if mtype != NLMSG_ERROR:
                     answers.append(payload)
-                    continue
-                err = -struct.unpack_from("=i", payload)[0]
-                if err:
-                    raise OSError(err, os.strerror(err))
-                return answers
 
     # -- links -----------------------------------------------------------------------------
     def add_veth(self, ifname: str, peer_netns: str | int, peer_ifname: str, *, master: Optional[int] = None,
@@ -201,8 +214,10 @@ class Rtnl:
             + attr(TCA_OPTIONS, options)
         self.request(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_EXCL, body)
 
-    def add_htb_class(self, index: int, handle: int, parent: int, rate_bps: int, burst: int) -> None:
-        """An HTB class of rate = ceil = `rate_bps` bits a second and burst = cburst = `burst` bytes."""
+    def add_htb_class(self, index: int, handle: int, parent: int, rate_bps: int, burst: int,
+                      change: bool = False) -> None:
+        """An HTB class of rate = ceil = `rate_bps` bits a second and burst = cburst = `burst` bytes
+        (`change`: the class exists, and its rate changes in place: `tc class change`)."""
         from pyroute2.netlink.rtnl.tcmsg.common import calc_xmittime
 
         spec, table = htb_rate(rate_bps)
@@ -214,4 +229,56 @@ class Rtnl:
                 + attr(TCA_HTB_CEIL64, struct.pack("=Q", int(rate_bps / 8)))
         body = _TCMSG.pack(socket.AF_UNSPEC, index, handle, parent, 0) + attr(TCA_KIND, b"htb\0") \
             + attr(TCA_OPTIONS, options)
-        self.request(RTM_NEWTCLASS, NLM_F_CREATE | NLM_F_EXCL, body)
+        self.request(RTM_NEWTCLASS, 0 if change else NLM_F_CREATE | NLM_F_EXCL, body)
+
+    def tc_objects(self, index: int, classes: bool = False) -> list[TcObject]:
+        """The qdiscs (or classes) of interface `index` with their kind, counters and HTB rate:
+        what a node's own link reads every few seconds (pyroute2's get_qdiscs and get_classes
+        left some 5 MiB of written pages in each of a fleet's thousand supervisors, measured)."""
+        body = _TCMSG.pack(socket.AF_UNSPEC, index, 0, 0, 0)
+        found = []
+        for payload in self.dump(RTM_GETTCLASS if classes else RTM_GETQDISC, body):
+            _, ifindex, handle, parent, _ = _TCMSG.unpack_from(payload)
+            if ifindex == index:  # a qdisc dump is every interface's
+                found.append(_tc_object(handle, parent, _attrs(payload[_TCMSG.size:])))
+        return found
+
+
+@dataclass(frozen=True)
+class TcObject:
+    """A qdisc or class as a dump gives it: `stats` tc_stats's fields (bytes, packets, drops,
+    overlimits, backlog), `rate` an HTB class's rate in bytes a second (None for others)."""
+
+    handle: int
+    parent: int
+    kind: str
+    stats: dict
+    rate: Optional[int] = None
+
+
+def _attrs(data: bytes) -> dict[int, bytes]:
+    """A message's top-level attributes by type (the nested flag cleared)."""
+    out, at = {}, 0
+    while at + 4 <= len(data):
+        length, kind = struct.unpack_from("=HH", data, at)
+        if length < 4:
+            break
+        out[kind & ~NLA_F_NESTED] = data[at + 4:at + length]
+        at += (length + 3) & ~3
+    return out
+
+
+def _tc_object(handle: int, parent: int, attrs: dict[int, bytes]) -> TcObject:
+    kind = attrs.get(TCA_KIND, b"").split(b"\0", 1)[0].decode()
+    stats = {}
+    if TCA_STATS in attrs and len(attrs[TCA_STATS]) >= _TC_STATS.size:
+        values = _TC_STATS.unpack_from(attrs[TCA_STATS])
+        stats = dict(zip(("bytes", "packets", "drops", "overlimits", "bps", "pps", "qlen", "backlog"), values))
+    rate = None
+    if kind == "htb" and TCA_OPTIONS in attrs:
+        options = _attrs(attrs[TCA_OPTIONS])
+        if TCA_HTB_RATE64 in options:
+            rate = struct.unpack_from("=Q", options[TCA_HTB_RATE64])[0]
+        elif TCA_HTB_PARMS in options:
+            rate = _RATESPEC.unpack_from(options[TCA_HTB_PARMS])[5]
+    return TcObject(handle, parent, kind, stats, rate)

@@ -303,6 +303,21 @@ def read_htb_stats(ipr, ifindex: int) -> Optional[dict]:
     return None
 
 
+def htb_stats(rt, ifindex: int) -> Optional[dict]:
+    """read_htb_stats's reading by a kernel.rtnl.Rtnl (no pyroute2: a node's own link, read every
+    few seconds by each of a fleet's supervisors)."""
+    for obj in rt.tc_objects(ifindex, classes=True):
+        if obj.kind != "htb" or obj.handle != HTB_CLASS:
+            continue
+        if obj.rate is None or not obj.stats:
+            return None
+        rate = obj.rate * 8
+        return {"rate_bps": None if rate >= UNLIMITED_BPS else rate, "bytes": obj.stats["bytes"],
+                "packets": obj.stats["packets"], "drops": obj.stats["drops"], "overlimits": obj.stats["overlimits"],
+                "backlog": obj.stats["backlog"]}
+    return None
+
+
 def qdisc_kinds(ipr, ifindex: int) -> list[str]:
     return [m.get("kind") for m in ipr.get_qdiscs(index=ifindex)]
 

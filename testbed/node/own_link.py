@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from typing import Optional
 
 from testbed.kernel.netlink import disable_offloads
-from testbed.kernel.shaping import DirectionPlan, PeerPlan, apply_direction, change_rate, reshape
+from testbed.kernel.shaping import HTB_CLASS, HTB_HANDLE, DirectionPlan, PeerPlan, apply_direction, htb_burst, reshape
 
 IFB = "ifb0"
 IFB_QUEUE = 1000  # packets, a veth's default
@@ -77,56 +77,65 @@ def _blackhole(ipr) -> dict:
 
 
 class OwnLink:
-    def __init__(self):
+    """`netns`: the named namespace the link is in (a fleet host's device, shaped by the host's
+    one process: node.fleet_device); None: the caller's own."""
+
+    def __init__(self, netns: Optional[str] = None):
+        self.netns = netns
         self.ifindex: Optional[int] = None
         self.ifb: Optional[int] = None
         self.cuts: dict[str, int] = {}  # peer address -> prio of the filters dropping its traffic
         self._drop: Optional[dict] = None  # the drop action this kernel has
 
+    def _iproute(self):
+        from pyroute2 import IPRoute
+
+        from testbed.kernel.netlink import ns_iproute
+
+        return IPRoute() if self.netns is None else ns_iproute(self.netns)
+
     def shape(self, address: str, uplink: dict, downlink: dict, routes: Optional[dict] = None) -> str:
         """Shape the interface holding `address`; `routes` (other sites' subnets -> the site's
         router) where the run has sites."""
-        from pyroute2 import IPRoute
+        from testbed.kernel.rtnl import Rtnl
 
         up, down = plan_from_dict(uplink), plan_from_dict(downlink)
-        with IPRoute() as ipr:
+        with self._iproute() as ipr, Rtnl(self.netns) as rt:  # (the HTB classes by kernel.rtnl: 1 ms less each)
             self.ifindex = iface_with(ipr, address)
             ifname = ipr.get_links(self.ifindex)[0].get_attr("IFLA_IFNAME")
-            apply_direction(ipr, self.ifindex, up)
+            apply_direction(ipr, self.ifindex, up, rt=rt)
             self.ifb = _ifb(ipr, self.ifindex)
-            apply_direction(ipr, self.ifb, down)
+            apply_direction(ipr, self.ifb, down, rt=rt)
             for subnet, via in (routes or {}).items():
                 ipr.route("add", dst=subnet, gateway=via)
-        disable_offloads(None, [ifname])  # MTU-sized packets: see kernel.netlink.disable_offloads
+        disable_offloads(self.netns, [ifname])  # MTU-sized packets: see kernel.netlink.disable_offloads
         return f"{ifname} shaped: up {up.rate_bps} bit/s, down {down.rate_bps} bit/s (on {IFB})"
 
     def reshape(self, which: str, old: dict, new: dict) -> str:
-        from pyroute2 import IPRoute
-
         if self.ifindex is None:
             raise RuntimeError("the link is not shaped yet")
-        with IPRoute() as ipr, _bpf_permission():
+        with self._iproute() as ipr, _bpf_permission():
             reshape(ipr, self.ifindex if which == "up" else self.ifb, plan_from_dict(old), plan_from_dict(new))
         return f"{which} reshaped"
 
     def set_rates(self, rates: dict[str, float]) -> None:
-        """A trace replay's tick: the HTB class's rate of each direction changed in place."""
-        from pyroute2 import IPRoute
+        """A trace replay's tick: the HTB class's rate of each direction changed in place (by
+        kernel.rtnl, as kernel.shaping.change_rate changes it: no pyroute2 in a node's every tick)."""
+        from testbed.kernel.rtnl import Rtnl
 
         if self.ifindex is None or self.ifb is None:
             raise RuntimeError("the link is not shaped yet")
-        with IPRoute() as ipr:
+        with Rtnl(self.netns) as rt:
             for which, rate in rates.items():
-                change_rate(ipr, self.ifindex if which == "up" else self.ifb, rate)
+                rt.add_htb_class(self.ifindex if which == "up" else self.ifb, HTB_CLASS, HTB_HANDLE, int(rate),
+                                 htb_burst(rate), change=True)
 
     def cut(self, addresses: list[str], cut: bool) -> str:
         """Drop everything to and from `addresses` (cut), or stop dropping it (heal): u32 filters
         on the interface's clsact hooks, ahead of shaping; the rest of the traffic is untouched."""
-        from pyroute2 import IPRoute
-
         if self.ifindex is None:
             raise RuntimeError("the link is not shaped yet")
-        with IPRoute() as ipr:
+        with self._iproute() as ipr:
             for address in addresses:
                 if cut and address not in self.cuts:
                     self.cuts[address] = min(set(range(1, REDIRECT_PRIO)) - set(self.cuts.values()))
@@ -157,44 +166,46 @@ class OwnLink:
 
     def counters(self) -> Optional[dict]:
         """What the link carried: up is what left the interface, down what the IFB delivered."""
-        from pyroute2 import IPRoute
+        from testbed.kernel.netlink import link_counters
+        from testbed.kernel.rtnl import Rtnl
 
         if self.ifindex is None:
             return None
-        with IPRoute() as ipr:
-            up = ipr.get_links(self.ifindex)[0].get_attr("IFLA_STATS64")
-            down = root_qdisc_bytes(ipr, self.ifb)
-        return {"up_bytes": up["tx_bytes"], "up_packets": up["tx_packets"],
+        _, _, up_bytes, up_packets = link_counters(self.netns)[self.ifindex]
+        with Rtnl(self.netns) as rt:
+            down = root_qdisc_bytes(rt, self.ifb, self.netns)
+        return {"up_bytes": up_bytes, "up_packets": up_packets,
                 "down_bytes": down["bytes"], "down_packets": down["packets"]}
 
     def class_stats(self) -> dict:
         """Each direction's HTB class as the fidelity monitor reads it on a host it shapes
         (kernel.shaping.read_htb_stats), flat for the channel's stats: up_class_rate_bps,
         up_class_bytes, ... down_class_backlog; {} without a link or a class."""
-        from pyroute2 import IPRoute
-
-        from testbed.kernel.shaping import read_htb_stats
+        from testbed.kernel.rtnl import Rtnl
+        from testbed.kernel.shaping import htb_stats
 
         if self.ifindex is None:
             return {}
         out = {}
         try:
-            with IPRoute() as ipr:
+            with Rtnl(self.netns) as rt:
                 for direction, ifindex in (("up", self.ifindex), ("down", self.ifb)):
-                    for key, value in (read_htb_stats(ipr, ifindex) or {}).items():
+                    for key, value in (htb_stats(rt, ifindex) or {}).items():
                         out[f"{direction}_class_{key}"] = value
         except Exception:  # a class being replaced: no reading this time, never the supervisor's end
             return {}
         return out
 
 
-def root_qdisc_bytes(ipr, ifindex: int) -> dict:
-    """What the root qdisc of `ifindex` sent, counted as the wire would: an IFB receives what
-    GRO merged before the node (the host's VXLAN), and its interface counter counts a merged
-    packet's headers once (4.2% low at 1450-byte packets, measured); a qdisc counts every segment."""
-    for q in ipr.get_qdiscs(index=ifindex):
-        if q["parent"] == 0xFFFFFFFF:
-            basic = q.get_attr("TCA_STATS2").get_attr("TCA_STATS_BASIC")
-            return {"bytes": basic["bytes"], "packets": basic["packets"]}
-    st = ipr.get_links(ifindex)[0].get_attr("IFLA_STATS64")
-    return {"bytes": st["tx_bytes"], "packets": st["tx_packets"]}
+def root_qdisc_bytes(rt, ifindex: int, netns: Optional[str] = None) -> dict:
+    """What the root qdisc of `ifindex` sent (`rt` a kernel.rtnl.Rtnl), counted as the wire
+    would: an IFB receives what GRO merged before the node (the host's VXLAN), and its interface
+    counter counts a merged packet's headers once (4.2% low at 1450-byte packets, measured); a
+    qdisc counts every segment."""
+    from testbed.kernel.netlink import link_counters
+
+    for q in rt.tc_objects(ifindex):
+        if q.parent == 0xFFFFFFFF and q.stats:
+            return {"bytes": q.stats["bytes"], "packets": q.stats["packets"]}
+    _, _, tx_bytes, tx_packets = link_counters(netns)[ifindex]
+    return {"bytes": tx_bytes, "packets": tx_packets}

@@ -43,13 +43,15 @@ class OwnRouter:
 
     def counters(self) -> dict[str, dict]:
         """Per peer site: what the WAN link carried towards it (up) and from it (down)."""
-        from pyroute2 import IPRoute
+        from testbed.kernel.netlink import link_counters
+        from testbed.kernel.rtnl import Rtnl
 
         out = {}
-        with IPRoute() as ipr:
+        links = link_counters(None)
+        with Rtnl() as rt:
             for peer, idx in self.wan.items():
-                up = root_qdisc_bytes(ipr, idx)
-                rx = ipr.get_links(idx)[0].get_attr("IFLA_STATS64")
+                up = root_qdisc_bytes(rt, idx)
+                rx_bytes, rx_packets, _, _ = links[idx]
                 out[peer] = {"up_bytes": up["bytes"], "up_packets": up["packets"],
-                             "down_bytes": rx["rx_bytes"], "down_packets": rx["rx_packets"], "time": time.time()}
+                             "down_bytes": rx_bytes, "down_packets": rx_packets, "time": time.time()}
         return out
