@@ -3,12 +3,13 @@
 
 import ipaddress
 import json
+import time
 
 import pandas as pd
 import pytest
 import zmq
 
-from conftest import run_up, write_scenario
+from conftest import needs_root, run_up, write_scenario
 from testbed.node.channel_keys import ChannelKeys
 from testbed.node.fleet_plan import DevicePlan, FleetPlan, keys_from_text, keys_to_text
 from testbed.plan import parse_scenario as scenario_from_dict
@@ -114,13 +115,79 @@ def test_what_a_packed_fleet_cannot_have_is_one_line_each_and_the_overlay_cap_do
 
 
 def test_a_device_reads_the_runners_address_in_its_requests_as_its_gateways():
-    from testbed.node.fleet_host import DeviceSupervisor
+    from testbed.node.fleet_device import FleetDevice
 
-    sup = DeviceSupervisor.__new__(DeviceSupervisor)  # no channel: only the rewrite is tried
+    sup = FleetDevice.__new__(FleetDevice)  # no channel: only the rewrite is tried
     sup._prefixes = (b"tcp://10.201.0.254:", b"tcp://10.205.0.1:")
     sup.dropped = __import__("testbed.node.untrusted", fromlist=["Drops"]).Drops("d0")
     req = sup._request(b'{"seq": 3, "cfg": {"control": "tcp://10.201.0.254:4100", "other": "tcp://10.201.0.25:1"}}')
     assert req == {"seq": 3, "cfg": {"control": "tcp://10.205.0.1:4100", "other": "tcp://10.201.0.25:1"}}
+
+
+def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0) -> None:
+    """A forkserver's job (below): exits 0 where it runs in `netns_inode` with `node`'s keys and
+    no capability left, 3 otherwise; holds on `hold` s first."""
+    import os
+    import sys
+    import time
+
+    from testbed.node import channel_keys
+
+    time.sleep(hold)
+    status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
+    keys = channel_keys.held()
+    ok = os.stat("/proc/self/ns/net").st_ino == netns_inode and keys is not None and keys.node == node \
+        and int(status["CapEff"], 16) == 0
+    sys.exit(0 if ok else 3)
+
+
+@needs_root
+def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_reports_ends(tmp_path):
+    """A fleet host's processes come from its forkserver (node.fleet_spawner): a job runs in the
+    device's namespace, with that device's keys and no capability; keys of another device are
+    refused in the child; a kill comes back as -9; the forkserver's end stops what it forked."""
+    import multiprocessing as mp
+    import os
+    import signal
+    import socket
+    import uuid
+
+    from testbed.kernel.netlink import NETNS_DIR, create_netns, remove_netns
+    from testbed.node.fleet_spawner import Forks, Forkserver
+    from testbed.node.stop_flag import StopFlag
+
+    name = f"eb-fs-{uuid.uuid4().hex[:6]}"
+    create_netns(name, ipv6=False)
+    mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    stop = StopFlag(mp.get_context("fork"))
+    server = os.fork()
+    if server == 0:
+        mine.close()
+        os._exit(Forkserver(theirs, stop, lambda: None).run())
+    theirs.close()
+    try:
+        forks, inode, keys = Forks(mine), os.stat(f"{NETNS_DIR}/{name}").st_ino, _keys("d7")
+        job = {"target": "test_swarm_fleet:check_where_i_am", "kwargs": {"netns_inode": inode, "node": "d7"}}
+        ok = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", job, keys.to_text(), ())
+        ok.join(timeout=30)
+        assert ok.exitcode == 0
+        wrong = forks.fork("job", "d8", f"{NETNS_DIR}/{name}", job, keys.to_text(), ())  # d7's keys for d8
+        wrong.join(timeout=30)
+        assert wrong.exitcode == 1
+        held = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", {**job, "kwargs": {**job["kwargs"], "hold": 60}},
+                          keys.to_text(), ())
+        time.sleep(1.0)
+        os.killpg(held.pid, signal.SIGKILL)  # the job is its process group's leader (node.launch)
+        held.join(timeout=10)
+        assert held.exitcode == -9
+        last = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", {**job, "kwargs": {**job["kwargs"], "hold": 60}},
+                          keys.to_text(), ())
+    finally:
+        mine.close()  # the forkserver's end: it stops its children within its grace
+        os.waitpid(server, 0)
+        remove_netns(name)
+    with pytest.raises(ProcessLookupError):
+        os.kill(last.pid, 0)
 
 
 # -- on the lab's two hosts (tests/conftest.py's `lab` fixture) --------------------------------
@@ -160,7 +227,8 @@ def test_a_per_round_fleet_trains_from_one_container_a_host(tmp_path, lab, clean
     assert (res.groupby("node").cpu_seconds.max() > 0.5).sum() >= 5 and set(res.cpu_quota.dropna()) == {0.05}
     for k in (0, 1):  # each host's log: its devices up, the relay never restarted, nothing failed
         log = (run_dir / "logs" / f"fh-{k}.log").read_text()
-        assert "12 devices up" in log and "Traceback" not in log and "relay ended" not in log, log
+        assert "12 devices made" in log and "serving 12 devices" in log, log
+        assert "Traceback" not in log and "relay ended" not in log, log
     assert not (run_dir / "logs" / "d0.log").exists()
     for h in lab:
         assert _ours_on(h) == ({"containers": [], "networks": [], "services": []} if h.name.endswith("h1")
@@ -169,7 +237,7 @@ def test_a_per_round_fleet_trains_from_one_container_a_host(tmp_path, lab, clean
 
 def test_a_device_silent_past_its_reports_is_gone_while_its_host_runs():
     """A fleet host's task outlives a device whose supervisor ended: the device's silence (it
-    reports every 5 s while idle) is what says it is gone, so a request to it ends at once."""
+    reports every 10 s while idle) is what says it is gone, so a request to it ends at once."""
     import time
 
     from testbed.runtimes.live import LiveOps

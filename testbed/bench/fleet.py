@@ -5,9 +5,10 @@ round, with `trainers: per_round` (a device's trainer process only while it is s
 (MemTotal - MemAvailable) and the trainer processes alive; a few seconds in, each running
 trainer's USS (its own pages: what one more trainer adds), PSS and RSS from smaps_rollup. After
 it: bring-up and teardown seconds, the round times (rounds.csv), what became of the PS's trainer
-requests, and the accuracy. On swarm the trainers live in the lab's containers: memory in use is
-the machine's (the lab's hosts share it) and the trainers are not counted. Needs root; run it
-with nothing else on the machine."""
+requests, and the accuracy. On swarm the devices live in the lab's fleet hosts: memory in use is
+the machine's (the lab's hosts share it), the trainers alive are not counted, and 30 s after the
+nodes are up each fleet host's process that serves its devices (its USS over the devices: what
+one more idle device costs) and each trainer are sampled. Needs root; run it with nothing else on the machine."""
 
 from __future__ import annotations
 
@@ -68,16 +69,47 @@ def rollup(pid: int) -> dict[str, int]:
     return out
 
 
+def _memory(pids: list[int]) -> dict[str, int] | None:
+    """USS, PSS and RSS of processes `pids` together (None where none could be read)."""
+    rows = [r for r in (rollup(p) for p in pids) if r]
+    if not rows:
+        return None
+    return {"uss": sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0) for r in rows),
+            "pss": sum(r.get("Pss", 0) for r in rows), "rss": sum(r.get("Rss", 0) for r in rows)}
+
+
+def fleet_host_tree() -> tuple[list[int], list[int]]:
+    """The lab's fleet hosts' first processes (each serves all of its host's devices) and their
+    trainers, seen from this machine (the lab's hosts share it): every process of a fleet host
+    runs `python -m testbed.node.fleet_host`; the first forks the relay and the forkserver, and
+    the forkserver forks the trainers."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if b"testbed.node.fleet_host" not in Path(f"/proc/{entry}/cmdline").read_bytes():
+                continue
+            parent[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    hosts = [pid for pid, up in parent.items() if up not in parent]
+    return hosts, [pid for pid, up in parent.items() if parent.get(up) in hosts]
+
+
 class Sampler(threading.Thread):
     """Memory in use, trainers alive and the runner's open files each second; the trainers' smaps
-    once, `at` s after they run."""
+    once, `at` s after they run; on swarm, once `fleet_at` s after the nodes are up (`nodes_up`:
+    when the runner said so), each fleet host's first process and trainer."""
 
-    def __init__(self, run_id: str, names: list[str], runner_pid: int, at: float = 8.0):
+    def __init__(self, run_id: str, names: list[str], runner_pid: int, at: float = 8.0, fleet_at: float = 30.0):
         super().__init__(daemon=True)
-        self.run_id, self.names, self.runner_pid, self.at = run_id, names, runner_pid, at
+        self.run_id, self.names, self.runner_pid, self.at, self.fleet_at = run_id, names, runner_pid, at, fleet_at
         self.series: list[tuple[float, int, int]] = []  # (time, bytes in use, trainers alive)
         self.runner_files: list[int] = []
         self.trainers: list[dict[str, int]] = []
+        self.hosts: list[dict[str, int]] = []  # a swarm fleet's hosts' first processes (all their devices)
+        self.nodes_up: float | None = None  # when the runner said its nodes were made
         self.stop = threading.Event()
         self.local = False  # whether a node's cgroup was found here (a swarm's are in its hosts' engines)
 
@@ -101,13 +133,15 @@ class Sampler(threading.Thread):
             except OSError:
                 pass
             if not self.trainers and time.time() - t0 >= self.at and alive:
-                for pids in alive.values():
-                    rows = [r for r in (rollup(p) for p in pids) if r]
-                    if rows:
-                        self.trainers.append({"uss": sum(r.get("Private_Clean", 0) + r.get("Private_Dirty", 0)
-                                                         for r in rows),
-                                              "pss": sum(r.get("Pss", 0) for r in rows),
-                                              "rss": sum(r.get("Rss", 0) for r in rows)})
+                self.trainers = [m for pids in alive.values() if (m := _memory(pids))]
+            up = self.nodes_up
+            if up is not None and not self.local and not self.hosts and time.time() >= up + self.fleet_at:
+                self._fleet_hosts()
+
+    def _fleet_hosts(self) -> None:
+        hosts, trainers = fleet_host_tree()
+        self.hosts = [m for p in hosts if (m := _memory([p]))]
+        self.trainers = self.trainers or [m for p in trainers if (m := _memory([p]))]
 
 
 def median_mib(values: list[int]) -> float | None:
@@ -128,12 +162,17 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
     sampler = None
     lines = []
     assert up.stdout is not None
+    nodes_up = None
     for line in up.stdout:
         lines.append(line.rstrip())
+        if re.match(r"made \d+ nodes in", line):
+            nodes_up = time.time()
         if sampler is None and line.startswith("run ") and (run_dir / "meta.json").exists():
             run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
             sampler = Sampler(run_id, names, up.pid)
             sampler.start()
+        if sampler is not None:
+            sampler.nodes_up = nodes_up
     up.wait()
     wall = time.time() - t0
     if sampler is not None:
@@ -155,6 +194,7 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
             "trainer_uss_median_mib": median_mib([t["uss"] for t in tr]),
             "trainer_pss_median_mib": median_mib([t["pss"] for t in tr]),
             "trainer_rss_median_mib": median_mib([t["rss"] for t in tr]), "trainers_sampled": len(tr),
+            **_fleet_hosts(sampler.hosts if sampler is not None else [], devices),
             "runner_open_files_max": max(sampler.runner_files, default=None) if sampler is not None else None,
             "rounds": len(rounds),
             "round_seconds_median": round(float(rounds.open_seconds.median()), 2) if len(rounds) else None,
@@ -164,6 +204,16 @@ def measure(devices: int, clients: int, trainers: str, seconds: float, model: st
             "ok": summary.get("status") == "completed" and len(rounds) > 0,
             "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "output_tail": lines[-3:] if summary.get("status") == "completed" else lines[-40:]}  # a failure's why
+
+
+def _fleet_hosts(sampled: list[dict[str, int]], devices: int) -> dict:
+    """A swarm fleet's hosts' first processes, when sampled: their USS (all of a host's idle
+    devices are in it) and that over the devices (what one more idle device adds)."""
+    if not sampled:
+        return {}
+    total = sum(m["uss"] for m in sampled)
+    return {"fleet_hosts_sampled": len(sampled), "fleet_host_uss_mib": [round(m["uss"] / MiB) for m in sampled],
+            "idle_device_uss_mib": round(total / devices / MiB, 3)}
 
 
 def fleet_benchmark(devices: int, clients: int, *, trainers: str = "per_round", seconds: float = 90,

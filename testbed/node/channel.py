@@ -125,10 +125,14 @@ def topic_name(t: bytes, kind: str) -> str:
 class Listener:
     """A SUB socket on the runner's down channel, for the given topics (read without blocking).
     `max_message`: the largest frame these topics carry (a larger one closes the connection,
-    which ZeroMQ opens again)."""
+    which ZeroMQ opens again).
+    `keys` and `ctx`: a node's keys and a ZeroMQ context of the caller's (a fleet host's one
+    process speaks for all of its devices, each with its own keys: node.fleet_device); by
+    default the process's keys, and a context of the listener's own."""
 
-    def __init__(self, address: str, topics: list[bytes], max_message: int = -1):
-        self._ctx = zmq.Context()
+    def __init__(self, address: str, topics: list[bytes], max_message: int = -1,
+                 keys: channel_keys.ChannelKeys | None = None, ctx: zmq.Context | None = None):
+        self._ctx, self._own_ctx = ctx or zmq.Context(), ctx is None
         self._sock = self._ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.MAXMSGSIZE, max_message)
         self._sock.setsockopt(zmq.LINGER, 0)
@@ -136,8 +140,15 @@ class Listener:
         self._sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
         for t in topics:
             self._sock.setsockopt(zmq.SUBSCRIBE, t)
-        channel_keys.secure(self._sock)  # hears only the hub's key
+        if keys is not None:
+            keys.secure(self._sock)
+        else:
+            channel_keys.secure(self._sock)  # hears only the hub's key
         self._sock.connect(address)
+
+    @property
+    def socket(self) -> zmq.Socket:
+        return self._sock  # (for a zmq.Poller over many listeners)
 
     def poll(self, timeout_ms: int = 0) -> list[tuple[bytes, bytes]]:
         """Every message waiting (after up to `timeout_ms` for the first): (topic, payload)."""
@@ -154,7 +165,29 @@ class Listener:
 
     def close(self) -> None:
         self._sock.close(linger=0)
-        self._ctx.term()
+        if self._own_ctx:
+            self._ctx.term()
+
+
+class Sender:
+    """A PUSH socket up to the hub with a node's own keys, in the caller's context: what a fleet
+    host sends for each of its devices (a process's other messages use its keys: `send`)."""
+
+    def __init__(self, address: str, keys: channel_keys.ChannelKeys, ctx: zmq.Context):
+        self._sock = ctx.socket(zmq.PUSH)
+        self._sock.setsockopt(zmq.LINGER, LINGER_MS)
+        self._sock.setsockopt(zmq.SNDHWM, QUEUE)
+        self._sock.setsockopt(zmq.CONNECT_TIMEOUT, CONNECT_TIMEOUT_MS)
+        keys.secure(self._sock)
+        self._sock.connect(address)
+
+    def send_json(self, kind: str, data: dict) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown message kind {kind!r}")
+        self._sock.send_multipart([MESSAGE_PREFIX + kind.encode(), untrusted.dumps(data, default=str).encode()])
+
+    def close(self) -> None:
+        self._sock.close()  # its last messages leave within LINGER_MS, when the context ends
 
 
 class Heartbeat:

@@ -5,29 +5,31 @@ A device on swarm used to be a container of its own: about 40 MiB while idle (it
 and shim) and a trainer that imported torch at the device's quota (40-46 s at 0.05 of a core),
 so a thousand did not fit the lab (BENCHMARKS.md). Here one container a host holds all of that
 host's devices the way the netns runtime holds them on one machine: each device a network
-namespace with its own veth on the host's LAN (`fleet0`, the host its gateway), its own cgroup
-inside the container's (CPU quota, memory limit), and its own supervisor (node.launch's, with
-its own channel keys: the hub knows each device by its key, as any node), forked by the
-Spawner after torch and the run's dataset were loaded once, so a trainer starts from warm pages.
-A device costs its namespace and its supervisor's pages written after the fork (13.7 MiB
-private at 1,000 devices, measured: BENCHMARKS.md). The first process (HostKeeper) holds the
-keys and hands each device its own (SECURITY.md).
+namespace with its own veth on the host's LAN (`fleet0`, the host its gateway) and its own
+cgroup inside the container's (CPU quota, memory limit), and no process while it is idle. The
+container's first process (HostAgent) serves every device's requests, each device with its
+own channel keys (the hub knows each device by its key, as any node: node.fleet_device); a
+forkserver loaded with torch and the run's dataset forks each device's trainer into its
+namespace and cgroup, with that device's keys alone (node.fleet_spawner). A supervisor process
+a device, forked warm, cost 11-14 MiB of private pages (measured: BENCHMARKS.md), which held
+the lab to 1,000 devices.
 
 Traffic: a device's default route is the host, which forwards onto the run's overlay; the other
 nodes route the host's LAN through its overlay address (runtimes.swarm_fleet gives them the
 route). The runner's hub is not on the overlay: the host relays its two ports from the LAN's
-gateway address (node.fleet_relay), and each device's supervisor reads the runner's address in
-its requests as the gateway's. Each device shapes its own link, inside its namespace (node.own_link).
+gateway address (node.fleet_relay), and each device's requests carry the runner's address as
+the gateway's (what its trainer reaches); the host's process reaches the hub itself. A
+device's link is shaped and read by the host's process inside the device's namespace
+(node.own_link).
 
 Needs CAP_NET_ADMIN and CAP_SYS_ADMIN (namespaces, the cgroup hierarchy mounted for the
-devices' cgroups) and net.ipv4.ip_forward=1 in the container. Ends when every device's supervisor
-has ended, or at SIGTERM (the service removed): the devices' processes and cgroups go with it.
+devices' cgroups) and net.ipv4.ip_forward=1 in the container. Ends at the run's stop (the
+runner's word, or its silence) or at SIGTERM (the service removed): the devices' processes and
+cgroups go with it, their namespaces with the container.
 """
 
 from __future__ import annotations
 
-import ctypes
-import gc
 import ipaddress
 import os
 import signal
@@ -39,14 +41,12 @@ from pathlib import Path
 from testbed.node.channel_keys import KEY_FILE
 from testbed.node.fleet_plan import PLAN_FILE, DevicePlan, FleetPlan
 from testbed.node.fleet_relay import start_relay_process
-from testbed.node.launch import RoleSupervisor
 from testbed.plan.neighbours import mac_of
 
 BRIDGE = "fleet0"
 CGROUP_MOUNTS = Path("/run/edgebed/cgroup")  # the container's own cgroups, writable (the engine's are read-only)
-CLONE_NEWNET = 0x40000000
 V1_CONTROLLERS = {"cpu", "cpuacct", "memory", "cpuset", "freezer"}
-STOP_GRACE = 5.0  # s the devices' supervisors have to end before their cgroups are killed
+STOP_GRACE = 5.0  # s the devices' processes have to end at the run's stop before they are killed
 
 
 def say(line: str) -> None:
@@ -109,109 +109,39 @@ def make_lan(plan: FleetPlan) -> tuple[int, list[int]]:
         return index, [tree.bridge_for(i) for i in range(len(plan.devices))]
 
 
-# -- a device ------------------------------------------------------------------------------
-class DeviceSupervisor(RoleSupervisor):
-    """A device's supervisor: node.launch's, but its usage is its own cgroup's, and the runner's
-    address in what it is sent is the gateway's (the host relays the hub's ports there)."""
-
-    def __init__(self, device: DevicePlan, run: str, urls: tuple[str, str], runner: str, gateway: str):
-        self._prefixes = (f"tcp://{runner}:".encode(), f"tcp://{gateway}:".encode())
-        super().__init__(device.node, *(u.encode().replace(*self._prefixes).decode() for u in urls))
-        self.run_id = run
-
-    def own_cgroup(self):
-        from testbed.kernel.cgroups import NodeCgroup
-
-        return NodeCgroup(self.run_id, self.node)
-
-    def joins(self) -> tuple:
-        """The device's cgroup holds what it runs, not its supervisor: the emulator's own work
-        (requests, reports) is not the device's to pay from its quota."""
-        return tuple(str(d / "cgroup.procs") for d in self.own_cgroup().dirs())
-
-    def _request(self, payload: bytes):
-        return super()._request(bytes(payload).replace(*self._prefixes))
-
-
-def _read_key(fd: int, node: str):
-    """The device's own channel keys, handed over a pipe by the host's keeper (HostKeeper)."""
-    from testbed.node.channel_keys import ChannelKeys
-
-    chunks = []
-    while chunk := os.read(fd, 4096):
-        chunks.append(chunk)
-    os.close(fd)
-    keys = ChannelKeys.from_text(b"".join(chunks).decode())
-    if keys.node != node:
-        raise ValueError(f"{node} was handed {keys.node}'s keys")
-    return keys
-
-
-def _device_main(device: DevicePlan, plan: FleetPlan, urls: tuple[str, str], runner: str, released: int,
-                 key: int) -> int:
-    """A device's process, already in its own network namespace: wait for its veth, address it,
-    take its keys, then supervise the device until the run ends."""
-    from testbed.kernel.rtnl import Rtnl
-    from testbed.node import channel_keys
-
-    os.read(released, 1)  # the spawner moved our veth in and made our cgroup
-    os.close(released)
-    prefix = ipaddress.IPv4Network(plan.lan).prefixlen
-    with Rtnl() as rt:
-        rt.set_link(rt.index("lo"), up=True)
-        eth = rt.index("eth0")
-        rt.set_link(eth, mac=mac_of(device.address))
-        rt.add_address(eth, device.address, prefix)
-        rt.add_neighbour(eth, plan.gateway, mac_of(plan.gateway))  # permanent: see _plug
-        rt.set_link(eth, up=True)
-        rt.add_default_route(plan.gateway)
-    channel_keys.use(_read_key(key, device.node))
-    sup = DeviceSupervisor(device, plan.run, urls, runner, plan.gateway)
-    signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "terminated", True))
-    return sup.run()
-
-
-def _spawn(device: DevicePlan, plan: FleetPlan, urls: tuple[str, str], runner: str,
-           key: int, others: list[int]) -> tuple[int, int]:
-    """Fork a device: the child leaves for a network namespace of its own and waits; returns its
-    pid and the pipe end that releases it. `key`: the read end of its keys' pipe; `others`: the
-    pipes of the devices after it, which it closes."""
-    ready_r, ready_w = os.pipe()
-    go_r, go_w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            for fd in (ready_r, go_w, *others):
-                os.close(fd)
-            if ctypes.CDLL(None, use_errno=True).unshare(CLONE_NEWNET) != 0:
-                raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWNET)")
-            os.write(ready_w, b"1")
-            os.close(ready_w)
-            code = _device_main(device, plan, urls, runner, go_r, key)
-        except BaseException as e:  # a device's failure is its own: said, and its process ends
-            print(f"fleet host: {device.node}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
-        finally:
-            os._exit(code)
-    for fd in (ready_w, go_r, key):
-        os.close(fd)
-    if os.read(ready_r, 1) != b"1":
-        raise RuntimeError(f"{device.node}: its process did not reach its namespace")
-    os.close(ready_r)
-    return pid, go_w
-
-
-def _plug(device: DevicePlan, run: str, index: int, pid: int, bridge: int, gateway: int, rt) -> None:
-    """The device's veth (its end `eth0` in its namespace) on the bridge, the host's ARP entry
-    for it, and its cgroup (which its supervisor's children join: DeviceSupervisor.joins). The
-    ARP entries both ways are permanent: the kernel's neighbour table is one for all namespaces,
-    and a thousand devices' learnt entries overflowed it (gc_thresh3, 1,024: "neighbor table
-    overflow", packets to the devices dropped, measured)."""
+# -- the devices ---------------------------------------------------------------------------
+def plug(device: DevicePlan, plan: FleetPlan, index: int, bridge: int, gateway: int, rt) -> None:
+    """A device: its network namespace (bound at /run/netns/NODE, no process in it), its veth
+    (`eth0` inside, on the LAN's bridge), addressed with the gateway as its default route, the
+    ARP entries both ways, and its cgroup. The ARP entries are permanent: the kernel's neighbour
+    table is one for all namespaces, and a thousand devices' learnt entries overflowed it
+    (gc_thresh3, 1,024: "neighbor table overflow", packets to the devices dropped, measured)."""
     from testbed.kernel.cgroups import NodeCgroup
+    from testbed.kernel.netlink import create_netns
+    from testbed.kernel.rtnl import Rtnl
 
-    rt.add_veth(f"fd{index}", pid, "eth0", master=bridge, up=True)
+    create_netns(device.node)
+    rt.add_veth(f"fd{index}", device.node, "eth0", master=bridge, up=True)
     rt.add_neighbour(gateway, device.address, mac_of(device.address))
-    NodeCgroup(run, device.node).create(device.cpus, device.memory, None, device.cpu_period)
+    with Rtnl(device.node) as inside:
+        inside.set_link(1, up=True)  # lo (LOOPBACK_IFINDEX)
+        eth = inside.index("eth0")
+        inside.set_link(eth, mac=mac_of(device.address))
+        inside.add_address(eth, device.address, ipaddress.IPv4Network(plan.lan).prefixlen)
+        inside.add_neighbour(eth, plan.gateway, mac_of(plan.gateway))
+        inside.set_link(eth, up=True)
+        inside.add_default_route(plan.gateway)
+    NodeCgroup(plan.run, device.node).create(device.cpus, device.memory, None, device.cpu_period)
+
+
+def make_devices(plan: FleetPlan, gateway: int, bridges: list[int]) -> None:
+    from testbed.kernel.rtnl import Rtnl
+
+    t0 = time.monotonic()
+    with Rtnl() as rt:
+        for i, device in enumerate(plan.devices):
+            plug(device, plan, i, bridges[i], gateway, rt)
+    say(f"{len(plan.devices)} devices made in {time.monotonic() - t0:.1f} s")
 
 
 # -- the host ------------------------------------------------------------------------------
@@ -222,134 +152,154 @@ def warm(spec: dict) -> None:
     import testbed.node.roles.worker  # noqa: F401
     from testbed.data.datasets import edgebeds_own, shared_dataset
 
+    t0 = time.monotonic()
     if spec.get("dataset") and edgebeds_own(spec["dataset"]):
         try:
             shared_dataset(spec["dataset"], seed=spec.get("seed", 0), test_size=spec.get("test_size"))
         except Exception as e:  # the trainer loads it itself, and says what is wrong
             say(f"dataset {spec['dataset']} not preloaded: {type(e).__name__}: {e}")
+    say(f"forkserver warm in {time.monotonic() - t0:.1f} s")
 
 
-class Spawner:
-    """The process that forks the devices and reaps them: it never holds a key (each device
-    reads its own from a pipe the keeper fills), so no device's trainer finds another's in the
-    memory it was forked with."""
-
-    def __init__(self, plan: FleetPlan, urls: tuple[str, str], key_pipes: list[int]):
-        self.plan, self.urls, self.key_pipes = plan, urls, key_pipes
-        self.runner = _address_of(urls[0])
-        self.devices: dict[int, str] = {}  # pid -> device
-        self.stopping = False
-
-    def run(self, gateway: int, bridges: list[int]) -> int:
-        from testbed.kernel.rtnl import Rtnl
-
-        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
-        t0 = time.monotonic()
-        warm(self.plan.warm)
-        gc.freeze()  # what is loaded stays shared: a collection in a device would write to every object's header
-        say(f"warm in {time.monotonic() - t0:.1f} s")
-        t0 = time.monotonic()
-        with Rtnl() as rt:
-            for i, device in enumerate(self.plan.devices):
-                if self.stopping:  # the service was removed while its devices came up
-                    break
-                pid, release = _spawn(device, self.plan, self.urls, self.runner, self.key_pipes[i],
-                                      self.key_pipes[i + 1:])
-                self.devices[pid] = device.node
-                _plug(device, self.plan.run, i, pid, bridges[i], gateway, rt)
-                os.write(release, b"1")
-                os.close(release)
-        say(f"{len(self.devices)} devices up in {time.monotonic() - t0:.1f} s")
-        while self.devices and not self.stopping:
-            self._reap()
-            time.sleep(0.2)
-        self.stop()
-        return 0
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            node = self.devices.pop(pid, None)
-            if node is not None:
-                say(f"{node} ended ({os.waitstatus_to_exitcode(status)})")
-
-    def stop(self) -> None:
-        from testbed.kernel.cgroups import TOP, kill_and_remove
-
-        for pid in self.devices:
-            _signal(pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE
-        while self.devices and time.monotonic() < deadline:
-            self._reap()
-            time.sleep(0.1)
-        for pid in self.devices:  # the supervisors are in the host's cgroup, not their devices'
-            _signal(pid, signal.SIGKILL)
-        self._reap()
-        problems = kill_and_remove(f"{TOP}/{self.plan.run}")
-        say("stopped" + (f"; left: {'; '.join(problems)}" if problems else ""))
-
-
-class HostKeeper:
-    """The container's first process: the LAN, the cgroups and the relay, then the spawner
-    (forked before any key is read); then it reads the devices' keys, unmounts their file (no
-    device's trainer can read it), hands each device its own over a pipe, and waits. Its memory
-    holds every key: a trainer, with no capability, cannot read another process's."""
+class HostAgent:
+    """The container's first process, and the one that speaks for every device: the LAN, the
+    cgroups, the relay and the forkserver (forked before any key is read), the devices'
+    namespaces and links; then it reads the devices' keys, unmounts their file (no trainer can
+    read it), and serves each device's requests (node.fleet_device) until the run's end. Its
+    memory holds every key: a trainer, with no capability, cannot read another process's."""
 
     def __init__(self, plan: FleetPlan, up: str, down: str):
         self.plan, self.urls = plan, (up, down)
         self.relay_args = (plan.gateway, [(_address_of(u), _port_of(u)) for u in self.urls])
-        self.relay = self.spawner = 0
-        self.stopping = False
+        self.relay = self.forkserver = 0
+        self.terminated = False
+        self.devices: list = []
 
     def run(self) -> int:
-        _open_files_to_the_hard_limit()  # the relay holds two a connection, a device two or three connections
+        import multiprocessing as mp
+
+        from testbed.node.stop_flag import StopFlag
+
+        _open_files_to_the_hard_limit()  # the relay holds two a connection; this process two sockets a device
         use_cgroup_root(mount_own_cgroups())
         gateway, bridges = make_lan(self.plan)
         self.relay = start_relay_process(*self.relay_args)  # on the gateway's address, made just now
-        pipes = [os.pipe() for _ in self.plan.devices]
-        self.spawner = os.fork()
-        if self.spawner == 0:
+        stop = StopFlag(mp.get_context("fork"))  # the forkserver's children see it set
+        forks = self._start_forkserver(stop)
+        make_devices(self.plan, gateway, bridges)
+        keys = self._read_keys()
+        self._serve(forks, stop, keys)
+        return 0
+
+    def _start_forkserver(self, stop):
+        import socket
+
+        from testbed.node.fleet_spawner import Forks, Forkserver
+
+        mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.forkserver = os.fork()
+        if self.forkserver == 0:
             code = 1
             try:
-                for _, w in pipes:
-                    os.close(w)
-                code = Spawner(self.plan, self.urls, [r for r, _ in pipes]).run(gateway, bridges)
+                mine.close()
+                code = Forkserver(theirs, stop, lambda: warm(self.plan.warm)).run()
             finally:
                 os._exit(code)
-        for r, _ in pipes:
-            os.close(r)
-        self._hand_out_keys([w for _, w in pipes])
-        return self._wait()
+        theirs.close()
+        return Forks(mine)
 
-    def _hand_out_keys(self, writers: list[int]) -> None:
+    def _read_keys(self) -> dict:
         from testbed.node.fleet_plan import keys_from_text
 
         keys = keys_from_text(Path(KEY_FILE).read_text(), self.plan)
         subprocess.run(["umount", KEY_FILE], check=False)  # the file is the secret's mount
-        for device, w in zip(self.plan.devices, writers):
-            os.write(w, keys[device.node].to_text().encode())  # a few hundred bytes: a pipe holds 64 KiB
-            os.close(w)
+        return keys
 
-    def _wait(self) -> int:
+    def _serve(self, forks, stop, keys: dict) -> None:
+        import zmq
+
+        from testbed.node import channel
+        from testbed.node.fleet_device import FleetDevice, HostShare
+        from testbed.node.launch import HEARTBEAT_TIMEOUT
+
+        ctx = zmq.Context()
+        ctx.set(zmq.MAX_SOCKETS, 2 * len(self.plan.devices) + 64)
+        share = HostShare(ctx, forks, stop, channel.Heartbeat(HEARTBEAT_TIMEOUT), self.urls, self.plan.run,
+                          _address_of(self.urls[0]), self.plan.gateway)
+        self.devices = [FleetDevice(d, keys[d.node], share, hears_beats=i == 0) for i, d in enumerate(self.plan.devices)]
+        keys.clear()
+        say(f"serving {len(self.devices)} devices")
+        try:
+            self._loop(forks, stop, share.active)
+        finally:
+            self._end(stop, ctx)
+
+    def _loop(self, forks, stop, active: set) -> None:
+        import zmq
+
+        from testbed.node.launch import IDLE_POLL, RoleSupervisor
+
+        poller = zmq.Poller()
+        by_socket = {}
+        for device in self.devices:
+            poller.register(device.listener.socket, zmq.POLLIN)
+            by_socket[device.listener.socket] = device
+        poller.register(forks.fileno(), zmq.POLLIN)
+        ending_since, tend_all_at = None, 0.0
         while True:
-            pid, status = os.wait()
-            if pid == self.spawner:
-                _signal(self.relay, signal.SIGKILL)
-                return os.waitstatus_to_exitcode(status)
-            if pid == self.relay and not self.stopping:  # the devices' way to the hub: again at once
-                say(f"the hub's relay ended ({os.waitstatus_to_exitcode(status)}); started again")
-                self.relay = start_relay_process(*self.relay_args)
+            ready = poller.poll(int((RoleSupervisor.POLL if active else IDLE_POLL) * 1000))
+            forks.pump()
+            for sock, _ in ready:
+                if sock in by_socket:
+                    by_socket[sock]._listen(0)
+            if self.terminated or (self.devices and self.devices[0].beat.stopped()):
+                stop.set()  # SIGTERM, or the runner said stop or went silent
+            # the devices something runs in at every look, the idle ones (their reports) twice a second
+            now = time.monotonic()
+            tend_all = now >= tend_all_at
+            for device in (self.devices if tend_all else list(active)):
+                device.terminated = self.terminated
+                device.tend()
+                if not device._busy():
+                    active.discard(device)
+            tend_all_at = now + IDLE_POLL if tend_all else tend_all_at
+            self._keep_relay()
+            if stop.is_set():
+                ending_since = ending_since or now
+                if not active or now - ending_since > STOP_GRACE:
+                    return  # (the forkserver kills what is left)
+
+    def _keep_relay(self) -> None:
+        try:
+            pid, status = os.waitpid(self.relay, os.WNOHANG)
+        except ChildProcessError:
+            pid, status = self.relay, 0
+        if pid == self.relay and not self.terminated:  # the devices' way to the hub: again at once
+            say(f"the hub's relay ended ({os.waitstatus_to_exitcode(status)}); started again")
+            self.relay = start_relay_process(*self.relay_args)
+
+    def _end(self, stop, ctx) -> None:
+        """The devices' processes stopped (the forkserver gives them STOP_GRACE), their cgroups
+        removed; the last reports leave, then the relay goes."""
+        from testbed.kernel.cgroups import TOP, kill_and_remove
+
+        stop.set()
+        for device in self.devices:
+            device._kill(device.stress + list(device.jobs.values()))
+            device.close()
+        _signal(self.forkserver, signal.SIGTERM)
+        try:
+            os.waitpid(self.forkserver, 0)
+        except ChildProcessError:
+            pass
+        problems = kill_and_remove(f"{TOP}/{self.plan.run}")
+        ctx.term()  # (the senders' last messages leave first, up to their linger)
+        _signal(self.relay, signal.SIGKILL)
+        say("stopped" + (f"; left: {'; '.join(problems)}" if problems else ""))
 
     def stop(self) -> None:
-        """SIGTERM: the spawner stops the devices (and this process ends once it has)."""
-        self.stopping = True
-        if self.spawner:
-            _signal(self.spawner, signal.SIGTERM)
+        """SIGTERM (the service removed): the devices stop, then this process."""
+        self.terminated = True
 
 
 def _open_files_to_the_hard_limit() -> None:
@@ -383,12 +333,9 @@ def main(argv: list[str]) -> int:
     except (OSError, ValueError) as e:
         print(f"fleet host {argv[0]}: no usable plan at {PLAN_FILE}: {e}", file=sys.stderr)
         return 2
-    keeper = HostKeeper(plan, argv[1], argv[2])
-    signal.signal(signal.SIGTERM, lambda *_: keeper.stop())
-    try:
-        return keeper.run()
-    finally:
-        keeper.stop()
+    agent = HostAgent(plan, argv[1], argv[2])
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    return agent.run()
 
 
 if __name__ == "__main__":

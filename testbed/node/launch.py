@@ -126,11 +126,10 @@ class RoleSupervisor:
 
     def __init__(self, node: str, up: str, down: str):
         self.node, self.up = node, up
-        self.listener = channel.Listener(down, [channel.topic("beat"), channel.topic("node", node)],
-                                         max_message=MAX_REQUEST)
+        self.listener = self._listener(down)
         self.beat = channel.Heartbeat(HEARTBEAT_TIMEOUT)
         self._ctx = mp.get_context("fork")
-        self.stop = StopFlag(self._ctx)  # shared with the role and stress processes, which kill may take
+        self.stop = self._stop_flag()  # shared with the role and stress processes, which kill may take
         self.terminated = False  # `docker stop` (SIGTERM) reaches only this process
         self.role = None
         self.gen = 0
@@ -139,16 +138,43 @@ class RoleSupervisor:
         self._answers: dict[int, control.Reply] = {}  # seq -> answer: a repeated request is answered, not redone
         self.dropped = untrusted.Drops(f"supervisor of {node}")  # requests it could not read, by reason
         self.jobs: dict[str, object] = {}  # measuring jobs running: slot to report the end in -> process
-        self.link = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
+        self.link: Any = None  # node.own_link.OwnLink, when the runtime has the node shape its own link
         self.replay = None  # node.trace_replay.TraceReplay, when the node replays its link traces itself
         self.router = None  # node.own_router.OwnRouter, when the node is a site's router (runtime swarm)
         self._next_stats = 0.0
         self.waits_for_rounds = False  # its role a per-round trainer: it outlives the role (RoleConfig.per_round)
         self.role_cfg: dict = {}
 
+    # -- what a fleet host's devices do otherwise (node.fleet_device) -------------------
+    def _listener(self, down: str) -> channel.Listener:
+        return channel.Listener(down, [channel.topic("beat"), channel.topic("node", self.node)],
+                                max_message=MAX_REQUEST)
+
+    def _stop_flag(self):
+        return StopFlag(self._ctx)
+
+    def _send_json(self, kind: str, data: dict) -> None:
+        channel.send_json(self.up, kind, data)
+
+    def _fork(self, target: Callable, args: tuple, name: str = ""):
+        """A child process running `target(*args)` (is_alive, exitcode, join, pid: multiprocessing's)."""
+        p = self._ctx.Process(target=target, args=args, name=name or None, daemon=target is not _role_main)
+        p.start()
+        return p
+
+    def _set_affinity(self, cpuset: str) -> None:
+        os.sched_setaffinity(0, parse_cpuset(cpuset))
+
+    def _next_stats_in(self) -> float:
+        return STATS_EVERY if self._busy() else IDLE_STATS_EVERY
+
+    def _join_killed(self) -> None:
+        while self._reap:
+            self._reap.pop().join(timeout=5)
+
     def _send_state(self, running: bool, exitcode=None) -> None:
-        channel.send_json(self.up, "state", {"node": self.node, "gen": self.gen, "running": running,
-                                             "exitcode": exitcode, **self._drop_counts()})
+        self._send_json("state", {"node": self.node, "gen": self.gen, "running": running,
+                                  "exitcode": exitcode, **self._drop_counts()})
 
     def _drop_counts(self) -> dict:
         """What this supervisor dropped, with its acks and states (the hub keeps it for summary.json)."""
@@ -158,12 +184,10 @@ class RoleSupervisor:
         if req.cfg is None:
             raise ValueError(f"{req.op} without a cfg")
         if req.cpuset:  # a runtime without a cpuset of its own (swarm): the role inherits this
-            os.sched_setaffinity(0, parse_cpuset(req.cpuset))
+            self._set_affinity(req.cpuset)
         self.gen = self.gen + 1 if req.gen is None else req.gen
         self.waits_for_rounds, self.role_cfg = bool(req.cfg.get("per_round")), req.cfg
-        self.role = self._ctx.Process(target=_role_main, args=(req.cfg, self.stop, self.joins()),
-                                      name=f"role-{self.node}")
-        self.role.start()
+        self.role = self._fork(_role_main, (req.cfg, self.stop, self.joins()), name=f"role-{self.node}")
         self._send_state(True)
         self._set_stress(req.stress)
 
@@ -171,9 +195,7 @@ class RoleSupervisor:
         old = self._kill(self.stress)
         self.stress = []
         for load in loads:
-            p = self._ctx.Process(target=_stress_main, args=(load, self.stop, self.joins()), daemon=True)
-            p.start()
-            self.stress.append(p)
+            self.stress.append(self._fork(_stress_main, (load, self.stop, self.joins())))
         return old
 
     def _kill(self, procs: list) -> int:
@@ -204,30 +226,32 @@ class RoleSupervisor:
 
     def _reap_jobs(self) -> None:
         """Tell the runner (through each job's `done` slot) which measuring jobs ended, and how."""
-        from testbed.node import mailbox
-
         for done, job in list(self.jobs.items()):
             if not job.is_alive():
                 job.join()
-                mailbox.write_text(done, str(job.exitcode))
+                self._put(done, str(job.exitcode))
                 del self.jobs[done]
+
+    def _put(self, slot: str, text: str) -> None:
+        from testbed.node import mailbox
+
+        mailbox.write_text(slot, text)
 
     def _send_stats(self) -> None:
         """A self-shaping node's link counters and usage, for the runner's traffic and resources."""
         if self.link is None or time.monotonic() < self._next_stats:
             return
-        self._next_stats = time.monotonic() + (STATS_EVERY if self._busy() else IDLE_STATS_EVERY)
+        self._next_stats = time.monotonic() + self._next_stats_in()
         cg = self.own_cgroup()
         thr = cg.throttled() or {}
         throttled = thr.get("throttled_time", thr.get("throttled_usec", 0) * 1000) / 1e9 if thr else None
-        channel.send_json(self.up, "stats", {"node": self.node, **(self.link.counters() or {}),
-                                             **self.link.class_stats(),  # the fidelity monitor's links
-                                             "cpu_seconds": cg.cpu_seconds(), "memory_bytes": cg.memory_bytes(),
-                                             "throttled_seconds": throttled, "time": time.time(),
-                                             # the fidelity monitor's (records.fidelity)
-                                             "cpu_quota": cg.quota_cores(), "wait_seconds": cg.wait_seconds(),
-                                             "nr_periods": thr.get("nr_periods"),
-                                             "nr_throttled": thr.get("nr_throttled")})
+        self._send_json("stats", {"node": self.node, **(self.link.counters() or {}),
+                                  **self.link.class_stats(),  # the fidelity monitor's links
+                                  "cpu_seconds": cg.cpu_seconds(), "memory_bytes": cg.memory_bytes(),
+                                  "throttled_seconds": throttled, "time": time.time(),
+                                  # the fidelity monitor's (records.fidelity)
+                                  "cpu_quota": cg.quota_cores(), "wait_seconds": cg.wait_seconds(),
+                                  "nr_periods": thr.get("nr_periods"), "nr_throttled": thr.get("nr_throttled")})
 
     def joins(self) -> tuple:
         """The cgroup.procs files a role, stress or job process joins first (none: a container's
@@ -262,9 +286,7 @@ class RoleSupervisor:
         return "started"
 
     def _on_exec(self, req: control.Exec) -> str:
-        job = self._ctx.Process(target=_job_main, args=(req.target, req.kwargs, self.joins()), daemon=True)
-        job.start()
-        self.jobs[req.done] = job
+        self.jobs[req.done] = self._fork(_job_main, (req.target, req.kwargs, self.joins()))
         return "started"
 
     def _on_counters(self, req: control.Counters) -> str:
@@ -361,7 +383,8 @@ class RoleSupervisor:
         except untrusted.Refused as e:
             return control.Reply.failed(e.reason)
         try:
-            return control.Reply(True, self.HANDLERS[type(req)](self, req))
+            # by name: a subclass's handler overrides its base's (node.fleet_device)
+            return control.Reply(True, getattr(self, self.HANDLERS[type(req)].__name__)(req))
         except Exception as e:  # answer, never die: the runner waits for the answer
             return control.Reply.failed(f"{type(e).__name__}: {str(e)[:500]}")
 
@@ -371,8 +394,8 @@ class RoleSupervisor:
             self._answers[seq] = self._handle(req)
             if len(self._answers) > KEPT_ANSWERS:
                 del self._answers[next(iter(self._answers))]  # the oldest
-        channel.send_json(self.up, "ack", {"node": self.node, "seq": seq, **self._answers[seq].to_wire(),
-                                           **self._drop_counts()})
+        self._send_json("ack", {"node": self.node, "seq": seq, **self._answers[seq].to_wire(),
+                                **self._drop_counts()})
 
     def _request(self, payload: bytes):
         """The request in a message from the hub (a mapping with an integer seq), or None: what
@@ -403,6 +426,27 @@ class RoleSupervisor:
             self.stop.set()
         return got
 
+    def tend(self) -> int | None:
+        """What the supervisor does between its looks for requests: its reports, its ended jobs
+        and killed processes, its role's end; the supervisor's exit code once it should end."""
+        self._send_stats()
+        self._reap_jobs()
+        self._join_killed()
+        if self.role is not None and not self.role.is_alive():
+            self.role.join()
+            code = self.role.exitcode
+            self._send_state(False, code)
+            if not self.waits_for_rounds:
+                return 0 if code == 0 else 1  # ended on its own: the container ends with it
+            self.role = None  # a per-round trainer's device: the next round's start comes here
+            self._rewarm()
+        if self.role is None and self.stop.is_set():
+            return 0  # idle, or killed and not restarted, when the run ended
+        return None
+
+    def _rewarm(self) -> None:
+        _warm_for_trainers(self.role_cfg)
+
     def wait_for_go(self) -> bool:
         deadline = time.monotonic() + GO_DEADLINE
         while not self.stop.is_set() and time.monotonic() < deadline:
@@ -420,20 +464,9 @@ class RoleSupervisor:
                 return 1
             while True:
                 self._listen(int((self.POLL if self._busy() else IDLE_POLL) * 1000))
-                self._send_stats()
-                self._reap_jobs()
-                while self._reap:
-                    self._reap.pop().join(timeout=5)
-                if self.role is not None and not self.role.is_alive():
-                    self.role.join()
-                    code = self.role.exitcode
-                    self._send_state(False, code)
-                    if not self.waits_for_rounds:
-                        return 0 if code == 0 else 1  # ended on its own: the container ends with it
-                    self.role = None  # a per-round trainer's device: the next round's start comes here
-                    _warm_for_trainers(self.role_cfg)
-                if self.role is None and self.stop.is_set():
-                    return 0  # idle, or killed and not restarted, when the run ended
+                code = self.tend()
+                if code is not None:
+                    return code
         finally:
             self._kill(self.stress + list(self.jobs.values()))
             for p in self._reap:

@@ -415,7 +415,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
     def task_running(self, node: str) -> bool:
         """Whether the node's task runs (the manager asked at most every 2 s a service); a fleet
         host's device, whether its host's does and the device has not gone silent: a device that
-        has reported before and not for DEVICE_SILENT_S (it reports every 5 s while idle) has no
+        has reported before and not for DEVICE_SILENT_S (it reports every 10 s while idle) has no
         supervisor any more, and a request to it would wait out its whole timeout."""
         service = self._services[node]
         at, running = self._tasks.get(service.id, (0.0, True))
