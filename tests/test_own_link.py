@@ -101,3 +101,59 @@ def test_a_self_shaping_node_reports_its_classes_for_the_fidelity_monitor(two_na
     got = reported_classes({"w0": report}, {"w0": 2.0})
     assert got["w0/up"]["rate_bps"] == 8_000_000 and got["w0/up"]["bytes"] == after["up_class_bytes"]
     assert got["w0/down"]["time"] == 98.0  # on the runner's clock
+
+
+EVERYONE = textwrap.dedent("""
+    import socket, sys
+    from testbed.node.own_link import OwnLink
+
+    def reach(addr):
+        s = socket.socket()
+        s.settimeout(0.5)
+        try:
+            s.connect((addr, 9))
+            return "open"
+        except ConnectionRefusedError:
+            return "refused"
+        except OSError:
+            return "silent"
+        finally:
+            s.close()
+
+    link = OwnLink()
+    link.shape("10.77.0.1", {"rate_bps": 10_000_000}, {"rate_bps": 10_000_000})
+    print(link.cut_everyone(True, ["10.77.0.3"]))
+    link.cut_everyone(True, ["10.77.0.3"])  # twice: still one cut
+    print(reach("10.77.0.2"), reach("10.77.0.3"))
+    print(link.cut_everyone(False, ["10.77.0.3"]))
+    print(reach("10.77.0.2"), reach("10.77.0.3"))
+""")
+
+
+@needs_root
+def test_a_cut_from_everyone_spares_the_runners_path_and_heals(two_namespaces):
+    """A device gone offline (availability, runtime swarm) is cut from everyone but the path to
+    the runner's hub: a few prefixes, not a filter pair for each of thousands of peers."""
+    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", EVERYONE], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr[-2000:]
+    said_cut, cut, said_healed, healed = [line for line in r.stdout.split("\n") if line]
+    assert said_cut == "cut off from everyone but 10.77.0.3" and said_healed == "healed with everyone but 10.77.0.3"
+    assert cut.split() == ["silent", "refused"]  # everyone is gone but the spared address
+    assert healed.split() == ["refused", "refused"]
+
+
+@pytest.mark.parametrize("spare", [[], ["10.205.0.1"], ["10.205.0.1", "10.201.0.254"], ["0.0.0.0"]])
+def test_everyone_but_the_spared_is_every_other_address_in_a_few_prefixes(spare):
+    import ipaddress
+    import random
+
+    from testbed.node.own_link import spared_complement
+
+    nets = spared_complement(spare)
+    assert len(nets) <= max(1, 32 * len(spare))
+    assert sum(n.num_addresses for n in nets) == 2**32 - len(spare)  # disjoint, and all but the spared
+    rng = random.Random(1)
+    for address in [*spare, *(str(ipaddress.IPv4Address(rng.getrandbits(32))) for _ in range(200))]:
+        inside = any(ipaddress.IPv4Address(address) in n for n in nets)
+        assert inside == (address not in spare), address

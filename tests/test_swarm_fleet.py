@@ -124,6 +124,32 @@ def test_a_device_reads_the_runners_address_in_its_requests_as_its_gateways():
     assert req == {"seq": 3, "cfg": {"control": "tcp://10.205.0.1:4100", "other": "tcp://10.201.0.25:1"}}
 
 
+def test_a_node_cut_from_every_other_is_cut_from_everyone_and_a_partial_heal_cuts_the_rest_again():
+    """Availability's offline device on swarm (runtimes.swarm._cut_traffic): one cut from
+    everyone, not a filter pair for each of the cluster's addresses; healing some of them while
+    cut from everyone heals all and cuts the others again; any other cut names its addresses."""
+    from types import SimpleNamespace
+
+    rt = SwarmRuntime.__new__(SwarmRuntime)
+    rt._cut_off = set()
+    rt.handles = {n: SimpleNamespace(node=SimpleNamespace(address=a))
+                  for n, a in (("ps", "10.201.0.2"), ("d0", "10.205.0.2"), ("d1", "10.205.0.3"), ("d2", "10.205.0.4"))}
+    sent = []
+    rt._request = lambda node, wire: sent.append((node, {k: v for k, v in wire.items() if k != "op"}))
+    everyone = ["10.201.0.2", "10.205.0.3", "10.205.0.4"]
+    rt._cut_traffic("d0", everyone, True)
+    rt._cut_traffic("d0", everyone, False)
+    rt._cut_traffic("d0", everyone, True)
+    rt._cut_traffic("d0", ["10.205.0.3"], False)  # d1 back, the others still cut
+    rt._cut_traffic("d1", ["10.205.0.2"], True)  # one peer: named
+    assert sent == [("d0", {"addresses": [], "cut": True, "everyone": True}),
+                    ("d0", {"addresses": [], "cut": False, "everyone": True}),
+                    ("d0", {"addresses": [], "cut": True, "everyone": True}),
+                    ("d0", {"addresses": [], "cut": False, "everyone": True}),
+                    ("d0", {"addresses": ["10.201.0.2", "10.205.0.4"], "cut": True, "everyone": False}),
+                    ("d1", {"addresses": ["10.205.0.2"], "cut": True, "everyone": False})]
+    assert rt._cut_off == set()
+
 def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0) -> None:
     """A forkserver's job (below): exits 0 where it runs in `netns_inode` with `node`'s keys and
     no capability left, 3 otherwise; holds on `hold` s first."""

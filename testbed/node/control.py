@@ -132,9 +132,14 @@ class Replay(Request):
 
 @dataclass(frozen=True)
 class Cut(Request):
+    """Drop the traffic to and from `addresses` (cut) or let it through again; `everyone`: with
+    every address but the runner's path (a device gone offline, cut from the whole cluster: a
+    few filters, not two for each of thousands of peers; node.own_link), `addresses` unused."""
+
     op = "cut"
     addresses: list[str]
     cut: bool
+    everyone: bool = False
 
 
 @dataclass(frozen=True)

@@ -122,6 +122,9 @@ class FleetDevice(RoleSupervisor):
         self.link = OwnLink(self.netns)
         return self.link.shape(req.address, req.uplink, req.downlink, req.routes)
 
+    def _runners_path(self) -> list[str]:
+        return [self.share.gateway]  # the device's processes reach the hub through its host's relay
+
     def _on_kernel(self, req: control.Kernel) -> str:
         import json
         from dataclasses import asdict

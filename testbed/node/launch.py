@@ -342,7 +342,14 @@ class RoleSupervisor:
         return f"replaying {', '.join(sorted(req.schedules))} every {self.replay.tick:g} s"
 
     def _on_cut(self, req: control.Cut) -> str:
+        if req.everyone:
+            return self._own_link(req).cut_everyone(req.cut, self._runners_path())
         return self._own_link(req).cut(req.addresses, req.cut)
+
+    def _runners_path(self) -> list[str]:
+        """The address a cut from everyone spares: the runner's (its hub), which this node's
+        processes reach through the link the cut is on where it has no control network."""
+        return [self.up.split("://", 1)[1].rsplit(":", 1)[0]]
 
     def _on_route(self, req: control.Route) -> str:  # a site's router (node.own_router)
         from testbed.node.own_router import OwnRouter

@@ -21,6 +21,7 @@ BLACKHOLE = "ifb-drop"  # an IFB kept down: a redirect to it is a drop (kernels 
 ETH_P_ALL, ETH_P_IP = 0x0003, 0x0800
 CLSACT_INGRESS, CLSACT_EGRESS = 0xFFFFFFF2, 0xFFFFFFF3  # the clsact qdisc's two hooks
 REDIRECT_PRIO = 1000  # the IFB redirect runs after the partition's drops (prio 1..999)
+EVERYONE_PRIO = 999  # a cut from everyone's filters (one peer's: 1..998)
 
 
 def plan_from_dict(d: dict) -> DirectionPlan:
@@ -69,6 +70,20 @@ def _ip_key(address: str, offset: int) -> str:
     return f"0x{int(ipaddress.IPv4Address(address)):08x}/0xffffffff+{offset}"
 
 
+def _net_key(net: ipaddress.IPv4Network, offset: int) -> str:
+    """A u32 key matching the IPv4 addresses of `net` at `offset` of the IP header."""
+    return f"0x{int(net.network_address):08x}/0x{int(net.netmask):08x}+{offset}"
+
+
+def spared_complement(spare: list[str]) -> list[ipaddress.IPv4Network]:
+    """Every IPv4 address but `spare`, as prefixes (32 for one spared address)."""
+    nets = [ipaddress.IPv4Network("0.0.0.0/0")]
+    for address in spare:
+        host = ipaddress.IPv4Network(f"{address}/32")
+        nets = [piece for net in nets for piece in (net.address_exclude(host) if host.subnet_of(net) else [net])]
+    return sorted(nets)
+
+
 def _blackhole(ipr) -> dict:
     if not ipr.link_lookup(ifname=BLACKHOLE):
         ipr.link("add", ifname=BLACKHOLE, kind="ifb")
@@ -85,6 +100,7 @@ class OwnLink:
         self.ifindex: Optional[int] = None
         self.ifb: Optional[int] = None
         self.cuts: dict[str, int] = {}  # peer address -> prio of the filters dropping its traffic
+        self.everyone = False  # cut off from every address but the runner's path (cut_everyone)
         self._drop: Optional[dict] = None  # the drop action this kernel has
 
     def _iproute(self):
@@ -138,31 +154,52 @@ class OwnLink:
         with self._iproute() as ipr:
             for address in addresses:
                 if cut and address not in self.cuts:
-                    self.cuts[address] = min(set(range(1, REDIRECT_PRIO)) - set(self.cuts.values()))
-                    self._add_drops(ipr, address)
+                    self.cuts[address] = min(set(range(1, EVERYONE_PRIO)) - set(self.cuts.values()))
+                    for kw in self._drop_filters(address):
+                        self._add_drop(ipr, kw)
                 elif not cut and address in self.cuts:
                     for kw in self._drop_filters(address):
                         ipr.tc("del-filter", "u32", **kw)
                     del self.cuts[address]
         return f"{'cut' if cut else 'healed'} {', '.join(addresses)}"
 
+    def cut_everyone(self, cut: bool, spare: list[str]) -> str:
+        """Drop everything to and from every address but `spare` (the runner's path), or stop:
+        the addresses that are not spared as a few prefixes (at most 32 a spared address), one
+        filter each way each, whatever the cluster's size."""
+        if self.ifindex is None:
+            raise RuntimeError("the link is not shaped yet")
+        with self._iproute() as ipr:
+            if cut and not self.everyone:
+                for net in spared_complement(spare):
+                    for parent, offset in ((CLSACT_EGRESS, 16), (CLSACT_INGRESS, 12)):
+                        self._add_drop(ipr, dict(index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
+                                                 protocol=ETH_P_IP, target=0x10, keys=[_net_key(net, offset)]))
+            elif not cut and self.everyone:
+                for parent in (CLSACT_EGRESS, CLSACT_INGRESS):  # every filter of the priority
+                    ipr.tc("del-filter", "u32", index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
+                           protocol=ETH_P_IP, target=0x10, keys=["0x0/0x0+0"])  # (pyroute2 wants them)
+        self.everyone = cut
+        return f"{'cut off from' if cut else 'healed with'} everyone" + (f" but {', '.join(spare)}" if spare else "")
+
     def _drop_filters(self, address: str) -> list[dict]:
         """The two filters of a cut: what goes to `address`, what comes from it."""
         return [dict(index=self.ifindex, parent=parent, prio=self.cuts[address], protocol=ETH_P_IP, target=0x10,
                      keys=[_ip_key(address, offset)]) for parent, offset in ((CLSACT_EGRESS, 16), (CLSACT_INGRESS, 12))]
 
-    def _add_drops(self, ipr, address: str) -> None:
+    def _add_drop(self, ipr, kw: dict) -> None:
+        """One u32 filter `kw` whose match is dropped (gact, or a redirect to a down IFB where the
+        kernel has no act_gact)."""
         from pyroute2.netlink.exceptions import NetlinkError
 
-        for kw in self._drop_filters(address):
-            if self._drop is None:
-                try:
-                    ipr.tc("add-filter", "u32", action={"kind": "gact", "action": "drop"}, **kw)
-                    self._drop = {"kind": "gact", "action": "drop"}
-                    continue
-                except NetlinkError:  # no act_gact in this kernel
-                    self._drop = _blackhole(ipr)
-            ipr.tc("add-filter", "u32", action=self._drop, **kw)
+        if self._drop is None:
+            try:
+                ipr.tc("add-filter", "u32", action={"kind": "gact", "action": "drop"}, **kw)
+                self._drop = {"kind": "gact", "action": "drop"}
+                return
+            except NetlinkError:  # no act_gact in this kernel
+                self._drop = _blackhole(ipr)
+        ipr.tc("add-filter", "u32", action=self._drop, **kw)
 
     def counters(self) -> Optional[dict]:
         """What the link carried: up is what left the interface, down what the IFB delivered."""

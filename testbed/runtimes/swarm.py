@@ -117,6 +117,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self._placer: Optional[SwarmPlacer] = None
         self.fleet = None  # runtimes.swarm_fleet.SwarmFleet: a per-round fleet's devices in one container a host
         self._warm: dict = {}  # what a fleet host loads once for its devices' trainers
+        self._cut_off: set[str] = set()  # the nodes cut from everyone (control.Cut's `everyone`)
         self.say: Callable[[str], None] = lambda line: None
 
     @classmethod
@@ -476,8 +477,22 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         set_container_quota(node, h.host, h.container, h.compute.get("cpu_period_s"), cpus)
 
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
-        """The node drops its traffic with them itself (node.own_link: tc filters, no iptables)."""
-        self._request(node, control.Cut(addresses, cut).to_wire())
+        """The node drops its traffic with them itself (node.own_link: tc filters, no iptables).
+        A cut from every other node (a device gone offline: availability) is a cut from everyone,
+        a few filters whatever the cluster's size, not two for each of thousands of peers; a heal
+        of some while cut from everyone heals all and cuts the rest again."""
+        others = {h.node.address for n, h in self.handles.items() if n != node}
+        if cut and node not in self._cut_off and set(addresses) == others:
+            self._request(node, control.Cut([], True, everyone=True).to_wire())
+            self._cut_off.add(node)
+        elif not cut and node in self._cut_off:
+            self._request(node, control.Cut([], False, everyone=True).to_wire())
+            self._cut_off.discard(node)
+            still = sorted(others - set(addresses))
+            if still:
+                self._request(node, control.Cut(still, True).to_wire())
+        else:
+            self._request(node, control.Cut(addresses, cut).to_wire())
 
     # -- observation -------------------------------------------------------------------
     def counters(self) -> dict[str, dict]:
