@@ -10,7 +10,7 @@ import pytest
 
 from conftest import REPO, needs_root
 
-NODE = textwrap.dedent("""
+SHAPED = textwrap.dedent("""
     import socket, sys
     from testbed.node.own_link import OwnLink
 
@@ -29,6 +29,9 @@ NODE = textwrap.dedent("""
 
     link = OwnLink()
     link.shape("10.77.0.1", {"rate_bps": 10_000_000}, {"rate_bps": 10_000_000})
+""")  # a node's shaped link, and whether it reaches an address on it
+
+NODE = SHAPED + textwrap.dedent("""
     print(reach("10.77.0.2"), reach("10.77.0.3"))
     link.cut(["10.77.0.2"], True)
     link.cut(["10.77.0.2"], True)  # twice: still one cut
@@ -103,25 +106,7 @@ def test_a_self_shaping_node_reports_its_classes_for_the_fidelity_monitor(two_na
     assert got["w0/down"]["time"] == 98.0  # on the runner's clock
 
 
-EVERYONE = textwrap.dedent("""
-    import socket, sys
-    from testbed.node.own_link import OwnLink
-
-    def reach(addr):
-        s = socket.socket()
-        s.settimeout(0.5)
-        try:
-            s.connect((addr, 9))
-            return "open"
-        except ConnectionRefusedError:
-            return "refused"
-        except OSError:
-            return "silent"
-        finally:
-            s.close()
-
-    link = OwnLink()
-    link.shape("10.77.0.1", {"rate_bps": 10_000_000}, {"rate_bps": 10_000_000})
+EVERYONE = SHAPED + textwrap.dedent("""
     print(link.cut_everyone(True, ["10.77.0.3"]))
     link.cut_everyone(True, ["10.77.0.3"])  # twice: still one cut
     print(reach("10.77.0.2"), reach("10.77.0.3"))
