@@ -262,8 +262,9 @@ def test_a_per_round_fleet_trains_from_one_container_a_host(tmp_path, lab, clean
 
 
 def test_a_device_silent_past_its_reports_is_gone_while_its_host_runs():
-    """A fleet host's task outlives a device whose supervisor ended: the device's silence (it
-    reports every 10 s while idle) is what says it is gone, so a request to it ends at once."""
+    """A fleet host's task can outlive the process that serves its devices (stuck, or ended with
+    the container still up): a device's silence (it reports every 10 s while idle) is what says it
+    is gone, so a request to it ends at once."""
     import time
 
     from testbed.runtimes.live import LiveOps

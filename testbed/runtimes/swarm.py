@@ -40,7 +40,7 @@ from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweepe
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).
 UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
-DEVICE_SILENT_S = 30.0  # s without a fleet device's report after which its supervisor is taken for gone
+DEVICE_SILENT_S = 30.0  # s without a fleet device's report after which it is taken for gone (its host's process)
 
 
 def container_of(task: dict) -> str:
@@ -409,15 +409,15 @@ class SwarmRuntime(SupervisedNodes, Runtime):
                 return None
             fh = self.fleet.of.get(node) if self.fleet is not None else None
             return f"its task has ended (see RUN/logs/{node}.log)" if fh is None else \
-                f"its supervisor has ended or is silent (see RUN/logs/{fh.name}.log)"
+                f"its fleet host's process has ended or is silent (see RUN/logs/{fh.name}.log)"
 
         return self.hub.request(node, req, timeout, gone)
 
     def task_running(self, node: str) -> bool:
         """Whether the node's task runs (the manager asked at most every 2 s a service); a fleet
         host's device, whether its host's does and the device has not gone silent: a device that
-        has reported before and not for DEVICE_SILENT_S (it reports every 10 s while idle) has no
-        supervisor any more, and a request to it would wait out its whole timeout."""
+        has reported before and not for DEVICE_SILENT_S (it reports every 10 s while idle) is
+        served by nobody any more, and a request to it would wait out its whole timeout."""
         service = self._services[node]
         at, running = self._tasks.get(service.id, (0.0, True))
         if time.monotonic() - at > 2.0:

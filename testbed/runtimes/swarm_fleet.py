@@ -5,8 +5,8 @@ A device as a service of its own costs about 40 MiB idle and imports torch at it
 not fit. When the scenario's trainers start per round (`trainers: per_round`), the workers are
 devices apart from processes, and each host that holds some runs one "fleet host" service
 (node.fleet_host): the devices as namespaces and cgroups inside its container, on a LAN of its
-own whose gateway it is, each device with its own supervisor and channel keys. The host's LAN
-is routed: every other node gets a route to it through the host's overlay address.
+own whose gateway it is, each device with its own channel keys, served by the container's one
+process (no process a device while it is idle). The host's LAN is routed: every other node gets a route to it through the host's overlay address.
 
 Placement books no CPU for a packed device (its quota is a cgroup inside the host's container,
 and only the selected devices' trainers run: the netns runtime books none either) and deals
