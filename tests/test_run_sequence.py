@@ -131,6 +131,30 @@ def test_a_worker_killed_on_purpose_is_no_failure_but_a_killed_broker_is(tmp_pat
     assert m._check(time.time() + 120, time.time()) is not None and stop.is_set
 
 
+def test_a_worker_restarted_while_the_monitor_looks_is_no_failure(tmp_path):
+    """The timeline's restart puts the new process in, then takes the node out of `killed`; a
+    monitor that read the killed process before and `killed` after failed the run (CI)."""
+    live = LiveState(killed={"w0"})
+
+    class RestartedWhileRead(dict):  # the timeline's thread restarts w0 as the monitor reads the nodes
+        def _restart(self):
+            dict.__setitem__(self, "w0", FakeProc())
+            live.killed.discard("w0")
+
+        def items(self):
+            seen = list(dict.items(self))
+            self._restart()
+            return seen
+
+        def __iter__(self):
+            seen = list(dict.__iter__(self))
+            self._restart()
+            return iter(seen)
+
+    procs = RestartedWhileRead(ps=FakeProc(), w0=FakeProc(alive=False, exitcode=-9), w1=FakeProc())
+    m, stop, _ = _monitor(tmp_path, procs, live)
+    assert m._check(time.time(), time.time() + 60) is None and not stop.is_set
+
 def test_the_runner_deadline_stops_the_run(tmp_path):
     m, stop, _ = _monitor(tmp_path, {"ps": FakeProc(), "w0": FakeProc(), "w1": FakeProc()})
     assert m._check(time.time() + 120, time.time()) == ("stopped", "runner deadline passed") and stop.is_set

@@ -265,10 +265,17 @@ class Monitor:
         if killed & {"broker", "producer"}:  # the workers' streams are gone with it: no run to go on with
             return self._stop("failed", f"the stream {'broker' if 'broker' in killed else 'producer'} was killed "
                                         "(a timeline event): the workers' streams end with it")
-        dead = [n for n, p in list(procs.items())  # a copy: per-round trainers are added meanwhile
-                if n != "ps" and n not in killed and not p.is_alive() and p.exitcode not in (0, None)]
+        dead = []
+        for n in list(procs):  # a copy: per-round trainers are added meanwhile
+            if n == "ps" or n in killed:
+                continue
+            # its process read after `killed`: a restart puts the new one in before it takes the
+            # node out of `killed` (a killed process read first, then its node restarted, failed a run)
+            p = procs[n]
+            if not p.is_alive() and p.exitcode not in (0, None):
+                dead.append((n, p.exitcode))
         if dead:
-            return self._stop("failed", f"node(s) {', '.join(exit_reason(n, procs[n].exitcode) for n in dead)} "
+            return self._stop("failed", f"node(s) {', '.join(exit_reason(n, code) for n, code in dead)} "
                                         "exited with an error")
         if self.sc.workload.command is not None and commands_done(procs, self.spec, killed, self.sc.workload.command):
             self.stop_event.set()  # the ps role ends the run (stop_reason "commands")
