@@ -140,7 +140,7 @@ class LiveOps:
             self._cut_traffic(node, [self.handles[p].node.address for p in changed], cut)
         for peer in changed:
             (cuts.add if cut else cuts.discard)(peer)
-        return ("cut off from " if cut else "healed with ") + (", ".join(changed) or "nobody (nothing to change)")
+        return ("cut off from " if cut else "healed with ") + _some(changed)
 
     # The timeline's actions (run/timeline.py, `edgebed link/cpu/...`) and the operation each is:
     # (ops, node, the change's fields) -> what changed. `restart` is the runner's (it starts a role).
@@ -164,3 +164,14 @@ class LiveOps:
     def _cut_traffic(self, node: str, addresses: list[str], cut: bool) -> None:
         """Drop (cut) or pass again the node's traffic with `addresses`, in the node's own namespace."""
         raise self.unsupported("partitions")
+
+
+NAMED = 8  # peers a partition's description names (a device gone offline is cut from thousands)
+
+
+def _some(names: list[str]) -> str:
+    if not names:
+        return "nobody (nothing to change)"
+    if len(names) <= NAMED:
+        return ", ".join(names)
+    return f"{len(names)} nodes ({', '.join(names[:NAMED])}, ...)"
