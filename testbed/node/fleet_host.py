@@ -117,14 +117,14 @@ def plug(device: DevicePlan, plan: FleetPlan, index: int, bridge: int, gateway: 
     table is one for all namespaces, and a thousand devices' learnt entries overflowed it
     (gc_thresh3, 1,024: "neighbor table overflow", packets to the devices dropped, measured)."""
     from testbed.kernel.cgroups import NodeCgroup
-    from testbed.kernel.netlink import create_netns
+    from testbed.kernel.netlink import LOOPBACK_INDEX, create_netns
     from testbed.kernel.rtnl import Rtnl
 
     create_netns(device.node)
     rt.add_veth(f"fd{index}", device.node, "eth0", master=bridge, up=True)
     rt.add_neighbour(gateway, device.address, mac_of(device.address))
     with Rtnl(device.node) as inside:
-        inside.set_link(1, up=True)  # lo (LOOPBACK_IFINDEX)
+        inside.set_link(LOOPBACK_INDEX, up=True)
         eth = inside.index("eth0")
         inside.set_link(eth, mac=mac_of(device.address))
         inside.add_address(eth, device.address, ipaddress.IPv4Network(plan.lan).prefixlen)

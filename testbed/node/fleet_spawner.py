@@ -223,9 +223,7 @@ class Forks:
 
     def _read(self, timeout: float) -> Optional[dict]:
         """One answer (an end is taken in passing and None returned after `timeout` s with none)."""
-        self.sock.settimeout(timeout if timeout > 0 else None)
-        if timeout <= 0:
-            self.sock.setblocking(False)
+        self.sock.settimeout(max(timeout, 0.0))  # 0: do not wait
         try:
             data = self.sock.recv(HEADER_MAX)
         except (BlockingIOError, socket.timeout):
