@@ -49,8 +49,6 @@ class HostShare:
 class FleetDevice(RoleSupervisor):
     """One device's supervisor in its host's process."""
 
-    IDLE_STATS = IDLE_STATS_EVERY
-
     def __init__(self, device: DevicePlan, keys: ChannelKeys, share: HostShare, hears_beats: bool = False):
         self.device, self.keys, self.share, self.hears_beats = device, keys, share, hears_beats
         self.netns = device.node  # (a name of node shape: node.fleet_plan checked it)
@@ -72,8 +70,9 @@ class FleetDevice(RoleSupervisor):
         self.sender.send_json(kind, data)
 
     def _put(self, slot: str, text: str) -> None:
-        key = slot.split(" ", 2)[2]  # a slot is "UP DOWN KEY" (node.mailbox); the up is the hub's
-        self._send_json("put", {"key": key, "data": text})
+        from testbed.node.mailbox import _parts
+
+        self._send_json("put", {"key": _parts(slot)[2], "data": text})  # (its up is the hub's: this sender's)
 
     def _fork(self, target: Callable, args: tuple, name: str = ""):
         """The forkserver's child for this device (not this process's: it holds every device's keys)."""
@@ -100,7 +99,7 @@ class FleetDevice(RoleSupervisor):
         pass  # the forkserver is warm
 
     def _next_stats_in(self) -> float:
-        return super()._next_stats_in() if self._busy() else self.IDLE_STATS
+        return super()._next_stats_in() if self._busy() else IDLE_STATS_EVERY
 
     def own_cgroup(self):
         from testbed.kernel.cgroups import NodeCgroup
