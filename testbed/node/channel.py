@@ -85,17 +85,27 @@ KINDS = ("ack", "state", "report", "replica", "request", "ready", "stats", "put"
 MESSAGE_PREFIX = b"!"  # never the start of a table's name
 
 
-def send(address: str, kind: str, payload: bytes) -> None:
-    """One message up to the runner (kind: one of KINDS)."""
+def message(kind: str, payload: bytes) -> list[bytes]:
+    """The frames of one up message (kind: one of KINDS)."""
     if kind not in KINDS:
         raise ValueError(f"unknown message kind {kind!r}")
+    return [MESSAGE_PREFIX + kind.encode(), payload]
+
+
+def json_payload(data: dict) -> bytes:
+    """(a float that is not a number goes as null: the hub refuses NaN and Infinity)"""
+    return untrusted.dumps(data, default=str).encode()
+
+
+def send(address: str, kind: str, payload: bytes) -> None:
+    """One message up to the runner."""
+    frames = message(kind, payload)
     with _lock:
-        _socket(address).send_multipart([MESSAGE_PREFIX + kind.encode(), payload])
+        _socket(address).send_multipart(frames)
 
 
 def send_json(address: str, kind: str, data: dict) -> None:
-    """(a float that is not a number goes as null: the hub refuses NaN and Infinity)"""
-    send(address, kind, untrusted.dumps(data, default=str).encode())
+    send(address, kind, json_payload(data))
 
 
 def report(cfg, name: str, data: dict) -> None:
@@ -182,9 +192,7 @@ class Sender:
         self._sock.connect(address)
 
     def send_json(self, kind: str, data: dict) -> None:
-        if kind not in KINDS:
-            raise ValueError(f"unknown message kind {kind!r}")
-        self._sock.send_multipart([MESSAGE_PREFIX + kind.encode(), untrusted.dumps(data, default=str).encode()])
+        self._sock.send_multipart(message(kind, json_payload(data)))
 
     def close(self) -> None:
         self._sock.close()  # its last messages leave within LINGER_MS, when the context ends
