@@ -187,6 +187,44 @@ def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an
     assert swarm_api.START_RETRIES == 2
 
 
+def test_down_on_a_swarm_waits_for_each_known_hosts_containers_and_says_which_stayed(monkeypatch):
+    """A removed service's containers stop host by host after the removal returns: `down` (the
+    sweeper) and a run's teardown wait for them on every host whose engine is known."""
+    from testbed.runtimes import swarm_api
+
+    class Containers:
+        def __init__(self, lists: int):
+            self.lists, self.filters = lists, []
+
+        def list(self, all, filters, sparse):
+            self.filters.append(filters)
+            self.lists -= 1
+            return ["c"] if self.lists > 0 else []
+
+    class Engine:
+        def __init__(self, lists):
+            self.containers = Containers(lists)
+
+    going, staying = Engine(3), Engine(10**6)
+    engines = {"h1": going, "h2": staying}
+    hosts = [_host("h1"), _host("h2"), _host("h3")]
+    monkeypatch.setattr(SwarmHost, "engine_client", lambda self, timeout=60: engines.get(self.hostname))
+    monkeypatch.setattr(swarm_api.time, "sleep", lambda s: None)
+    removed = []
+    monkeypatch.setattr(swarm_api, "remove_swarm_resources", lambda run_id, client: removed.append(run_id) or [])
+    monkeypatch.setattr(swarm_api, "swarm_client", lambda required: object())
+    monkeypatch.setattr(swarm_api, "swarm_hosts", lambda client: hosts)
+    monkeypatch.setattr(swarm_api, "CONTAINERS_GONE_S", 0.2)
+    problems = swarm_api.sweep_swarm_run("abc123")
+    assert removed == ["abc123"]
+    assert going.containers.lists == 0 and going.containers.filters[0] == {"label": "edgebed.run=abc123"}
+    assert problems == ["host h2: containers of the run still there after 0 s"]
+    # a run id of another shape: nothing removed, no host asked
+    going.containers.lists = 3
+    assert swarm_api.sweep_swarm_run("../x") == [] and going.containers.lists == 3
+    assert removed == ["abc123", "../x"]
+
+
 def test_a_reshape_of_a_node_whose_task_ended_is_link_gone():
     """A latency trace's change comes to a swarm node as a reshape request; once its task has ended
     (the run's stop reached the node before the runner stopped replaying) the link is gone and the
@@ -607,7 +645,8 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     assert manager.secrets.list(filters={"label": "edgebed"}) == []  # down found them by their labels
     for h in lab:
         left = _ours_on(h)
-        deadline = time.monotonic() + 30  # a removed service's containers go within seconds
+        assert left["containers"] == [], (h.name, left)  # down waited for each host's engine to stop them
+        deadline = time.monotonic() + 30  # a worker host's copy of an overlay network goes a moment later
         while any(left.values()) and time.monotonic() < deadline:
             time.sleep(1)
             left = _ours_on(h)

@@ -34,7 +34,7 @@ from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_h
 from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
                                         gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
                                         reported_classes, runner_address, set_container_quota, swarm_labels,
-                                        tasks_running, timed_counters)
+                                        sweep_swarm_run, tasks_running, timed_counters, wait_containers_gone)
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
@@ -555,35 +555,15 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             except Exception:
                 pass
 
-    def _wait_containers_gone(self, timeout: float = 30.0) -> list[str]:
-        """A removed service's containers go a moment later, host by host: wait for them where
-        the host's engine is known (elsewhere the swarm removes them on its own)."""
-        problems = []
-        deadline = time.monotonic() + timeout
-        for host in {h.host.hostname: h.host for h in self.handles.values()}.values():
-            try:
-                engine = host.engine_client(timeout=10)
-            except RuntimeError as e:  # a label of a shape not used (runtimes.engines): its engine is not asked
-                problems.append(str(e))
-                continue
-            if engine is None:
-                continue
-            flt = {"label": f"{RUN_LABEL}={self.run_id}"}
-            while engine.containers.list(all=True, filters=flt, sparse=True):  # ids only: no inspect of one going
-                if time.monotonic() > deadline:
-                    problems.append(f"host {host.hostname}: containers of the run still there after {timeout:.0f} s")
-                    break
-                time.sleep(0.3)
-        return problems
-
     def teardown(self) -> list[str]:
         from testbed.runtimes.state import cleanup_run
 
         self.save_logs()
         problems = remove_swarm_resources(self.run_id, self.client)
-        problems += self._wait_containers_gone()
+        hosts = {h.host.hostname: h.host for h in self.handles.values()}
+        problems += wait_containers_gone(self.run_id, list(hosts.values()))
         self._close_control()
         return problems + cleanup_run(self.run_id, self.state, stop_runner=False)
 
 
-register_sweeper(Sweeper("swarm", swarm_labels, remove_swarm_resources))
+register_sweeper(Sweeper("swarm", swarm_labels, sweep_swarm_run))

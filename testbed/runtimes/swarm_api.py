@@ -13,8 +13,10 @@ from testbed.kernel import names
 from testbed.kernel.cgroups import CgroupUsage, quota_us
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.containers import join_polling, role_ended
-from testbed.runtimes.hosts import SwarmHost, swarm_client
+from testbed.runtimes.hosts import SwarmHost, swarm_client, swarm_hosts
 from testbed.runtimes.state import LABEL, RUN_LABEL
+
+CONTAINERS_GONE_S = 90.0  # s to wait: 1,000 devices' fleet hosts were gone 23 s into a down (BENCHMARKS)
 
 
 class HubCgroup(CgroupUsage):
@@ -303,6 +305,46 @@ def remove_swarm_resources(run_id: str, client=None) -> list[str]:
         except Exception as e:
             problems.append(f"secret {secret.name}: {e}")
     return problems
+
+
+def wait_containers_gone(run_id: str, hosts: list[SwarmHost], timeout: Optional[float] = None) -> list[str]:
+    """A removed service's containers go a moment later, host by host (each stops its task): wait
+    for them where the host's engine is known (elsewhere the swarm removes them on its own)."""
+    problems = []
+    timeout = CONTAINERS_GONE_S if timeout is None else timeout
+    deadline = time.monotonic() + timeout
+    flt = {"label": f"{RUN_LABEL}={run_id}"}
+    for host in hosts:
+        try:
+            engine = host.engine_client(timeout=10)
+        except RuntimeError as e:  # a label of a shape not used (runtimes.engines): its engine is not asked
+            problems.append(str(e))
+            continue
+        if engine is None:
+            continue
+        try:
+            while engine.containers.list(all=True, filters=flt, sparse=True):  # ids only: no inspect of one going
+                if time.monotonic() > deadline:
+                    problems.append(f"host {host.hostname}: containers of the run still there after {timeout:.0f} s")
+                    break
+                time.sleep(0.3)
+        except Exception as e:  # the host's engine stopped answering: nothing more to learn there
+            problems.append(f"host {host.hostname}: its engine did not answer ({str(e)[:80]})")
+    return problems
+
+
+def sweep_swarm_run(run_id: str) -> list[str]:
+    """`edgebed down`'s share for one run on the swarm: its services, networks and secrets, then
+    its containers gone from every host whose engine is known (a run's own teardown does the same)."""
+    client = swarm_client(required=False)
+    problems = remove_swarm_resources(run_id, client)
+    if client is None or not names.shaped("run id", run_id):
+        return problems
+    try:
+        hosts = swarm_hosts(client)
+    except Exception as e:
+        return problems + [f"swarm: its hosts could not be listed ({str(e)[:80]})"]
+    return problems + wait_containers_gone(run_id, hosts)
 
 
 def swarm_labels(client=None) -> list[tuple[str, dict]]:
