@@ -11,7 +11,6 @@ with nothing else on the machine.
 from __future__ import annotations
 
 import argparse
-import json
 import signal
 import subprocess
 import sys
@@ -23,6 +22,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from emit import emit  # noqa: E402
 
 from testbed.runtimes.lab import lab_hosts  # noqa: E402
 
@@ -97,10 +98,7 @@ def main() -> int:
     ap.add_argument("--out", type=Path)
     args = ap.parse_args()
     result = measure(args.devices, args.after)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if args.out:
-        args.out.write_text(text + "\n")
+    emit(result, args.out)
     return 0 if result.get("ok") else 1
 
 

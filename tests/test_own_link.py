@@ -107,25 +107,39 @@ def test_a_self_shaping_node_reports_its_classes_for_the_fidelity_monitor(two_na
 
 
 EVERYONE = SHAPED + textwrap.dedent("""
+    import subprocess
+    link.bpf_cuts = {bpf}
     print(link.cut_everyone(True, ["10.77.0.3"]))
     link.cut_everyone(True, ["10.77.0.3"])  # twice: still one cut
     print(reach("10.77.0.2"), reach("10.77.0.3"))
+    shown = subprocess.run(["tc", "filter", "show", "dev", "{dev}", "egress"], capture_output=True, text=True).stdout
+    print(link.everyone_kind, shown.count("edgebed-cut"), shown.count("pref 999 "))
     print(link.cut_everyone(False, ["10.77.0.3"]))
     print(reach("10.77.0.2"), reach("10.77.0.3"))
+    print(subprocess.run(["tc", "filter", "show", "dev", "{dev}", "egress"], capture_output=True,
+                         text=True).stdout.count("pref 999 "))
 """)
 
 
 @needs_root
-def test_a_cut_from_everyone_spares_the_runners_path_and_heals(two_namespaces):
+@pytest.mark.parametrize("bpf", [None, False])
+def test_a_cut_from_everyone_spares_the_runners_path_and_heals(two_namespaces, bpf):
     """A device gone offline (availability, runtime swarm) is cut from everyone but the path to
-    the runner's hub: a few prefixes, not a filter pair for each of thousands of peers."""
-    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", EVERYONE], cwd=REPO,
-                       capture_output=True, text=True, timeout=60)
+    the runner's hub: one eBPF classifier each way where the node may load one, else a few u32
+    prefixes; never a filter pair for each of thousands of peers."""
+    dev = "v" + two_namespaces.split("-")[1]
+    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", EVERYONE.replace("{bpf}", str(bpf)).replace("{dev}", dev)],
+                       cwd=REPO, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
-    said_cut, cut, said_healed, healed = [line for line in r.stdout.split("\n") if line]
+    said_cut, cut, kind, said_healed, healed, left = [line for line in r.stdout.split("\n") if line]
     assert said_cut == "cut off from everyone but 10.77.0.3" and said_healed == "healed with everyone but 10.77.0.3"
     assert cut.split() == ["silent", "refused"]  # everyone is gone but the spared address
     assert healed.split() == ["refused", "refused"]
+    kind, programs, lines = kind.split()
+    assert kind == ("u32" if bpf is False else "bpf")
+    # one classifier (tc shows it in two lines), or the 32 prefixes (and u32's own hash tables)
+    assert (int(programs), int(lines) >= 32) == ((1, False) if kind == "bpf" else (0, True)), (programs, lines)
+    assert left == "0"
 
 
 @pytest.mark.parametrize("spare", [[], ["10.205.0.1"], ["10.205.0.1", "10.201.0.254"], ["0.0.0.0"]])

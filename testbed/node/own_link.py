@@ -101,6 +101,8 @@ class OwnLink:
         self.ifb: Optional[int] = None
         self.cuts: dict[str, int] = {}  # peer address -> prio of the filters dropping its traffic
         self.everyone = False  # cut off from every address but the runner's path (cut_everyone)
+        self.everyone_kind = "u32"  # the classifier that cut is made of
+        self.bpf_cuts: Optional[bool] = None  # whether this node may cut by eBPF (None: not tried yet)
         self._drop: Optional[dict] = None  # the drop action this kernel has
 
     def _iproute(self):
@@ -165,22 +167,52 @@ class OwnLink:
 
     def cut_everyone(self, cut: bool, spare: list[str]) -> str:
         """Drop everything to and from every address but `spare` (the runner's path), or stop:
-        the addresses that are not spared as a few prefixes (at most 32 a spared address), one
-        filter each way each, whatever the cluster's size."""
+        one eBPF classifier each way where the node may load one (kernel.bpf.cut_program), else
+        the addresses that are not spared as a few u32 prefixes (at most 32 a spared address),
+        one filter each way each; whatever the cluster's size."""
         if self.ifindex is None:
             raise RuntimeError("the link is not shaped yet")
         with self._iproute() as ipr:
             if cut and not self.everyone:
-                for net in spared_complement(spare):
-                    for parent, offset in ((CLSACT_EGRESS, 16), (CLSACT_INGRESS, 12)):
-                        self._add_drop(ipr, dict(index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
-                                                 protocol=ETH_P_IP, target=0x10, keys=[_net_key(net, offset)]))
+                self.everyone_kind = "bpf" if self._cut_everyone_bpf(ipr, spare) else "u32"
+                if self.everyone_kind == "u32":
+                    self._cut_everyone_u32(ipr, spare)
             elif not cut and self.everyone:
                 for parent in (CLSACT_EGRESS, CLSACT_INGRESS):  # every filter of the priority
-                    ipr.tc("del-filter", "u32", index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
-                           protocol=ETH_P_IP, target=0x10, keys=["0x0/0x0+0"])  # (pyroute2 wants them)
+                    ipr.tc("del-filter", self.everyone_kind, index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
+                           protocol=ETH_P_IP, **({"target": 0x10, "keys": ["0x0/0x0+0"]}  # (pyroute2 wants them)
+                                                 if self.everyone_kind == "u32" else {}))
         self.everyone = cut
         return f"{'cut off from' if cut else 'healed with'} everyone" + (f" but {', '.join(spare)}" if spare else "")
+
+    def _cut_everyone_bpf(self, ipr, spare: list[str]) -> bool:
+        """The cut as one classifier each way (2-3 ms); False where eBPF is not to be had (no
+        CAP_SYS_ADMIN in the node, no cls_bpf): then no filter is left of it."""
+        from pyroute2.netlink.exceptions import NetlinkError
+
+        from testbed.kernel.bpf import BpfError, attach_cut
+
+        if self.bpf_cuts is False:
+            return False
+        try:
+            for parent, offset in ((CLSACT_EGRESS, 14 + 16), (CLSACT_INGRESS, 14 + 12)):
+                attach_cut(ipr, self.ifindex, parent, EVERYONE_PRIO, offset, spare)
+            self.bpf_cuts = True
+        except (BpfError, NetlinkError):
+            self.bpf_cuts = False
+            for parent in (CLSACT_EGRESS, CLSACT_INGRESS):
+                try:
+                    ipr.tc("del-filter", "bpf", index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
+                           protocol=ETH_P_IP)
+                except NetlinkError:
+                    pass  # (none there)
+        return bool(self.bpf_cuts)
+
+    def _cut_everyone_u32(self, ipr, spare: list[str]) -> None:
+        for net in spared_complement(spare):
+            for parent, offset in ((CLSACT_EGRESS, 16), (CLSACT_INGRESS, 12)):
+                self._add_drop(ipr, dict(index=self.ifindex, parent=parent, prio=EVERYONE_PRIO,
+                                         protocol=ETH_P_IP, target=0x10, keys=[_net_key(net, offset)]))
 
     def _drop_filters(self, address: str) -> list[dict]:
         """The two filters of a cut: what goes to `address`, what comes from it."""
