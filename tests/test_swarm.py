@@ -211,7 +211,7 @@ def test_down_on_a_swarm_waits_for_each_known_hosts_containers_and_says_which_st
     monkeypatch.setattr(SwarmHost, "engine_client", lambda self, timeout=60: engines.get(self.hostname))
     monkeypatch.setattr(swarm_api.time, "sleep", lambda s: None)
     removed = []
-    monkeypatch.setattr(swarm_api, "remove_swarm_resources", lambda run_id, client: removed.append(run_id) or [])
+    monkeypatch.setattr(swarm_api, "remove_swarm_resources", lambda run_id, client=None: removed.append(run_id) or [])
     monkeypatch.setattr(swarm_api, "swarm_client", lambda required: object())
     monkeypatch.setattr(swarm_api, "swarm_hosts", lambda client: hosts)
     monkeypatch.setattr(swarm_api, "CONTAINERS_GONE_S", 0.2)

@@ -336,10 +336,12 @@ def wait_containers_gone(run_id: str, hosts: list[SwarmHost], timeout: Optional[
 def sweep_swarm_run(run_id: str) -> list[str]:
     """`edgebed down`'s share for one run on the swarm: its services, networks and secrets, then
     its containers gone from every host whose engine is known (a run's own teardown does the same)."""
+    if not names.shaped("run id", run_id):
+        return remove_swarm_resources(run_id)  # (which refuses it, and touches nothing)
     client = swarm_client(required=False)
+    if client is None:
+        return []
     problems = remove_swarm_resources(run_id, client)
-    if client is None or not names.shaped("run id", run_id):
-        return problems
     try:
         hosts = swarm_hosts(client)
     except Exception as e:
