@@ -128,8 +128,9 @@ def test_a_cut_from_everyone_spares_the_runners_path_and_heals(two_namespaces, b
     the runner's hub: one eBPF classifier each way where the node may load one, else a few u32
     prefixes; never a filter pair for each of thousands of peers."""
     dev = "v" + two_namespaces.split("-")[1]
-    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", EVERYONE.replace("{bpf}", str(bpf)).replace("{dev}", dev)],
-                       cwd=REPO, capture_output=True, text=True, timeout=60)
+    script = EVERYONE.replace("{bpf}", str(bpf)).replace("{dev}", dev)
+    r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", script], cwd=REPO,
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     said_cut, cut, kind, said_healed, healed, left = [line for line in r.stdout.split("\n") if line]
     assert said_cut == "cut off from everyone but 10.77.0.3" and said_healed == "healed with everyone but 10.77.0.3"
