@@ -277,6 +277,7 @@ def test_a_runs_overlay_cannot_be_joined_by_a_container_started_on_a_host(tmp_pa
     import os
     import secrets
     import tarfile
+    import time
 
     import docker
 
@@ -293,6 +294,10 @@ def test_a_runs_overlay_cannot_be_joined_by_a_container_started_on_a_host(tmp_pa
     try:
         net = rt.overlay(f"eb-{run_id}", None)
         net.reload()
+        deadline = time.monotonic() + 10
+        while not net.attrs["Driver"] and time.monotonic() < deadline:  # the manager allocates it a moment later
+            time.sleep(0.2)
+            net.reload()
         assert net.attrs["Attachable"] is False and net.attrs["Driver"] == "overlay"
         with pytest.raises(docker.errors.APIError, match="attachable"):
             box = manager.containers.create(f"eb-empty:{run_id}", command=["/x"], network=net.name,
