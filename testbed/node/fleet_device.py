@@ -70,9 +70,9 @@ class FleetDevice(RoleSupervisor):
         self.sender.send_json(kind, data)
 
     def _put(self, slot: str, text: str) -> None:
-        from testbed.node.mailbox import _parts
+        from testbed.node.mailbox import slot_parts
 
-        self._send_json("put", {"key": _parts(slot)[2], "data": text})  # (its up is the hub's: this sender's)
+        self._send_json("put", {"key": slot_parts(slot)[2], "data": text})  # (its up is the hub's: this sender's)
 
     def _fork(self, target: Callable, args: tuple, name: str = ""):
         """The forkserver's child for this device (not this process's: it holds every device's keys)."""

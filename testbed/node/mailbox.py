@@ -13,14 +13,14 @@ from testbed.node import channel
 FLAG_MESSAGE = 1024  # bytes of a frame on a flag's topic (its key; the flag itself is empty)
 
 
-def _parts(slot: str) -> tuple[str, str, str]:
+def slot_parts(slot: str) -> tuple[str, str, str]:
     up, down, key = slot.split(" ", 2)
     return up, down, key
 
 
 def write_text(slot: str, text: str) -> None:
     """Put `text` into the slot (a job's result); it has left when this returns."""
-    up, _, key = _parts(slot)
+    up, _, key = slot_parts(slot)
     channel.send_json(up, "put", {"key": key, "data": text})
     channel.flush()
 
@@ -34,7 +34,7 @@ class Waiter:
     """Waits for a slot to be filled (by a job on any node)."""
 
     def __init__(self, slot: str):
-        _, down, key = _parts(slot)
+        _, down, key = slot_parts(slot)
         self.listener = channel.Listener(down, [channel.topic("put", key)], max_message=FLAG_MESSAGE)
         self.filled = False
 
