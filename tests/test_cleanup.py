@@ -96,3 +96,20 @@ def test_a_bare_down_leaves_a_run_with_live_processes_and_no_state_file(state_di
     out = CliRunner().invoke(app, ["down"]).output
     assert "abcdef: processes run in it and no state file here says whose" in out
     assert (state_dir / "netns" / "eb-abcdef-w0").exists()
+
+
+@needs_root
+@pytest.mark.parametrize("start", ["absent", None])
+def test_down_never_signals_the_pid_of_a_state_file_without_its_runners_start(sleeper, state_dir, start):
+    """A state file that names a live pid but not when its runner started (planted, or from an
+    edgebed before the field) cannot tell the runner from whatever has that pid: down leaves it."""
+    import json
+
+    from testbed.cli import app
+
+    data = {"run_id": "abcabc", "runner_pid": sleeper.pid, "run_dir": "/x", "scenario": "s"}
+    (state_dir / "abcabc.json").write_text(json.dumps(data if start == "absent" else {**data, "runner_start": start}))
+    assert not state.runner_alive(state.RunState.load(state_dir / "abcabc.json"))
+    out = CliRunner().invoke(app, ["down", "abcabc"]).output
+    assert "abcabc: removed" in out
+    assert not sleeper.gone_within(1)  # neither SIGTERMed nor SIGKILLed

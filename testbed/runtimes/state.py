@@ -130,7 +130,7 @@ class RunState:
     started: float = field(default_factory=time.time)
     netns: list[str] = field(default_factory=list)
     # The runner's start time (kernel clock ticks since boot): with the pid, what identifies the
-    # runner, so a recycled pid is never taken for it. -1: a state file from before this field.
+    # runner, so a recycled pid is never taken for it. -1: unknown (a state file without it).
     runner_start: Optional[int] = None
 
     def __post_init__(self) -> None:
@@ -157,14 +157,15 @@ class RunState:
             raise ValueError("it does not name the run of its file's name")
         if names.checked_pid(data.get("runner_pid"), f"state file {path}") is None:
             raise ValueError("no runner pid in it")
-        start = data.get("runner_start", -1)
+        start = data.get("runner_start")
         if start is not None and (not isinstance(start, int) or isinstance(start, bool)):
             raise ValueError("its runner_start is not a number")
+        data["runner_start"] = -1 if start is None else start  # unknown: never the live pid's own start
         netns = data.get("netns", [])
         if not isinstance(netns, list):
             raise ValueError("its netns is not a list")
         data["netns"] = [n for n in netns if _run_netns(n, path.stem, f"state file {path}")]
-        return cls(**{"runner_start": -1, **data})
+        return cls(**data)
 
 
 def _run_netns(name: object, run_id: str, source: str) -> bool:
@@ -187,9 +188,11 @@ def process_start(pid: int) -> Optional[int]:
 
 
 def runner_alive(st: "RunState") -> bool:
-    """Whether the run's own runner still runs (the pid alive and started when the runner did)."""
+    """Whether the run's own runner still runs (the pid alive and started when the runner did). A
+    state without the runner's start (-1) cannot tell it from whatever has the pid now: not alive,
+    so that `down` never signals that pid."""
     start = process_start(st.runner_pid)
-    return start is not None and st.runner_start in (start, -1)
+    return start is not None and st.runner_start == start
 
 
 def pid_alive(pid: int) -> bool:
