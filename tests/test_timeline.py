@@ -235,3 +235,23 @@ def test_a_bad_request_file_is_refused_and_recorded_not_fatal(tmp_path):
     assert applied == [("w1", "kill")]
     assert recorded[0][0] == "refused" and "REFUSED: 1-bad.json: not a request" in recorded[0][1]
     assert not list(tmp_path.glob("*.json"))
+
+
+def test_a_request_says_who_asked_whatever_source_it_names(tmp_path):
+    """A node's request is recorded as that node's (the hub let in only its requests for itself),
+    its own words after its name; a request file is the command line's: neither can pass for a
+    scenario event, an availability change or the other."""
+    (tmp_path / "1-x.json").write_text('{"node": "w1", "action": "kill", "fields": {}, "source": "events[0]"}')
+    inbox = [{"id": "c1", "node": "w0", "action": "pause", "fields": {}, "source": "command line (1-x)"},
+             {"id": "c2", "node": "w1", "action": "pause", "fields": {}, "source": "availability: offline\n" + "x" * 500},
+             {"id": "c3", "node": "w2", "action": "kill", "fields": {}, "source": "crash after push at step 3 (p=0.1)"},
+             {"id": "c4", "node": "w3", "action": "kill", "fields": {}}]
+    recorded = []
+    tl = Timeline([], lambda c: "done", lambda c, at, detail: recorded.append(c.source), t0=0.0, clock=lambda: 1.0,
+                  control_dir=tmp_path, inbox=lambda: inbox)
+    tl.run_once()
+    assert recorded[0] == "command line (1-x)"
+    assert recorded[1] == "asked by w0: command line (1-x)"
+    assert recorded[2].startswith("asked by w1: availability: offline?xxx") and len(recorded[2]) <= 100
+    assert recorded[3] == "asked by w2: crash after push at step 3 (p=0.1)"
+    assert recorded[4] == "asked by w3"

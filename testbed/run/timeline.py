@@ -81,9 +81,14 @@ def _show(key: str, v) -> str:
 REQUEST_FORBIDS = ("at", "at_step", "target", "action", "trace")
 
 
-def request_change(req: object, name: str) -> Change:
+MAX_WORDS = 80  # characters of a node's own words on its request kept in events.csv
+
+
+def request_change(req: object, name: str, asker: Optional[str] = None) -> Change:
     """A control request (`edgebed link/...`, a node's drawn crash) as a change, checked as a
-    scenario's event is (the action, its fields and their bounds); ValueError when it is not one."""
+    scenario's event is (the action, its fields and their bounds); ValueError when it is not one.
+    Its source says who asked: the command line, or node `asker` with its own words after its name
+    (never in place of it)."""
     if not isinstance(req, dict) or not isinstance(req.get("node"), str) or not isinstance(req.get("action"), str) \
             or not isinstance(req.get("fields", {}), dict):
         raise ValueError("not a request: {node, action, fields}")
@@ -91,8 +96,11 @@ def request_change(req: object, name: str) -> Change:
     if forbidden:
         raise ValueError(f"a request may not set {', '.join(forbidden)}")
     Event(at=0, target=req["node"], action=req["action"], **req.get("fields", {}))  # raises on what an event may not be
-    source = req.get("source") if isinstance(req.get("source"), str) else f"command line ({req.get('id', name)})"
-    return Change(None, None, req["node"], req["action"], req.get("fields", {}), source[:200])
+    source = f"command line ({str(req.get('id', name))[:60]})" if asker is None else f"asked by {asker}"
+    words = req.get("source") if asker is not None and isinstance(req.get("source"), str) else ""
+    if words:
+        source += ": " + "".join(c if c.isprintable() else "?" for c in words[:MAX_WORDS])
+    return Change(None, None, req["node"], req["action"], req.get("fields", {}), source)
 
 
 def expand_events(sc) -> list[Change]:
@@ -198,13 +206,15 @@ class Timeline:
             self._take(out, text, f.stem, f.name)
         for req in self.inbox() if self.inbox is not None else []:  # (the hub read them: mappings)
             rid = str(req.get("id", ""))[:60] if isinstance(req, dict) else ""
-            self._take(out, req, rid, f"node request {rid}")
+            # the hub lets in a node's crash request only for itself: its node is who asked
+            asker = req.get("node") if isinstance(req, dict) and isinstance(req.get("node"), str) else "a node"
+            self._take(out, req, rid, f"node request {rid}", asker[:60])
         return out
 
-    def _take(self, out: list[Change], req, rid: str, where: str) -> None:
-        """A request (a file's bytes, or a node's request as the hub read it) as a change, or refused."""
+    def _take(self, out: list[Change], req, rid: str, where: str, asker: Optional[str] = None) -> None:
+        """A request (a file's bytes, or node `asker`'s request as the hub read it) as a change, or refused."""
         try:
-            out.append(request_change(untrusted.loads(req) if isinstance(req, bytes) else req, rid))
+            out.append(request_change(untrusted.loads(req) if isinstance(req, bytes) else req, rid, asker))
         except Exception as e:  # whoever wrote it, a bad request is refused, and said so
             self.refused.append(f"{where}: {(str(e).splitlines() or [type(e).__name__])[0][:160]}")
 
