@@ -181,6 +181,21 @@ def netns_cluster(run_dir, scenario: dict):
         assert not [n for n in our_netns() if run_id in n]
 
 
+@pytest.fixture
+def job_out():
+    """A folder a netns node's job may write its result into: a node runs as its own uid, to which
+    pytest's tmp_path (under root's 0700 folder) is closed. Runs' own jobs use the mailbox."""
+    import shutil
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="edgebed-test-jobs-"))
+    d.chmod(0o1777)
+    try:
+        yield d
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 # -- test tiers -----------------------------------------------------------------------------------
 # A test is `real` (and `slow`) when it brings up something real: root's namespaces, cgroups or tc, a
 # Docker engine, the lab, or a subprocess `edgebed up`. `make test-fast` (-m "not slow") runs the

@@ -46,7 +46,7 @@ def _broker(address: str, stop_event, log_path: str, ready_path: str) -> None:
     run_broker(address, stop_event, log_path=log_path, on_ready=lambda: Path(ready_path).touch())
 
 
-def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
+def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host, job_out):
     from testbed.data.streaming.broker import KAFKA_PORT, tansu_binary
 
     if tansu_binary() is None:
@@ -54,16 +54,16 @@ def test_tansu_roundtrip_between_namespaces(tmp_path, clean_host):
     with netns_cluster(tmp_path, {"name": "b", "profiles": {"edge": {"bandwidth": "20mbit"}},
                                   "workers": [{"count": 1, "profile": "edge"}]}) as (rt, spec):
         stop = rt.make_stop_event()
-        ready = tmp_path / "broker.ready"
+        ready = job_out / "broker.ready"
         broker = rt.start("ps", _broker, {"address": spec.ps.address, "stop_event": stop,
-                                             "log_path": str(tmp_path / "tansu.log"), "ready_path": str(ready)})
+                                             "log_path": str(job_out / "tansu.log"), "ready_path": str(ready)})
         for _ in range(300):
             if ready.exists() or not broker.is_alive():
                 break
             time.sleep(0.05)
-        assert ready.exists(), (tmp_path / "tansu.log").read_text()[-2000:]
+        assert ready.exists(), (job_out / "tansu.log").read_text()[-2000:]
         before = rt.counters()["w0"]
-        out = tmp_path / "rt.json"
+        out = job_out / "rt.json"
         client = rt.start("w0", _roundtrip, {"bootstrap": f"{spec.ps.address}:{KAFKA_PORT}", "topic": "device-w0",
                                              "n": 300, "size": 3072, "result_path": str(out)})
         client.join(60)

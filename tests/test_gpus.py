@@ -112,13 +112,13 @@ def test_past_its_memory_cap_a_node_fails_naming_the_cap(monkeypatch):
 
 @needs_root
 @pytest.mark.root
-def test_netns_nodes_get_their_gpus_and_meta_records_them(tmp_path, clean_host, monkeypatch):
+def test_netns_nodes_get_their_gpus_and_meta_records_them(tmp_path, clean_host, monkeypatch, job_out):
     import testbed.runtimes.netns as netns_runtime
 
     monkeypatch.setattr(netns_runtime, "host_gpus", lambda: TWO_H100)
     with netns_cluster(tmp_path, {"name": "g", "profiles": {"g": {"gpus": [1], "gpu_share": 0.5, "gpu_memory": "4g"}},
                                   "workers": [{"count": 1, "profile": "g"}, {"count": 1}]}) as (rt, spec):
-        outs = {n: tmp_path / f"{n}.json" for n in ("w0", "w1")}
+        outs = {n: job_out / f"{n}.json" for n in ("w0", "w1")}
         procs = [rt.start(n, write_environment, {"path": str(p)}) for n, p in outs.items()]
         for p in procs:
             p.join(30)

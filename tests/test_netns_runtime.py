@@ -125,10 +125,10 @@ def test_cpu_benchmark_over_a_short_period(clean_host):
     assert 150 <= res["periods"] <= 230 and res["throttled_periods"] >= 0.8 * res["periods"]
 
 
-def test_nodes_talk_across_the_bridge_and_nothing_else(cluster, tmp_path):
+def test_nodes_talk_across_the_bridge_and_nothing_else(cluster, job_out):
     """Connectivity between namespaces (also with Docker's FORWARD DROP on the host), and no route out."""
     rt, spec = cluster
-    srv_out, cli_out = tmp_path / "srv.json", tmp_path / "cli.json"
+    srv_out, cli_out = job_out / "srv.json", job_out / "cli.json"
     srv = rt.start("ps", _echo_server, {"port": 7000, "path": str(srv_out)})
     cli = rt.start("w1", _echo_client, {"addr": spec.ps.address, "port": 7000, "path": str(cli_out)})
     cli.join(30)
@@ -142,9 +142,9 @@ def test_nodes_talk_across_the_bridge_and_nothing_else(cluster, tmp_path):
     assert counters["w1"]["up_bytes"] > 0 and counters["ps"]["down_bytes"] > 0
 
 
-def test_processes_join_cgroup_and_netns(cluster, tmp_path):
+def test_processes_join_cgroup_and_netns(cluster, job_out):
     rt, _ = cluster
-    out = tmp_path / "who.json"
+    out = job_out / "who.json"
     p = rt.start("w0", _whoami, {"path": str(out)})
     p.join(20)
     info = json.loads(out.read_text())
@@ -173,10 +173,10 @@ def host_forward_drop():
         subprocess.run(["iptables", "-P", "FORWARD", old], check=True)
 
 
-def test_connectivity_with_host_forward_drop(host_forward_drop, cluster, tmp_path):
+def test_connectivity_with_host_forward_drop(host_forward_drop, cluster, job_out):
     """Docker's FORWARD DROP drops a root-namespace bridge's traffic; ours lives in its own namespace."""
     rt, spec = cluster
-    srv_out, cli_out = tmp_path / "srv.json", tmp_path / "cli.json"
+    srv_out, cli_out = job_out / "srv.json", job_out / "cli.json"
     srv = rt.start("w0", _echo_server, {"port": 7001, "path": str(srv_out)})
     cli = rt.start("w1", _echo_client, {"addr": spec.node("w0").address, "port": 7001, "path": str(cli_out)})
     cli.join(30)

@@ -10,15 +10,21 @@ runner, in the host's namespace, still changes the node's limits (the timeline's
 
 The docker and swarm runtimes need none of this: Docker mounts /sys and /proc/sys read-only in
 a container already.
+
+A netns node also runs as a uid of its own (kernel.identity), which cannot pass through a 0700
+folder of root's. What it must read there (the interpreter under /root/.pyenv, a checkout or a
+venv in root's home) is reached through bridges in its mount namespace: a tmpfs over the closed
+folder with only the needed entries bound back in, so nothing else of that folder shows.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+import stat
 
 CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 32, 4096, 16384, 1 << 19
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 2, 4, 32, 4096, 16384, 1 << 19
 KEPT_FLAGS = 2 | 4 | 8  # nosuid, nodev, noexec: the same bits in statvfs's f_flag and mount's flags
 READ_ONLY = ("/sys/fs/cgroup", "/proc/sys")
 
@@ -63,3 +69,58 @@ def read_only_host_controls(paths: tuple[str, ...] = READ_ONLY) -> list[str]:
         _call(libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None),
               f"remount {point} read-only")
     return points
+
+
+Bridge = tuple[str, tuple[str, ...]]  # a folder closed to strangers, and the entries bound back into it
+
+
+def _closed(st: os.stat_result) -> bool:
+    """Whether a folder is closed to a uid that neither owns it nor is in its group (a node's)."""
+    return not st.st_mode & 0o001
+
+
+def bridges(paths: list[str]) -> list[Bridge]:
+    """The folders on the way to `paths` (absolute, no symbolic links: os.path.realpath's) that
+    a node's uid cannot pass, each with the entries of it the paths go through, parents first.
+    Pure but for stat: the runner plans them once, each node process makes them."""
+    needed: dict[str, set[str]] = {}
+    for path in paths:
+        parts = [p for p in path.split("/") if p]
+        for depth in range(len(parts)):
+            folder = "/" + "/".join(parts[:depth])
+            try:
+                closed = _closed(os.stat(folder))
+            except OSError:
+                break
+            if closed:
+                needed.setdefault(folder, set()).add(parts[depth])
+    return [(f, tuple(sorted(needed[f]))) for f in sorted(needed, key=lambda f: (f.count("/"), f))]
+
+
+def make_bridges(plan: list[Bridge]) -> None:
+    """Each planned folder covered by a tmpfs (0755) in this process's mount namespace (its own:
+    read_only_host_controls made it) with only its planned entries bound back in. Needs
+    CAP_SYS_ADMIN: call before dropping it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    for folder, entries in plan:
+        held = {}
+        for name in entries:  # held open: the tmpfs hides them from their path next
+            try:
+                held[name] = os.open(os.path.join(folder, name), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+        try:
+            _call(libc.mount(b"tmpfs", folder.encode(), b"tmpfs", MS_NOSUID | MS_NODEV, b"mode=0755"),
+                  f"tmpfs over {folder}")
+            for name, fd in held.items():
+                point = os.path.join(folder, name)
+                if stat.S_ISDIR(os.fstat(fd).st_mode):
+                    os.mkdir(point)
+                else:
+                    os.close(os.open(point, os.O_CREAT | os.O_WRONLY | os.O_CLOEXEC, 0o644))
+                _call(libc.mount(f"/proc/self/fd/{fd}".encode(), point.encode(), None, MS_BIND | MS_REC, None),
+                      f"bind {point} back")
+        finally:
+            for fd in held.values():
+                os.close(fd)

@@ -7,8 +7,9 @@ with; the processes they start call `drop_privileges()` first. After it the proc
 capability in any set (effective, permitted, inheritable, ambient, bounding) and no way to gain
 one back: no_new_privs is set, so neither a set-uid program nor a file's capabilities grant
 anything at exec, and with an empty bounding set even root's exec gets nothing. So
-`tc qdisc del` and `ip addr add` (netlink changes, CAP_NET_ADMIN) fail with EPERM. The uid stays
-as it was (0 in a node): see SECURITY.md for what root without capabilities can still do.
+`tc qdisc del` and `ip addr add` (netlink changes, CAP_NET_ADMIN) fail with EPERM. Given an
+identity (kernel.identity: netns nodes), the process also becomes that unprivileged uid and gid;
+without one the uid stays as it was (0 in a container): see SECURITY.md for what each can reach.
 
 Capabilities are per thread: the process must have one thread when it drops (checked), so no
 thread keeps what the others gave up. Plain ctypes on libc (prctl, capset): no maintained
@@ -20,6 +21,9 @@ from __future__ import annotations
 import ctypes
 import os
 from pathlib import Path
+from typing import Optional
+
+from testbed.kernel.identity import NodeIdentity, become
 
 PR_CAPBSET_DROP = 24
 PR_SET_SECUREBITS = 28
@@ -101,9 +105,10 @@ def _thread_names() -> list[str]:
     return names
 
 
-def drop_privileges() -> dict[str, int]:
-    """Give up every capability for good (this process and all it starts); what
-    /proc/thread-self/status says afterwards. Raises PrivilegeError if any is left."""
+def drop_privileges(identity: Optional[NodeIdentity] = None) -> dict[str, int]:
+    """Give up every capability for good (this process and all it starts), and with `identity`
+    the uid and gid too; what /proc/thread-self/status says afterwards. Raises PrivilegeError if
+    any capability is left."""
     before = process_status()
     if before.get("Threads", 1) != 1:
         raise PrivilegeError(f"drop_privileges needs a process with one thread (it has {before['Threads']}: "
@@ -112,6 +117,8 @@ def drop_privileges() -> dict[str, int]:
     _prctl(libc, PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
     had_setpcap = bool(before["CapEff"] >> CAP_SETPCAP & 1)
     _drop_bounding_set(libc, had_setpcap)
+    if identity is not None:
+        become(identity)  # while CAP_SETUID is still effective; the change clears the other sets
     _prctl(libc, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, "clearing the ambient set")
     _clear_sets(libc)
     after = process_status()

@@ -10,7 +10,8 @@ nothing of the cluster has a route out of the machine.
 
 Node processes are forked from a forkserver that has already imported torch (one
 import for the whole cluster, pages shared), then each joins its cgroup and
-namespace before it runs its role.
+namespace, lets go of the forkserver's handles and becomes its node's own unprivileged uid
+(kernel.identity) before it runs its role.
 """
 
 from __future__ import annotations
@@ -32,7 +33,8 @@ from typing import Any, Callable, Optional
 
 from testbed.kernel import cgroups
 from testbed.kernel.gpus import host_gpus
-from testbed.kernel.mounts import read_only_host_controls
+from testbed.kernel.identity import NodeIdentity, node_identity
+from testbed.kernel.mounts import Bridge, bridges, make_bridges, read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
@@ -56,10 +58,12 @@ PR_SET_PDEATHSIG = 1
 
 
 def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs,
-               env: Optional[dict] = None, keys: Optional[channel_keys.ChannelKeys] = None) -> None:
+               env: Optional[dict] = None, keys: Optional[channel_keys.ChannelKeys] = None,
+               identity: Optional[NodeIdentity] = None, reach: tuple[Bridge, ...] = ()) -> None:
     """First thing in every node process: die with the runner, join cgroup and namespace, take the
-    node's environment (its GPUs: read when CUDA starts, later), see the host's cgroup files and
-    sysctls read-only, give up every capability, then
+    node's environment (its GPUs: read when CUDA starts, later), let go of the forkserver, see
+    the host's cgroup files and sysctls read-only and the runner's interpreter and code through
+    `reach`'s bridges, give up every capability and become the node's own uid, then
     run `target` (a function, or `module:function`: a role, imported here and not by the runner)
     with `kwargs` (a Deferred, opened only now: deferred.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
@@ -71,8 +75,10 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
         os._exit(1)
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())
     enter_netns(netns)
-    read_only_host_controls()  # uid 0 stays: its cgroup's limits and the sysctls must not be its to change
-    drop_privileges()  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
+    _leave_forkserver()
+    read_only_host_controls()  # a mount namespace of its own, where the bridges go too
+    make_bridges(list(reach))
+    drop_privileges(identity)  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
     if isinstance(target, str):
         module, _, func = target.partition(":")
         target = getattr(importlib.import_module(module), func)
@@ -82,6 +88,42 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
         channel = sys.modules.get("testbed.node.channel")
         if channel is not None:  # the role's last records leave before the process exits
             channel.flush()
+
+
+def _leave_forkserver() -> None:
+    """Forget the runner's forkserver and resource tracker, whose handles a forked child inherits:
+    a node that starts processes of its own starts its own forkserver and tracker, as its uid."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server, tracker = forkserver._forkserver, resource_tracker._resource_tracker
+    for fd in (server._forkserver_alive_fd, tracker._fd):
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    server._forkserver_address = server._forkserver_alive_fd = server._forkserver_pid = None
+    tracker._fd = tracker._pid = None
+
+
+def reached_paths() -> list[str]:
+    """What a node's processes read of the runner's host: the interpreter and its library, every
+    import path and the folder each loaded package came from, the runner's working folder."""
+    found = [sys.executable, sys.prefix, sys.base_prefix, sys.exec_prefix, os.getcwd(), *sys.path]
+    for name, module in list(sys.modules.items()):
+        where = getattr(module, "__file__", None)
+        if "." not in name and isinstance(where, str):
+            found.append(os.path.dirname(os.path.dirname(where) if where.endswith("__init__.py") else where))
+    return sorted({os.path.realpath(p) for p in found if p and os.path.exists(p)})
+
+
+def _own_file(path: Path, identity: NodeIdentity) -> None:
+    """`path` made (never followed, if a link) and given to `identity`, mode 0600."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchown(fd, identity.uid, identity.gid)
+    finally:
+        os.close(fd)
 
 
 def stop_forkserver() -> None:
@@ -101,6 +143,7 @@ class NetnsNode:
     downlink: DirectionPlan
     cgroup: cgroups.NodeCgroup
     compute: dict
+    identity: NodeIdentity
     processes: list = field(default_factory=list)
     env: dict = field(default_factory=dict)  # what the node's processes start with (gpu_share.grant)
 
@@ -137,6 +180,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         self._ctx = mp.get_context("forkserver")
         self.fabric = Fabric(state, self.caps)
         self.mps: Optional[MpsDaemon] = None
+        self.reach: tuple[Bridge, ...] = ()
 
     # -- bring-up --------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
@@ -157,11 +201,14 @@ class NetnsRuntime(LocalNodeOps, Runtime):
                                                            node.profile.cpu_period))
             self.progress("namespaces", i + 1, len(spec.nodes))
         plans = self.fabric.build(spec, {n.name: netns_name(self.run_id, n.name) for n in spec.nodes}, self.progress)
-        for node in spec.nodes:
+        for i, node in enumerate(spec.nodes):
             cg, compute = computes[node.name]
             up, down = plans[node.name]
             self.handles[node.name] = NetnsNode(node, netns_name(self.run_id, node.name), node.name, up, down,
-                                                 cg, {**compute, **grants[node.name].meta}, env=grants[node.name].env)
+                                                 cg, {**compute, **grants[node.name].meta},
+                                                 node_identity(self.run_id, i), env=grants[node.name].env)
+        # and the run dir's logs (a command's output file: the node's own, in a folder of root's)
+        self.reach = tuple(bridges(reached_paths() + [os.path.join(os.path.realpath(self.state.run_dir), "logs")]))
         self._build_control()
 
     def _grant_gpus(self, spec: ClusterSpec) -> dict[str, GpuGrant]:
@@ -171,6 +218,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         pipe = None
         if wants_mps(profiles):
             self.mps = MpsDaemon(Path(tempfile.mkdtemp(prefix=f"edgebed-mps-{self.run_id}-")))
+            os.chmod(self.mps.pipe.parent, 0o755)  # its clients are the nodes' uids
             used = sorted({i for n in spec.nodes for i in grant(n.profile, host).devices})
             if self.mps.start(used):
                 pipe = str(self.mps.pipe)
@@ -198,6 +246,8 @@ class NetnsRuntime(LocalNodeOps, Runtime):
 
     def start_node(self, node: Node, cfg, stop_event: StopEvent) -> NodeProcess:
         """Start the node's role (and its background stress); returns the role's process."""
+        if getattr(cfg, "log_path", ""):  # a command's output: a file the node's uid may append to, and no other
+            _own_file(Path(cfg.log_path), self.handles[node.name].identity)
         proc = self.start(node.name, cfg.target, {"cfg": cfg, "stop_event": stop_event})
         stress = node.profile.stress
         if stress is not None:
@@ -211,7 +261,8 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         self.grant_slots(node, kwargs)
         p = ForkserverProcess(  # self._ctx's Process (the one forkserver), polled safely from two threads
             target=_bootstrap,
-            args=(h.netns, self.run_id, node, target, Deferred(kwargs), h.env, self.keys.of(node)),
+            args=(h.netns, self.run_id, node, target, Deferred(kwargs), h.env, self.keys.of(node), h.identity,
+                  self.reach),
             name=f"edgebed-{node}{'-' + label if label else ''}",
             daemon=False,
         )

@@ -1,0 +1,56 @@
+"""A node's own host identity: an unprivileged uid and gid that no user and no other node has.
+
+A netns node's processes share the host's file system and PID namespace. As uid 0 without
+capabilities they could still write what root owns (the run dir, /run/netns, the runner's
+forkserver socket under its 0700 folder), read a neighbour's /proc/PID/environ and memory,
+signal the runner and open sysfs knobs for writing. As a uid of their own, the kernel's own
+checks close all of those (rootless containers' rule: the emulated machine's root is an
+unprivileged user of the host), and each node is a stranger to every other.
+
+The uids lie in a block of their own per run, far above any distribution's users and the
+subordinate ranges of /etc/subuid (which start at 100000 and grow by 65536 a user).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+BASE = 1 << 31  # above every account and subordinate range a distribution hands out
+BLOCK = 1 << 16  # uids a run: one a node
+BLOCKS = 1 << 14  # runs' blocks: BASE + BLOCKS * BLOCK stays under 2**32 - 1 (the invalid uid)
+
+
+class IdentityError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class NodeIdentity:
+    uid: int
+    gid: int
+
+
+def node_identity(run_id: str, index: int) -> NodeIdentity:
+    """The identity of node `index` (its place in the plan) of run `run_id` (hex, kernel.names)."""
+    if not 0 <= index < BLOCK:
+        raise IdentityError(f"node index {index} outside 0..{BLOCK - 1}")
+    uid = BASE + (int(run_id, 16) % BLOCKS) * BLOCK + index
+    return NodeIdentity(uid, uid)
+
+
+def run_block(run_id: str) -> range:
+    """Every uid run `run_id`'s nodes may have."""
+    start = BASE + (int(run_id, 16) % BLOCKS) * BLOCK
+    return range(start, start + BLOCK)
+
+
+def become(identity: NodeIdentity) -> None:
+    """This process as `identity`, no supplementary group, for good (real, effective and saved
+    ids all set; needs CAP_SETUID and CAP_SETGID, which the change itself then clears)."""
+    os.setgroups([])
+    os.setresgid(identity.gid, identity.gid, identity.gid)
+    os.setresuid(identity.uid, identity.uid, identity.uid)
+    if os.getresuid() != (identity.uid,) * 3 or os.getresgid() != (identity.gid,) * 3 or os.getgroups():
+        raise IdentityError(f"could not become uid {identity.uid}: ids {os.getresuid()}, {os.getresgid()}")
+

@@ -1,0 +1,122 @@
+"""A netns node's code as a hostile program would use it: it runs as its node's own unprivileged
+uid, so the runner's forkserver, its neighbours' processes, the host's sysfs knobs, /run/netns
+and the run dir are closed to it by the kernel's own checks (SECURITY.md, "What runs with which
+powers"). Each probe here succeeded when a node kept uid 0 without capabilities."""
+
+import json
+import multiprocessing.forkserver
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from conftest import needs_root, netns_cluster
+
+from testbed.kernel.identity import run_block
+from testbed.node import mailbox
+
+pytestmark = [needs_root, pytest.mark.root]
+
+KNOBS = ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/devices/system/cpu/cpu1/online",
+         "/sys/power/state")
+
+
+@pytest.fixture
+def cluster(tmp_path, clean_host):
+    with netns_cluster(tmp_path, {
+        "name": "sealed",
+        "profiles": {"edge": {"cpus": 0.5, "memory": "512m", "uplink": "50mbit", "downlink": "50mbit"}},
+        "ps": {"profile": "edge"},
+        "workers": [{"count": 2, "profile": "edge"}],
+    }) as c:
+        yield c
+
+
+def _attempt(fn) -> str:
+    """'ok' if `fn` went through, else the errno's name it failed with."""
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return type(e).__name__ if e.errno is None else os.strerror(e.errno)
+
+
+def _sleeper(seconds, slot):
+    mailbox.write_text(slot, str(os.getpid()))
+    time.sleep(seconds)
+
+
+def _open_for_writing(path):
+    os.close(os.open(path, os.O_WRONLY))  # never writes: opening is the probe
+
+
+def _plant_link(path):
+    os.symlink("/proc/self/ns/net", path)
+    os.unlink(path)  # only where it was allowed (the old code): nothing of the probe stays
+
+
+def _connect(address):
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(address)
+
+
+def _probe(slot, forkserver, neighbour, run_dir, netns_link):
+    out = {"ids": [os.getresuid(), os.getresgid(), os.getgroups()],
+           "forkserver": _attempt(lambda: _connect(forkserver)),
+           "environ": _attempt(lambda: open(f"/proc/{neighbour}/environ", "rb").read()),
+           "mem": _attempt(lambda: open(f"/proc/{neighbour}/mem", "rb").close()),
+           "signal": _attempt(lambda: os.kill(neighbour, 0)),
+           "runner": _attempt(lambda: os.kill(os.getppid(), 0)),
+           "run_dir": _attempt(lambda: open(os.path.join(run_dir, "planted"), "w").close()),
+           "netns": _attempt(lambda: _plant_link(netns_link)),
+           "knobs": {k: _attempt(lambda k=k: _open_for_writing(k)) for k in KNOBS if os.path.exists(k)},
+           # the runner's interpreter and torch, under root's 0700 folders here, still start as this uid
+           "python": subprocess.run([sys.executable, "-c", "import torch, testbed; print(torch.ones(2).sum().item())"],
+                                    capture_output=True, text=True, timeout=120).stdout.strip()}
+    mailbox.write_text(slot, json.dumps(out))
+
+
+def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, tmp_path):
+    rt, spec = cluster
+    run_dir = tmp_path / "run"
+    run_dir.mkdir(mode=0o755)
+    box = rt.mailbox("sealed")
+    pid_slot, result = box / "pid", box / "result"
+    neighbour = rt.start("w1", _sleeper, {"seconds": 60, "slot": str(pid_slot)})
+    try:
+        pid = int(pid_slot.read_text())
+        address = multiprocessing.forkserver._forkserver._forkserver_address
+        assert address and os.path.exists(address)
+        probe = rt.start("w0", _probe, {"slot": str(result), "forkserver": address, "neighbour": pid,
+                                         "run_dir": str(run_dir), "netns_link": f"/run/netns/eb-{rt.run_id}-zz"})
+        probe.join(150)
+        got = json.loads(result.read_text())
+    finally:
+        neighbour.kill()
+    uid = got["ids"][0][0]
+    assert uid in run_block(rt.run_id) and got["ids"] == [[uid] * 3, [uid] * 3, []], got["ids"]
+    assert uid != rt.handles["w1"].identity.uid
+    denied = ("Permission denied", "Operation not permitted", "Read-only file system")
+    for probe_name in ("forkserver", "environ", "mem", "signal", "runner", "run_dir", "netns"):
+        assert got[probe_name] in denied, (probe_name, got)
+    assert got["knobs"] and all(v in denied for v in got["knobs"].values()), got["knobs"]
+    assert not (run_dir / "planted").exists() and not os.path.lexists(f"/run/netns/eb-{rt.run_id}-zz")
+    assert got["python"] == "2.0", got
+
+
+def test_a_command_log_is_the_nodes_own_file(cluster, tmp_path):
+    """A command's output file is made by the runner for the node's uid, mode 0600, never followed."""
+    from testbed.runtimes.netns import _own_file
+
+    rt, _ = cluster
+    log = tmp_path / "w0.log"
+    _own_file(log, rt.handles["w0"].identity)
+    st = os.lstat(log)
+    assert (st.st_uid, st.st_mode & 0o777) == (rt.handles["w0"].identity.uid, 0o600)
+    link = tmp_path / "w1.log"
+    link.symlink_to(tmp_path / "target")
+    with pytest.raises(OSError):
+        _own_file(link, rt.handles["w1"].identity)
+    assert not (tmp_path / "target").exists()
