@@ -107,9 +107,11 @@ fig-scadles-5: setup
 	done; done; done
 	$(BIN)/python analysis/fig_scadles_5.py runs/reproduce/fig-scadles-5 --out figures
 
-# The docker runtime's node image (SOURCE=offline: debootstrap base, no registry needed).
+# The docker runtime's node image (SOURCE=offline: debootstrap base checked against Debian's keyring,
+# no registry needed).
 images: setup
-	command -v debootstrap >/dev/null || (apt-get update -q && apt-get install -y -q debootstrap)
+	command -v debootstrap >/dev/null && test -f /usr/share/keyrings/debian-archive-keyring.gpg \
+	  || (apt-get update -q && apt-get install -y -q debootstrap debian-archive-keyring)
 	$(BIN)/edgebed build --source $(SOURCE)
 
 down: setup

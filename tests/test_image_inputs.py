@@ -1,10 +1,13 @@
 """The node image is made from pinned inputs: every wheel by version and sha256, a tag from the
-content of everything that goes in. No Docker engine needed: pip is a stand-in."""
+content of everything that goes in, and a base whose Debian packages debootstrap checks against
+Debian's archive keyring. No Docker engine needed: pip and the engine are stand-ins."""
 import re
+import subprocess
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
 
+import docker
 import pytest
 
 from testbed.runtimes import images
@@ -187,6 +190,65 @@ def test_the_image_installs_only_what_its_locks_pin():
     assert len(locked) == 2 and all("--require-hashes" in c and "--no-index" in c for c in locked)
     # the one other install: edgebed's own wheel, built from this tree (its files are in the tag)
     assert [c for c in installs if c not in locked] == [c for c in installs if "/wheelhouse/edgebed/" in c] != []
+
+
+class FakeImages:
+    def __init__(self, labels_by_tag: dict):
+        self.labels_by_tag = labels_by_tag
+
+    def get(self, tag):
+        if tag not in self.labels_by_tag:
+            raise docker.errors.ImageNotFound(tag)
+        return SimpleNamespace(id="sha256:" + "3" * 64, labels=self.labels_by_tag[tag])
+
+
+@pytest.fixture
+def debootstrap(tmp_path, monkeypatch):
+    """debootstrap's command lines, each answered with a failure (nothing is made)."""
+    argv: list[list[str]] = []
+
+    def run(cmd, **kwargs):
+        argv.append(cmd)
+        return subprocess.CompletedProcess(cmd, 1, "", "E: stopped by the test")
+
+    monkeypatch.setattr(images.subprocess, "run", run)
+    monkeypatch.setattr(images.shutil, "which", lambda name: f"/usr/sbin/{name}")
+    monkeypatch.setattr(images, "CACHE", tmp_path / "cache")
+    keyring = tmp_path / "debian-archive-keyring.gpg"
+    keyring.write_bytes(b"keys")
+    monkeypatch.setattr(images, "DEBIAN_KEYRING", keyring, raising=False)
+    return argv
+
+
+def test_debootstrap_checks_the_release_signature_against_debians_keyring(tmp_path, debootstrap):
+    with pytest.raises(images.ImageError, match="debootstrap failed"):
+        images.ensure_offline_base(SimpleNamespace(images=FakeImages({})), say=lambda line: None,
+                                   mirror="http://deb.example/debian")
+    (cmd,) = debootstrap
+    assert f"--keyring={tmp_path / 'debian-archive-keyring.gpg'}" in cmd and "--force-check-gpg" in cmd
+    assert "--no-check-gpg" not in cmd
+
+
+def test_without_debians_keyring_the_offline_base_says_so_in_one_line(tmp_path, monkeypatch, debootstrap):
+    monkeypatch.setattr(images, "DEBIAN_KEYRING", tmp_path / "absent.gpg")
+    client = SimpleNamespace(images=FakeImages({}))
+    with pytest.raises(images.ImageError) as e:
+        images.ensure_offline_base(client, say=lambda line: None, mirror="http://deb.example/debian")
+    assert str(e.value) == (f"the offline base needs Debian's archive keyring {tmp_path / 'absent.gpg'} "
+                            "(apt-get install debian-archive-keyring)")
+    assert debootstrap == []
+    assert images.image_unavailable(client) == f"no node image and no {images.BASE_REGISTRY} base; {e.value}"
+
+
+def test_a_base_made_without_the_keyring_is_made_again(debootstrap):
+    unchecked = SimpleNamespace(images=FakeImages({images.BASE_OFFLINE: {"edgebed": "1"}}))
+    with pytest.raises(images.ImageError, match="debootstrap failed"):
+        images.ensure_offline_base(unchecked, say=lambda line: None, mirror="http://deb.example/debian")
+    assert len(debootstrap) == 1
+    labels = {"edgebed": "1", "edgebed.keyring": "ab"}
+    checked = SimpleNamespace(images=FakeImages({images.BASE_OFFLINE: labels}))
+    assert images.ensure_offline_base(checked, say=lambda line: None) == images.BASE_OFFLINE
+    assert len(debootstrap) == 1
 
 
 def test_pip_refusing_a_wheel_by_its_locked_hash_says_so_in_one_line(tmp_path):

@@ -20,6 +20,8 @@ DOCKERFILE = REPO / "images" / "node" / "Dockerfile"
 # Every wheel the image installs, by version and sha256 (images/node/pin_wheels.py writes them).
 LOCK_DEPS = REPO / "images" / "node" / "requirements.txt"
 LOCK_NODEPS = REPO / "images" / "node" / "requirements-nodeps.txt"
+# debootstrap checks the mirror's Release signature against it (package debian-archive-keyring).
+DEBIAN_KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 BASE_OFFLINE = "edgebed/base:bookworm"
 BASE_REGISTRY = "python:3.11-slim"
 NODE_REPO = "edgebed/node"
@@ -37,6 +39,7 @@ def _cache_dir() -> Path:
 
 CACHE = _cache_dir()
 LABELS = {"edgebed": "1"}
+KEYRING_LABEL = "edgebed.keyring"  # on the offline base: debootstrap checked it against this keyring
 
 
 class ImageError(RuntimeError):
@@ -73,32 +76,61 @@ def _image_exists(client, tag: str) -> bool:
         return False
 
 
+def _checked_base_exists(client) -> bool:
+    """The offline base, made by a debootstrap that checked signatures (a base without the label is made again)."""
+    import docker
+
+    try:
+        return KEYRING_LABEL in (client.images.get(BASE_OFFLINE).labels or {})
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def _offline_base_lacks() -> Optional[str]:
+    """What making the offline base needs and this host lacks (None: nothing)."""
+    if shutil.which("debootstrap") is None:
+        return "the offline base needs debootstrap (apt-get install debootstrap)"
+    if not DEBIAN_KEYRING.is_file():
+        return (f"the offline base needs Debian's archive keyring {DEBIAN_KEYRING} "
+                "(apt-get install debian-archive-keyring)")
+    return None
+
+
+def debootstrap_command(root: Path, mirror: str) -> list[str]:
+    """Release files checked against Debian's keyring; --force-check-gpg: no unchecked fallback."""
+    return ["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
+            f"--keyring={DEBIAN_KEYRING}", "--force-check-gpg", "bookworm", str(root), mirror]
+
+
 def _last_line(text: str) -> str:
     return next((line.strip() for line in reversed(text.splitlines()) if line.strip()), "no message")[:300]
 
 
 def ensure_offline_base(client, say: Callable[[str], None], mirror: Optional[str] = None) -> str:
     """debootstrap bookworm (minbase + python3) and `docker import` it, once."""
-    if _image_exists(client, BASE_OFFLINE):
+    if _checked_base_exists(client):
         return BASE_OFFLINE
-    if shutil.which("debootstrap") is None:
-        raise ImageError("the offline base needs debootstrap (apt-get install debootstrap)")
+    if _image_exists(client, BASE_OFFLINE):
+        say("offline base: the one here was made without a signature check: making it again")
+    lacks = _offline_base_lacks()
+    if lacks is not None:
+        raise ImageError(lacks)
     mirror = mirror or host_debian_mirror()
     CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=CACHE, prefix="rootfs-") as tmp:
         root = Path(tmp) / "rootfs"
         say("offline base: debootstrap bookworm from the host's Debian mirror (about a minute)")
-        r = subprocess.run(["debootstrap", "--variant=minbase", "--include=python3,python3-venv,ca-certificates",
-                            "bookworm", str(root), mirror], capture_output=True, text=True)
+        r = subprocess.run(debootstrap_command(root, mirror), capture_output=True, text=True)
         if r.returncode != 0:
-            raise ImageError(f"debootstrap failed: {r.stderr.strip()[-500:] or r.stdout.strip()[-500:]}")
+            raise ImageError(f"debootstrap failed: {_last_line(r.stderr or r.stdout)}")
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         tar = Path(tmp) / "rootfs.tar"
         subprocess.run(["tar", "-C", str(root), "--numeric-owner", "-cf", str(tar), "."], check=True)
         say("offline base: docker import")
         repo, tag = BASE_OFFLINE.split(":")
+        keyring = f"LABEL {KEYRING_LABEL}={file_sha256(DEBIAN_KEYRING)[:16]}"
         client.api.import_image_from_file(str(tar), repository=repo, tag=tag,
-                                          changes=['LABEL edgebed=1', 'CMD ["/bin/bash"]'])
+                                          changes=['LABEL edgebed=1', keyring, 'CMD ["/bin/bash"]'])
     return BASE_OFFLINE
 
 
@@ -221,11 +253,10 @@ def source_hash() -> str:
 
 def image_unavailable(client) -> Optional[str]:
     """Why the node image can be neither found nor built here now (None: it can)."""
-    if any(_image_exists(client, tag) for tag in (f"{NODE_REPO}:latest", BASE_REGISTRY, BASE_OFFLINE)):
+    if _checked_base_exists(client) or any(_image_exists(client, t) for t in (f"{NODE_REPO}:latest", BASE_REGISTRY)):
         return None
-    if shutil.which("debootstrap") is None:
-        return f"no node image, no {BASE_REGISTRY} base and no debootstrap to build one offline"
-    return None
+    lacks = _offline_base_lacks()
+    return None if lacks is None else f"no node image and no {BASE_REGISTRY} base; {lacks}"
 
 
 def ensure_node_image(client, *, say: Callable[[str], None] = print, source: Optional[str] = None) -> str:
