@@ -194,7 +194,7 @@ def test_a_node_speaking_for_another_is_dropped_and_counted(hub, sockets, tmp_pa
     assert hub.rows == 1 and hub.states["w0"]["gen"] == 1 and hub._acks == {("w0", 1): "forged"}
     assert [r["node"] for r in hub.take_requests()] == ["w0"] and hub.puts == {"box-1/w0.json": "1"}
     for name, frames in (("ps", [b"server.csv", _row(SERVER_COLUMNS, time=1.0, version=1, worker="w0")]),
-                         ("eval", [b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.5)])):
+                         ("eval", [b"eval.csv", _row(EVAL_COLUMNS, time=1.0, node="eval", step=1, accuracy=0.5)])):
         sockets(zmq.PUSH, hub.urls[0], hub.keys.of(name)).send_multipart(frames)
     assert _until(lambda: hub.rows == 3)
     assert sum(hub.drops.values()) == 12  # nothing more dropped
@@ -203,14 +203,37 @@ def test_a_node_speaking_for_another_is_dropped_and_counted(hub, sockets, tmp_pa
 
 def test_a_command_workload_reports_from_any_of_its_nodes_and_still_only_as_itself(hub, sockets):
     ps = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("ps"))
-    ps.send_multipart([b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.5)])
+    ps.send_multipart([b"steps.csv", _row(STEP_COLUMNS, time=1.0, node="ps", step=1, loss=0.5)])
     assert _marker(hub, ps, "ps") and hub.rows == 0
     hub.open_reports()
-    ps.send_multipart([b"eval.csv", _row(EVAL_COLUMNS, time=1.0, step=1, accuracy=0.5)])
+    ps.send_multipart([b"steps.csv", _row(STEP_COLUMNS, time=1.0, node="ps", step=1, loss=0.5)])
     ps.send_multipart([b"report.csv", _row(["time", "node", "step", "key", "value"], node="ps", key="k", value=1)])
     ps.send_multipart([b"report.csv", _row(["time", "node", "step", "key", "value"], node="w0", key="k", value=1)])
     assert _marker(hub, ps, "ps")
     assert hub.rows == 2 and hub.drops == {"row of a table not its role's": 1, "row for another node": 1}
+
+
+def test_eval_rows_name_their_node_and_come_from_the_evaluator_alone(hub, sockets, tmp_path):
+    """eval.csv's rows come from the evaluator (a command workload: the role whose program the
+    scenario names as evaluating, workload.eval_role), each naming the node that wrote it; a
+    worker's, or one naming another node, is dropped and counted."""
+    push = {name: sockets(zmq.PUSH, hub.urls[0], hub.keys.of(name)) for name in ("w0", "eval", "ps")}
+
+    def evaluation(sender: str, node: str, accuracy: float) -> None:
+        push[sender].send_multipart([b"eval.csv", _row(EVAL_COLUMNS, time=1.0, node=node, step=1, accuracy=accuracy)])
+        assert _marker(hub, push[sender], sender)
+
+    hub.open_reports()  # a command workload: its programs report from any node
+    evaluation("w0", "w0", 0.99)
+    evaluation("eval", "w0", 0.98)
+    evaluation("eval", "eval", 0.5)
+    hub.open_reports("ps")  # a program on the PS evaluates (Flower's ServerApp)
+    evaluation("eval", "eval", 0.97)
+    evaluation("ps", "ps", 0.6)
+    assert hub.drops == {"row of a table not its role's": 2, "row for another node": 1}
+    rows = (tmp_path / "eval.csv").read_text().splitlines()
+    assert rows[0].split(",")[-1] == "node"
+    assert [(r.split(",")[-1], r.split(",")[3]) for r in rows[1:]] == [("eval", "0.5"), ("ps", "0.6")]
 
 
 # -- how keys reach a node ---------------------------------------------------------------------------

@@ -41,6 +41,16 @@ def test_a_bad_command_is_one_line_naming_the_field():
                                        "when they do"]
 
 
+def test_the_evaluating_role_is_a_command_workloads_to_name():
+    flower = parse_scenario({"workload": {"command": {"ps": "serve", "evaluator": "submit"}, "eval_role": "ps"}})
+    assert flower.workload.eval_role == "ps"
+    assert parse_scenario({"workload": {"command": {"worker": "train"}}}).workload.eval_role == "evaluator"
+    with pytest.raises(ScenarioError) as e:
+        parse_scenario({"workload": {"eval_role": "worker"}})
+    assert e.value.lines == ["workload: eval_role applies to a command workload only (edgebed's evaluator writes "
+                             "eval.csv)"]
+
+
 def test_a_node_gets_its_addresses_as_placeholders_and_environment():
     cfg = RoleConfig(node="w1", role="worker", rank=1, run_dir="/r", t0=5.0, scenario={}, ps_address="10.0.0.2",
                      threads=2, workers=["w0", "w1", "w2"], records="tcp://10.1.0.1:5000",

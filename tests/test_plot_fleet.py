@@ -56,7 +56,7 @@ def test_a_fleet_run_gets_fleet_png(tmp_path: Path):
     (run / "meta.json").write_text(json.dumps({"run_id": "abcdef", "nodes": nodes}))
     pd.DataFrame([(1.0 + i, "w0", i + 1, 2.0, 32, 0.1, 0, 0, 0.2, 0.1, i, "") for i in range(10)],
                  columns=STEP_COLUMNS).to_csv(run / "steps.csv", index=False)
-    pd.DataFrame([(2.0 * i, i, 0, 0.1 * i, 1.0, 100, 2.0 * i) for i in range(10)],
+    pd.DataFrame([(2.0 * i, i, 0, 0.1 * i, 1.0, 100, 2.0 * i, "eval") for i in range(10)],
                  columns=EVAL_COLUMNS).to_csv(run / "eval.csv", index=False)
     pd.DataFrame([(2.0, 0, "w3", "partition", "availability: offline; peers=[]")],
                  columns=EVENT_COLUMNS).to_csv(run / "events.csv", index=False)

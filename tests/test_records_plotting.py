@@ -376,3 +376,23 @@ def test_a_programs_reported_rows_read_back_without_the_counts_it_does_not_have(
     assert rec.evals["samples"].isna().all() and rec.evals["updates_received"].isna().all()
     assert rec.steps["loss"].tolist() == [0.5] and rec.steps["batch_size"].isna().all()
     assert {p.name for p in plot_run(run)} >= {"accuracy.png", "loss.png"}
+
+
+def test_eval_rows_say_which_node_wrote_them_and_older_runs_still_read(tmp_path: Path) -> None:
+    """eval.csv's last column names the node that wrote each row; a run recorded before it had
+    that column reads back whole, its node empty."""
+    from testbed.records import metrics
+
+    new, old = tmp_path / "new", tmp_path / "old"
+    for run in (new, old):
+        run.mkdir()
+        (run / "steps.csv").touch()
+    table = metrics.open_table(new, "eval.csv")
+    (new / "eval.csv").write_text(",".join(EVAL_COLUMNS) + "\n")
+    table.write(time=1.0, node="eval", step=3, accuracy=0.5, loss=1.0)
+    table.close()
+    (old / "eval.csv").write_text("time,step,updates_received,accuracy,loss,samples,evaluated_at\n"
+                                  "1.0,3,3,0.5,1.0,100,1.2\n2.0,4,4,0.6,0.9,100,2.1\n")
+    assert EVAL_COLUMNS[-1] == "node" and load_run(new).evals["node"].tolist() == ["eval"]
+    evals = load_run(old).evals
+    assert evals["accuracy"].tolist() == [0.5, 0.6] and evals["node"].tolist() == ["", ""]

@@ -50,7 +50,7 @@ def test_records_become_scalars_and_a_half_written_line_waits(tmp_path):
     assert got["train/loss/w0"][0][:2] == (3, 2.0) and got["buffer/w0"][0][:2] == (1500, 42.0)
     assert any(tag.startswith("events") for tag in got["_text"])
     with open(run / "eval.csv", "ab") as f:
-        f.write(b",1.0,100,4.5\n")  # the line completed
+        f.write(b",1.0,100,4.5,eval\n")  # the line completed
     tb.close()
     assert [s[:2] for s in _scalars(tmp_path / "tb")["eval/accuracy"]] == [(10, 0.5), (20, 0.75)]
 

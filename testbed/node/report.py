@@ -1,8 +1,9 @@
 """`edgebed.report(step=..., accuracy=..., loss=..., **anything)`: a command workload's program
 hands its metrics to the run's records, over the node's channel to the runner (the EDGEBED_*
 variables its role set say where, and with which key: node.channel_keys.ENV). Every metric goes
-to report.csv; given a `step`, `accuracy` (with its `loss`) also to eval.csv, and a `loss`
-without one (training) to steps.csv, so `edgebed plot` draws the program like a built-in and
+to report.csv; given a `step`, `accuracy` (with its `loss`) also to eval.csv (kept from the
+nodes of the role the scenario names, workload.eval_role, alone), and a `loss` without one
+(training) to steps.csv, so `edgebed plot` draws the program like a built-in and
 `edgebed.load` reads it back. Outside an edgebed run it does nothing (and says so by returning
 False)."""
 
@@ -44,7 +45,7 @@ def report(step: Optional[int] = None, **values: float) -> bool:
     if step is None:  # eval.csv and steps.csv rows need a step (report.csv has the rest)
         return True
     if "accuracy" in values:  # an evaluation: its loss is the evaluation's
-        _table("eval.csv").write(time=t, step=step, accuracy=values["accuracy"], loss=values.get("loss"))
+        _table("eval.csv").write(time=t, node=node, step=step, accuracy=values["accuracy"], loss=values.get("loss"))
     elif "loss" in values:  # a training step; its step stands for the model version a built-in records
         _table("steps.csv").write(time=t, node=node, step=step, loss=values["loss"], model_version=step)
     return True

@@ -10,8 +10,9 @@ STEP_COLUMNS: list[str] = [
     "compressed",  # adaptive compression (ScaDLES): whether this step's push was compressed; empty otherwise
 ]  # fmt: skip
 # eval.csv: `time` = when the PS took the model; `evaluated_at` = when the evaluator wrote the row
-# (the difference is the evaluator's backlog)
-EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss", "samples", "evaluated_at"]
+# (the difference is the evaluator's backlog); `node` = the node that wrote it (last: older runs lack it)
+EVAL_COLUMNS: list[str] = ["time", "step", "updates_received", "accuracy", "loss", "samples", "evaluated_at",
+                           "node"]
 TRAFFIC_COLUMNS: list[str] = ["time", "node", "link", "direction", "bytes", "delta_bytes", "packets"]
 EVENT_COLUMNS: list[str] = ["time", "scheduled_time", "target", "action", "detail"]
 SERVER_COLUMNS: list[str] = ["time", "version", "worker", "staleness", "lr", "payload_bytes"]

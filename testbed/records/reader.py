@@ -61,6 +61,7 @@ STEP_SCHEMA: dict[str, Kind] = {
 EVAL_SCHEMA: dict[str, Kind] = {
     "time": "time", "step": "int", "updates_received": "count", "accuracy": "float",
     "loss": "float", "samples": "count", "evaluated_at": "float",  # empty in records made before it
+    "node": "str",  # empty in records made before it
 }  # fmt: skip
 TRAFFIC_SCHEMA: dict[str, Kind] = {
     "time": "time", "node": "name", "link": "str", "direction": "name", "bytes": "int",

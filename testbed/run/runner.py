@@ -175,7 +175,7 @@ class Run:
         if self.hub is not None and not self.decentralized:
             self.hub.max_replica = 0  # no worker of this run hands in a replica: the hub takes none
         if self.hub is not None and sc.workload.command is not None:
-            self.hub.open_reports()  # its programs report from any node (edgebed.report)
+            self.hub.open_reports(sc.workload.eval_role)  # its programs report from any node (edgebed.report)
         self.records_address, self.control_address = self.runtime.channel_urls()
         self.calibrations, device_warnings = run_devices.calibrate_devices(self.runtime, sc, self.spec, say)
         self.runtime.warnings.extend(device_warnings)

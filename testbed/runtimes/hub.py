@@ -62,6 +62,7 @@ class ControlHub:
         self.run_dir = Path(run_dir)
         self.keys = keys or RunKeys()
         self.reports_open = False  # a command workload's: its programs report from any node (open_reports)
+        self.evaluator = rules.EVALUATOR  # the role whose nodes write eval.csv
         self._slots: dict[str, set[str]] = {}  # mailbox slot -> the nodes whose jobs were given it
         self.rows = 0
         self.drops = untrusted.Drops("control hub")  # what the hub dropped, by reason
@@ -151,7 +152,8 @@ class ControlHub:
         row = rules.one_row(frames[1], len(table.columns)) if table is not None else None
         if row is None:
             return "bad row"
-        if not rules.may_write(frames[0].decode("ascii"), self.keys.roles.get(sender), self.reports_open):
+        if not rules.may_write(frames[0].decode("ascii"), self.keys.roles.get(sender), self.reports_open,
+                               self.evaluator):
             return "row of a table not its role's"
         if "node" in table.columns and row[table.columns.index("node")] != sender:
             return "row for another node"
@@ -159,9 +161,10 @@ class ControlHub:
         self.rows += 1
         return None
 
-    def open_reports(self) -> None:
-        """A command workload: its programs may report from any of its nodes (edgebed.report)."""
-        self.reports_open = True
+    def open_reports(self, evaluator: str = rules.EVALUATOR) -> None:
+        """A command workload: its programs may report from any of its nodes (edgebed.report), and
+        evaluations from the nodes of role `evaluator` alone (workload.eval_role)."""
+        self.reports_open, self.evaluator = True, evaluator
 
     def grant_put(self, key: str, node: str) -> None:
         """Mailbox slot `key` was handed to a job of `node`: it may fill it (others may not)."""

@@ -22,13 +22,14 @@ MAX_NAME = 256  # characters of a node's name, a slot's key
 # What a node may send, by its role (a site's router on swarm: only what every supervisor sends).
 # A table's rows come from these roles only, and a table with a node column only with the
 # sender's name in it; traffic.csv and resources.csv are the runner's own. A command workload's
-# programs report steps, evaluations and metrics from any node (`edgebed.report`:
-# ControlHub.open_reports).
+# programs report steps and metrics from any node (`edgebed.report`: ControlHub.open_reports), and
+# evaluations from the role the scenario names (workload.eval_role) alone.
 TABLE_ROLES: dict[str, tuple[str, ...]] = {
     "steps.csv": ("worker",), "stream.csv": ("worker",), "buffer.csv": ("worker",), "peers.csv": ("worker",),
     "eval.csv": ("evaluator",), "server.csv": ("ps",), "rounds.csv": ("ps",), "events.csv": ("ps",), "report.csv": (),
     "traffic.csv": (), "resources.csv": (), "shaping.csv": ()}
-REPORT_TABLES = ("steps.csv", "eval.csv", "report.csv")  # what edgebed.report writes
+REPORT_TABLES = ("steps.csv", "report.csv")  # what edgebed.report writes from any of a command workload's nodes
+EVALUATOR = "evaluator"  # the role whose rows eval.csv holds (a command workload may name another)
 REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command workload's programs
 KIND_ROLES = {"report": ("ps",), "replica": ("worker",), "ready": ("broker", "producer")}  # others: any node
 SELF_KINDS = ("ack", "state", "stats", "ready", "request")  # their "node" is the sender's own name
@@ -36,8 +37,11 @@ CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own
 TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
 
 
-def may_write(table: str, role: Optional[str], reports_open: bool) -> bool:
-    """Whether a node of `role` may add rows to `table` (a known table's name)."""
+def may_write(table: str, role: Optional[str], reports_open: bool, evaluator: str = EVALUATOR) -> bool:
+    """Whether a node of `role` may add rows to `table` (a known table's name); eval.csv's come
+    from the `evaluator` role alone."""
+    if table == "eval.csv":
+        return role == evaluator
     return role in TABLE_ROLES[table] or (reports_open and table in REPORT_TABLES and role in REPORT_ROLES)
 
 

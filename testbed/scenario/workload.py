@@ -77,6 +77,10 @@ class Workload(StrictModel):
         "placeholders {rank} {world_size} {node} {address} {master_addr} {master_port} {ps_addr} {python} {home}. "
         "The run completes when the evaluator's program ends well (a driver, such as `flwr run`), or without "
         "one, when every worker's has")
+    eval_role: Literal["ps", "worker", "evaluator"] = Field(
+        "evaluator", description="a command workload: the role whose program's `edgebed.report(step=..., "
+        "accuracy=...)` goes to eval.csv (a ServerApp that evaluates on the ps: ps); the other nodes' "
+        "evaluations are refused there (report.csv keeps every node's)")
     injection: Optional[Injection] = None
     train_fraction: Optional[float] = Field(None, gt=0, le=1, description="train on this share of the training set "
                                             "(a seeded subset, before partitioning; AdaComp's Table II)")
@@ -91,6 +95,12 @@ class Workload(StrictModel):
         if v is not None and not ({"worker", "evaluator"} & set(v)):
             raise ValueError("needs a worker or an evaluator command: the run ends when they do")
         return v
+
+    @model_validator(mode="after")
+    def _eval_role(self) -> "Workload":
+        if self.eval_role != "evaluator" and self.command is None:
+            raise ValueError("eval_role applies to a command workload only (edgebed's evaluator writes eval.csv)")
+        return self
 
     @field_validator("model")
     @classmethod

@@ -68,7 +68,7 @@ def run_evaluator(cfg: RoleConfig, stop_event) -> None:
                     _, acc, loss = last
                     log.write(time=float(msg.meta["time"]), step=int(msg.meta["version"]),
                               updates_received=int(msg.meta["updates_received"]), accuracy=acc, loss=loss,
-                              samples=n, evaluated_at=cfg.now())
+                              samples=n, evaluated_at=cfg.now(), node=cfg.node)
                     if target is not None and acc >= target:
                         ep.send(Message("target_reached", meta={"accuracy": acc, "version": msg.meta["version"]}))
                 ep.send(Message("eval_ready"))
