@@ -80,7 +80,7 @@ def _probe(slot, forkserver, neighbour, run_dir, netns_link):
 
 def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, tmp_path):
     rt, spec = cluster
-    run_dir = tmp_path / "run"
+    run_dir = tmp_path / "logs"  # the run dir's one folder a node can reach (a command's log)
     run_dir.mkdir(mode=0o755)
     box = rt.mailbox("sealed")
     pid_slot, result = box / "pid", box / "result"

@@ -152,7 +152,9 @@ class Rtnl:
         """A veth: `ifname` here (enslaved to `master`, up if asked), its peer `peer_ifname` in netns
         `peer_netns` (a name, or an int: the namespace of that process), down, each made in place
         under its final name; returns the ifindex of `ifname`."""
-        fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY) if isinstance(peer_netns, str) else None
+        fd: Optional[int] = None
+        if isinstance(peer_netns, str):  # a link at its name is refused, never followed
+            fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             where = attr(IFLA_NET_NS_FD, struct.pack("=I", fd)) if fd is not None \
                 else attr(IFLA_NET_NS_PID, struct.pack("=I", peer_netns))

@@ -14,6 +14,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterable
 
+from testbed.kernel.files import open_nofollow, replace_text
+
 from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, REPORT_COLUMNS,
                                      RESOURCE_COLUMNS, ROUND_COLUMNS, SERVER_COLUMNS, SHAPING_COLUMNS, STEP_COLUMNS,
                                      STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
@@ -54,7 +56,7 @@ class CsvLog:
     def __init__(self, path: Path, columns: Iterable[str]):
         self.path = Path(path)
         self.columns = list(columns)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self._fd = open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # a planted link: ELOOP
 
     def write(self, **row: Any) -> None:
         self.append(format_row(self.columns, row))
@@ -74,7 +76,7 @@ class CsvLog:
 def init_tables(run_dir: Path) -> None:
     """Create each table with its header (the runner does this before any node starts)."""
     for name, cols in TABLES.items():
-        (run_dir / name).write_text(",".join(cols) + "\n")
+        replace_text(run_dir / name, ",".join(cols) + "\n")
 
 
 def open_table(run_dir: Path, name: str) -> CsvLog:

@@ -14,6 +14,7 @@ from typing import Optional
 
 import yaml
 
+from testbed.kernel.files import replace_text
 from testbed.plan import parse_scenario
 from testbed.records.columns import CONTROL_DIR
 from testbed.runtimes.state import known_runs, runner_alive
@@ -55,9 +56,8 @@ def request(target: str, action: str, fields: dict, run_id: Optional[str] = None
     control.mkdir(exist_ok=True)
     rid = f"{time.time():.6f}-{os.getpid()}"
     for i, node in enumerate(nodes):
-        tmp = control / f".{rid}-{i}.tmp"
-        tmp.write_text(json.dumps({"id": f"{rid}-{i}", "node": node, "action": action, "fields": ev.change_fields()}))
-        os.replace(tmp, control / f"{rid}-{i}.json")  # the runner never reads half a request
+        request = {"id": f"{rid}-{i}", "node": node, "action": action, "fields": ev.change_fields()}
+        replace_text(control / f"{rid}-{i}.json", json.dumps(request))  # the runner never reads half a request
     deadline = time.time() + wait
     done: list[str] = []
     while time.time() < deadline and len(done) < len(nodes):

@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Optional
 
+from testbed.kernel.files import replace_text
 from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay, schedules_to_wire
 from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
 from testbed.records.metrics import CsvLog
@@ -48,7 +49,7 @@ def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional
     if not nodes:
         return None
     path = Path(run_dir) / LINK_RATES_FILE
-    path.write_text(",".join(LINK_RATE_COLUMNS) + "\n")
+    replace_text(path, ",".join(LINK_RATE_COLUMNS) + "\n")
     table = CsvLog(path, LINK_RATE_COLUMNS)
 
     def record(t: float, node: str, which: str, rate: Optional[float], trace_time: float,

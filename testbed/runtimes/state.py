@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from testbed.kernel import cgroups, names
+from testbed.kernel.files import replace_text
 from testbed.runtimes.ticks import Tick, no_ticks
 
 # The labels of everything an engine holds of a run (containers, networks, swarm services).
@@ -143,9 +144,7 @@ class RunState:
 
     def save(self) -> None:
         ensure_state_dir()
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=1))
-        os.replace(tmp, self.path)  # atomic: a crash never leaves half a state file
+        replace_text(self.path, json.dumps(asdict(self), indent=1))  # a crash never leaves half of it
 
     @classmethod
     def load(cls, path: Path) -> "RunState":
@@ -322,16 +321,29 @@ def engine_runs(runs: dict[str, Optional[RunState]],
     return {rid: st for rid, st in runs.items() if st is not None or rid in held}
 
 
+def netns_inode(path: Path) -> Optional[tuple[int, int]]:
+    """(inode, device) of the namespace bound at `path`, None unless it is one: a symbolic link
+    (a node could point one at /proc/self/ns/net), a plain file, or the host's own namespace
+    (every process of the host's would then be the run's) is none."""
+    try:
+        if stat.S_ISLNK(os.lstat(path).st_mode):
+            return None
+        st, host = os.stat(path), os.stat(f"/proc/{os.getpid()}/ns/net")
+    except OSError:
+        return None
+    if st.st_dev != host.st_dev or st.st_ino == host.st_ino:  # nsfs holds every namespace's inode
+        return None
+    return st.st_ino, st.st_dev
+
+
 def _netns_pids(netns_names: list[str]) -> set[int]:
     """Processes whose network namespace is one of the named ones (st_ino/st_dev of the ns links
     compared; /proc read once, whatever the number of namespaces)."""
     targets = set()
     for name in netns_names:
-        try:
-            st = os.stat(NETNS_DIR / name)
-        except OSError:
-            continue
-        targets.add((st.st_ino, st.st_dev))
+        found = netns_inode(NETNS_DIR / name)
+        if found is not None:
+            targets.add(found)
     pids: set[int] = set()
     if not targets:
         return pids
