@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from testbed.kernel import cgroups
+from testbed.kernel.files import replace_text
 from testbed.node.roles import role_target
 from testbed.node.roles.common import RoleConfig
 from testbed.node.transport import DelaySpec
@@ -102,7 +103,7 @@ class Run:
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise FileExistsError(f"--out: {self.run_dir} exists and is not empty")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "scenario.yaml").write_text(scenario_to_yaml(sc))
+        replace_text(self.run_dir / "scenario.yaml", scenario_to_yaml(sc))
         metrics.init_tables(self.run_dir)
         self.run_id = secrets.token_hex(3)
         self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.run_dir),
@@ -181,7 +182,7 @@ class Run:
         self.runtime.warnings.extend(device_warnings)
         self.node_meta = self.runtime.node_meta()
         self.meta = self.describe()
-        (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
+        replace_text(self.run_dir / "meta.json", json.dumps(self.meta, indent=1))
         say(f"run {self.run_id}: {len(self.spec.workers)} workers, {sc.algorithm.name}, {sc.workload.model} on "
             f"{sc.workload.dataset} -> {self.run_dir}")
         for w in self.meta.get("warnings", []):
@@ -246,7 +247,7 @@ class Run:
             self.meta.setdefault("warnings", []).extend(warnings)
             for w in warnings:
                 say(f"warning: {w}")
-        (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
+        replace_text(self.run_dir / "meta.json", json.dumps(self.meta, indent=1))
 
     def start_nodes(self) -> None:
         """The stream source first (when streaming), then the PS, the evaluator and the workers,
@@ -256,7 +257,7 @@ class Run:
         self.stream = stream_config(self.sc, spec)
         if self.stream:
             self.meta["streaming"] = {k: self.stream[k] for k in ("kind", "bootstrap", "rates", "schedules", "topics")}
-            (self.run_dir / "meta.json").write_text(json.dumps(self.meta, indent=1))
+            replace_text(self.run_dir / "meta.json", json.dumps(self.meta, indent=1))
             (self.run_dir / "logs").mkdir(exist_ok=True)
         self.t0 = time.time()  # records count from the moment nodes start
         if self.stream.get("kind") == "external":
@@ -343,7 +344,8 @@ class Run:
         if problems:
             self.say("teardown problems (run `edgebed down`): " + "; ".join(problems))
         summary = self._summary(t_teardown)
-        self._guarded("summary.json", lambda: (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=1)))
+        text = json.dumps(summary, indent=1)
+        self._guarded("summary.json", lambda: replace_text(self.run_dir / "summary.json", text))
         if self._tensorboard is not None:  # the last rows
             self._guarded("the TensorBoard scalars", self._tensorboard.stop)
         return summary
