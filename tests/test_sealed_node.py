@@ -120,3 +120,42 @@ def test_a_command_log_is_the_nodes_own_file(cluster, tmp_path):
     with pytest.raises(OSError):
         _own_file(link, rt.handles["w1"].identity)
     assert not (tmp_path / "target").exists()
+
+
+def _try_to_stop(stop_event, slot, seen):
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    out = {}
+    try:
+        stop_event.set()
+        out["set"] = "ok"
+    except PermissionError as e:
+        out["set"] = str(e)
+    lines = [ln for ln in open("/proc/self/maps") if "edgebed-stop" in ln]
+    start = int(lines[0].split("-")[0], 16) if lines else 0
+    made = libc.mprotect(start, mmap.PAGESIZE, mmap.PROT_READ | mmap.PROT_WRITE) if start else -1
+    out["mprotect"] = "ok" if made == 0 else os.strerror(ctypes.get_errno())
+    out["mapped"] = bool(lines)
+    mailbox.write_text(slot, json.dumps(out))
+    deadline = time.monotonic() + 30
+    while not stop_event.is_set() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    mailbox.write_text(seen, json.dumps(stop_event.is_set()))
+
+
+def test_only_the_runner_sets_the_runs_stop(cluster):
+    """Every netns node mapped the runner's one stop arena writable: any node could stop the run."""
+    rt, _ = cluster
+    stop = rt.make_stop_event()
+    box = rt.mailbox("stop")
+    tried = box / "tried"
+    job = rt.start("w0", _try_to_stop, {"stop_event": stop, "slot": str(tried), "seen": str(box / "seen")})
+    got = json.loads(tried.read_text())
+    assert got["set"] == "the run's stop is the runner's to set" and not stop.is_set(), got
+    assert got["mapped"] and got["mprotect"] == "Permission denied", got
+    stop.set()
+    job.join(30)
+    assert json.loads((box / "seen").read_text()) is True

@@ -39,7 +39,7 @@ from testbed.kernel.netlink import create_netns, enter_netns
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
-from testbed.node.stop_flag import StopFlag
+from testbed.node.stop_flag import SealedStopFlag
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
@@ -241,7 +241,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
                                           __name__, *modules])
 
     def make_stop_event(self) -> StopEvent:
-        self._stop_event = StopFlag(self._ctx)  # lock-free: a killed role cannot leave it held
+        self._stop_event = SealedStopFlag()  # lock-free, and the runner's alone to set
         return self._stop_event
 
     def start_node(self, node: Node, cfg, stop_event: StopEvent) -> NodeProcess:
