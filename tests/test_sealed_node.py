@@ -68,6 +68,7 @@ def _probe(slot, forkserver, neighbour, run_dir, netns_link):
            "environ": _attempt(lambda: open(f"/proc/{neighbour}/environ", "rb").read()),
            "mem": _attempt(lambda: open(f"/proc/{neighbour}/mem", "rb").close()),
            "signal": _attempt(lambda: os.kill(neighbour, 0)),
+           "listed": [p for p in (neighbour, os.getppid(), 1) if os.path.exists(f"/proc/{p}")],
            "runner": _attempt(lambda: os.kill(os.getppid(), 0)),
            "run_dir": _attempt(lambda: open(os.path.join(run_dir, "planted"), "w").close()),
            "netns": _attempt(lambda: _plant_link(netns_link)),
@@ -99,9 +100,12 @@ def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, t
     assert uid in run_block(rt.run_id) and got["ids"] == [[uid] * 3, [uid] * 3, []], got["ids"]
     assert uid != rt.handles["w1"].identity.uid
     denied = ("Permission denied", "Operation not permitted", "Read-only file system")
-    for probe_name in ("forkserver", "environ", "mem", "signal", "runner", "run_dir", "netns"):
+    for probe_name in ("forkserver", "signal", "runner", "run_dir", "netns"):
         assert got[probe_name] in denied, (probe_name, got)
+    for probe_name in ("environ", "mem"):  # the neighbour is not even listed in the node's /proc
+        assert got[probe_name] in (*denied, "No such file or directory"), (probe_name, got)
     assert got["knobs"] and all(v in denied for v in got["knobs"].values()), got["knobs"]
+    assert got["listed"] == [], got["listed"]  # neither the neighbour, nor the forkserver, nor init
     assert not (run_dir / "planted").exists() and not os.path.lexists(f"/run/netns/eb-{rt.run_id}-zz")
     assert got["python"] == "2.0", got
 

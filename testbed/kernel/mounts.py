@@ -24,7 +24,7 @@ import os
 import stat
 
 CLONE_NEWNS = 0x00020000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 2, 4, 32, 4096, 16384, 1 << 19
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 19
 KEPT_FLAGS = 2 | 4 | 8  # nosuid, nodev, noexec: the same bits in statvfs's f_flag and mount's flags
 READ_ONLY = ("/sys/fs/cgroup", "/proc/sys")
 
@@ -51,13 +51,18 @@ def mount_points(under: tuple[str, ...], mountinfo: str) -> list[str]:
     return sorted(set(points), key=lambda p: (p.count("/"), p))
 
 
-def read_only_host_controls(paths: tuple[str, ...] = READ_ONLY) -> list[str]:
+def read_only_host_controls(paths: tuple[str, ...] = READ_ONLY, hide_others: bool = False) -> list[str]:
     """This process in a mount namespace of its own where `paths` are read-only (needs
-    CAP_SYS_ADMIN: call before dropping it). Returns the mount points made read-only."""
+    CAP_SYS_ADMIN: call before dropping it). With `hide_others`, its /proc is a procfs of its own
+    that shows a uid without CAP_SYS_PTRACE only its own processes (hidepid=invisible: a netns
+    node then lists neither its neighbours nor the runner). Returns the mount points made read-only."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
     _call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
     _call(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+    if hide_others:
+        _call(libc.mount(b"proc", b"/proc", b"proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, b"hidepid=invisible"),
+              "a procfs of its own on /proc (hidepid=invisible: Linux 5.8)")
     with open("/proc/self/mountinfo") as f:
         points = mount_points(paths, f.read())
     for path in paths:  # a path that is no mount point of its own (/proc/sys) becomes one

@@ -76,7 +76,7 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())
     enter_netns(netns)
     _leave_forkserver()
-    read_only_host_controls()  # a mount namespace of its own, where the bridges go too
+    read_only_host_controls(hide_others=True)  # a mount namespace of its own, where the bridges go too
     make_bridges(list(reach))
     drop_privileges(identity)  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
     if isinstance(target, str):
