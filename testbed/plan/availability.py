@@ -14,23 +14,25 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
-import pickle
 import random
 import re
 from datetime import datetime
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
+from testbed.data.plain_pickle import load_plain
+from testbed.data.textfile import MAX_TRACE_BYTES, bounded_json, capped_bytes, capped_text
 from testbed.scenario.checks import resolve_target
 from testbed.scenario.models import Availability, Scenario
 
 # With no stop.seconds the model is drawn over this horizon; a run past it keeps its workers online.
 DEFAULT_HORIZON_S = 3600.0
 MAX_INTERVALS = 100_000  # offline intervals in one run (each is four timeline changes)
-MAX_TRACE_BYTES = 16 << 20
-MAX_PICKLE_BYTES = 256 << 20  # FedScale's client_behave_trace holds 100k+ clients
+# A trace pickle's objects, at most: 24 bytes for each of its 16 MiB (lists of BININT2 take 16).
+MAX_PICKLE_MEMORY = 24 * MAX_TRACE_BYTES
+MAX_JSON_ITEMS = 1 << 18  # FLASH's state traces: 8 a user (its sample has 1,000 users)
+MAX_JSON_DEPTH = 8  # FLASH's nest 2 levels
 MAX_TRACE_SECONDS = 7 * 86400.0
 NODE_NAME = re.compile(r"[a-z][a-z0-9_-]{0,63}")
 
@@ -41,8 +43,10 @@ def horizon(sc: Scenario) -> float:
     return sc.stop.seconds if sc.stop.seconds is not None else DEFAULT_HORIZON_S
 
 
-def model_offline(entry: Availability, node: str, seed: int, until: float) -> list[Interval]:
-    """A worker's offline intervals within [0, until) from the two-state model. With a daily
+def model_offline(entry: Availability, node: str, seed: int, until: float,
+                  limit: int = MAX_INTERVALS + 1) -> list[Interval]:
+    """A worker's offline intervals within [0, until) from the two-state model, the first `limit`
+    of them (a plan past MAX_INTERVALS is refused, so drawing it all would be wasted). With a daily
     cycle, each duration is drawn with its mean scaled at the time of the switch: online by
     1 + a c(t), offline by 1 - a c(t), c(t) = cos(2 pi (t - peak) / cycle), so that more workers
     are online, for longer, around the peak (FLASH's and FedScale's traces show such a day)."""
@@ -50,8 +54,8 @@ def model_offline(entry: Availability, node: str, seed: int, until: float) -> li
     rng = random.Random(f"availability-{seed}-{node}")
     on_share = entry.online / (entry.online + entry.offline)
     online = entry.start == "online" or rng.random() < on_share
-    t, out = 0.0, []
-    while t < until:
+    t, out = 0.0, list[Interval]()
+    while t < until and len(out) < limit:
         c = _cycle(entry, t)
         d = rng.expovariate(1.0 / (entry.online * (1 + c) if online else entry.offline * (1 - c)))
         if not online:
@@ -72,16 +76,14 @@ def read_trace(path: str | Path) -> dict[str, list[Interval]]:
     """node -> its online intervals, sorted; ValueError naming the file and line (never quoting it)."""
     p = Path(path)
     try:
-        if p.stat().st_size > MAX_TRACE_BYTES:
-            raise ValueError(f"{p}: larger than {MAX_TRACE_BYTES >> 20} MiB")
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{p}: cannot be read ({type(e).__name__})") from None
-    rows = list(csv.reader(io.StringIO(text)))
-    if not rows or [c.strip() for c in rows[0]] != ["node", "start", "end"]:
+        text = capped_text(p, MAX_TRACE_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from None
+    rows = csv.reader(io.StringIO(text))  # row by row: a list of them all would take 24 times the file
+    if [c.strip() for c in next(rows, [])] != ["node", "start", "end"]:
         raise ValueError(f"{p}: line 1: the header must be node,start,end")
     out: dict[str, list[Interval]] = {}
-    for i, row in enumerate(rows[1:], start=2):
+    for i, row in enumerate(rows, start=2):
         if not row or all(not c.strip() for c in row):
             continue
         node, start, end = _row(p, i, row)
@@ -109,35 +111,38 @@ def _row(p: Path, i: int, row: list[str]) -> tuple[str, float, float]:
     return node, start, end
 
 
-class _PlainData(pickle.Unpickler):
-    """FedScale's traces are pickles: loaded with no class or function at all (dicts, lists,
-    numbers and strings need none), so a trace cannot run code."""
-
-    def find_class(self, module: str, name: str):
-        raise ValueError("holds objects other than plain dicts, lists and numbers (not loaded)")
-
-
 def read_fedscale(path: str | Path, nodes: list[str], first_client: int, until: float) -> dict[str, list[Interval]]:
     """node -> its online intervals within [0, until) trace seconds, from FedScale's
     client_behave_trace: {client_id: {'active': [t], 'inactive': [t], 'finish_time': T, ...}},
     online from active[i] to inactive[i], the whole repeating every finish_time (as FedScale's
-    ClientSim.is_active reads it). Worker i of `nodes` is client first_client + i."""
+    ClientSim.is_active reads it). Worker i of `nodes` is client first_client + i. A pickle is
+    loaded with no class or function at all, and only once its opcodes say it fits in memory."""
     p = Path(path)
     try:
-        if p.stat().st_size > MAX_PICKLE_BYTES:
-            raise ValueError(f"{p}: larger than {MAX_PICKLE_BYTES >> 20} MiB")
-        with open(p, "rb") as f:
-            data = _PlainData(f).load()
+        data = load_plain(capped_bytes(p, MAX_TRACE_BYTES), MAX_PICKLE_MEMORY)
     except ValueError as e:
         raise ValueError(f"{p}: {e}") from None
-    except Exception as e:  # a truncated or foreign file: say which, never quote it
-        raise ValueError(f"{p}: not a FedScale availability trace ({type(e).__name__})") from None
     if not isinstance(data, dict):
         raise ValueError(f"{p}: not a FedScale availability trace (a dict of clients)")
-    return {node: _client_online(p, data, first_client + i, until) for i, node in enumerate(nodes)}
+    budget = _Budget(p, until, MAX_INTERVALS + len(nodes))
+    return {node: _client_online(p, data, first_client + i, until, budget) for i, node in enumerate(nodes)}
 
 
-def _client_online(p: Path, data: dict, client: int, until: float) -> list[Interval]:
+class _Budget:
+    """The online intervals a trace may still give the target's workers: past MAX_INTERVALS (and
+    one a worker) their offline intervals are too many, so reading further would be wasted."""
+
+    def __init__(self, path: Path, until: float, left: int):
+        self.path, self.until, self.left = path, until, left
+
+    def spend(self, n: float) -> None:
+        if not n <= self.left:
+            raise ValueError(f"{self.path}: more than {MAX_INTERVALS} online intervals in {self.until:g} trace "
+                             "seconds for the target's workers (a shorter run, or a larger time_scale)")
+        self.left -= int(n)
+
+
+def _client_online(p: Path, data: dict, client: int, until: float, budget: _Budget) -> list[Interval]:
     entry = data.get(client, data.get(str(client)))
     if not isinstance(entry, dict):
         raise ValueError(f"{p}: no client {client}")
@@ -148,12 +153,24 @@ def _client_online(p: Path, data: dict, client: int, until: float) -> list[Inter
         raise ValueError(f"{p}: client {client}: not active/inactive lists of times and a finish_time") from None
     if len(active) != len(inactive) or not 0 < period <= MAX_TRACE_SECONDS:
         raise ValueError(f"{p}: client {client}: active and inactive differ in length, or finish_time is out of range")
-    spans = sorted((a, b) for a, b in zip(active, inactive) if 0 <= a < b)
+    if not active:  # FedScale's is_active takes its index modulo their length
+        raise ValueError(f"{p}: client {client}: no active and inactive times")
+    # t mod finish_time is never past finish_time: what starts there is never online
+    spans = _merged([(a, min(b, period)) for a, b in zip(active, inactive) if 0 <= a < b and a < period])
+    return _repeated(spans, period, until, budget)
+
+
+def _repeated(spans: list[Interval], period: float, until: float, budget: _Budget) -> list[Interval]:
+    """`spans`, merged and within [0, period), repeated every period within [0, until), merged."""
+    if not spans:
+        return []
+    if spans == [(0.0, period)]:
+        return [(0.0, until)]  # online the whole period, so always
+    joined = spans[0][0] == 0 and spans[-1][1] == period  # each period's last span runs into the next's first
+    budget.spend(until // period * (len(spans) - joined))  # whole periods' intervals, at least: before the loop
     out: list[Interval] = []
-    for k in range(math.ceil(until / period)):  # the trace repeats every finish_time
-        out += [(k * period + a, k * period + min(b, period)) for a, b in spans if k * period + a < until]
-        if len(out) > MAX_INTERVALS:
-            break
+    for k in range(math.ceil(until / period)):
+        out += [(k * period + a, k * period + b) for a, b in spans if k * period + a < until]
     return _merged(out)
 
 
@@ -171,29 +188,25 @@ def read_flash(path: str | Path, nodes: list[str], first_client: int, until: flo
     first_client + i; a user whose messages FLASH cannot read is never ready, as in FLASH."""
     p = Path(path)
     try:
-        if p.stat().st_size > MAX_PICKLE_BYTES:
-            raise ValueError(f"{p}: larger than {MAX_PICKLE_BYTES >> 20} MiB")
-        data = json.loads(p.read_text(encoding="utf-8"))
+        data = bounded_json(capped_bytes(p, MAX_TRACE_BYTES), MAX_JSON_DEPTH, MAX_JSON_ITEMS)
     except ValueError as e:
-        raise ValueError(f"{p}: {e}" if str(e).startswith(str(p)) else f"{p}: not FLASH's state traces (not JSON)") \
-            from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ValueError(f"{p}: cannot be read ({type(e).__name__})") from None
+        raise ValueError(f"{p}: {e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"{p}: not FLASH's state traces (a JSON object of users)")
     out = {}
+    budget = _Budget(p, until, MAX_INTERVALS + len(nodes))
     for i, node in enumerate(nodes):
         user = data.get(str(first_client + i))
         if not isinstance(user, dict) or not isinstance(user.get("messages"), str):
             raise ValueError(f"{p}: no user {first_client + i} with messages")
         try:
-            out[node] = _flash_online(user["messages"], until)
+            out[node] = _flash_online(user["messages"], until, budget)
         except KeyError as e:
             raise ValueError(f"{p}: user {first_client + i}: a state FLASH does not know ({str(e)[:40]})") from None
     return out
 
 
-def _flash_online(messages: str, until: float) -> list[Interval]:
+def _flash_online(messages: str, until: float, budget: _Budget) -> list[Interval]:
     try:
         events = [_flash_event(line) for line in messages.split("\n") if line.strip()]
     except ValueError:  # a line FLASH cannot read: it marks the user unsuccessful, never ready
@@ -217,17 +230,13 @@ def _flash_online(messages: str, until: float) -> list[Interval]:
     period = float(int(events[-1][0] - events[0][0])) if events else 0.0
     if not ready or period <= 0:
         return []
-    out: list[Interval] = []
     first = events[0][0]
-    for a, b in _merged(ready):  # FLASH's ready(t): t mod period, shifted into [first, first + period)
-        b = min(b, first + period)
-        m = math.floor(-a / period)
-        while a + m * period < until and len(out) <= MAX_INTERVALS:
-            lo, hi = max(0.0, a + m * period), min(until, b + m * period)
-            if hi > lo:
-                out.append((lo, hi))
-            m += 1
-    return _merged(out)
+    # FLASH's ready(t): t mod period, shifted into [first, first + period)
+    spans = [(a - first, min(b, first + period) - first) for a, b in _merged(ready) if a < first + period]
+    shift = first % period  # the clock's 0 falls this far into a period
+    turned = _merged([(s, e) for a, b in spans for s, e in ((a + shift, b + shift), (a + shift - period,
+                      b + shift - period)) if e > 0 and s < period])
+    return _repeated([(max(0.0, a), min(period, b)) for a, b in turned], period, until, budget)
 
 
 def _flash_event(line: str) -> tuple[float, str]:
@@ -242,9 +251,15 @@ def _flash_event(line: str) -> tuple[float, str]:
 
 def _times(values) -> list[float]:
     """A list of finite numbers as floats (TypeError otherwise: a bool or a string is no time)."""
-    if not isinstance(values, list) or any(type(v) not in (int, float) or not math.isfinite(v) for v in values):
+    if not isinstance(values, list) or any(type(v) not in (int, float) for v in values):
         raise TypeError("not a list of numbers")
-    return [float(v) for v in values]
+    try:
+        out = [float(v) for v in values]
+    except OverflowError:  # an int past a float's range
+        raise TypeError("not a list of numbers") from None
+    if not all(map(math.isfinite, out)):
+        raise TypeError("not a list of numbers")
+    return out
 
 
 def _merged(spans: list[Interval]) -> list[Interval]:
@@ -284,18 +299,23 @@ def trace_offline(online: list[Interval], until: float) -> list[Interval]:
 
 def plan_offline(sc: Scenario, traces: Optional[dict[int, dict[str, list[Interval]]]] = None) -> dict[str, list[Interval]]:
     """Every worker's offline intervals (workers always online are left out). `traces`: the
-    entries' read traces by index (read here when not given)."""
+    entries' read traces by index (read here when not given). A plan past MAX_INTERVALS is cut
+    short just past it (validation refuses it), so that drawing it takes bounded time."""
     until = horizon(sc)
     out: dict[str, list[Interval]] = {}
+    left = MAX_INTERVALS + 1
     for i, entry in enumerate(sc.availability):
         trace, nodes = None, resolve_target(sc, entry.target)
         if entry.trace is not None:
             trace = (traces or {}).get(i) or trace_online(entry, nodes, until)
         for node in nodes:
+            if left <= 0:
+                return out
             if trace is None:
-                spans = model_offline(entry, node, sc.seed, until)
+                spans = model_offline(entry, node, sc.seed, until, left)
             else:
                 spans = trace_offline(trace[node], until) if node in trace else []
+            left -= len(spans)
             if spans:
                 out[node] = spans
     return out
@@ -333,9 +353,8 @@ def availability_problems(sc: Scenario) -> list[str]:
             if stray:
                 lines.append(f"{field}.trace: names {stray[0][:40]}, not a worker of '{entry.target[:40]}'")
     if not lines:
-        total = sum(len(v) for v in plan_offline(sc, traces).values())
-        if total > MAX_INTERVALS:
-            lines.append(f"availability: {total} offline intervals in {horizon(sc):g} s, more than {MAX_INTERVALS} "
+        if sum(len(v) for v in plan_offline(sc, traces).values()) > MAX_INTERVALS:
+            lines.append(f"availability: more than {MAX_INTERVALS} offline intervals in {horizon(sc):g} s "
                          "(longer mean durations, or a shorter run)")
     return lines
 
