@@ -245,3 +245,38 @@ def test_the_model_draws_at_most_its_limit():
                     "availability": [{"online": "1s", "offline": "1s"}]})
     assert line == f"availability: more than {MAX_INTERVALS} offline intervals in 3.16224e+07 s (longer mean " \
                    "durations, or a shorter run)"
+
+
+# --- link and latency traces -------------------------------------------------------------------
+
+
+def test_a_gzipped_trace_that_is_a_fifo_or_too_large_compressed_is_refused_unread(tmp_path):
+    os.mkfifo(tmp_path / "fifo.up.gz")
+    last = _bounded(f"from testbed.scenario.traces import read_link_trace; read_link_trace({str(tmp_path)!r} + "
+                    "'/fifo.up.gz')")
+    assert last.endswith("fifo.up.gz: not a regular file"), last
+    with open(tmp_path / "big.up.gz", "wb") as f:
+        f.truncate((16 << 20) + 1)
+    from testbed.scenario.traces import read_link_trace
+
+    with pytest.raises(ValueError, match=r"big.up.gz: larger than 16 MiB$"):
+        read_link_trace(tmp_path / "big.up.gz")
+
+
+def test_a_replay_has_at_most_max_ticks(tmp_path, monkeypatch):
+    """One Mahimahi line, 604800000 (14 bytes), at 10 ms: 60 million ticks (7 GB of rows)."""
+    import testbed.scenario.traces as traces
+    from testbed.scenario.latency_traces import read_trace_delays
+
+    (tmp_path / "a.up").write_text("100000\n")  # 100 s
+    (tmp_path / "a.csv").write_text("time,latency\n0,10ms\n50,20ms\n")  # 100 s: the mean spacing added
+    monkeypatch.setattr(traces, "MAX_TICKS", 5000)
+    for path, read in ((tmp_path / "a.up", traces.trace_rates), (tmp_path / "a.csv", read_trace_delays)):
+        with pytest.raises(ValueError, match=r"a\.(up|csv): the trace lasts 100 s, more than 5000 ticks of 0\.01 s"):
+            read(path, 0.01)
+        assert len(read(path, 0.1)) == 1000
+    monkeypatch.undo()
+    assert traces.MAX_TICKS == 12_096_000  # every trace at the default resolution
+    (tmp_path / "week.up").write_text("604800000\n")
+    with pytest.raises(ValueError, match="more than 12096000 ticks of 0.01 s"):
+        traces.trace_rates(tmp_path / "week.up", 0.01)

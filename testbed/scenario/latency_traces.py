@@ -20,7 +20,6 @@ Mahimahi's and Pensieve's formats carry no delay: a `trace:` in them replays the
 from __future__ import annotations
 
 import csv
-import gzip
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -28,8 +27,8 @@ from typing import Any, Optional
 
 from testbed.scenario import units
 from testbed.scenario.traces import (CATALOG, DEFAULT_RESOLUTION_S, LIBRARY, MAX_TRACE_SECONDS, TraceSchedule,
-                                     _is_number, _kind, _read_text, node_offset, read_link_trace, sample_steps,
-                                     steps_duration, trace_file)
+                                     _is_number, _kind, _read_text, check_ticks, node_offset, read_link_trace,
+                                     sample_steps, steps_duration, trace_file)
 
 PING_SUFFIX = ".ping"
 # short name -> a recorded latency trace in the library (testbed/traces/README.md: sources, licences)
@@ -160,8 +159,7 @@ def _cached_delays(path: str, resolution: float, from_rate_trace: bool) -> tuple
     if not rows:
         return ()
     duration = steps_duration([t for t, _ in rows], resolution)
-    if duration + 1e-9 < resolution:
-        raise ValueError(f"{path}: the trace lasts {duration:g} s, shorter than its resolution {resolution:g} s")
+    check_ticks(Path(path), duration, resolution)
     return tuple(sample_steps(rows, resolution, duration))
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import difflib
-import gzip
 import math
 import random
 import re
@@ -20,7 +19,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from testbed.data.textfile import MAX_TRACE_BYTES, read_capped_text
+from testbed.data.textfile import MAX_TRACE_BYTES, capped_bytes, gunzip_capped, read_capped_text
 from testbed.scenario import units
 
 MAHIMAHI_SUFFIXES = (".up", ".down", ".mahi")
@@ -30,6 +29,9 @@ MAX_TRACE_SECONDS = 7 * 86400  # a Mahimahi trace longer than a week is a wrong 
 MAX_RATE_BPS = 100e9  # a trace rate above 100 Gbit/s is a wrong unit, not a link
 MIN_RESOLUTION_S, MAX_RESOLUTION_S = 0.01, 10.0
 DEFAULT_RESOLUTION_S = 0.1
+# A replay's ticks, at most: every trace at the default resolution (its rows span a week, and their
+# mean spacing adds at most as much again); a finer resolution takes a shorter trace.
+MAX_TICKS = round(2 * MAX_TRACE_SECONDS / DEFAULT_RESOLUTION_S)
 
 LIBRARY = Path(__file__).resolve().parents[1] / "traces"
 # short name -> (uplink file, downlink file) in LIBRARY; one file for both where the set has one
@@ -85,18 +87,17 @@ def trace_file(ref: str, which: str) -> Path:
 
 
 def _read_text(p: Path) -> str:
-    """The file's text; a `.gz` file decompressed, capped as the plain text is."""
+    """The file's text; a `.gz` file decompressed, capped as the plain text is, before and after."""
     if p.suffix != ".gz":
         return read_capped_text(p)
     try:
-        with gzip.open(p, "rb") as f:
-            raw = f.read(MAX_TRACE_BYTES + 1)
-        text = raw.decode("utf-8")
-    except (OSError, EOFError, UnicodeDecodeError) as e:
-        raise ValueError(f"{p}: not a gzip file of UTF-8 text ({type(e).__name__})") from None
-    if len(raw) > MAX_TRACE_BYTES:
-        raise ValueError(f"{p}: larger than {MAX_TRACE_BYTES / 2**20:g} MiB uncompressed")
-    return text
+        raw = gunzip_capped(capped_bytes(p, MAX_TRACE_BYTES), MAX_TRACE_BYTES)
+    except ValueError as e:
+        raise ValueError(f"{p}: {e}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{p}: not UTF-8 text once decompressed (byte {e.start})") from None
 
 
 def _kind(p: Path) -> str:
@@ -205,16 +206,22 @@ def trickle(width: float) -> float:
     return MTU_BITS / width
 
 
-def _binned(ms: list[int], width: float, bins: Optional[int] = None) -> list[Row]:
-    """Delivery opportunities counted per `width` seconds, as rates (an empty bin: the trickle);
-    with `bins`, deliveries at the trace's very end are counted in its last bin."""
-    counts: dict[int, int] = {}
+def _binned_rates(ms: list[int], width: float, bins: int) -> list[float]:
+    """Delivery opportunities counted per `width` seconds in `bins` bins (deliveries at the trace's
+    very end in its last), as rates (an empty bin: the trickle); a float object per distinct count,
+    not per bin."""
+    counts = [0] * bins
     w_ms = width * 1000
     for m in ms:
-        k = int(m // w_ms) if bins is None else min(int(m // w_ms), bins - 1)
-        counts[k] = counts.get(k, 0) + 1
-    return [(k * width, max(trickle(width), counts.get(k, 0) * MTU_BITS / width), None)
-            for k in range(bins if bins is not None else max(counts) + 1)]
+        counts[min(int(m // w_ms), bins - 1)] += 1
+    rate = {c: max(trickle(width), c * MTU_BITS / width) for c in set(counts)}
+    return [rate[c] for c in counts]
+
+
+def _binned(ms: list[int], width: float) -> list[Row]:
+    """(start, rate, None) rows of `width` seconds, as `_binned_rates` counts them."""
+    rates = _binned_rates(ms, width, max(ms) // round(width * 1000) + 1)
+    return [(k * width, r, None) for k, r in enumerate(rates)]
 
 
 # --------------------------------------------------------------------------------------------
@@ -241,15 +248,21 @@ def trace_rates(path: str | Path, resolution: float = DEFAULT_RESOLUTION_S) -> l
     if _kind(p) == "mahimahi":
         ms = _mahimahi_ms(p, text)
         duration = max(ms) / 1000  # Mahimahi repeats a trace with its last timestamp as the period
-        rows = _binned(ms, resolution, max(1, math.ceil(duration / resolution - 1e-9)))
-    else:
-        rows = read_link_trace(p)
-        duration = steps_duration([t for t, _, _ in rows], resolution)
+        check_ticks(p, duration, resolution)
+        return _binned_rates(ms, resolution, max(1, math.ceil(duration / resolution - 1e-9)))
+    rows = read_link_trace(p)
+    duration = steps_duration([t for t, _, _ in rows], resolution)
+    check_ticks(p, duration, resolution)
+    return [max(trickle(resolution), r) for r in sample_steps([(t, r) for t, r, _ in rows], resolution, duration)]
+
+
+def check_ticks(p: Path, duration: float, resolution: float) -> None:
+    """ValueError unless a trace of `duration` s fills at least one tick, and at most MAX_TICKS."""
     if duration + 1e-9 < resolution:
         raise ValueError(f"{p}: the trace lasts {duration:g} s, shorter than its resolution {resolution:g} s")
-    if _kind(p) == "mahimahi":
-        return [r for _, r, _ in rows]
-    return [max(trickle(resolution), r) for r in sample_steps([(t, r) for t, r, _ in rows], resolution, duration)]
+    if duration / resolution > MAX_TICKS:
+        raise ValueError(f"{p}: the trace lasts {duration:g} s, more than {MAX_TICKS} ticks of {resolution:g} s "
+                         "(a coarser trace_resolution)")
 
 
 def steps_duration(times: list[float], resolution: float) -> float:
