@@ -2,8 +2,8 @@
 a lab host's own namespace, which is no node of the run):
 `python channel_intruder.py UP DOWN SECONDS SERVER_KEY [STOLEN_KEYS]`.
 
-For SECONDS it subscribes to the hub's PUB, and pushes forged rows, states, acks (one with
-Infinity), a 10,000-deep JSON, a 100 MiB message and requests for timeline actions to its PULL:
+For SECONDS it subscribes to the hub's PUB, and pushes forged rows, states, acks, requests for
+timeline actions (one with Infinity), a 5,000-deep JSON and a 100 MiB message to its PULL:
 plain; with a CURVE key of its own (it knows the hub's public SERVER_KEY: it is public); and,
 given STOLEN_KEYS (a node's whole keys, as its file holds them), as that node but naming another.
 Prints what its subscribers received, as JSON."""
@@ -23,12 +23,12 @@ def forged(victim: str, big: bool) -> list[list[bytes]]:
     return [[b"steps.csv", row],
             [b"!state", json.dumps({"node": victim, "gen": 1, "running": False, "exitcode": 0}).encode()],
             [b"!ack", json.dumps({"node": victim, "seq": 1, "detail": "forged"}).encode()],
-            [b"!ack", b'{"node": "' + victim.encode() + b'", "seq": Infinity}'],
-            [b"!ack", b"[" * 10_000 + b"]" * 10_000],
+            [b"!request", b'{"id": "x", "node": "' + victim.encode() + b'", "action": "kill", "at": Infinity}'],
+            [b"!request", b"[" * 5_000 + b"]" * 5_000],
             [b"!request", json.dumps({"id": "forged", "node": victim, "action": "kill", "fields": {}}).encode()],
             [b"!request", json.dumps({"id": "forged2", "node": "ps", "action": "link",
                                       "fields": {"direction": "up", "rate": "1kbit"}}).encode()],
-            [b"!report", b'{"name": "ps.json", "data": {"forged": true}}']] + ([[b"!ack", HUNDRED_MIB]] if big else [])
+            [b"!report", b'{"name": "ps.json", "data": {"forged": true}}']] + ([[b"!request", HUNDRED_MIB]] if big else [])
 
 
 def _socket(ctx, kind, url, public=None, secret=None, server=None):

@@ -201,6 +201,33 @@ def test_a_node_speaking_for_another_is_dropped_and_counted(hub, sockets, tmp_pa
     assert (tmp_path / "steps.csv").read_text().count("123.456") == 1
 
 
+def test_a_supervised_nodes_counters_acks_and_states_come_with_its_supervisors_key_alone(hub, sockets):
+    """A node's own code holds its node's key: the counters behind traffic.csv and resources.csv,
+    the acks (a counter read, a kill done) and the role's state it sends with it are dropped once
+    the node has a supervisor's key; the same bytes with that key are taken, and that key sends
+    nothing else. A node without one (netns) is as it was."""
+    supervisors = hub.keys.supervisor("w0")
+    with hub._cond:
+        hub._awaited.add(("w0", 1))
+    word = [[b"!stats", b'{"node": "w0", "rx_bytes": 1}'], [b"!ack", b'{"node": "w0", "seq": 1, "detail": "1"}'],
+            [b"!state", b'{"node": "w0", "gen": 1, "running": false, "exitcode": 0}']]
+    row = [b"steps.csv", _row(STEP_COLUMNS, time=1.0, node="w0", step=1, loss=0.5)]
+    node = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w0"))
+    for frames in [*word, row]:
+        node.send_multipart(frames)
+    assert _until(lambda: hub.rows == 1)  # its own rows still go in (and what came before them was read)
+    assert hub.drops == {"stats not with its supervisor's key": 1, "ack not with its supervisor's key": 1,
+                         "state not with its supervisor's key": 1}
+    assert "w0" not in hub.stats and hub._acks == {} and "w0" not in hub.states
+    supervisor = sockets(zmq.PUSH, hub.urls[0], supervisors)
+    for frames in [row, [b"!request", b'{"id": "x", "node": "w0", "action": "kill", "fields": {}}'], *word]:
+        supervisor.send_multipart(frames)
+    assert _until(lambda: "w0" in hub.states)
+    assert hub.stats["w0"]["rx_bytes"] == 1 and hub._acks == {("w0", 1): "1"} and hub.states["w0"]["gen"] == 1
+    assert hub.drops["beyond what a supervisor sends"] == 2 and hub.rows == 1 and hub.take_requests() == []
+    assert _marker(hub, sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w1")), "w1")  # no supervisor's key: as before
+
+
 def test_a_command_workload_reports_from_any_of_its_nodes_and_still_only_as_itself(hub, sockets):
     ps = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("ps"))
     ps.send_multipart([b"steps.csv", _row(STEP_COLUMNS, time=1.0, node="ps", step=1, loss=0.5)])
@@ -246,18 +273,23 @@ def test_keys_travel_as_text_and_never_show_their_secret():
 
 
 def test_a_docker_node_gets_its_keys_as_a_0400_file_copied_into_its_created_container():
+    """Its supervisor's keys go apart, 0000 (read by the supervisor's sender alone: test_supervisor_key.py)."""
     from testbed.runtimes.docker import put_channel_keys
 
-    keys = RunKeys().admit("w0", "worker")
+    run = RunKeys()
+    keys, supervisors = run.admit("w0", "worker"), run.supervisor("w0")
     put = []
-    put_channel_keys(type("Api", (), {"put_archive": lambda self, *a: put.append(a)})(), "c1", keys)
+    put_channel_keys(type("Api", (), {"put_archive": lambda self, *a: put.append(a)})(), "c1", keys, supervisors)
     (cid, path, data), = put
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: (m.type, m.mode) for m in tar.getmembers()}
         text = tar.extractfile("edgebed/channel.key").read().decode()
+        own = tar.extractfile("edgebed/supervisor.key").read().decode()
     assert (cid, path) == ("c1", "/run") and channel_keys.KEY_FILE == "/run/edgebed/channel.key"
-    assert members == {"edgebed": (tarfile.DIRTYPE, 0o700), "edgebed/channel.key": (tarfile.REGTYPE, 0o400)}
-    assert ChannelKeys.from_text(text) == keys
+    assert channel_keys.SUPERVISOR_KEY_FILE == "/run/edgebed/supervisor.key"
+    assert members == {"edgebed": (tarfile.DIRTYPE, 0o700), "edgebed/channel.key": (tarfile.REGTYPE, 0o400),
+                       "edgebed/supervisor.key": (tarfile.REGTYPE, 0o000)}
+    assert ChannelKeys.from_text(text) == keys and ChannelKeys.from_text(own) == supervisors != keys
 
 
 def test_a_supervisor_without_its_key_does_not_start(monkeypatch, tmp_path, capsys):

@@ -272,19 +272,24 @@ def test_replicas_reach_the_coordinator_and_foreign_ones_are_refused(tmp_path):
 
 def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(tmp_path):
     """A container's first process, run here as a plain process: it answers requests over the
-    channel, and ends on its own once the runner's beats stop (a runner killed with -9)."""
+    channel (with its own key, which its sender read and removed: the hub takes no answer of w0
+    without it), and ends on its own once the runner's beats stop (a runner killed with -9)."""
     import subprocess
     import sys
 
     heartbeat_timeout = 4.0  # the supervisor's own (20 s) would make this test wait 20 s for the same path
     hub, up, down = _hub(tmp_path)
     keys = {channel_keys.ENV: hub.keys.of("w0").to_text()}  # (in a container: a file of its own)
+    own = tmp_path / "supervisor.key"
+    own.write_text(hub.keys.supervisor("w0").to_text())
     supervise = ("import sys; import testbed.node.launch as launch; "
+                 f"launch.channel_keys.SUPERVISOR_KEY_FILE = {str(own)!r}; "
                  f"launch.HEARTBEAT_TIMEOUT = {heartbeat_timeout}; sys.exit(launch.main(sys.argv))")
     proc = subprocess.Popen([sys.executable, "-c", supervise, "--supervise", "w0", up, down],
                             env={**os.environ, **keys})
     try:
         assert hub.request("w0", {"op": "go", "idle": True}, timeout=30) == "idle"
+        assert not own.exists() and not hub.drops
         # the answer to 'reboot' after a kill twice never came on a loaded CI machine: the killed stress
         # process had held the stop Event's lock (node.stop_flag, tests/test_stop_flag.py)
         assert hub.request("w0", {"op": "stress", "load": 0.1}, timeout=30).startswith("stress 0.1 cores in 1 ")

@@ -61,16 +61,24 @@ def test_a_fleet_plan_with_a_field_of_the_wrong_shape_is_refused_naming_it(chang
         FleetPlan.from_text(json.dumps(_plan(**change)))
 
 
-def test_the_keys_are_exactly_the_plans_devices_each_its_own():
+def test_the_keys_are_exactly_the_plans_devices_each_its_own_with_its_supervisors():
     plan = FleetPlan.from_text(json.dumps(_plan()))
-    d0, d1 = _keys("d0"), _keys("d1")
+    d0, d1 = (_keys("d0"), _keys("d0")), (_keys("d1"), _keys("d1"))
     assert keys_from_text(keys_to_text([d0, d1]), plan) == {"d0": d0, "d1": d1}
     with pytest.raises(ValueError, match="^keys: not exactly"):
         keys_from_text(keys_to_text([d0]), plan)
+    without = json.loads(keys_to_text([d0, d1]))
+    del without["d1"]["supervisor"]
+    with pytest.raises(ValueError, match="^keys: not exactly the plan's devices, each with its supervisor's"):
+        keys_from_text(json.dumps(without), plan)
     swapped = json.loads(keys_to_text([d0, d1]))
     swapped["d0"], swapped["d1"] = swapped["d1"], swapped["d0"]
     with pytest.raises(ValueError, match="another node's keys"):
         keys_from_text(json.dumps(swapped), plan)
+    crossed = json.loads(keys_to_text([d0, d1]))
+    crossed["d0"]["supervisor"] = crossed["d1"]["supervisor"]
+    with pytest.raises(ValueError, match="keys.d0: another node's keys"):
+        keys_from_text(json.dumps(crossed), plan)
 
 
 def test_each_host_gets_a_lan_of_its_own_that_holds_its_devices():

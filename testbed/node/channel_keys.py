@@ -8,7 +8,10 @@ How they reach a node (never the scenario, a command line, a service's environme
 directory): netns, in the forked process's arguments (runtimes.netns); docker, a file put into
 its container alone before it starts; swarm, the node's own Docker secret; both at KEY_FILE,
 read by the container's supervisor (node.launch) and inherited by what it forks. A command
-workload's program gets its node's in its own environment (ENV), for `edgebed.report`.
+workload's program gets its node's in its own environment (ENV), for `edgebed.report`. A
+supervisor's own keys (its acks, its role's state, its counters) are apart: at
+SUPERVISOR_KEY_FILE, read by node.supervisor_sender alone; a fleet's devices' in their host's
+keys file (node.fleet_plan), never handed to a device's processes.
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from typing import Optional
 import zmq
 
 KEY_FILE = "/run/edgebed/channel.key"
+# The node's supervisor's own key (docker and swarm): readable only with CAP_DAC_OVERRIDE, which
+# nothing the node runs has (node.supervisor_sender reads it; runtimes.docker_nodes, runtimes.swarm)
+SUPERVISOR_KEY_FILE = "/run/edgebed/supervisor.key"
 ENV = "EDGEBED_CHANNEL_KEY"
 Z85_KEY = 40  # characters of a CURVE key in Z85
 

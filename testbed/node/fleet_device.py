@@ -3,10 +3,11 @@
 A device on a fleet host is a network namespace, a veth on the host's LAN and a cgroup; no
 process of its own while it is idle. Its supervisor is an object in the host's process
 (node.fleet_host's HostAgent): node.launch's RoleSupervisor, the same requests and answers, with
-the device's own channel keys on its own two sockets (the hub knows each device by its key), in
-one ZeroMQ context for the whole host. What it runs (its trainer, its stress, a measuring job)
-is forked by the host's warm forkserver (node.fleet_spawner) into its namespace and cgroup, with
-its keys alone. Its link is shaped and read from the host's process, in its namespace.
+its own channel keys on its own two sockets (the hub knows each device by its key, and takes
+its acks, states and counters only with its supervisor's), in one ZeroMQ context for the whole
+host. What it runs (its trainer, its stress, a measuring job) is forked by the host's warm
+forkserver (node.fleet_spawner) into its namespace and cgroup, with the device's keys alone. Its
+link is shaped and read from the host's process, in its namespace.
 
 A supervisor process a device cost 11-14 MiB of private pages (its Python and ZeroMQ pages
 written after the fork, measured: BENCHMARKS.md), which held the lab to 1,000 devices.
@@ -49,7 +50,9 @@ class HostShare:
 class FleetDevice(RoleSupervisor):
     """One device's supervisor in its host's process."""
 
-    def __init__(self, device: DevicePlan, keys: ChannelKeys, share: HostShare, hears_beats: bool = False):
+    def __init__(self, device: DevicePlan, keys: ChannelKeys, supervisors: ChannelKeys, share: HostShare,
+                 hears_beats: bool = False):
+        """`keys`: the device's (what it runs is handed them); `supervisors`: this supervisor's own."""
         self.device, self.keys, self.share, self.hears_beats = device, keys, share, hears_beats
         self.netns = device.node  # (a name of node shape: node.fleet_plan checked it)
         self.cpuset: str | None = None
@@ -57,7 +60,7 @@ class FleetDevice(RoleSupervisor):
         super().__init__(device.node, *share.urls)
         self.beat = share.beat
         self.run_id = share.run
-        self.sender = channel.Sender(share.urls[0], keys, share.ctx)
+        self.sender = channel.Sender(share.urls[0], supervisors, share.ctx)
 
     def _listener(self, down: str) -> channel.Listener:
         topics = [channel.topic("node", self.node)] + ([channel.topic("beat")] if self.hears_beats else [])

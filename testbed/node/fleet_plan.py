@@ -1,6 +1,6 @@
 """What a fleet host is told (runtime swarm's fleets, issue 34): its devices, their addresses on
 its own LAN and their limits (PLAN_FILE), and apart from that their channel keys (KEY_FILE, a
-mapping node -> keys), each a Docker secret of the run that only the host's service references
+mapping node -> keys, each with its supervisor's under "supervisor"), each a Docker secret of the run that only the host's service references
 (runtimes.swarm_fleet). The fleet host (node.fleet_host) reads both back and checks every
 field's shape before a name becomes a cgroup or an address a route: a secret is the runner's,
 but a file is still only a file. Apart, because the process that forks the devices must never
@@ -84,18 +84,21 @@ def _device(d: object, lan: ipaddress.IPv4Network, gateway: ipaddress.IPv4Addres
     return DevicePlan(str(node), str(address), cpus, period, memory)
 
 
-def keys_to_text(keys: list[ChannelKeys]) -> str:
-    return json.dumps({k.node: json.loads(k.to_text()) for k in keys})
+def keys_to_text(keys: list[tuple[ChannelKeys, ChannelKeys]]) -> str:
+    """(a device's keys, its supervisor's) for each device, as KEY_FILE holds them."""
+    return json.dumps({k.node: {**json.loads(k.to_text()), "supervisor": json.loads(s.to_text())} for k, s in keys})
 
 
-def keys_from_text(text: str, plan: FleetPlan) -> dict[str, ChannelKeys]:
-    """Each device's keys (ValueError: a device without keys, keys of no device, or keys of
-    another node than they are filed under)."""
+def keys_from_text(text: str, plan: FleetPlan) -> dict[str, tuple[ChannelKeys, ChannelKeys]]:
+    """Each device's keys and its supervisor's (ValueError: a device without them, keys of no
+    device, or keys of another node than they are filed under)."""
     data = json.loads(text)
-    if not isinstance(data, dict) or set(data) != {d.node for d in plan.devices}:
-        raise ValueError("keys: not exactly the plan's devices")
-    keys = {node: ChannelKeys.from_text(json.dumps(k)) for node, k in data.items()}
-    wrong = [node for node, k in keys.items() if k.node != node]
+    if not isinstance(data, dict) or set(data) != {d.node for d in plan.devices} or \
+            not all(isinstance(k, dict) and isinstance(k.get("supervisor"), dict) for k in data.values()):
+        raise ValueError("keys: not exactly the plan's devices, each with its supervisor's")
+    keys = {node: (ChannelKeys.from_text(json.dumps(k)), ChannelKeys.from_text(json.dumps(k["supervisor"])))
+            for node, k in data.items()}
+    wrong = [node for node, pair in keys.items() if {k.node for k in pair} != {node}]
     if wrong:
         raise ValueError(f"keys.{wrong[0]}: another node's keys")
     return keys

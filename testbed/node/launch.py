@@ -8,7 +8,9 @@ the role's RoleConfig and the node's background stress, sent once the container'
 shaped (no training byte crosses an unshaped link); later requests kill, restart and change the
 stress of the role, acting on its children and leaving the container in place. The runner's
 heartbeats carry the stop. It speaks with its node's channel keys, which the runtime put at
-node.channel_keys.KEY_FILE for this container alone. `python -m testbed.node.launch --exec JSON`
+node.channel_keys.KEY_FILE for this container alone, and its acks, states and counters go up
+with its own key, apart, held by a process of its own that nothing the node runs can reach
+(node.supervisor_sender). `python -m testbed.node.launch --exec JSON`
 runs one function (benchmarks, link checks).
 """
 
@@ -20,10 +22,10 @@ import os
 import signal
 import sys
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from testbed.kernel.privileges import drop_privileges
-from testbed.node import channel, channel_keys, control, untrusted
+from testbed.node import channel, channel_keys, control, supervisor_sender, untrusted
 from testbed.node.stop_flag import StopFlag
 from testbed.scenario.units import parse_cpuset, stress_loads  # light: a container's supervisor imports no schema
 
@@ -46,7 +48,8 @@ def _join(cgroup_procs: tuple) -> None:
 
 def _role_main(cfg_data: dict, stop, cgroup_procs: tuple = ()) -> None:
     # first, while this is the process's one thread (importing torch starts more): the role and
-    # what it starts get none of the supervisor's powers (SECURITY.md)
+    # what it starts get none of the supervisor's powers (SECURITY.md), nor its sender
+    supervisor_sender.forget()
     _join(cgroup_procs)
     drop_privileges()
     from testbed.node.roles import resolve_target
@@ -80,6 +83,7 @@ def _warm_for_trainers(cfg: dict) -> None:
 
 def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = ()) -> None:
     """A measuring job (runtime.start on a node whose runner is elsewhere): one function."""
+    supervisor_sender.forget()
     _join(cgroup_procs)
     drop_privileges()
     import importlib
@@ -93,6 +97,7 @@ def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = ()) -> None:
 
 
 def _stress_main(load: float, stop, cgroup_procs: tuple = ()) -> None:
+    supervisor_sender.forget()
     _join(cgroup_procs)
     drop_privileges()
     from testbed.node.roles.stress import run_stress
@@ -124,8 +129,11 @@ class RoleSupervisor:
 
     POLL = 0.02  # s: a request is acted on well within the timeline's 100 ms
 
-    def __init__(self, node: str, up: str, down: str):
+    def __init__(self, node: str, up: str, down: str, sender: Optional[supervisor_sender.SupervisorSender] = None):
+        """`sender`: what sends its acks, states and counters with its own key (without one, as
+        in tests, they go with the process's keys)."""
         self.node, self.up = node, up
+        self.supervisor_sender = sender
         self.listener = self._listener(down)
         self.beat = channel.Heartbeat(HEARTBEAT_TIMEOUT)
         self._ctx = mp.get_context("fork")
@@ -154,7 +162,10 @@ class RoleSupervisor:
         return StopFlag(self._ctx)
 
     def _send_json(self, kind: str, data: dict) -> None:
-        channel.send_json(self.up, kind, data)
+        if self.supervisor_sender is not None:
+            self.supervisor_sender.send(kind, data)
+        else:
+            channel.send_json(self.up, kind, data)
 
     def _fork(self, target: Callable, args: tuple, name: str = ""):
         """A child process running `target(*args)` (is_alive, exitcode, join, pid: multiprocessing's)."""
@@ -480,6 +491,8 @@ class RoleSupervisor:
                 p.join(timeout=5)
             self.listener.close()
             channel.flush()  # the last state and acks leave before the container ends
+            if self.supervisor_sender is not None:
+                self.supervisor_sender.close()
 
 
 def _run_exec(payload: str) -> int:
@@ -506,8 +519,14 @@ def main(argv: list[str]) -> int:
         print(f"no channel key for {argv[2]} at {channel_keys.KEY_FILE}: the hub would let it in nowhere",
               file=sys.stderr)
         return 2
+    try:  # first, while this process has one thread: a fork that alone reads the supervisor's key
+        sender = supervisor_sender.SupervisorSender.start(argv[3], argv[2])
+    except supervisor_sender.SupervisorKeyError as e:
+        print(f"no supervisor key for {argv[2]} at {channel_keys.SUPERVISOR_KEY_FILE} ({e}): the hub would take "
+              "none of its answers", file=sys.stderr)
+        return 2
     channel_keys.use(keys)  # this process's sockets, and what it forks, speak with them
-    sup = RoleSupervisor(*argv[2:5])
+    sup = RoleSupervisor(*argv[2:5], sender=sender)
     signal.signal(signal.SIGTERM, lambda *_: setattr(sup, "terminated", True))
     return sup.run()
 

@@ -248,7 +248,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
                                    networking_config=net_config, detach=True)["Id"]
         container = self.client.containers.get(cid)
         if node.image is None:  # before it starts: its supervisor reads them first
-            put_channel_keys(api, cid, self.keys.admit(node.name, node.role))
+            put_channel_keys(api, cid, self.keys.admit(node.name, node.role), self.keys.supervisor(node.name))
         container.start()
         container.reload()
         pid = container.attrs["State"]["Pid"]

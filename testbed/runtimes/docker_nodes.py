@@ -140,24 +140,26 @@ class ExecProcess(EngineState):
         pass  # dies with its container
 
 
-def put_channel_keys(api, container_id: str, keys) -> None:
+def put_channel_keys(api, container_id: str, keys, supervisor_keys) -> None:
     """A node's channel keys into its container alone (node.channel_keys.KEY_FILE, 0400, in a
-    folder 0700), copied into the created container's own file system: no host folder is mounted."""
+    folder 0700), and its supervisor's (SUPERVISOR_KEY_FILE, 0000: only CAP_DAC_OVERRIDE reads it,
+    and the supervisor's sender removes it once read), copied into the created container's own
+    file system: no host folder is mounted."""
     import io
     import posixpath
     import tarfile
 
-    from testbed.node.channel_keys import KEY_FILE
+    from testbed.node.channel_keys import KEY_FILE, SUPERVISOR_KEY_FILE
 
-    folder, name = posixpath.split(KEY_FILE)
-    parent, base = posixpath.split(folder)
-    data = keys.to_text().encode()
+    parent, base = posixpath.split(posixpath.dirname(KEY_FILE))
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         d = tarfile.TarInfo(base)
         d.type, d.mode = tarfile.DIRTYPE, 0o700
         tar.addfile(d)
-        f = tarfile.TarInfo(f"{base}/{name}")
-        f.size, f.mode = len(data), 0o400
-        tar.addfile(f, io.BytesIO(data))
+        for path, held, mode in ((KEY_FILE, keys, 0o400), (SUPERVISOR_KEY_FILE, supervisor_keys, 0o000)):
+            data = held.to_text().encode()
+            f = tarfile.TarInfo(f"{base}/{posixpath.basename(path)}")
+            f.size, f.mode = len(data), mode
+            tar.addfile(f, io.BytesIO(data))
     api.put_archive(container_id, parent, buf.getvalue())

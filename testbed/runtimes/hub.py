@@ -40,7 +40,7 @@ from testbed.node import untrusted
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
 from testbed.runtimes import hub_rules as rules
-from testbed.runtimes.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, handshake_failures
+from testbed.runtimes.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, by_supervisor, handshake_failures
 
 MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
 MAX_REQUESTS = 1000  # nodes' requests waiting for the timeline
@@ -130,7 +130,12 @@ class ControlHub:
                 frames = self._pull.recv_multipart(flags=zmq.NOBLOCK, copy=False)
             except zmq.Again:
                 return
-            self._take([f.bytes for f in frames], _sender(frames[0]))
+            sender = _sender(frames[0])
+            why = rules.holder_refused(frames[0].bytes, by_supervisor(frames[0]), self.keys.supervised(sender))
+            if why:  # a supervisor's word without its key, or its key sending what its node does
+                self.drops.add(why)
+            else:
+                self._take([f.bytes for f in frames], sender)
             self._last = time.monotonic()
 
     def _take(self, frames: list[bytes], sender: str) -> None:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import csv
 from typing import Optional
 
+from testbed.node.channel import MESSAGE_PREFIX
+
 MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 # The largest message of each kind (a replica's limit is the hub's max_replica): a larger one is
 # dropped unread. A node's answer carries its kernel probe or counters; a report is ps.json.
@@ -33,6 +35,10 @@ EVALUATOR = "evaluator"  # the role whose rows eval.csv holds (a command workloa
 REPORT_ROLES = ("ps", "worker", "evaluator")  # the nodes that run a command workload's programs
 KIND_ROLES = {"report": ("ps",), "replica": ("worker",), "ready": ("broker", "producer")}  # others: any node
 SELF_KINDS = ("ack", "state", "stats", "ready", "request")  # their "node" is the sender's own name
+# A supervisor's word on its node (acks, with the counters it read; its role's state; its link's
+# and cgroup's counters): from a node run under a supervisor, only with the supervisor's own key.
+SUPERVISOR_KINDS = ("ack", "state", "stats")
+SUPERVISOR_SENDS = (*SUPERVISOR_KINDS, "put")  # all a supervisor's key sends (a job's end: put)
 CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own drawn crash
 TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
 
@@ -43,6 +49,19 @@ def may_write(table: str, role: Optional[str], reports_open: bool, evaluator: st
     if table == "eval.csv":
         return role == evaluator
     return role in TABLE_ROLES[table] or (reports_open and table in REPORT_TABLES and role in REPORT_ROLES)
+
+
+def holder_refused(head: bytes, by_supervisor: bool, supervised: bool) -> Optional[str]:
+    """Why a message whose first frame is `head` (a table's name, or "!" and a kind) is dropped for
+    the key it came with: a supervisor's (`by_supervisor`), or the node's own, of a node that has a
+    supervisor's key (`supervised`); else None."""
+    prefix = len(MESSAGE_PREFIX)
+    kind = head[prefix:prefix + 20].decode("ascii", "replace") if head.startswith(MESSAGE_PREFIX) else None
+    if by_supervisor and kind not in SUPERVISOR_SENDS:
+        return "beyond what a supervisor sends"
+    if supervised and not by_supervisor and kind in SUPERVISOR_KINDS:
+        return f"{kind} not with its supervisor's key"
+    return None
 
 
 def kind_refused(kind: str, size: int, role: Optional[str], max_replica: int) -> Optional[str]:

@@ -41,6 +41,7 @@ from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweepe
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).
 UNPROBED = KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=True)
 DEVICE_SILENT_S = 30.0  # s without a fleet device's report after which it is taken for gone (its host's process)
+NOBODY = 65534  # the owner of a supervisor's key file: no process of a node runs as it
 
 
 def container_of(task: dict) -> str:
@@ -269,27 +270,33 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             restart_policy=docker.types.RestartPolicy(condition="none"),
             constraints=[f"node.id=={host.id}"], cap_add=caps,
             resources=docker.types.Resources(**resources) if resources else None, sysctls=sysctls,
-            secrets=secret or [self._key_secret(name, role)], labels=self.labels, container_labels=self.labels,
+            secrets=secret or self._key_secrets(name, role), labels=self.labels, container_labels=self.labels,
             env=[f"{k}={v}" for k, v in (env or {}).items()] or None)
         self._services[name] = service
         return service
 
-    def _key_secret(self, name: str, role: str):
+    def _key_secrets(self, name: str, role: str) -> list:
         """The channel keys of `name` as a Docker secret of the run that only its service references,
-        at node.channel_keys.KEY_FILE (0400) in its task (the swarm's managers keep it encrypted)."""
-        return self.secret(name, self.keys.admit(name, role).to_text())
+        at node.channel_keys.KEY_FILE (0400) in its task (the swarm's managers keep it encrypted);
+        its supervisor's apart, at SUPERVISOR_KEY_FILE, owned by nobody: only CAP_DAC_OVERRIDE
+        reads it, and a secret's mount is read-only (no chmod)."""
+        from testbed.node.channel_keys import SUPERVISOR_KEY_FILE
 
-    def secret(self, name: str, text: str, path: str = ""):
-        """`text` as a Docker secret of the run at `path` (node.channel_keys.KEY_FILE), 0400, in the
-        task of the one service that references it."""
+        return [self.secret(name, self.keys.admit(name, role).to_text()),
+                self.secret(f"{name}-supervisor", self.keys.supervisor(name).to_text(), SUPERVISOR_KEY_FILE,
+                            owner=NOBODY)]
+
+    def secret(self, name: str, text: str, path: str = "", owner: int = 0):
+        """`text` as a Docker secret of the run at `path` (node.channel_keys.KEY_FILE), 0400 and
+        `owner`'s, in the task of the one service that references it."""
         import docker
 
         from testbed.node.channel_keys import KEY_FILE
 
         secret = self.client.secrets.create(name=f"eb-{self.run_id}-{name}-key", labels=self.labels,
                                             data=text.encode())
-        return docker.types.SecretReference(secret.id, secret.name, filename=path or KEY_FILE, uid="0", gid="0",
-                                            mode=0o400)
+        return docker.types.SecretReference(secret.id, secret.name, filename=path or KEY_FILE, uid=str(owner),
+                                            gid=str(owner), mode=0o400)
 
     def _create_service(self, node: Node) -> SwarmHandle:
         prof, host = node.profile, self._host(node)

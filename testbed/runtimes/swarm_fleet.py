@@ -105,7 +105,8 @@ class SwarmFleet:
         """Each host's service, with its plan and, apart, its devices' channel keys (node.fleet_plan)."""
         for fh in self.hosts:
             plan = self.rt.secret(f"{fh.name}-plan", self.plan(fh, warm).to_text(), PLAN_FILE)
-            keys = self.rt.secret(fh.name, keys_to_text([self.rt.keys.admit(n.name, n.role) for n in fh.devices]))
+            keys = self.rt.secret(fh.name, keys_to_text([(self.rt.keys.admit(n.name, n.role),
+                                                          self.rt.keys.supervisor(n.name)) for n in fh.devices]))
             fh.service = self.rt.service(fh.name, fh.host, [(network, fh.name)], secret=[plan, keys], caps=FLEET_CAPS,
                                          sysctls={"net.ipv4.ip_forward": "1"},
                                          command=["python", "-m", "testbed.node.fleet_host"],
