@@ -38,7 +38,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.node.channel_keys import KEY_FILE
+from testbed.node.channel_keys import KEY_FILE, ChannelKeys
 from testbed.node.fleet_plan import PLAN_FILE, DevicePlan, FleetPlan
 from testbed.node.fleet_relay import start_relay_process
 from testbed.plan.neighbours import mac_of
@@ -208,14 +208,14 @@ class HostAgent:
         theirs.close()
         return Forks(mine)
 
-    def _read_keys(self) -> dict:
+    def _read_keys(self) -> dict[str, tuple[ChannelKeys, ChannelKeys]]:
         from testbed.node.fleet_plan import keys_from_text
 
         keys = keys_from_text(Path(KEY_FILE).read_text(), self.plan)
         subprocess.run(["umount", KEY_FILE], check=False)  # the file is the secret's mount
         return keys
 
-    def _serve(self, forks, stop, keys: dict) -> None:
+    def _serve(self, forks, stop, keys: dict[str, tuple[ChannelKeys, ChannelKeys]]) -> None:
         import zmq
 
         from testbed.node import channel

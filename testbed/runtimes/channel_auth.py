@@ -105,9 +105,10 @@ def _property(name: str, value: bytes) -> bytes:
 def by_supervisor(frame: zmq.Frame) -> bool:
     """Whether a message came with a supervisor's key (its connection's ZAP property)."""
     try:
-        return frame.get(HOLDER).encode() == SUPERVISOR
+        holder = frame.get(HOLDER)
     except zmq.ZMQError:  # a node's key: no such property
         return False
+    return isinstance(holder, str) and holder.encode() == SUPERVISOR
 
 
 def handshake_failures(monitor: zmq.Socket) -> list[str]:
