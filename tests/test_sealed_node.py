@@ -163,3 +163,81 @@ def test_only_the_runner_sets_the_runs_stop(cluster):
     stop.set()
     job.join(30)
     assert json.loads((box / "seen").read_text()) is True
+
+
+def _docker_or_skip():
+    from testbed.runtimes.docker import docker_client
+
+    client = docker_client(timeout=3)
+    if client is None:
+        pytest.skip("no Docker engine answers (CI starts dockerd; elsewhere start it to run these)")
+    return client
+
+
+def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supervisor(tmp_path, clean_host):
+    """As uid 0 without capabilities, a docker node's job could rewrite the image's modules (root
+    owns them) that the supervisor, which keeps the container's powers, imports later, read
+    both key files and signal the supervisor."""
+    import secrets
+
+    from testbed.kernel.identity import container_identity
+    from testbed.node.channel_keys import KEY_FILE, SUPERVISOR_KEY_FILE
+    from testbed.plan import parse_scenario
+    from testbed.plan.cluster import build_cluster
+    from testbed.runtimes.docker import DockerRuntime
+    from testbed.runtimes.images import ensure_node_image
+    from testbed.runtimes.state import RunState
+
+    client = _docker_or_skip()
+    image = ensure_node_image(client, say=lambda s: None)
+    sc = parse_scenario({"name": "sealed", "runtime": "docker",
+                         "profiles": {"edge": {"cpus": 0.5, "memory": "300m", "bandwidth": "50mbit"}},
+                         "workers": [{"count": 1, "profile": "edge"}]})
+    run_id = secrets.token_hex(3)
+    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(tmp_path), scenario="sealed",
+                     runtime="docker")
+    state.save()
+    rt = DockerRuntime(state, client, image)
+    try:
+        rt.create(build_cluster(sc, run_id))
+        slot = rt.mailbox("sealed") / "w0"
+        job = rt.start("w0", "testbed.node.reach:probe", {
+            "slot": str(slot), "read": [KEY_FILE, SUPERVISOR_KEY_FILE], "signal": [1],
+            "write": ["/usr/local/lib", "/etc/passwd"], "plant": ["/run/edgebed/planted"]})
+        job.join(60)
+        got = json.loads(slot.read_text())
+    finally:
+        rt.make_stop_event().set()
+        assert rt.teardown() == []
+    me = container_identity()
+    assert got["ids"] == [[me.uid] * 3, [me.gid] * 3, []], got["ids"]
+    denied = ("Permission denied", "Operation not permitted", "Read-only file system", "Is a directory")
+    assert all(v in denied for v in got["read"].values()), got["read"]
+    assert all(v in denied for v in got["signal"].values()), got["signal"]
+    assert all(v in denied for v in got["write"].values()), got["write"]
+    assert got["modules"] in denied and all(v in denied for v in got["plant"].values()), got
+
+
+def test_a_node_keeps_its_parent_death_signal_as_its_own_uid():
+    """The kernel clears the parent-death signal when a process's ids change: a netns node would
+    outlive a killed runner (tests/test_lifecycle.py's kill -9 test found it)."""
+    import ctypes
+
+    from testbed.kernel.identity import node_identity
+    from testbed.kernel.privileges import drop_privileges
+
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
+        drop_privileges(node_identity("abcdef", 3))
+        sig = ctypes.c_int(-1)
+        libc.prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
+        os.write(w, json.dumps({"uid": os.getuid(), "pdeathsig": sig.value}).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as f:
+        got = json.loads(f.read() or "{}")
+    os.waitpid(pid, 0)
+    assert got == {"uid": node_identity("abcdef", 3).uid, "pdeathsig": 9}, got

@@ -158,9 +158,9 @@ def test_a_node_cut_from_every_other_is_cut_from_everyone_and_a_partial_heal_cut
                     ("d1", {"addresses": ["10.205.0.2"], "cut": True, "everyone": False})]
     assert rt._cut_off == set()
 
-def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0) -> None:
-    """A forkserver's job (below): exits 0 where it runs in `netns_inode` with `node`'s keys and
-    no capability left, 3 otherwise; holds on `hold` s first."""
+def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0, uid: int = 40001) -> None:
+    """A forkserver's job (below): exits 0 where it runs in `netns_inode` with `node`'s keys, no
+    capability left and uid `uid` (its device's own), 3 otherwise; holds on `hold` s first."""
     import os
     import sys
     import time
@@ -171,7 +171,7 @@ def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0) -> None:
     status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
     keys = channel_keys.held()
     ok = os.stat("/proc/self/ns/net").st_ino == netns_inode and keys is not None and keys.node == node \
-        and int(status["CapEff"], 16) == 0
+        and int(status["CapEff"], 16) == 0 and os.getresuid() == (uid,) * 3
     sys.exit(0 if ok else 3)
 
 
@@ -179,7 +179,8 @@ def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0) -> None:
 def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_reports_ends(tmp_path):
     """A fleet host's processes come from its forkserver (node.fleet_spawner): a job runs in the
     device's namespace, with that device's keys and no capability; keys of another device are
-    refused in the child; a kill comes back as -9; the forkserver's end stops what it forked."""
+    refused in the child; a kill comes back as -9; the forkserver's end stops what it forked; the
+    device's processes run as its own uid (40001 + its index on the host)."""
     import multiprocessing as mp
     import os
     import signal
@@ -201,15 +202,16 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
     theirs.close()
     try:
         forks, inode, keys = Forks(mine), os.stat(f"{NETNS_DIR}/{name}").st_ino, _keys("d7")
-        job = {"target": "test_swarm_fleet:check_where_i_am", "kwargs": {"netns_inode": inode, "node": "d7"}}
-        ok = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", job, keys.to_text(), ())
+        job = {"target": "test_swarm_fleet:check_where_i_am", "kwargs": {"netns_inode": inode, "node": "d7",
+                                                                         "uid": 40008}}
+        ok = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", job, keys.to_text(), (), index=7)
         ok.join(timeout=30)
         assert ok.exitcode == 0
         wrong = forks.fork("job", "d8", f"{NETNS_DIR}/{name}", job, keys.to_text(), ())  # d7's keys for d8
         wrong.join(timeout=30)
         assert wrong.exitcode == 1
         held = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", {**job, "kwargs": {**job["kwargs"], "hold": 60}},
-                          keys.to_text(), ())
+                          keys.to_text(), (), index=7)
         time.sleep(1.0)
         os.killpg(held.pid, signal.SIGKILL)  # the job is its process group's leader (node.launch)
         held.join(timeout=10)

@@ -13,12 +13,14 @@ subordinate ranges of /etc/subuid (which start at 100000 and grow by 65536 a use
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 
 BASE = 1 << 31  # above every account and subordinate range a distribution hands out
 BLOCK = 1 << 16  # uids a run: one a node
 BLOCKS = 1 << 14  # runs' blocks: BASE + BLOCKS * BLOCK stays under 2**32 - 1 (the invalid uid)
+PR_SET_PDEATHSIG, PR_GET_PDEATHSIG = 1, 2
 
 
 class IdentityError(RuntimeError):
@@ -47,10 +49,29 @@ def run_block(run_id: str) -> range:
 
 def become(identity: NodeIdentity) -> None:
     """This process as `identity`, no supplementary group, for good (real, effective and saved
-    ids all set; needs CAP_SETUID and CAP_SETGID, which the change itself then clears)."""
+    ids all set; needs CAP_SETUID and CAP_SETGID, which the change itself then clears). Its
+    parent-death signal, which the kernel clears on a change of ids, is set again."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    death = ctypes.c_int(0)
+    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(death), 0, 0, 0)
     os.setgroups([])
     os.setresgid(identity.gid, identity.gid, identity.gid)
     os.setresuid(identity.uid, identity.uid, identity.uid)
+    if death.value:
+        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(death.value), 0, 0, 0)
     if os.getresuid() != (identity.uid,) * 3 or os.getresgid() != (identity.gid,) * 3 or os.getgroups():
         raise IdentityError(f"could not become uid {identity.uid}: ids {os.getresuid()}, {os.getresgid()}")
 
+
+
+# In a container, what a node runs takes a uid below 65,536: a user-namespaced engine (rootless
+# Docker, userns-remap) maps only that many. A fleet host's device i takes CONTAINER_BASE + 1 + i.
+CONTAINER_BASE = 40000
+CONTAINER_SLOTS = 16384  # a fleet host's devices at most: the last uid stays under nobody's 65534
+
+
+def container_identity(slot: int = 0) -> NodeIdentity:
+    """The identity of what a container node runs (slot 0), or of a fleet host's device (1 + its index)."""
+    if not 0 <= slot < CONTAINER_SLOTS:
+        raise IdentityError(f"container slot {slot} outside 0..{CONTAINER_SLOTS - 1}")
+    return NodeIdentity(CONTAINER_BASE + slot, CONTAINER_BASE + slot)

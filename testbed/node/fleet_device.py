@@ -51,9 +51,11 @@ class FleetDevice(RoleSupervisor):
     """One device's supervisor in its host's process."""
 
     def __init__(self, device: DevicePlan, keys: ChannelKeys, supervisors: ChannelKeys, share: HostShare,
-                 hears_beats: bool = False):
-        """`keys`: the device's (what it runs is handed them); `supervisors`: this supervisor's own."""
+                 hears_beats: bool = False, index: int = 0):
+        """`keys`: the device's (what it runs is handed them); `supervisors`: this supervisor's own;
+        `index`: its place on its host (what it runs takes a uid of its own from it)."""
         self.device, self.keys, self.share, self.hears_beats = device, keys, share, hears_beats
+        self.index = index
         self.netns = device.node  # (a name of node shape: node.fleet_plan checked it)
         self.cpuset: str | None = None
         self._prefixes = (f"tcp://{share.runner}:".encode(), f"tcp://{share.gateway}:".encode())
@@ -88,7 +90,7 @@ class FleetDevice(RoleSupervisor):
         else:
             raise ValueError(f"a fleet device runs no {target.__name__}")
         process = self.share.forks.fork(kind, self.node, f"{NETNS_DIR}/{self.netns}", payload, self.keys.to_text(),
-                                        self.joins())
+                                        self.joins(), self.index)
         self.share.active.add(self)
         return process
 

@@ -226,7 +226,8 @@ class HostAgent:
         ctx.set(zmq.MAX_SOCKETS, 2 * len(self.plan.devices) + 64)
         share = HostShare(ctx, forks, stop, channel.Heartbeat(HEARTBEAT_TIMEOUT), self.urls, self.plan.run,
                           _address_of(self.urls[0]), self.plan.gateway)
-        self.devices = [FleetDevice(d, *keys[d.node], share, hears_beats=i == 0)  # (its keys, its supervisor's)
+        # each with its keys and its supervisor's, and a uid of its own from its place
+        self.devices = [FleetDevice(d, *keys[d.node], share, hears_beats=i == 0, index=i)
                         for i, d in enumerate(self.plan.devices)]
         keys.clear()
         say(f"serving {len(self.devices)} devices")

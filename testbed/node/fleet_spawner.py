@@ -44,6 +44,7 @@ def _read_all(fd: int) -> bytes:
 
 def _child(header: dict, fds: list[int], stop) -> int:
     """A forked child: into the device's namespace, its arguments and keys, then its target."""
+    from testbed.kernel.identity import container_identity
     from testbed.node import channel_keys
     from testbed.node.channel_keys import ChannelKeys
     from testbed.node.launch import _job_main, _role_main, _stress_main
@@ -61,13 +62,13 @@ def _child(header: dict, fds: list[int], stop) -> int:
         from testbed.scenario.units import parse_cpuset
 
         os.sched_setaffinity(0, parse_cpuset(args["cpuset"]))
-    cgroups = tuple(header["cgroups"])
+    cgroups, identity = tuple(header["cgroups"]), container_identity(1 + int(header["index"]))
     if header["kind"] == "role":
-        _role_main(args["cfg"], stop, cgroups)
+        _role_main(args["cfg"], stop, cgroups, identity)
     elif header["kind"] == "stress":
-        _stress_main(float(args["load"]), stop, cgroups)
+        _stress_main(float(args["load"]), stop, cgroups, identity)
     else:
-        _job_main(args["target"], args["kwargs"], cgroups)
+        _job_main(args["target"], args["kwargs"], cgroups, identity)
     return 0
 
 
@@ -194,9 +195,11 @@ class Forks:
     def fileno(self) -> int:
         return self.sock.fileno()
 
-    def fork(self, kind: str, device: str, netns_path: str, args: dict, keys_text: str, cgroups: tuple) -> RemoteProcess:
-        """A `kind` process for `device` with `args`, in its namespace with its keys."""
-        header = json.dumps({"kind": kind, "device": device, "cgroups": list(cgroups)}).encode()
+    def fork(self, kind: str, device: str, netns_path: str, args: dict, keys_text: str, cgroups: tuple,
+             index: int = 0) -> RemoteProcess:
+        """A `kind` process for `device` (the host's `index`th: its uid) with `args`, in its
+        namespace with its keys."""
+        header = json.dumps({"kind": kind, "device": device, "cgroups": list(cgroups), "index": index}).encode()
         netns = os.open(netns_path, os.O_RDONLY | os.O_CLOEXEC)
         args_fd, key_fd = _memfd("args", json.dumps(args).encode()), _memfd("keys", keys_text.encode())
         try:

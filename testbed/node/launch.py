@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
+from testbed.kernel.identity import NodeIdentity, container_identity
 from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel, channel_keys, control, supervisor_sender, untrusted
 from testbed.node.stop_flag import StopFlag
@@ -46,12 +47,12 @@ def _join(cgroup_procs: tuple) -> None:
             f.write(str(os.getpid()))
 
 
-def _role_main(cfg_data: dict, stop, cgroup_procs: tuple = ()) -> None:
+def _role_main(cfg_data: dict, stop, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
     # first, while this is the process's one thread (importing torch starts more): the role and
-    # what it starts get none of the supervisor's powers (SECURITY.md), nor its sender
+    # what it starts get none of the supervisor's powers (SECURITY.md), nor its sender, nor its uid
     supervisor_sender.forget()
     _join(cgroup_procs)
-    drop_privileges()
+    drop_privileges(identity or container_identity())
     from testbed.node.roles import resolve_target
     from testbed.node.roles.common import RoleConfig
 
@@ -81,11 +82,11 @@ def _warm_for_trainers(cfg: dict) -> None:
         pass
 
 
-def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = ()) -> None:
+def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
     """A measuring job (runtime.start on a node whose runner is elsewhere): one function."""
     supervisor_sender.forget()
     _join(cgroup_procs)
-    drop_privileges()
+    drop_privileges(identity or container_identity())
     import importlib
 
     os.setpgid(0, 0)
@@ -96,10 +97,10 @@ def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = ()) -> None:
         channel.flush()
 
 
-def _stress_main(load: float, stop, cgroup_procs: tuple = ()) -> None:
+def _stress_main(load: float, stop, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
     supervisor_sender.forget()
     _join(cgroup_procs)
-    drop_privileges()
+    drop_privileges(identity or container_identity())
     from testbed.node.roles.stress import run_stress
 
     os.setpgid(0, 0)
@@ -499,8 +500,9 @@ def _run_exec(payload: str) -> int:
     """`--exec '{"target": "module:function", "kwargs": {...}}'`: run one function (benchmarks)."""
     import importlib
 
-    drop_privileges()  # `docker exec` starts it with the container's capabilities
-    channel_keys.use(channel_keys.load())  # its node's, for the mailbox
+    keys = channel_keys.load()  # its node's, for the mailbox: read while root may read their file
+    drop_privileges(container_identity())  # `docker exec` starts it with the container's capabilities
+    channel_keys.use(keys)
     job = json.loads(payload)
     module, func = job["target"].split(":")
     getattr(importlib.import_module(module), func)(**job["kwargs"])

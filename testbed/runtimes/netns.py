@@ -79,6 +79,8 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
     read_only_host_controls(hide_others=True)  # a mount namespace of its own, where the bridges go too
     make_bridges(list(reach))
     drop_privileges(identity)  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
+    if os.getppid() == 1:  # the parent went while the death signal was being set again (kernel.identity)
+        os._exit(1)
     if isinstance(target, str):
         module, _, func = target.partition(":")
         target = getattr(importlib.import_module(module), func)
