@@ -3,8 +3,9 @@ after joining its namespace, timed in forked children of a process that imported
 forkserver has), old way against new:
 
     before: a mount namespace with the host's controls read-only, every capability dropped (uid 0)
-    after:  the same, the forkserver's handles let go, the bridges to what root's closed folders
-            hold (kernel.mounts.bridges, planned once), and the node's own uid (kernel.identity)
+    after:  the same with a procfs of its own (hidepid=invisible), the forkserver's handles let go,
+            the bridges to what root's closed folders hold (kernel.mounts.bridges, planned once),
+            and the node's own uid (kernel.identity)
 
     .venv/bin/python benchmarks/seal_cost.py [--children 200] [--out FILE.json]
 
@@ -35,7 +36,7 @@ def _child(sealed: bool, plan) -> float:
     t0 = time.perf_counter()
     if sealed:
         _leave_forkserver()
-    read_only_host_controls()
+    read_only_host_controls(hide_others=sealed)
     if sealed:
         make_bridges(plan)
     drop_privileges(node_identity("abcdef", 1) if sealed else None)
