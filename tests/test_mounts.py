@@ -54,3 +54,24 @@ def test_a_node_process_cannot_raise_its_own_quota_or_set_a_sysctl(tmp_path):
             f.write(before.split()[0] + (" " + before.split()[1] if cgroups.is_v2() else "") + "\n")
     finally:
         cgroups.kill_and_remove(f"{cgroups.TOP}/{run_id}")
+
+
+def test_bridges_plan_the_closed_folders_on_the_way_and_a_closed_folder_read_whole(tmp_path):
+    """What a node's uid cannot pass: each closed folder above a path with the one entry on the
+    way, and a path that is itself closed with all its entries (a plugin installed into a 0700
+    folder: its modules are imported by name later)."""
+    from testbed.kernel.mounts import bridges
+
+    outer = tmp_path / "outer"
+    (outer / "open" / "site").mkdir(parents=True)
+    (outer / "other").mkdir()
+    site = outer / "open" / "site"
+    (site / "pkg").mkdir()
+    (site / "mod.py").write_text("")
+    outer.chmod(0o700)
+    (outer / "open").chmod(0o755)
+    site.chmod(0o700)
+    plan = dict(bridges([str(site)]))
+    assert plan[str(outer)] == ("open",)
+    assert plan[str(site)] == ("mod.py", "pkg")
+    assert str(outer / "open") not in plan

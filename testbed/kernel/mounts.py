@@ -77,6 +77,7 @@ def read_only_host_controls(paths: tuple[str, ...] = READ_ONLY, hide_others: boo
 
 
 Bridge = tuple[str, tuple[str, ...]]  # a folder closed to strangers, and the entries bound back into it
+MAX_ENTRIES = 256  # of a closed folder a node reads whole (each is a bind mount at every process start)
 
 
 def _closed(st: os.stat_result) -> bool:
@@ -86,19 +87,22 @@ def _closed(st: os.stat_result) -> bool:
 
 def bridges(paths: list[str]) -> list[Bridge]:
     """The folders on the way to `paths` (absolute, no symbolic links: os.path.realpath's) that
-    a node's uid cannot pass, each with the entries of it the paths go through, parents first.
-    Pure but for stat: the runner plans them once, each node process makes them."""
+    a node's uid cannot pass, each with the entries of it the paths go through, parents first;
+    a path that is itself such a folder (a package folder made 0700) with all its entries, up to
+    MAX_ENTRIES. Pure but for stat: the runner plans them once, each node process makes them."""
     needed: dict[str, set[str]] = {}
     for path in paths:
         parts = [p for p in path.split("/") if p]
-        for depth in range(len(parts)):
+        for depth in range(len(parts) + 1):
             folder = "/" + "/".join(parts[:depth])
             try:
                 closed = _closed(os.stat(folder))
             except OSError:
                 break
-            if closed:
+            if closed and depth < len(parts):
                 needed.setdefault(folder, set()).add(parts[depth])
+            elif closed and os.path.isdir(folder):
+                needed.setdefault(folder, set()).update(os.listdir(folder)[:MAX_ENTRIES])
     return [(f, tuple(sorted(needed[f]))) for f in sorted(needed, key=lambda f: (f.count("/"), f))]
 
 
