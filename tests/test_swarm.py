@@ -637,7 +637,7 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
     # only nodes whose links start with loss may need the eBPF filter (where their host has no netem)
     assert sorted(n for n, c in caps.items() if "SYS_ADMIN" in c) == ["w2", "w3"]
     assert all("NET_ADMIN" in c for c in caps.values())
-    assert len(manager.secrets.list(filters={"label": "edgebed"})) == 6  # each node's channel keys
+    assert len(manager.secrets.list(filters={"label": "edgebed"})) == 12  # each node's keys and its supervisor's
     os.kill(runner.pid, signal.SIGKILL)
     runner.wait()
     r = subprocess.run(edgebed_cmd() + ["down"], capture_output=True, text=True, timeout=300)
