@@ -100,3 +100,18 @@ def test_removing_a_planted_link_unmounts_nothing(planted, tmp_path):
         assert os.path.ismount(target)
     finally:
         subprocess.run(["umount", "-l", str(target)], check=False)
+
+
+def test_the_hub_writes_a_nodes_report_past_a_planted_link(tmp_path):
+    """The PS's ps.json, written by the hub: a link at its temporary name or its name had the
+    runner write the node's report into the link's target."""
+    from testbed.runtimes.hub import ControlHub
+
+    victim = tmp_path / "victim"
+    victim.write_text("kept\n")
+    for name in (".ps.json.tmp", "ps.json"):
+        (tmp_path / name).symlink_to(victim)
+    hub = object.__new__(ControlHub)
+    hub.run_dir = tmp_path
+    assert hub._on_report({"name": "ps.json", "data": {"stop_reason": "steps"}})
+    assert victim.read_text() == "kept\n" and (tmp_path / "ps.json").read_text() == '{"stop_reason": "steps"}'

@@ -27,7 +27,6 @@ requests to a node's supervisor, repeated until acknowledged.
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from typing import Callable, Optional
 
 import zmq
 
+from testbed.kernel.files import replace_text
 from testbed.kernel.netlink import entered_netns
 from testbed.node import untrusted
 from testbed.node.channel import MESSAGE_PREFIX, topic
@@ -244,10 +244,7 @@ class ControlHub:
     def _on_report(self, data: dict) -> bool:
         if data.get("name") not in REPORTS:
             return False
-        path = self.run_dir / data["name"]
-        tmp = path.with_name(f".{path.name}.tmp")
-        tmp.write_text(json.dumps(data.get("data"), default=str))
-        os.replace(tmp, path)  # a reader never sees half of it
+        replace_text(self.run_dir / data["name"], json.dumps(data.get("data"), default=str))  # never through a link
         return True
 
     def _on_request(self, data: dict) -> bool:
