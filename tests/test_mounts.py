@@ -71,7 +71,8 @@ def test_bridges_plan_the_closed_folders_on_the_way_and_a_closed_folder_read_who
     outer.chmod(0o700)
     (outer / "open").chmod(0o755)
     site.chmod(0o700)
-    plan = dict(bridges([str(site)]))
+    plan = dict(bridges([str(site)], frozenset([str(site)])))
     assert plan[str(outer)] == ("open",)
     assert plan[str(site)] == ("mod.py", "pkg")
     assert str(outer / "open") not in plan
+    assert str(site) not in dict(bridges([str(site)]))  # a closed folder not imported from stays closed

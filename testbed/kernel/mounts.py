@@ -85,11 +85,12 @@ def _closed(st: os.stat_result) -> bool:
     return not st.st_mode & 0o001
 
 
-def bridges(paths: list[str]) -> list[Bridge]:
+def bridges(paths: list[str], whole: frozenset[str] = frozenset()) -> list[Bridge]:
     """The folders on the way to `paths` (absolute, no symbolic links: os.path.realpath's) that
     a node's uid cannot pass, each with the entries of it the paths go through, parents first;
-    a path that is itself such a folder (a package folder made 0700) with all its entries, up to
-    MAX_ENTRIES. Pure but for stat: the runner plans them once, each node process makes them."""
+    a path of `whole` that is itself such a folder (an import folder made 0700) with all its
+    entries, up to MAX_ENTRIES. Pure but for stat: the runner plans them once, each node process
+    makes them."""
     needed: dict[str, set[str]] = {}
     for path in paths:
         parts = [p for p in path.split("/") if p]
@@ -101,7 +102,7 @@ def bridges(paths: list[str]) -> list[Bridge]:
                 break
             if closed and depth < len(parts):
                 needed.setdefault(folder, set()).add(parts[depth])
-            elif closed and os.path.isdir(folder):
+            elif closed and path in whole and os.path.isdir(folder):
                 needed.setdefault(folder, set()).update(os.listdir(folder)[:MAX_ENTRIES])
     return [(f, tuple(sorted(needed[f]))) for f in sorted(needed, key=lambda f: (f.count("/"), f))]
 

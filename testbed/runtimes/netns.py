@@ -210,7 +210,9 @@ class NetnsRuntime(LocalNodeOps, Runtime):
                                                  cg, {**compute, **grants[node.name].meta},
                                                  node_identity(self.run_id, i), env=grants[node.name].env)
         # and the run dir's logs (a command's output file: the node's own, in a folder of root's)
-        self.reach = tuple(bridges(reached_paths() + [os.path.join(os.path.realpath(self.state.run_dir), "logs")]))
+        imports = frozenset(os.path.realpath(p) for p in sys.path if p)  # read whole where closed
+        self.reach = tuple(bridges(reached_paths() + [os.path.join(os.path.realpath(self.state.run_dir), "logs")],
+                                   imports))
         self._build_control()
 
     def _grant_gpus(self, spec: ClusterSpec) -> dict[str, GpuGrant]:
