@@ -37,7 +37,7 @@ def node_identity(run_id: str, index: int) -> NodeIdentity:
     """The identity of node `index` (its place in the plan) of run `run_id` (hex, kernel.names)."""
     if not 0 <= index < BLOCK:
         raise IdentityError(f"node index {index} outside 0..{BLOCK - 1}")
-    uid = BASE + (int(run_id, 16) % BLOCKS) * BLOCK + index
+    uid = run_block(run_id)[index]
     return NodeIdentity(uid, uid)
 
 
@@ -61,7 +61,6 @@ def become(identity: NodeIdentity) -> None:
         libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(death.value), 0, 0, 0)
     if os.getresuid() != (identity.uid,) * 3 or os.getresgid() != (identity.gid,) * 3 or os.getgroups():
         raise IdentityError(f"could not become uid {identity.uid}: ids {os.getresuid()}, {os.getresgid()}")
-
 
 
 # In a container, what a node runs takes a uid below 65,536: a user-namespaced engine (rootless
