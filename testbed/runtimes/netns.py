@@ -33,6 +33,7 @@ from typing import Any, Callable, Optional
 
 from testbed.kernel import cgroups
 from testbed.kernel.gpus import host_gpus
+from testbed.kernel.files import open_nofollow
 from testbed.kernel.identity import NodeIdentity, node_identity
 from testbed.kernel.mounts import Bridge, bridges, make_bridges, read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns
@@ -121,7 +122,7 @@ def reached_paths() -> list[str]:
 
 def _own_file(path: Path, identity: NodeIdentity) -> None:
     """`path` made (never followed, if a link) and given to `identity`, mode 0600."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fd = open_nofollow(path, os.O_WRONLY | os.O_CREAT, 0o600)
     try:
         os.fchown(fd, identity.uid, identity.gid)
     finally:
