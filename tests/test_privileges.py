@@ -22,13 +22,15 @@ def in_child(fn) -> dict:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        os.close(r)
         try:
-            out = fn()
-        except BaseException as e:
-            out = {"error": f"{type(e).__name__}: {e}"}
-        os.write(w, json.dumps(out).encode())
-        os._exit(0)
+            os.close(r)
+            try:
+                out = fn()
+            except BaseException as e:
+                out = {"error": f"{type(e).__name__}: {e}"}
+            os.write(w, json.dumps(out, default=repr).encode())
+        finally:
+            os._exit(0)  # never back into pytest from a forked child
     os.close(w)
     with os.fdopen(r) as f:
         data = f.read()

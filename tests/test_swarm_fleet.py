@@ -197,8 +197,12 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
     stop = StopFlag(mp.get_context("fork"))
     server = os.fork()
     if server == 0:
-        mine.close()
-        os._exit(Forkserver(theirs, stop, lambda: None).run())
+        code = 1
+        try:
+            mine.close()
+            code = Forkserver(theirs, stop, lambda: None).run()
+        finally:
+            os._exit(code)  # never back into pytest from a forked child
     theirs.close()
     try:
         forks, inode, keys = Forks(mine), os.stat(f"{NETNS_DIR}/{name}").st_ino, _keys("d7")

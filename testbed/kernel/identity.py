@@ -13,14 +13,14 @@ subordinate ranges of /etc/subuid (which start at 100000 and grow by 65536 a use
 
 from __future__ import annotations
 
-import ctypes
 import os
 from dataclasses import dataclass
+
+from testbed.kernel.parent_death import die_with_parent, parent_death_signal
 
 BASE = 1 << 31  # above every account and subordinate range a distribution hands out
 BLOCK = 1 << 16  # uids a run: one a node
 BLOCKS = 1 << 14  # runs' blocks: BASE + BLOCKS * BLOCK stays under 2**32 - 1 (the invalid uid)
-PR_SET_PDEATHSIG, PR_GET_PDEATHSIG = 1, 2
 
 
 class IdentityError(RuntimeError):
@@ -51,14 +51,12 @@ def become(identity: NodeIdentity) -> None:
     """This process as `identity`, no supplementary group, for good (real, effective and saved
     ids all set; needs CAP_SETUID and CAP_SETGID, which the change itself then clears). Its
     parent-death signal, which the kernel clears on a change of ids, is set again."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    death = ctypes.c_int(0)
-    libc.prctl(PR_GET_PDEATHSIG, ctypes.byref(death), 0, 0, 0)
+    death = parent_death_signal()
     os.setgroups([])
     os.setresgid(identity.gid, identity.gid, identity.gid)
     os.setresuid(identity.uid, identity.uid, identity.uid)
-    if death.value:
-        libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(death.value), 0, 0, 0)
+    if death:
+        die_with_parent(death)
     if os.getresuid() != (identity.uid,) * 3 or os.getresgid() != (identity.gid,) * 3 or os.getgroups():
         raise IdentityError(f"could not become uid {identity.uid}: ids {os.getresuid()}, {os.getresgid()}")
 

@@ -6,12 +6,12 @@ killed runner and the cluster went on training until `edgebed down`.
 It acts only in a direct child of the runner that named itself in EDGEBED_RUNNER_PID: imported
 anywhere else (a test, a tool), it does nothing."""
 
-import ctypes
 import json
 import os
 import signal
 
-PR_SET_PDEATHSIG = 1
+from testbed.kernel.parent_death import die_with_parent
+
 RUNNER_ENV = "EDGEBED_RUNNER_PID"
 MAIN_ENV = "EDGEBED_FORKSERVER_MAIN"  # the runner's main module, for forkserver_main.py
 MAIN_KEYS = ("init_main_from_path", "init_main_from_name")
@@ -28,7 +28,7 @@ def request_main() -> None:
 def _guard() -> None:
     if os.environ.get(RUNNER_ENV) != str(os.getppid()):
         return
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent(signal.SIGKILL)
     if os.environ.get(RUNNER_ENV) != str(os.getppid()):  # the runner died before prctl took hold
         os._exit(1)
 

@@ -15,7 +15,6 @@ Mechanisms, recorded per node in meta.json:
 
 from __future__ import annotations
 
-import ctypes
 import os
 import shutil
 import signal
@@ -26,10 +25,10 @@ from pathlib import Path
 from typing import Optional
 
 from testbed.kernel.gpus import HostGpu
+from testbed.kernel.parent_death import die_with_parent
 from testbed.scenario.schema import Profile
 
 MPS_CONTROL = "nvidia-cuda-mps-control"
-PR_SET_PDEATHSIG = 1
 
 
 @dataclass
@@ -138,4 +137,4 @@ class MpsDaemon:
 
 
 def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    die_with_parent(signal.SIGTERM)

@@ -16,7 +16,6 @@ namespace, lets go of the forkserver's handles and becomes its node's own unpriv
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import multiprocessing as mp
 import multiprocessing.forkserver
@@ -37,6 +36,7 @@ from testbed.kernel.files import open_nofollow
 from testbed.kernel.identity import NodeIdentity, node_identity
 from testbed.kernel.mounts import Bridge, bridges, make_bridges, read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns
+from testbed.kernel.parent_death import die_with_parent
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
@@ -55,8 +55,6 @@ from testbed.scenario.units import stress_loads
 # what a node runs is handed over as `module:function` data: no runtime imports the roles
 STRESS_TARGET = "testbed.node.roles.stress:run_stress"
 
-PR_SET_PDEATHSIG = 1
-
 
 def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwargs,
                env: Optional[dict] = None, keys: Optional[channel_keys.ChannelKeys] = None,
@@ -70,8 +68,7 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     os.environ.update(env or {})
     channel_keys.use(keys)  # its node's channel keys: in this process's memory only
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent(signal.SIGKILL)
     if os.getppid() == 1:  # parent already gone
         os._exit(1)
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())

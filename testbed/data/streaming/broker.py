@@ -8,19 +8,18 @@ port before anyone produces.
 
 from __future__ import annotations
 
-import ctypes
 import importlib.util
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.kernel.parent_death import die_with_parent
+
 KAFKA_PORT = 9092
-PR_SET_PDEATHSIG = 1
 
 
 class BrokerError(RuntimeError):
@@ -44,10 +43,6 @@ def tansu_command(binary: str, address: str, port: int = KAFKA_PORT) -> list[str
     url = f"tcp://{address}:{port}"
     return [binary, "broker", "--listener-url", url, "--advertised-listener-url", url,
             "--storage-engine", "memory://tansu/"]
-
-
-def die_with_parent() -> None:
-    ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 def wait_for_port(address: str, port: int, timeout: float, stop_event=None) -> bool:

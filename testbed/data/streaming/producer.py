@@ -30,7 +30,7 @@ def produce_stream(bootstrap: str, topic: str, x: np.ndarray, y: np.ndarray,
     """
     from confluent_kafka import Producer
 
-    from testbed.data.streaming.broker import die_with_parent
+    from testbed.kernel.parent_death import die_with_parent
 
     die_with_parent()  # a forked producer goes when its node's role goes (a crash, a killed runner)
 
