@@ -52,12 +52,16 @@ demo: setup
 # Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 PYTEST_CI ?= --durations=25 --timeout=1200
 LANES ?= 2
+# Each pytest is interrupted (SIGINT: it prints its summary) past these: a stuck lane ends CI with
+# what it ran, inside CI's 90 minutes, instead of with nothing.
+LANES_LIMIT ?= 55m
+SERIAL_LIMIT ?= 15m
 test: setup typecheck
 	-$(MAKE) --no-print-directory flower-venv
 	@if [ "$(LANES)" = 1 ]; then $(BIN)/pytest -q -rs $(PYTEST_CI); else \
 	  status=0; \
-	  $(BIN)/pytest -q -rs $(PYTEST_CI) -n $(LANES) -m "not serial" || status=$$?; \
-	  $(BIN)/pytest -q -rs $(PYTEST_CI) -m serial || status=$$?; \
+	  timeout -s INT -k 60 $(LANES_LIMIT) $(BIN)/pytest -q -rs $(PYTEST_CI) -n $(LANES) -m "not serial" || status=$$?; \
+	  timeout -s INT -k 60 $(SERIAL_LIMIT) $(BIN)/pytest -q -rs $(PYTEST_CI) -m serial || status=$$?; \
 	  exit $$status; \
 	fi
 
