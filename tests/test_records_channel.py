@@ -78,7 +78,7 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
                        [b"steps.csv", metrics.format_row(STEP_COLUMNS, {"node": "w9"}) * 2],
                        [b"steps.csv", b"\xff" * 10 + b"\n"]):
             rogue.send_multipart(frames)
-        rogue.send_multipart([b"steps.csv", b"x" * (100 * 1024) + b"\n"])  # over a row's size limit
+        rogue.send_multipart([b"steps.csv", b"x" * (64 * 1024) + b"\n"])  # over a row's size limit
         for frames in ([b"!report", b'{"name": "../../etc/passwd", "data": {}}'], [b"!nonsense", b"{}"],
                        [b"!ack", b"not json"], [b"!state", b"[1, 2]"], [b"!ack", b'{"node": "w0", "seq": "x"}'],
                        [b"!state", b'{"node": "w0", "gen": "1", "running": true, "exitcode": null}']):

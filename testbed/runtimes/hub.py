@@ -22,6 +22,18 @@ summary.json's `control_dropped`), and no message ends its thread.
 Down, it publishes every BEAT seconds a heartbeat that carries the stop, each node's link delays
 (taken up by its transport; repeated, so a node that subscribes late still gets them), and
 requests to a node's supervisor, repeated until acknowledged.
+
+What a node costs the hub is bounded in bytes, as no frame either way is longer than
+node.channel.CHUNK (64 KiB; a longer message goes in parts, each saying the whole length):
+- a frame longer than MAX_FRAME closes its connection before the hub takes it in; a message
+  longer than its kind allows is dropped at its first part; a message's parts are held under
+  (sender, kind) up to that kind's limit (1 MiB an ack or a put, 4 MiB the PS's report: 2 MiB a
+  node, 6 MiB the PS), a replica's are forwarded as they come; UP_QUEUE frames a connection
+  wait to be read (16 MiB);
+- a subscriber that stops reading holds PUB_QUEUE frames: 16 MiB (and its socket's kernel
+  buffer); past them it loses what comes.
+ZeroMQ bounds neither the frames of one message (it holds them all before the hub reads the
+first) nor the subscriptions a subscriber makes.
 """
 
 from __future__ import annotations
@@ -37,15 +49,18 @@ import zmq
 from testbed.kernel.files import replace_text
 from testbed.kernel.netlink import entered_netns
 from testbed.node import untrusted
+from testbed.node import channel
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
 from testbed.runtimes import hub_rules as rules
 from testbed.runtimes.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, by_supervisor, handshake_failures
 
-MAX_MESSAGE = 512 * 1024 * 1024  # a replica of the largest model a node trains
+MAX_REPLICA = 512 * 1024 * 1024  # bytes: a replica of the largest model a node trains
+MAX_FRAME = max(channel.CHUNK, rules.MAX_ROW) + channel.CURVE_FRAMING  # bytes: the longest frame a node may send
+UP_QUEUE = 256  # messages (parts) taken in from one connection before the hub has read them
 MAX_REQUESTS = 1000  # nodes' requests waiting for the timeline
 MAX_NODES = 10_000  # distinct names the hub keeps a state, a readiness or counters for
-PUB_QUEUE = 1000  # messages queued per subscriber: beats and requests repeat, a slow reader loses old ones
+PUB_QUEUE = 256  # messages (parts) queued per subscriber: beats and requests repeat, a slow reader loses new ones
 REPORTS = ("ps.json",)  # the files a role may have written
 MAX_SLOTS = 10_000  # mailbox slots a run's measuring jobs may fill
 RECEIVE_BATCH = 1000  # messages taken in a row before the hub answers handshakes and beats again
@@ -67,7 +82,8 @@ class ControlHub:
         self.rows = 0
         self.drops = untrusted.Drops("control hub")  # what the hub dropped, by reason
         self.node_drops: dict[str, dict[str, int]] = {}  # what each node's supervisor dropped, as it last said
-        self.max_replica = MAX_MESSAGE  # bytes of a replica; the runner lowers it (0: the run has none)
+        self.max_replica = MAX_REPLICA  # bytes of a replica; the runner lowers it (0: the run has none)
+        self._parts = channel.Parts()  # messages coming in parts, under (sender, kind)
         self._tables: dict[bytes, metrics.CsvLog] = {}
         self._last = time.monotonic()
         self._stop = threading.Event()
@@ -142,8 +158,10 @@ class ControlHub:
         """One message from node `sender` (its key's): taken, or dropped and counted by reason.
         Nothing in it ends the hub."""
         try:
-            if len(frames) == 2 and frames[0].startswith(MESSAGE_PREFIX):
-                why = self._message(frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace")[:20], frames[1], sender)
+            if len(frames) in (2, 3) and frames[0].startswith(MESSAGE_PREFIX):
+                kind = frames[0][len(MESSAGE_PREFIX):].decode("ascii", "replace")[:20]
+                why = self._message(kind, frames[1], sender) if len(frames) == 2 else \
+                    self._part(kind, frames[1], frames[2], sender)
             else:
                 why = self._row(frames, sender)
         except Exception as e:  # a field of the wrong type, a full disk: never the hub's end
@@ -182,6 +200,25 @@ class ControlHub:
                 return None
             self._tables[name] = metrics.open_table(self.run_dir, text)
         return self._tables[name]
+
+    def _part(self, kind: str, header: bytes, body: bytes, sender: str) -> Optional[str]:
+        """A part of a message (channel.framed): None once taken, else why it was dropped. Each
+        part declares its message's length: one too long for its kind is dropped at its first
+        part, and the hub holds at most that length under (sender, kind) until the last comes."""
+        try:
+            head = channel.part_header(header, len(body))
+        except untrusted.Refused as e:
+            self._parts.drop((sender, kind))
+            return e.reason
+        why = rules.kind_refused(kind, head[2], self.keys.roles.get(sender), self.max_replica)
+        if why:
+            self._parts.drop((sender, kind))
+            return why
+        if kind == "replica":  # its parts go on as they came: the coordinator puts them together
+            self._send([topic("replica", sender), header, body])
+            return None
+        whole = self._parts.add((sender, kind), head, body)
+        return None if whole is None else self._message(kind, whole, sender)
 
     def _message(self, kind: str, payload: bytes, sender: str) -> Optional[str]:
         """None once taken, else why it was dropped."""
@@ -319,10 +356,15 @@ class ControlHub:
 
     # -- down: beats, delays, requests -----------------------------------------------------
     def _publish(self, t: bytes, payload: bytes) -> None:
+        """`payload` on topic `t`: in parts if it is longer than channel.CHUNK."""
+        for frames in channel.framed(t, payload):
+            self._send(frames)
+
+    def _send(self, frames: list) -> None:
         with self._pub_lock:
             if self._pub.closed:  # closed by close() while another thread still asked
                 raise RuntimeError("the control channel is closed: the run has ended")
-            self._pub.send_multipart([t, payload])
+            self._pub.send_multipart(frames)
 
     def _beat(self) -> None:
         self._publish(topic("beat"), json.dumps({"stop": self._stopping}).encode())
@@ -421,13 +463,15 @@ def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_
                   keys: RunKeys) -> tuple[zmq.Socket, zmq.Socket, zmq.Socket, list[zmq.Socket]]:
     """The hub's sockets: its ZAP handler's (answered before anyone can connect), then its two
     listening sockets, made inside the control network, CURVE servers with the run's hub key:
-    PULL (up: rows and messages, a frame of MAX_MESSAGE at most) and PUB (down: PUB_QUEUE
-    messages per subscriber); and a monitor of each (failed handshakes)."""
+    PULL (up: rows and messages, a frame of MAX_FRAME at most, UP_QUEUE of them per connection)
+    and PUB (down: PUB_QUEUE messages, each a frame of channel.CHUNK at most, per subscriber);
+    and a monitor of each (failed handshakes)."""
     zap = ctx.socket(zmq.REP)
     zap.setsockopt(zmq.LINGER, 0)
     zap.bind(ZAP_ENDPOINT)
     pull = ctx.socket(zmq.PULL)
-    pull.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE)  # a sender of a larger frame is disconnected unread
+    pull.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)  # a sender of a longer frame is disconnected, the frame unread
+    pull.setsockopt(zmq.RCVHWM, UP_QUEUE)
     pull.setsockopt(zmq.LINGER, 0)
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)

@@ -16,7 +16,8 @@ from testbed.node.channel import MESSAGE_PREFIX
 
 MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 # The largest message of each kind (a replica's limit is the hub's max_replica): a larger one is
-# dropped unread. A node's answer carries its kernel probe or counters; a report is ps.json.
+# dropped at its first part (node.channel.framed: each part says the whole length). A node's
+# answer carries its kernel probe or counters; a report is ps.json.
 KIND_LIMITS = {"ack": 1 << 20, "state": 16 * 1024, "report": 4 << 20, "request": 16 * 1024,
                "ready": 1024, "stats": 16 * 1024, "put": 1 << 20}
 MAX_NAME = 256  # characters of a node's name, a slot's key

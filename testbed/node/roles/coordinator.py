@@ -17,7 +17,7 @@ import zmq
 from testbed.node import transport, untrusted
 from testbed.node.eval_schedule import EvalSchedule
 from testbed.node.roles.common import EvalFeed, RoleConfig, ServingRole, model_and_data, params_of, setup_torch
-from testbed.node.roles.replicas import ReplicaBoard
+from testbed.node.roles.replicas import ReplicaBoard, replica_limit
 from testbed.node.wire import Message
 
 
@@ -33,7 +33,8 @@ class Coordinator(ServingRole):
         self.ep.senders = transport.known_senders([*cfg.workers, "eval"], cfg.addresses)
         self.feed = EvalFeed(self.ep, self.cfg.now)
         self.workers = set(cfg.workers)
-        self.board = ReplicaBoard(cfg.control, self.workers, {n: t.shape for n, t in self.initial.items()})
+        self.board = ReplicaBoard(cfg.control, self.workers, {n: t.shape for n, t in self.initial.items()},
+                                  max_bytes=replica_limit(self.initial))
         self.joined: set[str] = set()
         self.left: set[str] = set()
         self.steps = {w: 0 for w in self.workers}
@@ -47,11 +48,17 @@ class Coordinator(ServingRole):
     def active(self) -> set[str]:
         return self.joined - self.left
 
+    def tend(self) -> None:
+        """The replicas that came meanwhile, taken: their queue is bounded, and past it the hub
+        drops parts of them."""
+        self.board.refresh()
+
     def wind_down(self) -> None:
         """The workers write their final replicas as they stop: wait for them (10 s at most)."""
         deadline = time.time() + 10
         while self.left < self.joined and time.time() < deadline and not self.stop_event.is_set():
             self.serve(self.ep.recv(0.05))
+            self.tend()
 
     def stop_reason(self) -> Optional[str]:
         stop = self.sc.stop

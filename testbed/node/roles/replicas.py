@@ -14,6 +14,15 @@ from testbed.node.eval_schedule import EvalSchedule
 from testbed.scenario.schema import Scenario
 
 REPLICA_REFRESH = 4  # with eval_seconds: replica writes per evaluation period
+# Parts the coordinator's ZeroMQ holds before it takes them (past it the hub drops parts for it):
+# at most this many times channel.CHUNK bytes, apart from the replicas being put together.
+REPLICA_QUEUE = 256
+
+
+def replica_limit(params: dict[str, torch.Tensor]) -> int:
+    """Bytes of a replica of these tensors (send_replica's), with room for torch.save's framing
+    (a few hundred bytes a tensor, a few kilobytes in all) and the node's name."""
+    return sum(t.numel() * t.element_size() for t in params.values()) + 1024 * len(params) + (64 << 10)
 
 
 def send_replica(cfg, params: dict, step: int) -> None:
@@ -25,17 +34,21 @@ def send_replica(cfg, params: dict, step: int) -> None:
 class ReplicaBoard:
     """The coordinator's latest replica of each worker, as the hub forwards them, each on a topic
     naming the worker whose key sent it. A replica is kept only if it is that worker's, a known
-    one's, with the model's tensors: a node's bytes never end the run, nor stand for another's."""
+    one's, with the model's tensors: a node's bytes never end the run, nor stand for another's.
+    What it holds is bounded by `max_bytes` (replica_limit; -1: not bounded) for each worker:
+    its latest replica and the one being put together; and REPLICA_QUEUE parts in ZeroMQ's queue."""
 
-    def __init__(self, control: str, workers: set[str], shapes: dict[str, torch.Size]):
+    def __init__(self, control: str, workers: set[str], shapes: dict[str, torch.Size], max_bytes: int = -1):
         self.workers, self.shapes = workers, shapes
         self.latest: dict[str, dict] = {}
         self.refused = 0
         # (no control channel: a coordinator made outside a run, as in tests, hears no replica)
-        self._listener = channel.Listener(control, [b"replica:"]) if control else None  # every worker's
+        self._listener = channel.Listener(control, [b"replica:"], max_message=max_bytes,
+                                          queue=REPLICA_QUEUE) if control else None  # every worker's
 
     def refresh(self, timeout_ms: int = 0) -> dict[str, dict]:
-        for t, payload in self._listener.poll(timeout_ms) if self._listener is not None else []:
+        """Take what has come (the coordinator does between messages: ZeroMQ's queue stays short)."""
+        for t, payload in self._listener.poll(timeout_ms, REPLICA_QUEUE) if self._listener is not None else []:
             rep = self._load(payload)
             if rep is None or rep["node"] != channel.topic_name(t, "replica"):
                 self.refused += 1

@@ -1,0 +1,308 @@
+"""The control channel bounded in bytes: what a node that sends too much, or a subscriber that never
+reads, costs the hub, and what a flood of replicas costs the coordinator. The hub and the board
+run in processes of their own (tests/hub_process.py), so that their memory is theirs alone."""
+import io
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+import torch
+import zmq
+from zmq.utils.monitor import recv_monitor_message
+
+from testbed.node import channel, channel_keys, untrusted
+from testbed.node.channel_keys import ChannelKeys
+from testbed.node.roles.common import RoleConfig
+from testbed.node.roles.replicas import REPLICA_QUEUE, ReplicaBoard, replica_limit, send_replica
+from testbed.records import metrics
+from testbed.runtimes.hub import PUB_QUEUE, ControlHub
+
+from conftest import REPO
+
+HELPER = REPO / "tests" / "hub_process.py"
+STUCK_SUBSCRIBER_MIB = PUB_QUEUE * channel.CHUNK / (1 << 20)  # the hub's bound: 16 MiB
+SLACK_MIB = 8  # what else the hub's process may take meanwhile (its allocator's, the parts in flight)
+
+
+class Helper:
+    """tests/hub_process.py in a process of its own: ask it a line, read its JSON answer."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([sys.executable, str(HELPER), *args], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, text=True, cwd=REPO)
+        self.first = json.loads(self.proc.stdout.readline())
+
+    def ask(self, line: str):
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        self.proc.stdin.close()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def hub(tmp_path):
+    h = Helper("hub", str(tmp_path))
+    h.up, h.down = h.first["up"], h.first["down"]
+    h.keys = {name: ChannelKeys.from_text(text) for name, text in h.first["keys"].items()}
+    yield h
+    channel.flush()
+    channel_keys.use(None)
+    h.close()
+
+
+def loopback_hub(tmp_path) -> ControlHub:
+    """A hub in this process, on 127.0.0.1; its (up, down) URLs in `.urls`."""
+    metrics.init_tables(tmp_path)
+    ports = []
+    for _ in range(2):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            ports.append(probe.getsockname()[1])
+    hub = ControlHub(None, "127.0.0.1", ports[0], ports[1], tmp_path)
+    hub.urls = tuple(f"tcp://127.0.0.1:{port}" for port in ports)
+    return hub
+
+
+def _stuck_subscriber(ctx: zmq.Context, hub, node: str = "ps") -> zmq.Socket:
+    """A SUB with `node`'s key to everything it may hear (the PS's: the replicas too) that takes
+    one message and never reads again (a coordinator frozen, or one that stopped reading)."""
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 1)
+    sub.setsockopt(zmq.RCVBUF, 4096)
+    sub.setsockopt(zmq.LINGER, 0)
+    hub.keys[node].secure(sub)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(hub.down)
+    assert sub.poll(10_000)  # subscribed: a beat has come (it stays unread)
+    return sub
+
+
+def _speak_as(keys: ChannelKeys) -> None:
+    """This process's channel socket speaks with `keys` from now on."""
+    channel.flush()
+    channel_keys.use(keys)
+
+
+def _until(cond, limit=30.0) -> bool:
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def _flood(hub, coordinator: channel.Listener, replicas: int, size: int) -> int:
+    """`replicas` replicas of `size` bytes from w0; how many the coordinator heard whole (it waits
+    for a last one, sent after them: the hub forwards in order)."""
+    last = os.urandom(8)
+    _speak_as(hub.keys["w0"])
+    for _ in range(replicas):
+        channel.send(hub.up, "replica", b"r" * size)
+    channel.send(hub.up, "replica", last)
+    heard, deadline = 0, time.monotonic() + 120
+    while time.monotonic() < deadline:
+        for t, payload in coordinator.poll(100):
+            if payload == last:
+                return heard
+            heard += t == channel.topic("replica", "w0")
+    raise AssertionError("the last replica never came")
+
+
+def test_a_subscriber_that_never_reads_costs_the_hub_a_bounded_number_of_mib(hub):
+    """80 replicas of 4 MiB published while a coordinator's subscriber to everything reads nothing:
+    the hub holds at most its bound for it (it held every one of them: 320 MiB), and another
+    reader of them still gets them. (A first flood with no such subscriber brings the hub's
+    allocator to what such a flood takes anyway.)"""
+    ctx = zmq.Context()
+    coordinator = channel.Listener(hub.down, [b"replica:", channel.topic("beat")], keys=hub.keys["ps"])
+    try:
+        assert coordinator.poll(10_000)  # subscribed: a beat has come
+        _flood(hub, coordinator, 80, 4 << 20)
+        stuck = _stuck_subscriber(ctx, hub)
+        before = hub.ask("memory")["rss"]
+        assert _flood(hub, coordinator, 80, 4 << 20) > 0  # a reader's replicas still come
+        grown = hub.ask("memory")["rss"] - before
+        assert grown <= STUCK_SUBSCRIBER_MIB + SLACK_MIB, f"the hub grew {grown:.0f} MiB"
+        stuck.close(linger=0)
+    finally:
+        coordinator.close()
+        ctx.term()
+
+
+def _cut_off(monitor: zmq.Socket) -> bool:
+    """Whether the hub has closed the connection `monitor` watches."""
+    while monitor.poll(0):
+        if recv_monitor_message(monitor)["event"] == zmq.EVENT_DISCONNECTED:
+            return True
+    return False
+
+
+def test_a_frame_over_the_hubs_bound_is_refused_before_the_hub_allocates_it(hub):
+    """A state of 64 MiB (a kind of 16 KiB at most) in one frame: the hub closes the connection at
+    the frame's header, unread (it took the 64 MiB in, then dropped them as "state too large")."""
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    hub.keys["w0"].secure(push)
+    monitor = push.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    push.connect(hub.up)
+    try:
+        before = hub.ask("memory")["peak"]
+        push.send_multipart([b"!state", b"s" * (64 << 20)])
+        assert _until(lambda: _cut_off(monitor) or hub.ask("drops"))
+        marker = ctx.socket(zmq.PUSH)  # a message after it, on a connection of its own
+        hub.keys["w0"].secure(marker)
+        marker.connect(hub.up)
+        marker.send_multipart([b"!nonsense", b"{}"])
+        assert _until(lambda: "unknown kind" in hub.ask("drops"))
+        marker.close(linger=0)
+        assert hub.ask("drops") == {"unknown kind": 1}
+        grown = hub.ask("memory")["peak"] - before
+        assert grown <= SLACK_MIB, f"the hub's peak grew {grown:.0f} MiB"
+    finally:
+        push.disable_monitor()
+        monitor.close(linger=0)
+        push.close(linger=0)
+        ctx.term()
+
+
+# -- messages in parts -------------------------------------------------------------------------
+def test_parts_are_put_together_in_order_and_nothing_else_is_kept():
+    payload = os.urandom(3 * channel.CHUNK + 5)
+    parts = channel.framed(b"t", payload)
+    assert [len(m[2]) for m in parts] == [channel.CHUNK] * 3 + [5] and channel.framed(b"t", b"x") == [[b"t", b"x"]]
+    heads = [channel.part_header(m[1], len(m[2])) for m in parts]
+    whole = channel.Parts()
+    assert [whole.add("k", h, bytes(m[2])) for h, m in zip(heads, parts)] == [None, None, None, payload]
+    for order in ([0, 2], [1], [0, 1, 3]):  # a part missing: what was begun is dropped with the next
+        whole = channel.Parts()
+        with pytest.raises(untrusted.Refused, match="part out of place"):
+            for i in order:
+                whole.add("k", heads[i], bytes(parts[i][2]))
+        assert whole._open == {}
+    other = channel.framed(b"t", payload)  # another message of the same length: its parts are not these
+    whole = channel.Parts()
+    whole.add("k", heads[0], bytes(parts[0][2]))
+    with pytest.raises(untrusted.Refused, match="part out of place"):
+        whole.add("k", channel.part_header(other[1][1], channel.CHUNK), bytes(other[1][2]))
+    short = channel.PART.pack(1, 0, channel.CHUNK)  # a message that fits one frame, in parts
+    for header, body in ((parts[0][1], channel.CHUNK - 1), (parts[0][1][:-1], channel.CHUNK), (short, channel.CHUNK),
+                         (channel.PART.pack(1, 9, 3 * channel.CHUNK), channel.CHUNK)):
+        with pytest.raises(untrusted.Refused, match="malformed part"):
+            channel.part_header(header, body)
+
+
+def test_a_message_longer_than_its_kind_allows_is_dropped_at_its_first_part(tmp_path):
+    hub = loopback_hub(tmp_path)
+    ctx = zmq.Context()
+    push = ctx.socket(zmq.PUSH)
+    hub.keys.admit("w0", "worker").secure(push)
+    push.connect(hub.urls[0])
+    try:
+        state = channel.messages("state", b"s" * (1 << 20))  # 16 KiB at most
+        ack = channel.messages("ack", b"a" * (3 * channel.CHUNK))
+        for frames in state[:3] + ack[1:] + [[b"!ack", b"\0" * 3, b"a"]]:
+            push.send_multipart(frames)
+        assert _until(lambda: hub.dropped == 3 + 2 + 1)
+        assert hub.drops == {"state too large": 3, "part out of place": 2, "malformed part": 1}
+        assert hub._parts._open == {}  # nothing of them kept
+    finally:
+        push.close(linger=0)
+        ctx.term()
+        hub.close()
+
+
+def test_long_messages_travel_in_parts_both_ways(tmp_path):
+    """A request, a report and a replica longer than channel.CHUNK arrive whole."""
+    hub = loopback_hub(tmp_path)
+    up, down = hub.urls
+    keys = {name: hub.keys.admit(name, role) for name, role in (("ps", "ps"), ("w0", "worker"), ("w1", "worker"))}
+    weight = torch.rand(300_000)  # 1.2 MB
+    _speak_as(keys["ps"])
+    board = ReplicaBoard(down, {"w0"}, {"weight": weight.shape}, max_bytes=replica_limit({"weight": weight}))
+    w1 = channel.Listener(down, [channel.topic("node", "w1")], keys=keys["w1"], max_message=1 << 20)
+    cfg = RoleConfig(node="w0", role="worker", rank=0, run_dir="/nonexistent", t0=time.time(), scenario={},
+                     ps_address="127.0.0.1", threads=1, records=up, control=down)
+    answered = []
+    try:
+        channel.report(cfg, "ps.json", {"blob": "p" * 300_000})
+        _speak_as(keys["w0"])
+        board_heard = _until(lambda: board.refresh(50) is not None and _replica_sent(cfg, weight, board), 20)
+        asker = threading.Thread(target=lambda: answered.append(hub.request("w1", {"op": "go", "cfg": "c" * 300_000})))
+        asker.start()
+        request = _first(w1)
+        _speak_as(keys["w1"])
+        channel.send_json(up, "ack", {"node": "w1", "seq": request["seq"], "detail": "d" * 200_000})
+        asker.join(10)
+        assert board_heard and torch.equal(board.latest["w0"]["params"]["weight"], weight)
+        assert request["cfg"] == "c" * 300_000 and answered == ["d" * 200_000]
+        assert _until(lambda: (tmp_path / "ps.json").exists())
+        assert json.loads((tmp_path / "ps.json").read_text()) == {"blob": "p" * 300_000}
+    finally:
+        w1.close()
+        board.close()
+        channel.flush()
+        hub.close()
+
+
+def _replica_sent(cfg, weight, board) -> bool:
+    """Whether the board has w0's replica (sent again until it has: the board subscribes late)."""
+    if "w0" not in board.latest:
+        send_replica(cfg, {"weight": weight}, step=1)
+    return "w0" in board.latest
+
+
+def _first(listener: channel.Listener) -> dict:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        for _, payload in listener.poll(100):
+            return json.loads(payload)
+    raise AssertionError("nothing came")
+
+
+# -- the coordinator ----------------------------------------------------------------------------
+def test_the_coordinators_board_holds_a_bounded_number_of_bytes(hub):
+    """80 replicas of 4 MiB while the coordinator reads none: its ZeroMQ holds REPLICA_QUEUE parts
+    (it took them all in); it takes the next replica once it reads, and drops one longer than the
+    model's at its first part."""
+    weight = torch.zeros(1 << 20)  # 4 MiB
+    board = Helper("board", hub.down, hub.keys["ps"].to_text(), str(weight.numel()))
+    coordinator = channel.Listener(hub.down, [b"replica:"], keys=hub.keys["ps"])  # another reader: when all came
+    try:
+        _speak_as(hub.keys["w1"])
+        assert _until(lambda: _board_has(board, hub, {"w1": 0}, _replica(weight, "w1", 0)))  # subscribed
+        before = board.ask("memory")["rss"]
+        assert _flood(hub, coordinator, 80, 4 << 20) > 0
+        grown = max(board.ask("memory")["rss"] for _ in range(5) if time.sleep(0.1) is None) - before
+        assert grown <= REPLICA_QUEUE * channel.CHUNK / (1 << 20) + SLACK_MIB, f"the board grew {grown:.0f} MiB"
+        board.ask("refresh")
+        _speak_as(hub.keys["w0"])
+        too_long = _replica(torch.zeros(2 << 20), "w0", 3)  # longer than the model's: each part is dropped
+        channel.send(hub.up, "replica", too_long)
+        assert _until(lambda: _board_has(board, hub, {"w0": 2, "w1": 0}, _replica(weight, "w0", 2)))
+        assert board.ask("dropped")["message too long"] == len(channel.framed(b"", too_long))
+    finally:
+        coordinator.close()
+        board.close()
+
+
+def _replica(weight: torch.Tensor, node: str, step: int) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"node": node, "step": step, "params": {"weight": weight}}, buf)
+    return buf.getvalue()
+
+
+def _board_has(board: Helper, hub, steps: dict, replica: bytes) -> bool:
+    """Whether the board has these steps (else `replica` is sent again, from this process's node)."""
+    if board.ask("refresh") == steps:
+        return True
+    channel.send(hub.up, "replica", replica)
+    return False
