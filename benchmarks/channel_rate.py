@@ -42,7 +42,7 @@ def main(rows=50_000, replicas=200):
     while hub.rows < rows + 1:
         time.sleep(0.001)
     rows_s = rows / (time.perf_counter() - t0)
-    listener = channel.Listener(down_url, [b"replica:"])
+    listener = channel.Listener(down_url, [b"replica:"], keys=hub.keys.admit("ps", "ps"))  # the coordinator's
     time.sleep(0.5)
     payload = b"x" * (1 << 20)
     got, t0 = 0, time.perf_counter()

@@ -174,6 +174,51 @@ def test_a_frame_over_the_hubs_bound_is_refused_before_the_hub_allocates_it(hub)
         ctx.term()
 
 
+def test_a_coordinator_that_reads_slowly_loses_no_replica(hub):
+    """The hub waits for room in a slow reader's queue (the workers then wait for the hub) rather
+    than drop parts of replicas: 40 of 1 MiB to a coordinator whose ZeroMQ holds 16 parts."""
+    coordinator = channel.Listener(hub.down, [b"replica:", channel.topic("beat")], keys=hub.keys["ps"], queue=16)
+    heard: list[bytes] = []
+    try:
+        assert coordinator.poll(10_000)  # subscribed: a beat has come
+        _speak_as(hub.keys["w0"])
+        replicas = [os.urandom(1 << 20) for _ in range(40)]
+        for replica in replicas:
+            channel.send(hub.up, "replica", replica)
+        deadline = time.monotonic() + 60
+        while len(heard) < len(replicas) and time.monotonic() < deadline:
+            heard += [p for t, p in coordinator.poll(100, most=8) if t == channel.topic("replica", "w0")]
+            time.sleep(0.005)  # a reader slower than the hub
+        assert [replicas.index(p) if p in replicas else -1 for p in heard] == list(range(len(replicas)))
+        assert coordinator.dropped == {}
+        assert hub.ask("drops") == {}
+    finally:
+        coordinator.close()
+
+
+def test_replicas_go_to_the_coordinator_alone(hub):
+    """A worker that subscribes to everything, or to the replicas, hears beats and no replica: no
+    other node's queue can hold the hub's forwarding back (nor read another's replica). (Its
+    subscription to everything is one to every other kind of topic.)"""
+    ctx = zmq.Context()
+    nosy = ctx.socket(zmq.SUB)
+    hub.keys["w1"].secure(nosy)
+    for prefix in (b"", b"replica:", channel.topic("beat")):
+        nosy.setsockopt(zmq.SUBSCRIBE, prefix)
+    nosy.connect(hub.down)
+    coordinator = channel.Listener(hub.down, [b"replica:", channel.topic("beat")], keys=hub.keys["ps"])
+    try:
+        assert nosy.poll(10_000) and coordinator.poll(10_000)  # both subscribed: beats came
+        assert _flood(hub, coordinator, 3, 100_000) == 3
+        heard = {nosy.recv_multipart()[0] for _ in range(20) if nosy.poll(100)}
+        assert heard == {channel.topic("beat")}
+        assert hub.ask("drops") == {"subscription to replicas, not the coordinator's": 2}
+    finally:
+        coordinator.close()
+        nosy.close(linger=0)
+        ctx.term()
+
+
 # -- messages in parts -------------------------------------------------------------------------
 def test_parts_are_put_together_in_order_and_nothing_else_is_kept():
     payload = os.urandom(3 * channel.CHUNK + 5)

@@ -248,7 +248,9 @@ def test_replicas_reach_the_coordinator_and_foreign_ones_are_refused(tmp_path):
     from testbed.node.roles.replicas import ReplicaBoard, send_replica
 
     hub, up, down = _hub(tmp_path)
+    _speak_as(hub, "ps", "ps")  # the coordinator's board: replicas go to it alone
     board = ReplicaBoard(down, {"w0", "w1"}, {"weight": torch.Size([2, 3])})
+    _speak_as(hub, "w0", "worker")
     cfg = RoleConfig(node="w0", role="worker", rank=0, run_dir="/nonexistent", t0=time.time(), scenario={},
                      ps_address="127.0.0.1", threads=1, records=up, control=down)
     try:

@@ -31,7 +31,9 @@ node.channel.CHUNK (64 KiB; a longer message goes in parts, each saying the whol
   node, 6 MiB the PS), a replica's are forwarded as they come; UP_QUEUE frames a connection
   wait to be read (16 MiB);
 - a subscriber that stops reading holds PUB_QUEUE frames: 16 MiB (and its socket's kernel
-  buffer); past them it loses what comes.
+  buffer). Replicas go to the coordinator alone (the hub applies each subscription itself), and
+  a replica's part waits for room in its queue (FORWARD_WAIT at most): a coordinator that reads
+  holds the workers back and loses no part, one that stopped costs the hub that wait once.
 ZeroMQ bounds neither the frames of one message (it holds them all before the hub reads the
 first) nor the subscriptions a subscriber makes.
 """
@@ -67,6 +69,7 @@ RECEIVE_BATCH = 1000  # messages taken in a row before the hub answers handshake
 LISTEN_BACKLOG = 4096  # connections waiting to be accepted: a fleet host's thousand devices connect at once
 BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTBEAT_TIMEOUT without one)
 RESEND = 0.2  # s between repeats of an unanswered request
+FORWARD_WAIT = 0.5  # s a replica's part waits for room in the coordinator's queue (the workers wait for the hub)
 MAX_TRAINERS = 100_000  # train requests waiting for the runner
 
 
@@ -123,6 +126,7 @@ class ControlHub:
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + BEAT
                     self._beat()
+                self._subscriptions()
                 ready = dict(poller.poll(50))
                 if self._zap in ready:  # a handshake waits for it
                     self._authenticate()
@@ -215,8 +219,7 @@ class ControlHub:
             self._parts.drop((sender, kind))
             return why
         if kind == "replica":  # its parts go on as they came: the coordinator puts them together
-            self._send([topic("replica", sender), header, body])
-            return None
+            return self._forward([topic("replica", sender), header, body])
         whole = self._parts.add((sender, kind), head, body)
         return None if whole is None else self._message(kind, whole, sender)
 
@@ -227,8 +230,7 @@ class ControlHub:
         if why:
             return why
         if kind == "replica":  # bytes for the coordinator, as they came, named by the key they came with
-            self._publish(topic("replica", sender), payload)
-            return None
+            return self._forward([topic("replica", sender), payload])
         data = untrusted.loads(payload, max_bytes=rules.KIND_LIMITS[kind])
         if not isinstance(data, dict):
             return f"{kind} not a mapping"
@@ -360,11 +362,52 @@ class ControlHub:
         for frames in channel.framed(t, payload):
             self._send(frames)
 
-    def _send(self, frames: list) -> None:
+    def _send(self, frames: list, wait: bool = False) -> bool:
+        """Whether `frames` went to every subscriber of their topic: without `wait` a subscriber
+        whose queue is full loses them (True all the same); with it they go to none then (False)."""
         with self._pub_lock:
             if self._pub.closed:  # closed by close() while another thread still asked
                 raise RuntimeError("the control channel is closed: the run has ended")
-            self._pub.send_multipart(frames)
+            if not wait:
+                self._pub.send_multipart(frames)  # (a lossy XPUB never blocks)
+                return True
+            self._pub.setsockopt(zmq.XPUB_NODROP, 1)
+            try:
+                self._pub.send_multipart(frames, flags=zmq.DONTWAIT)
+            except zmq.Again:
+                return False
+            finally:
+                self._pub.setsockopt(zmq.XPUB_NODROP, 0)
+        return True
+
+    def _forward(self, frames: list) -> Optional[str]:
+        """A replica, or a part of one, on to the coordinator: it waits for room in the
+        coordinator's queue up to FORWARD_WAIT (a coordinator that reads holds the hub, and so the
+        workers, back: no part is lost), then goes to those with room (one that stopped reading
+        costs the hub that wait once, and no memory). None once every subscriber has it, else why not."""
+        deadline = time.monotonic() + FORWARD_WAIT
+        while not self._send(frames, wait=True):
+            if time.monotonic() >= deadline:
+                self._send(frames)
+                return "replica part lost by a subscriber behind"
+            time.sleep(0.001)
+        return None
+
+    def _subscriptions(self) -> None:
+        """The subscriptions that came, each applied as runtimes.hub_rules.subscriptions says
+        (ZeroMQ applies none by itself: the XPUB is manual): a node hears what it subscribes to,
+        replicas only the coordinator; one that asked for replicas is counted."""
+        with self._pub_lock:
+            while not self._pub.closed and self._pub.poll(0):
+                frame = self._pub.recv(zmq.NOBLOCK, copy=False)
+                data = frame.bytes
+                if not data or data[0] not in (0, 1):
+                    continue
+                allowed = rules.subscriptions(data[1:], self.keys.roles.get(_sender(frame)))
+                for prefix in allowed:
+                    self._pub.setsockopt(zmq.SUBSCRIBE if data[0] else zmq.UNSUBSCRIBE, prefix)
+                if data[0] and allowed != [data[1:]]:
+                    self.drops.add("subscription to replicas, not the coordinator's")
 
     def _beat(self) -> None:
         self._publish(topic("beat"), json.dumps({"stop": self._stopping}).encode())
@@ -464,7 +507,7 @@ def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_
     """The hub's sockets: its ZAP handler's (answered before anyone can connect), then its two
     listening sockets, made inside the control network, CURVE servers with the run's hub key:
     PULL (up: rows and messages, a frame of MAX_FRAME at most, UP_QUEUE of them per connection)
-    and PUB (down: PUB_QUEUE messages, each a frame of channel.CHUNK at most, per subscriber);
+    and XPUB (down: PUB_QUEUE messages, each a frame of channel.CHUNK at most, per subscriber);
     and a monitor of each (failed handshakes)."""
     zap = ctx.socket(zmq.REP)
     zap.setsockopt(zmq.LINGER, 0)
@@ -473,7 +516,8 @@ def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_
     pull.setsockopt(zmq.MAXMSGSIZE, MAX_FRAME)  # a sender of a longer frame is disconnected, the frame unread
     pull.setsockopt(zmq.RCVHWM, UP_QUEUE)
     pull.setsockopt(zmq.LINGER, 0)
-    pub = ctx.socket(zmq.PUB)
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.XPUB_MANUAL, 1)  # the hub applies each subscription it allows (_subscriptions)
     pub.setsockopt(zmq.LINGER, 0)
     pub.setsockopt(zmq.SNDHWM, PUB_QUEUE)  # a subscriber that stops reading loses messages, the hub no memory
     monitors = []

@@ -42,6 +42,8 @@ SUPERVISOR_KINDS = ("ack", "state", "stats")
 SUPERVISOR_SENDS = (*SUPERVISOR_KINDS, "put")  # all a supervisor's key sends (a job's end: put)
 CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own drawn crash
 TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
+REPLICA_TOPICS = b"replica:"  # what every replica's topic starts with (node.channel.topic)
+OTHER_TOPICS = (b"beat:", b"node:", b"delay:", b"put:")  # what every other topic starts with
 
 
 def may_write(table: str, role: Optional[str], reports_open: bool, evaluator: str = EVALUATOR) -> bool:
@@ -63,6 +65,16 @@ def holder_refused(head: bytes, by_supervisor: bool, supervised: bool) -> Option
     if supervised and not by_supervisor and kind in SUPERVISOR_KINDS:
         return f"{kind} not with its supervisor's key"
     return None
+
+
+def subscriptions(prefix: bytes, role: Optional[str]) -> list[bytes]:
+    """What a node of `role` that subscribes to `prefix` is subscribed to: that prefix, but for
+    the replicas, which go to the coordinator (on the PS's node) alone (the hub holds their parts
+    back for its queue, and for no other's): a prefix of every topic ("") is all the other
+    kinds', a replica's topic none."""
+    if role == "ps" or not (prefix.startswith(REPLICA_TOPICS) or REPLICA_TOPICS.startswith(prefix)):
+        return [prefix]
+    return [kind for kind in OTHER_TOPICS if kind.startswith(prefix)]
 
 
 def kind_refused(kind: str, size: int, role: Optional[str], max_replica: int) -> Optional[str]:
