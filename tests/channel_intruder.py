@@ -3,7 +3,8 @@ a lab host's own namespace, which is no node of the run):
 `python channel_intruder.py UP DOWN SECONDS SERVER_KEY [STOLEN_KEYS]`.
 
 For SECONDS it subscribes to the hub's PUB, and pushes forged rows, states, acks, requests for
-timeline actions (one with Infinity), a 5,000-deep JSON and a 100 MiB message to its PULL:
+timeline actions (one with Infinity), a 5,000-deep JSON and a 100 MiB message to its PULL (in
+parts, the first declaring its length; then in one frame, which the hub's socket cuts unread):
 plain; with a CURVE key of its own (it knows the hub's public SERVER_KEY: it is public); and,
 given STOLEN_KEYS (a node's whole keys, as its file holds them), as that node but naming another.
 Prints what its subscribers received, as JSON."""
@@ -13,6 +14,8 @@ import sys
 import time
 
 import zmq
+
+from testbed.node import channel
 
 FORGED_LOSS = 123.456  # a loss no run records: a forged row found in steps.csv shows by it
 HUNDRED_MIB = b"x" * (100 << 20)
@@ -28,7 +31,8 @@ def forged(victim: str, big: bool) -> list[list[bytes]]:
             [b"!request", json.dumps({"id": "forged", "node": victim, "action": "kill", "fields": {}}).encode()],
             [b"!request", json.dumps({"id": "forged2", "node": "ps", "action": "link",
                                       "fields": {"direction": "up", "rate": "1kbit"}}).encode()],
-            [b"!report", b'{"name": "ps.json", "data": {"forged": true}}']] + ([[b"!request", HUNDRED_MIB]] if big else [])
+            [b"!report", b'{"name": "ps.json", "data": {"forged": true}}']] + (
+        [channel.framed(b"!request", HUNDRED_MIB)[0], [b"!request", HUNDRED_MIB]] if big else [])
 
 
 def _socket(ctx, kind, url, public=None, secret=None, server=None):

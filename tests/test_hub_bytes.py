@@ -196,6 +196,32 @@ def test_a_coordinator_that_reads_slowly_loses_no_replica(hub):
         coordinator.close()
 
 
+def test_a_coordinator_that_stopped_reading_holds_the_beats_back_once_at_most(hub):
+    """20 replicas of 1 MiB (320 parts) while the coordinator reads nothing: the hub waits
+    FORWARD_WAIT for room once (its lossy send then sets the full queue aside, and later parts do
+    not wait for it), so a worker keeps hearing beats (a wait for every part would hold the hub,
+    and every beat, 0.5 s a part)."""
+    ctx = zmq.Context()
+    stuck = _stuck_subscriber(ctx, hub)
+    worker = channel.Listener(hub.down, [channel.topic("beat")], keys=hub.keys["w1"])
+    try:
+        assert worker.poll(10_000)  # subscribed: a beat has come
+        _speak_as(hub.keys["w0"])
+        for _ in range(20):
+            channel.send(hub.up, "replica", b"r" * (1 << 20))
+        beats, deadline = [time.monotonic()], time.monotonic() + 8
+        while time.monotonic() < deadline:
+            if worker.poll(100):
+                beats.append(time.monotonic())
+        gaps = [b - a for a, b in zip(beats, beats[1:] + [deadline])]
+        assert max(gaps) < 2.5, f"no beat for {max(gaps):.1f} s"
+        assert hub.ask("drops").get("replica part lost by a subscriber behind", 0) > 0
+    finally:
+        worker.close()
+        stuck.close(linger=0)
+        ctx.term()
+
+
 def test_replicas_go_to_the_coordinator_alone(hub):
     """A worker that subscribes to everything, or to the replicas, hears beats and no replica: no
     other node's queue can hold the hub's forwarding back (nor read another's replica). (Its
