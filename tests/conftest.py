@@ -144,16 +144,32 @@ def _lab_or_skip():
 def lab():
     """The lab of two emulated hosts (`edgebed lab up --hosts 2`), one for the whole session: its
     tests run last (pytest_collection_modifyitems), so it is up only while they run, and the node
-    image is loaded onto its engines once. One already up (made by hand) is used and left up."""
+    image is loaded onto its engines once. One already up (made by hand) is used and left up if
+    its engines answer; one that does not (a crashed session's) is taken down and made anew."""
     from testbed.runtimes import lab as lab_mod
 
     _lab_or_skip()
     made = not lab_mod.lab_hosts()
+    if not made and not _lab_answers(lab_mod.lab_hosts()):  # one a crashed session left behind
+        lab_mod.lab_down()
+        made = True
     if made:
         lab_mod.lab_up(2)
     yield lab_mod.lab_hosts()
     if made:
         assert lab_mod.lab_down() == []
+
+
+def _lab_answers(hosts) -> bool:
+    """Whether every host's engine of a lab that is up answers, with the swarm's hosts all ready."""
+    import docker
+
+    try:
+        engines = [docker.DockerClient(base_url=h.socket, timeout=5) for h in hosts]
+        ready = [n for n in engines[0].nodes.list() if n.attrs["Status"]["State"] == "ready"]
+        return all(e.ping() for e in engines) and len(ready) == len(hosts)
+    except Exception:
+        return False
 
 
 @contextmanager

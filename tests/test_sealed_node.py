@@ -6,6 +6,7 @@ powers"). Each probe here succeeded when a node kept uid 0 without capabilities.
 import json
 import multiprocessing.forkserver
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -177,7 +178,8 @@ def _docker_or_skip():
 def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supervisor(tmp_path, clean_host):
     """As uid 0 without capabilities, a docker node's job could rewrite the image's modules (root
     owns them) that the supervisor, which keeps the container's powers, imports later, read
-    both key files and signal the supervisor."""
+    both key files and signal the supervisor. The container's root file system is read-only
+    even to its root (its keys in a volume of its own, gone with the run), /tmp writable."""
     import secrets
 
     from testbed.kernel.identity import container_identity
@@ -186,7 +188,7 @@ def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supe
     from testbed.plan.cluster import build_cluster
     from testbed.runtimes.docker import DockerRuntime
     from testbed.runtimes.images import ensure_node_image
-    from testbed.runtimes.state import RunState
+    from testbed.runtimes.state import RUN_LABEL, RunState
 
     client = _docker_or_skip()
     image = ensure_node_image(client, say=lambda s: None)
@@ -206,9 +208,15 @@ def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supe
             "write": ["/usr/local/lib", "/etc/passwd"], "plant": ["/run/edgebed/planted"]})
         job.join(60)
         got = json.loads(slot.read_text())
+        container = rt.handles["w0"].container
+        as_root = container.exec_run(["sh", "-c", "touch /opt/x; touch /tmp/x && echo tmp written"]).output.decode()
+        volumes = client.volumes.list(filters={"label": f"{RUN_LABEL}={run_id}"})
+        containers = len(rt.handles)
     finally:
         rt.make_stop_event().set()
         assert rt.teardown() == []
+    assert "Read-only file system" in as_root and "tmp written" in as_root, as_root
+    assert len(volumes) == containers == 3 and client.volumes.list(filters={"label": f"{RUN_LABEL}={run_id}"}) == []
     me = container_identity()
     assert got["ids"] == [[me.uid] * 3, [me.gid] * 3, []], got["ids"]
     denied = ("Permission denied", "Operation not permitted", "Read-only file system", "Is a directory")
@@ -221,23 +229,50 @@ def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supe
 def test_a_node_keeps_its_parent_death_signal_as_its_own_uid():
     """The kernel clears the parent-death signal when a process's ids change: a netns node would
     outlive a killed runner (tests/test_lifecycle.py's kill -9 test found it)."""
-    import ctypes
-
     from testbed.kernel.identity import node_identity
+    from testbed.kernel.parent_death import die_with_parent, parent_death_signal
     from testbed.kernel.privileges import drop_privileges
 
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, 9, 0, 0, 0)  # PR_SET_PDEATHSIG, SIGKILL
-        drop_privileges(node_identity("abcdef", 3))
-        sig = ctypes.c_int(-1)
-        libc.prctl(2, ctypes.byref(sig), 0, 0, 0)  # PR_GET_PDEATHSIG
-        os.write(w, json.dumps({"uid": os.getuid(), "pdeathsig": sig.value}).encode())
-        os._exit(0)
+        try:
+            die_with_parent(signal.SIGKILL)
+            drop_privileges(node_identity("abcdef", 3))
+            os.write(w, json.dumps({"uid": os.getuid(), "pdeathsig": parent_death_signal()}).encode())
+        finally:
+            os._exit(0)  # never back into pytest from a forked child
     os.close(w)
     with os.fdopen(r) as f:
         got = json.loads(f.read() or "{}")
     os.waitpid(pid, 0)
-    assert got == {"uid": node_identity("abcdef", 3).uid, "pdeathsig": 9}, got
+    assert got == {"uid": node_identity("abcdef", 3).uid, "pdeathsig": signal.SIGKILL}, got
+
+
+def test_a_swarm_nodes_root_is_read_only_and_a_fleet_hosts_is_not():
+    """A node's supervisor task, like a docker node's container, gets a read-only root file
+    system with tmpfs where its code writes (its keys are secrets, mounted by the engine); a fleet
+    host mounts cgroups and namespaces in its own and keeps it writable."""
+    from testbed.runtimes.docker_nodes import WRITABLE_TMPFS
+    from testbed.runtimes.hosts import SwarmHost
+    from testbed.runtimes.swarm import SwarmRuntime
+
+    made: list[dict] = []
+
+    class Runtime(SwarmRuntime):
+        labels = {"edgebed": "1", "edgebed.run": "abc123"}
+        run_id = "abc123"
+
+    rt = Runtime.__new__(Runtime)
+    rt.client = type("Manager", (), {"services": type("Services", (), {
+        "create": lambda self, image, **kw: made.append(kw) or kw})()})()
+    rt.image, rt._urls, rt._services = "edgebed/node:x", ("tcp://a:1", "tcp://a:2"), {}
+    host = SwarmHost(id="n1", hostname="h1", address="", cpus=2, memory=1, gpus=0)
+    rt.service("w0", host, [], role="worker", secret=["its keys"])
+    rt.service("h1-fleet", host, [], secret=["its keys"], caps=["NET_ADMIN", "SYS_ADMIN"], command=["python"],
+               args=["-m", "testbed.node.fleet_host"])
+    node, fleet = made
+    assert node["read_only"] is True
+    assert {(m["Target"], m["Type"], m["TmpfsOptions"]["Mode"]) for m in node["mounts"]} == \
+        {(at, "tmpfs", 0o1777) for at in WRITABLE_TMPFS}
+    assert fleet["read_only"] is False and fleet["mounts"] is None

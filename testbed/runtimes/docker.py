@@ -26,7 +26,8 @@ from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.kernel.bridges import one_bridge_problems
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
 from testbed.runtimes.docker_network import create_run_network
-from testbed.runtimes.docker_nodes import ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys
+from testbed.runtimes.docker_nodes import (ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys,
+                                           sealed_root)
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
@@ -237,6 +238,8 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         api = self.client.api
         if self.fabric is not None:
             host_kw["network_mode"] = "none"  # the fabric plugs its eth0 in
+        if node.image is None:
+            host_kw.update(sealed_root(self.labels))
         host_config = api.create_host_config(**host_kw)
         net_config = None if self.fabric is not None else api.create_networking_config(
             {self.network.name: api.create_endpoint_config(ipv4_address=node.address)})
@@ -408,9 +411,14 @@ def remove_docker_resources(run_id: str) -> list[str]:
     problems = []
     for c in client.containers.list(all=True, filters=flt, ignore_removed=True):
         try:
-            c.remove(force=True)
+            c.remove(force=True, v=True)  # with its keys' volume
         except Exception as e:
             problems.append(f"container {c.name}: {e}")
+    for v in client.volumes.list(filters=flt):  # one whose container went another way
+        try:
+            v.remove(force=True)
+        except Exception as e:
+            problems.append(f"volume {v.name}: {e}")
     for n in client.networks.list(filters=flt):
         try:
             n.remove()
@@ -427,6 +435,7 @@ def docker_labels() -> list[tuple[str, dict]]:
     found = [(f"container {c.name}", c.labels or {})
              for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)]
     found += [(f"network {n.name}", n.attrs.get("Labels") or {}) for n in client.networks.list(filters={"label": LABEL})]
+    found += [(f"volume {v.name}", v.attrs.get("Labels") or {}) for v in client.volumes.list(filters={"label": LABEL})]
     return found
 
 

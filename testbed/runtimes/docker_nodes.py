@@ -12,6 +12,21 @@ from typing import Optional
 from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, is_v2
 from testbed.runtimes.containers import join_polling, role_ended
 
+# Where a supervised node's processes may write: the rest of its root file system is read-only.
+WRITABLE_TMPFS = {"/tmp": "mode=1777", "/var/tmp": "mode=1777"}
+KEYS_VOLUME_AT = "/run"  # a volume of the container's own: the engine copies keys into it before the start
+
+
+def sealed_root(labels: dict) -> dict:
+    """The host config of a container of edgebed's node image: its root file system read-only
+    (Kubernetes' "restricted" profile: nothing a node runs can change what its supervisor imports),
+    tmpfs where a node writes, and an anonymous volume, labelled as the run's, for its keys (the
+    engine refuses to copy into a read-only root, not into a volume)."""
+    from docker.types import Mount
+
+    return {"read_only": True, "tmpfs": dict(WRITABLE_TMPFS),
+            "mounts": [Mount(KEYS_VOLUME_AT, None, type="volume", labels=labels)]}
+
 
 class PidCgroup(CgroupUsage):
     """CPU and memory accounting of a container, read from its PID's cgroups."""
@@ -151,7 +166,7 @@ def put_channel_keys(api, container_id: str, keys, supervisor_keys) -> None:
 
     from testbed.node.channel_keys import KEY_FILE, SUPERVISOR_KEY_FILE
 
-    parent, base = posixpath.split(posixpath.dirname(KEY_FILE))
+    parent, base = posixpath.split(posixpath.dirname(KEY_FILE))  # (KEYS_VOLUME_AT, its folder)
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         d = tarfile.TarInfo(base)
