@@ -158,9 +158,10 @@ def test_a_node_cut_from_every_other_is_cut_from_everyone_and_a_partial_heal_cut
                     ("d1", {"addresses": ["10.205.0.2"], "cut": True, "everyone": False})]
     assert rt._cut_off == set()
 
-def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0, uid: int = 40001) -> None:
+def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0, uid: int = 40001, hidden: str = "") -> None:
     """A forkserver's job (below): exits 0 where it runs in `netns_inode` with `node`'s keys, no
-    capability left and uid `uid` (its device's own), 3 otherwise; holds on `hold` s first."""
+    capability left, uid `uid` (its device's own) and no mount at `hidden`, 3 otherwise; holds on
+    `hold` s first."""
     import os
     import sys
     import time
@@ -171,20 +172,23 @@ def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0, uid: int = 
     status = dict(line.split(":\t", 1) for line in open("/proc/self/status").read().splitlines() if ":\t" in line)
     keys = channel_keys.held()
     ok = os.stat("/proc/self/ns/net").st_ino == netns_inode and keys is not None and keys.node == node \
-        and int(status["CapEff"], 16) == 0 and os.getresuid() == (uid,) * 3
+        and int(status["CapEff"], 16) == 0 and os.getresuid() == (uid,) * 3 \
+        and not (hidden and os.path.ismount(hidden))
     sys.exit(0 if ok else 3)
 
 
 @needs_root
-def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_reports_ends(tmp_path):
+def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_reports_ends(job_out):
     """A fleet host's processes come from its forkserver (node.fleet_spawner): a job runs in the
     device's namespace, with that device's keys and no capability; keys of another device are
     refused in the child; a kill comes back as -9; the forkserver's end stops what it forked; the
-    device's processes run as its own uid (40001 + its index on the host)."""
+    device's processes run as its own uid (40001 + its index on the host) and do not see the
+    host's cgroup hierarchy (a mount the host's forkserver hides from them)."""
     import multiprocessing as mp
     import os
     import signal
     import socket
+    import subprocess
     import uuid
 
     from testbed.kernel.netlink import NETNS_DIR, create_netns, remove_netns
@@ -192,6 +196,9 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
     from testbed.node.stop_flag import StopFlag
 
     name = f"eb-fs-{uuid.uuid4().hex[:6]}"
+    hierarchy = job_out / "cgroup"  # stands for the host's cgroup mount, where a device's uid may look
+    hierarchy.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "tmpfs", str(hierarchy)], check=True)
     create_netns(name, ipv6=False)
     mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     stop = StopFlag(mp.get_context("fork"))
@@ -200,14 +207,14 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
         code = 1
         try:
             mine.close()
-            code = Forkserver(theirs, stop, lambda: None).run()
+            code = Forkserver(theirs, stop, lambda: None, hidden=(str(hierarchy),)).run()
         finally:
             os._exit(code)  # never back into pytest from a forked child
     theirs.close()
     try:
         forks, inode, keys = Forks(mine), os.stat(f"{NETNS_DIR}/{name}").st_ino, _keys("d7")
         job = {"target": "test_swarm_fleet:check_where_i_am", "kwargs": {"netns_inode": inode, "node": "d7",
-                                                                         "uid": 40008}}
+                                                                         "uid": 40008, "hidden": str(hierarchy)}}
         ok = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", job, keys.to_text(), (), index=7)
         ok.join(timeout=30)
         assert ok.exitcode == 0
@@ -226,6 +233,9 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
         mine.close()  # the forkserver's end: it stops its children within its grace
         os.waitpid(server, 0)
         remove_netns(name)
+        still_mounted = os.path.ismount(hierarchy)  # hidden from the devices only
+        subprocess.run(["umount", str(hierarchy)], check=False)
+    assert still_mounted
     with pytest.raises(ProcessLookupError):
         os.kill(last.pid, 0)
 

@@ -27,6 +27,7 @@ CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 19
 KEPT_FLAGS = 2 | 4 | 8  # nosuid, nodev, noexec: the same bits in statvfs's f_flag and mount's flags
 READ_ONLY = ("/sys/fs/cgroup", "/proc/sys")
+MNT_DETACH, UMOUNT_NOFOLLOW = 2, 8
 
 
 class MountError(RuntimeError):
@@ -74,6 +75,20 @@ def read_only_host_controls(paths: tuple[str, ...] = READ_ONLY, hide_others: boo
         _call(libc.mount(None, point.encode(), None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept, None),
               f"remount {point} read-only")
     return points
+
+
+def hide_mounts(paths: tuple[str, ...]) -> None:
+    """This process in a mount namespace of its own (propagation from its parent's only, never
+    back) without the mounts at `paths` (a fleet host's cgroup hierarchy, which a device's
+    processes have joined their cgroup through: they need not see the other devices' limits).
+    Needs CAP_SYS_ADMIN: call before dropping it. A path that is no mount is passed over."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    _call(libc.unshare(CLONE_NEWNS), "unshare(CLONE_NEWNS)")
+    libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
+    _call(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
+    for path in paths:
+        if libc.umount2(path.encode(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0 and ctypes.get_errno() not in (22, 2):
+            _call(-1, f"umount {path}")  # (EINVAL: no mount there; ENOENT: no such path)
 
 
 Bridge = tuple[str, tuple[str, ...]]  # a folder closed to strangers, and the entries bound back into it

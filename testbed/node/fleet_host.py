@@ -202,7 +202,7 @@ class HostAgent:
             code = 1
             try:
                 mine.close()
-                code = Forkserver(theirs, stop, lambda: warm(self.plan.warm)).run()
+                code = Forkserver(theirs, stop, lambda: warm(self.plan.warm), hidden=(str(CGROUP_MOUNTS),)).run()
             finally:
                 os._exit(code)
         theirs.close()

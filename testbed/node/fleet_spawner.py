@@ -42,12 +42,15 @@ def _read_all(fd: int) -> bytes:
     return b"".join(chunks)
 
 
-def _child(header: dict, fds: list[int], stop) -> int:
-    """A forked child: into the device's namespace, its arguments and keys, then its target."""
+def _child(header: dict, fds: list[int], stop, hidden: tuple[str, ...] = ()) -> int:
+    """A forked child: into the device's namespace, its arguments and keys, its cgroup, a mount
+    namespace without the mounts at `hidden`, then its target."""
     from testbed.kernel.identity import container_identity
     from testbed.node import channel_keys
     from testbed.node.channel_keys import ChannelKeys
-    from testbed.node.launch import _job_main, _role_main, _stress_main
+    from testbed.kernel.mounts import hide_mounts
+    from testbed.node import supervisor_sender
+    from testbed.node.launch import _job_main, _join, _role_main, _stress_main
 
     netns, args_fd, key_fd = fds
     if ctypes.CDLL(None, use_errno=True).setns(netns, CLONE_NEWNET) != 0:
@@ -63,6 +66,10 @@ def _child(header: dict, fds: list[int], stop) -> int:
 
         os.sched_setaffinity(0, parse_cpuset(args["cpuset"]))
     cgroups, identity = tuple(header["cgroups"]), container_identity(1 + int(header["index"]))
+    supervisor_sender.forget()
+    _join(cgroups)  # through the host's cgroup hierarchy, which the device's processes then do not see
+    hide_mounts(hidden)
+    cgroups = ()
     if header["kind"] == "role":
         _role_main(args["cfg"], stop, cgroups, identity)
     elif header["kind"] == "stress":
@@ -74,10 +81,11 @@ def _child(header: dict, fds: list[int], stop) -> int:
 
 class Forkserver:
     """The forkserver's side: forks on request, reports each child's end, and at the host's end
-    (its socket closed, or SIGTERM) stops its children."""
+    (its socket closed, or SIGTERM) stops its children. Each child joins its device's cgroups,
+    then leaves the mounts at `hidden` (the host's cgroup hierarchy) out of its mount namespace."""
 
-    def __init__(self, sock: socket.socket, stop, warm: Callable[[], None]):
-        self.sock, self.stop, self.warm = sock, stop, warm
+    def __init__(self, sock: socket.socket, stop, warm: Callable[[], None], hidden: tuple[str, ...] = ()):
+        self.sock, self.stop, self.warm, self.hidden = sock, stop, warm, hidden
         self.children: set[int] = set()
         self.ending = False
 
@@ -115,7 +123,7 @@ class Forkserver:
             code = 1
             try:
                 self.sock.close()
-                code = _child(header, fds, self.stop)
+                code = _child(header, fds, self.stop, self.hidden)
             except SystemExit as e:
                 code = e.code if isinstance(e.code, int) else 1
             except BaseException:
