@@ -7,7 +7,6 @@ import json
 import multiprocessing.forkserver
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -16,13 +15,9 @@ import pytest
 from conftest import needs_root, netns_cluster
 
 from testbed.kernel.identity import run_block
-from testbed.node import mailbox
+from testbed.node import mailbox, reach
 
 pytestmark = [needs_root, pytest.mark.root]
-
-KNOBS = ("/sys/kernel/mm/transparent_hugepage/enabled", "/sys/devices/system/cpu/cpu1/online",
-         "/sys/power/state")
-
 
 @pytest.fixture
 def cluster(tmp_path, clean_host):
@@ -35,48 +30,23 @@ def cluster(tmp_path, clean_host):
         yield c
 
 
-def _attempt(fn) -> str:
-    """'ok' if `fn` went through, else the errno's name it failed with."""
-    try:
-        fn()
-        return "ok"
-    except OSError as e:
-        return type(e).__name__ if e.errno is None else os.strerror(e.errno)
-
-
 def _sleeper(seconds, slot):
     mailbox.write_text(slot, str(os.getpid()))
     time.sleep(seconds)
 
 
-def _open_for_writing(path):
-    os.close(os.open(path, os.O_WRONLY))  # never writes: opening is the probe
-
-
-def _plant_link(path):
-    os.symlink("/proc/self/ns/net", path)
-    os.unlink(path)  # only where it was allowed (the old code): nothing of the probe stays
-
-
-def _connect(address):
-    with socket.socket(socket.AF_UNIX) as s:
-        s.connect(address)
+def _create(path):
+    open(path, "x").close()
 
 
 def _probe(slot, forkserver, neighbour, run_dir, netns_link):
-    out = {"ids": [os.getresuid(), os.getresgid(), os.getgroups()],
-           "forkserver": _attempt(lambda: _connect(forkserver)),
-           "environ": _attempt(lambda: open(f"/proc/{neighbour}/environ", "rb").read()),
-           "mem": _attempt(lambda: open(f"/proc/{neighbour}/mem", "rb").close()),
-           "signal": _attempt(lambda: os.kill(neighbour, 0)),
-           "listed": [p for p in (neighbour, os.getppid(), 1) if os.path.exists(f"/proc/{p}")],
-           "runner": _attempt(lambda: os.kill(os.getppid(), 0)),
-           "run_dir": _attempt(lambda: open(os.path.join(run_dir, "planted"), "w").close()),
-           "netns": _attempt(lambda: _plant_link(netns_link)),
-           "knobs": {k: _attempt(lambda k=k: _open_for_writing(k)) for k in KNOBS if os.path.exists(k)},
-           # the runner's interpreter and torch, under root's 0700 folders here, still start as this uid
-           "python": subprocess.run([sys.executable, "-c", "import torch, testbed; print(torch.ones(2).sum().item())"],
-                                    capture_output=True, text=True, timeout=120).stdout.strip()}
+    """reach.attempts (the knobs among its writes), a file made in the run dir, and the runner's
+    interpreter and torch, under root's 0700 folders here, started as this uid."""
+    out = reach.attempts(read=[f"/proc/{neighbour}/mem"], write=[], signal=[neighbour, os.getppid(), 1],
+                         plant=[netns_link], connect=[forkserver])
+    out["run_dir"] = reach._attempt(lambda: _create(os.path.join(run_dir, "planted")))
+    out["python"] = subprocess.run([sys.executable, "-c", "import torch, testbed; print(torch.ones(2).sum().item())"],
+                                   capture_output=True, text=True, timeout=120).stdout.strip()
     mailbox.write_text(slot, json.dumps(out))
 
 
@@ -101,11 +71,12 @@ def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, t
     assert uid in run_block(rt.run_id) and got["ids"] == [[uid] * 3, [uid] * 3, []], got["ids"]
     assert uid != rt.handles["w1"].identity.uid
     denied = ("Permission denied", "Operation not permitted", "Read-only file system")
-    for probe_name in ("forkserver", "signal", "runner", "run_dir", "netns"):
-        assert got[probe_name] in denied, (probe_name, got)
-    for probe_name in ("environ", "mem"):  # the neighbour is not even listed in the node's /proc
-        assert got[probe_name] in (*denied, "No such file or directory"), (probe_name, got)
-    assert got["knobs"] and all(v in denied for v in got["knobs"].values()), got["knobs"]
+    tried = [got["run_dir"], got["modules"], *got["connect"].values(), *got["signal"].values(),
+             *got["plant"].values()]  # the forkserver; the neighbour, the runner, init; /run/netns
+    assert len(tried) == 7 and all(v in denied for v in tried), got
+    gone = (*denied, "No such file or directory")  # the neighbour is not even listed in the node's /proc
+    assert all(v in gone for v in [*got["environ"].values(), *got["read"].values()]), got
+    assert got["write"] and all(v in denied for v in got["write"].values()), got["write"]  # the knobs
     assert got["listed"] == [], got["listed"]  # neither the neighbour, nor the forkserver, nor init
     assert not (run_dir / "planted").exists() and not os.path.lexists(f"/run/netns/eb-{rt.run_id}-zz")
     assert got["python"] == "2.0", got
