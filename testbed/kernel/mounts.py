@@ -20,6 +20,7 @@ folder with only the needed entries bound back in, so nothing else of that folde
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import stat
 
@@ -87,8 +88,9 @@ def hide_mounts(paths: tuple[str, ...]) -> None:
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_void_p]
     _call(libc.mount(None, b"/", None, MS_REC | MS_SLAVE, None), "mount --make-rslave /")
     for path in paths:
-        if libc.umount2(path.encode(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0 and ctypes.get_errno() not in (22, 2):
-            _call(-1, f"umount {path}")  # (EINVAL: no mount there; ENOENT: no such path)
+        if libc.umount2(path.encode(), MNT_DETACH | UMOUNT_NOFOLLOW) != 0 and \
+                ctypes.get_errno() not in (errno.EINVAL, errno.ENOENT):  # no mount there, no such path
+            _call(-1, f"umount {path}")
 
 
 Bridge = tuple[str, tuple[str, ...]]  # a folder closed to strangers, and the entries bound back into it

@@ -46,10 +46,9 @@ def _child(header: dict, fds: list[int], stop, hidden: tuple[str, ...] = ()) -> 
     """A forked child: into the device's namespace, its arguments and keys, its cgroup, a mount
     namespace without the mounts at `hidden`, then its target."""
     from testbed.kernel.identity import container_identity
-    from testbed.node import channel_keys
-    from testbed.node.channel_keys import ChannelKeys
     from testbed.kernel.mounts import hide_mounts
-    from testbed.node import supervisor_sender
+    from testbed.node import channel_keys, supervisor_sender
+    from testbed.node.channel_keys import ChannelKeys
     from testbed.node.launch import _job_main, _join, _role_main, _stress_main
 
     netns, args_fd, key_fd = fds
