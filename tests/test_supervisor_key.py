@@ -93,10 +93,10 @@ def test_what_a_supervisor_forks_closes_its_senders_end_before_anything_else(mon
         raise InterruptedError  # stops each entry point here
 
     monkeypatch.setattr(launch.supervisor_sender, "forget", lambda: calls.append("forget"))
-    monkeypatch.setattr(launch, "_join", lambda procs: calls.append("join"))
+    monkeypatch.setattr(launch, "join_cgroups", lambda procs: calls.append("join"))
     monkeypatch.setattr(launch, "drop_privileges", drop)
-    for main, args in ((launch._role_main, ({}, None)), (launch._job_main, ("m:f", {})),
-                       (launch._stress_main, (0.5, None))):
+    for main, args in ((launch.role_main, ({}, None)), (launch.job_main, ("m:f", {})),
+                       (launch.stress_main, (0.5, None))):
         calls.clear()
         with pytest.raises(InterruptedError):
             main(*args)
@@ -122,7 +122,7 @@ def test_a_fleet_device_speaks_with_its_supervisors_key_and_forks_with_the_devic
     from testbed.node import channel
     from testbed.node.fleet_device import FleetDevice, HostShare
     from testbed.node.fleet_plan import DevicePlan
-    from testbed.node.launch import _stress_main
+    from testbed.node.launch import stress_main
 
     hub = loopback_hub(tmp_path)
     handed = []
@@ -134,7 +134,7 @@ def test_a_fleet_device_speaks_with_its_supervisors_key_and_forks_with_the_devic
         device = FleetDevice(DevicePlan("d0", "10.9.0.2"), keys, supervisors, share)
         device._send_json("stats", {"node": "d0", "rx_bytes": 3})
         assert _until(lambda: hub.stats.get("d0", {}).get("rx_bytes") == 3) and not hub.drops
-        device._fork(_stress_main, (0.5, None))
+        device._fork(stress_main, (0.5, None))
         assert handed == [keys.to_text()] and supervisors.secret.decode() not in handed[0]
         device.listener.close()
         device.sender.close()

@@ -1,4 +1,4 @@
-"""A node's measure of its host (issue 33, calibration): timed training steps of the run's own
+"""A node's measure of its host (calibration): timed training steps of the run's own
 model, in the node's own cgroup and on its own host, handed to the runner over the mailbox.
 
 Run as a job (`runtime.start(node, "testbed.node.calibrate:run_calibration", ...)`) after the

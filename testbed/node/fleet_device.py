@@ -25,7 +25,7 @@ from testbed.node import channel, control
 from testbed.node.channel_keys import ChannelKeys
 from testbed.node.fleet_plan import DevicePlan
 from testbed.node.fleet_spawner import Forks
-from testbed.node.launch import MAX_REQUEST, RoleSupervisor, _job_main, _role_main, _stress_main
+from testbed.node.launch import MAX_REQUEST, RoleSupervisor, job_main, role_main, stress_main
 
 IDLE_STATS_EVERY = 10.0  # s between an idle device's reports (the runner takes one silent 30 s for gone)
 
@@ -81,11 +81,11 @@ class FleetDevice(RoleSupervisor):
 
     def _fork(self, target: Callable, args: tuple, name: str = ""):
         """The forkserver's child for this device (not this process's: it holds every device's keys)."""
-        if target is _role_main:
+        if target is role_main:
             kind, payload = "role", {"cfg": args[0], "cpuset": self.cpuset}
-        elif target is _stress_main:
+        elif target is stress_main:
             kind, payload = "stress", {"load": args[0], "cpuset": self.cpuset}
-        elif target is _job_main:
+        elif target is job_main:
             kind, payload = "job", {"target": args[0], "kwargs": args[1]}
         else:
             raise ValueError(f"a fleet device runs no {target.__name__}")

@@ -1,4 +1,4 @@
-"""A fleet host's trainer forkserver (runtime swarm's fleets, issue 34): the process that forks
+"""A fleet host's trainer forkserver (runtime swarm's fleets): the process that forks
 every device's trainer, stress and measuring job, warm with torch and the run's dataset, so
 each starts from shared pages in a fraction of a second.
 
@@ -49,7 +49,7 @@ def _child(header: dict, fds: list[int], stop, hidden: tuple[str, ...] = ()) -> 
     from testbed.kernel.mounts import hide_mounts
     from testbed.node import channel_keys, supervisor_sender
     from testbed.node.channel_keys import ChannelKeys
-    from testbed.node.launch import _job_main, _join, _role_main, _stress_main
+    from testbed.node.launch import job_main, join_cgroups, role_main, stress_main
 
     netns, args_fd, key_fd = fds
     if ctypes.CDLL(None, use_errno=True).setns(netns, CLONE_NEWNET) != 0:
@@ -66,15 +66,15 @@ def _child(header: dict, fds: list[int], stop, hidden: tuple[str, ...] = ()) -> 
         os.sched_setaffinity(0, parse_cpuset(args["cpuset"]))
     cgroups, identity = tuple(header["cgroups"]), container_identity(1 + int(header["index"]))
     supervisor_sender.forget()
-    _join(cgroups)  # through the host's cgroup hierarchy, which the device's processes then do not see
+    join_cgroups(cgroups)  # through the host's cgroup hierarchy, which the device's processes then do not see
     hide_mounts(hidden)
     cgroups = ()
     if header["kind"] == "role":
-        _role_main(args["cfg"], stop, cgroups, identity)
+        role_main(args["cfg"], stop, cgroups, identity)
     elif header["kind"] == "stress":
-        _stress_main(float(args["load"]), stop, cgroups, identity)
+        stress_main(float(args["load"]), stop, cgroups, identity)
     else:
-        _job_main(args["target"], args["kwargs"], cgroups, identity)
+        job_main(args["target"], args["kwargs"], cgroups, identity)
     return 0
 
 

@@ -39,7 +39,7 @@ MAX_REQUEST = 64 << 20  # bytes: a "go" carries the RoleConfig (the scenario, ev
 KEPT_ANSWERS = 1000  # answers kept for repeats of a request (the runner repeats only its latest ones)
 
 
-def _join(cgroup_procs: tuple) -> None:
+def join_cgroups(cgroup_procs: tuple) -> None:
     """Into the node's cgroup, where the supervisor is not in it (a fleet host's device:
     node.fleet_host): before the process starts anything, and while it still may."""
     for path in cgroup_procs:
@@ -47,11 +47,11 @@ def _join(cgroup_procs: tuple) -> None:
             f.write(str(os.getpid()))
 
 
-def _role_main(cfg_data: dict, stop, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
+def role_main(cfg_data: dict, stop, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
     # first, while this is the process's one thread (importing torch starts more): the role and
     # what it starts get none of the supervisor's powers (SECURITY.md), nor its sender, nor its uid
     supervisor_sender.forget()
-    _join(cgroup_procs)
+    join_cgroups(cgroup_procs)
     drop_privileges(identity or container_identity())
     from testbed.node.roles import resolve_target
     from testbed.node.roles.common import RoleConfig
@@ -82,10 +82,10 @@ def _warm_for_trainers(cfg: dict) -> None:
         pass
 
 
-def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
+def job_main(target: str, kwargs: dict, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
     """A measuring job (runtime.start on a node whose runner is elsewhere): one function."""
     supervisor_sender.forget()
-    _join(cgroup_procs)
+    join_cgroups(cgroup_procs)
     drop_privileges(identity or container_identity())
     import importlib
 
@@ -97,9 +97,9 @@ def _job_main(target: str, kwargs: dict, cgroup_procs: tuple = (), identity: Opt
         channel.flush()
 
 
-def _stress_main(load: float, stop, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
+def stress_main(load: float, stop, cgroup_procs: tuple = (), identity: Optional[NodeIdentity] = None) -> None:
     supervisor_sender.forget()
-    _join(cgroup_procs)
+    join_cgroups(cgroup_procs)
     drop_privileges(identity or container_identity())
     from testbed.node.roles.stress import run_stress
 
@@ -170,7 +170,7 @@ class RoleSupervisor:
 
     def _fork(self, target: Callable, args: tuple, name: str = ""):
         """A child process running `target(*args)` (is_alive, exitcode, join, pid: multiprocessing's)."""
-        p = self._ctx.Process(target=target, args=args, name=name or None, daemon=target is not _role_main)
+        p = self._ctx.Process(target=target, args=args, name=name or None, daemon=target is not role_main)
         p.start()
         return p
 
@@ -199,7 +199,7 @@ class RoleSupervisor:
             self._set_affinity(req.cpuset)
         self.gen = self.gen + 1 if req.gen is None else req.gen
         self.waits_for_rounds, self.role_cfg = bool(req.cfg.get("per_round")), req.cfg
-        self.role = self._fork(_role_main, (req.cfg, self.stop, self.joins()), name=f"role-{self.node}")
+        self.role = self._fork(role_main, (req.cfg, self.stop, self.joins()), name=f"role-{self.node}")
         self._send_state(True)
         self._set_stress(req.stress)
 
@@ -207,7 +207,7 @@ class RoleSupervisor:
         old = self._kill(self.stress)
         self.stress = []
         for load in loads:
-            self.stress.append(self._fork(_stress_main, (load, self.stop, self.joins())))
+            self.stress.append(self._fork(stress_main, (load, self.stop, self.joins())))
         return old
 
     def _kill(self, procs: list) -> int:
@@ -298,7 +298,7 @@ class RoleSupervisor:
         return "started"
 
     def _on_exec(self, req: control.Exec) -> str:
-        self.jobs[req.done] = self._fork(_job_main, (req.target, req.kwargs, self.joins()))
+        self.jobs[req.done] = self._fork(job_main, (req.target, req.kwargs, self.joins()))
         return "started"
 
     def _on_counters(self, req: control.Counters) -> str:

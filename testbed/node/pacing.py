@@ -1,4 +1,4 @@
-"""A device's step time held in user space (issue 33; a device profile's default, `pace_steps: false` turns it off).
+"""A device's step time held in user space (a device profile's default, `pace_steps: false` turns it off).
 
 A CFS quota alone sets a device's speed only on average: under a small quota a step's wall time
 comes in whole 100-ms periods, and what a step costs moves by 5-28% between windows (caches
