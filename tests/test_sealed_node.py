@@ -220,11 +220,11 @@ def test_a_node_keeps_its_parent_death_signal_as_its_own_uid():
     assert got == {"uid": node_identity("abcdef", 3).uid, "pdeathsig": signal.SIGKILL}, got
 
 
-def test_a_swarm_nodes_root_is_read_only_and_a_fleet_hosts_is_not():
+def test_a_swarm_nodes_root_and_a_fleet_hosts_are_read_only():
     """A node's supervisor task, like a docker node's container, gets a read-only root file
-    system with tmpfs where its code writes (its keys are secrets, mounted by the engine); a fleet
-    host mounts cgroups and namespaces in its own and keeps it writable."""
-    from testbed.runtimes.docker_nodes import WRITABLE_TMPFS
+    system with tmpfs where its code writes (its keys are secrets, mounted by the engine); so does
+    a fleet host, with /run a tmpfs too for the namespaces and cgroups it mounts there."""
+    from testbed.runtimes.docker_nodes import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
     from testbed.runtimes.hosts import SwarmHost
     from testbed.runtimes.swarm import SwarmRuntime
 
@@ -246,4 +246,7 @@ def test_a_swarm_nodes_root_is_read_only_and_a_fleet_hosts_is_not():
     assert node["read_only"] is True
     assert {(m["Target"], m["Type"], m["TmpfsOptions"]["Mode"]) for m in node["mounts"]} == \
         {(at, "tmpfs", 0o1777) for at in WRITABLE_TMPFS}
-    assert fleet["read_only"] is False and fleet["mounts"] is None
+    assert fleet["read_only"] is True
+    assert {(m["Target"], m["TmpfsOptions"]["Mode"]) for m in fleet["mounts"]} == \
+        {("/tmp", 0o1777), ("/var/tmp", 0o1777), ("/run", 0o755)} == \
+        {(at, tmpfs_mode(o)) for at, o in {**WRITABLE_TMPFS, **FLEET_HOST_TMPFS}.items()}

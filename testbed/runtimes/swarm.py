@@ -260,11 +260,11 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         `command` and `args`, another of the image's programs (a fleet host)."""
         import docker
 
-        from testbed.runtimes.docker_nodes import WRITABLE_TMPFS
+        from testbed.runtimes.docker_nodes import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
 
         if caps is None:
             caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]
-        supervisor = command is None  # a read-only root (runtimes.docker_nodes.sealed_root); its keys are secrets
+        writable = dict(WRITABLE_TMPFS, **({} if command is None else FLEET_HOST_TMPFS))  # the rest is read-only
         service = self.client.services.create(
             self.image, name=f"eb-{self.run_id}-{name}", command=command,
             args=args or ["--supervise", name, *self._urls], hostname=name,
@@ -274,9 +274,9 @@ class SwarmRuntime(SupervisedNodes, Runtime):
             constraints=[f"node.id=={host.id}"], cap_add=caps,
             resources=docker.types.Resources(**resources) if resources else None, sysctls=sysctls,
             secrets=secret or self._key_secrets(name, role), labels=self.labels, container_labels=self.labels,
-            env=[f"{k}={v}" for k, v in (env or {}).items()] or None, read_only=supervisor,
-            mounts=[docker.types.Mount(at, None, type="tmpfs", tmpfs_mode=0o1777) for at in WRITABLE_TMPFS]
-            if supervisor else None)
+            env=[f"{k}={v}" for k, v in (env or {}).items()] or None, read_only=True,
+            mounts=[docker.types.Mount(at, None, type="tmpfs", tmpfs_mode=tmpfs_mode(options))
+                    for at, options in writable.items()])
         self._services[name] = service
         return service
 
