@@ -35,16 +35,11 @@ def _sleeper(seconds, slot):
     time.sleep(seconds)
 
 
-def _create(path):
-    open(path, "x").close()
-
-
 def _probe(slot, forkserver, neighbour, run_dir, netns_link):
-    """reach.attempts (the knobs among its writes), a file made in the run dir, and the runner's
+    """reach.attempts (the knobs among its writes, a file made in the run dir), and the runner's
     interpreter and torch, under root's 0700 folders here, started as this uid."""
     out = reach.attempts(read=[f"/proc/{neighbour}/mem"], write=[], signal=[neighbour, os.getppid(), 1],
-                         plant=[netns_link], connect=[forkserver])
-    out["run_dir"] = reach._attempt(lambda: _create(os.path.join(run_dir, "planted")))
+                         plant=[netns_link], connect=[forkserver], create=[os.path.join(run_dir, "planted")])
     out["python"] = subprocess.run([sys.executable, "-c", "import torch, testbed; print(torch.ones(2).sum().item())"],
                                    capture_output=True, text=True, timeout=120).stdout.strip()
     mailbox.write_text(slot, json.dumps(out))
@@ -71,7 +66,7 @@ def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, t
     assert uid in run_block(rt.run_id) and got["ids"] == [[uid] * 3, [uid] * 3, []], got["ids"]
     assert uid != rt.handles["w1"].identity.uid
     denied = ("Permission denied", "Operation not permitted", "Read-only file system")
-    tried = [got["run_dir"], got["modules"], *got["connect"].values(), *got["signal"].values(),
+    tried = [*got["create"].values(), got["modules"], *got["connect"].values(), *got["signal"].values(),
              *got["plant"].values()]  # the forkserver; the neighbour, the runner, init; /run/netns
     assert len(tried) == 7 and all(v in denied for v in tried), got
     gone = (*denied, "No such file or directory")  # the neighbour is not even listed in the node's /proc
