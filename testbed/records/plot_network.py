@@ -109,16 +109,6 @@ def _links_figure(rec: RunRecords, style: _Style) -> Figure | None:
     return fig
 
 
-def _link_check_suffix(rec: RunRecords) -> str:
-    """Beside the result: whether the links were measured, and which were off (--verify-links)."""
-    check = rec.meta.get("link_check")
-    if not isinstance(check, dict):
-        return ""
-    off = check.get("off") or []
-    return f"  [links checked: {len(off)} OFF: {', '.join(off)}]" if off else "  [links checked: all within " \
-        f"{100 * float(check.get('tolerance', 0.1)):.0f}%]"
-
-
 def _link_check_figure(rec: RunRecords, style: _Style) -> Figure | None:
     """--verify-links: configured vs measured per worker path (rate per direction, RTT); off ones red."""
     check = rec.meta.get("link_check")

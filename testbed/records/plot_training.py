@@ -7,9 +7,18 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from testbed.records.plot_network import _link_check_suffix
 from testbed.records.plot_style import _PS_COLOR, _draw_events, _profile_labels, _sorted_nodes, _status_suffix, _Style
 from testbed.records.reader import RunRecords, finite_float
+
+
+def _link_check_suffix(rec: RunRecords) -> str:
+    """Beside the result: whether the links were measured, and which were off (--verify-links)."""
+    check = rec.meta.get("link_check")
+    if not isinstance(check, dict):
+        return ""
+    off = check.get("off") or []
+    return f"  [links checked: {len(off)} OFF: {', '.join(off)}]" if off else "  [links checked: all within " \
+        f"{100 * float(check.get('tolerance', 0.1)):.0f}%]"
 
 
 def _accuracy_figure(rec: RunRecords, style: _Style) -> Figure | None:
