@@ -3,6 +3,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -16,6 +17,16 @@ def is_root() -> bool:
 
 
 needs_root = pytest.mark.skipif(not is_root(), reason="needs root: namespaces, veth, tc and cgroups")
+
+
+def until(cond, limit: float = 30.0) -> bool:
+    """Whether `cond()` became true within `limit` seconds (asked every 20 ms)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.02)
+    return False
 
 
 def edgebed_cmd() -> list[str]:

@@ -22,7 +22,7 @@ from testbed.node.roles.replicas import REPLICA_QUEUE, ReplicaBoard, replica_lim
 from testbed.records import metrics
 from testbed.runtimes.hub import PUB_QUEUE, ControlHub
 
-from conftest import REPO
+from conftest import REPO, until
 
 HELPER = REPO / "tests" / "hub_process.py"
 STUCK_SUBSCRIBER_MIB = PUB_QUEUE * channel.CHUNK / (1 << 20)  # the hub's bound: 16 MiB
@@ -91,15 +91,6 @@ def _speak_as(keys: ChannelKeys) -> None:
     channel_keys.use(keys)
 
 
-def _until(cond, limit=30.0) -> bool:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def _flood(hub, coordinator: channel.Listener, replicas: int, size: int) -> int:
     """`replicas` replicas of `size` bytes from w0; how many the coordinator heard whole (it waits
     for a last one, sent after them: the hub forwards in order)."""
@@ -157,12 +148,12 @@ def test_a_frame_over_the_hubs_bound_is_refused_before_the_hub_allocates_it(hub)
     try:
         before = hub.ask("memory")["peak"]
         push.send_multipart([b"!state", b"s" * (64 << 20)])
-        assert _until(lambda: _cut_off(monitor) or hub.ask("drops"))
+        assert until(lambda: _cut_off(monitor) or hub.ask("drops"))
         marker = ctx.socket(zmq.PUSH)  # a message after it, on a connection of its own
         hub.keys["w0"].secure(marker)
         marker.connect(hub.up)
         marker.send_multipart([b"!nonsense", b"{}"])
-        assert _until(lambda: "unknown kind" in hub.ask("drops"))
+        assert until(lambda: "unknown kind" in hub.ask("drops"))
         marker.close(linger=0)
         assert hub.ask("drops") == {"unknown kind": 1}
         grown = hub.ask("memory")["peak"] - before
@@ -282,7 +273,7 @@ def test_a_message_longer_than_its_kind_allows_is_dropped_at_its_first_part(tmp_
         ack = channel.messages("ack", b"a" * (3 * channel.CHUNK))
         for frames in state[:3] + ack[1:] + [[b"!ack", b"\0" * 3, b"a"]]:
             push.send_multipart(frames)
-        assert _until(lambda: hub.dropped == 3 + 2 + 1)
+        assert until(lambda: hub.dropped == 3 + 2 + 1)
         assert hub.drops == {"state too large": 3, "part out of place": 2, "malformed part": 1}
         assert hub._parts._open == {}  # nothing of them kept
     finally:
@@ -306,7 +297,7 @@ def test_long_messages_travel_in_parts_both_ways(tmp_path):
     try:
         channel.report(cfg, "ps.json", {"blob": "p" * 300_000})
         _speak_as(keys["w0"])
-        board_heard = _until(lambda: board.refresh(50) is not None and _replica_sent(cfg, weight, board), 20)
+        board_heard = until(lambda: board.refresh(50) is not None and _replica_sent(cfg, weight, board), 20)
         asker = threading.Thread(target=lambda: answered.append(hub.request("w1", {"op": "go", "cfg": "c" * 300_000})))
         asker.start()
         request = _first(w1)
@@ -315,7 +306,7 @@ def test_long_messages_travel_in_parts_both_ways(tmp_path):
         asker.join(10)
         assert board_heard and torch.equal(board.latest["w0"]["params"]["weight"], weight)
         assert request["cfg"] == "c" * 300_000 and answered == ["d" * 200_000]
-        assert _until(lambda: (tmp_path / "ps.json").exists())
+        assert until(lambda: (tmp_path / "ps.json").exists())
         assert json.loads((tmp_path / "ps.json").read_text()) == {"blob": "p" * 300_000}
     finally:
         w1.close()
@@ -349,7 +340,7 @@ def test_the_coordinators_board_holds_a_bounded_number_of_bytes(hub):
     coordinator = channel.Listener(hub.down, [b"replica:"], keys=hub.keys["ps"])  # another reader: when all came
     try:
         _speak_as(hub.keys["w1"])
-        assert _until(lambda: _board_has(board, hub, {"w1": 0}, _replica(weight, "w1", 0)))  # subscribed
+        assert until(lambda: _board_has(board, hub, {"w1": 0}, _replica(weight, "w1", 0)))  # subscribed
         before = board.ask("memory")["rss"]
         assert _flood(hub, coordinator, 80, 4 << 20) > 0
         grown = max(board.ask("memory")["rss"] for _ in range(5) if time.sleep(0.1) is None) - before
@@ -358,7 +349,7 @@ def test_the_coordinators_board_holds_a_bounded_number_of_bytes(hub):
         _speak_as(hub.keys["w0"])
         too_long = _replica(torch.zeros(2 << 20), "w0", 3)  # longer than the model's: each part is dropped
         channel.send(hub.up, "replica", too_long)
-        assert _until(lambda: _board_has(board, hub, {"w0": 2, "w1": 0}, _replica(weight, "w0", 2)))
+        assert until(lambda: _board_has(board, hub, {"w0": 2, "w1": 0}, _replica(weight, "w0", 2)))
         assert board.ask("dropped")["message too long"] == len(channel.framed(b"", too_long))
     finally:
         coordinator.close()

@@ -17,6 +17,10 @@ from testbed.records import metrics
 from testbed.records.columns import STEP_COLUMNS
 from testbed.runtimes.hub import ControlHub
 
+from conftest import until
+
+_until = until  # the name test_channel_auth, test_hostile_messages and test_supervisor_key import
+
 
 def _cfg(run_dir, records=""):
     return RoleConfig(node="w0", role="worker", rank=0, run_dir=str(run_dir), t0=time.time(), scenario={},
@@ -87,7 +91,7 @@ def test_rows_travel_to_the_collector_and_bad_ones_are_dropped(tmp_path):
         while collector.rows + collector.dropped < 15 and time.monotonic() < deadline:
             time.sleep(0.05)
         steps.write(time=9.0, node="w0", step=9, loss=0.5)  # the hub still takes rows after all that
-        assert _until(lambda: collector.rows == 4)
+        assert until(lambda: collector.rows == 4)
         rogue.close(linger=0)
         ctx.term()
         channel.flush()
@@ -111,15 +115,6 @@ def test_without_a_control_network_a_node_writes_the_table_itself(tmp_path):
     assert (tmp_path / "eval.csv").read_text().splitlines()[1].startswith("1,5,")
 
 
-def _until(cond, limit=5.0) -> bool:
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
 def test_reports_requests_and_readiness_reach_the_runner(tmp_path):
     hub, up, down = _hub(tmp_path)
     cfg = RoleConfig(node="ps", role="ps", rank=-1, run_dir="/nonexistent", t0=time.time(), scenario={},
@@ -131,8 +126,8 @@ def test_reports_requests_and_readiness_reach_the_runner(tmp_path):
         channel.send_json(up, "request", {"id": "r1", "node": "w0", "action": "pause", "fields": {}})
         _speak_as(hub, "broker", "broker")
         channel.send_json(up, "ready", {"node": "broker"})
-        assert _until(lambda: (tmp_path / "ps.json").exists() and "broker" in hub.ready)
-        assert _until(lambda: hub.take_requests() == [{"id": "r1", "node": "w0", "action": "pause", "fields": {}}])
+        assert until(lambda: (tmp_path / "ps.json").exists() and "broker" in hub.ready)
+        assert until(lambda: hub.take_requests() == [{"id": "r1", "node": "w0", "action": "pause", "fields": {}}])
         assert hub.take_requests() == []  # taken once
     finally:
         channel.flush()
@@ -235,7 +230,7 @@ def test_a_transport_takes_up_delays_published_for_its_node(tmp_path):
             other.refresh()
             return spec.up == 0.25
 
-        assert _until(took)
+        assert until(took)
         assert (spec.up_jitter, spec.down) == (0.01, 0.5)
         assert other.up == 0.01
     finally:
@@ -262,8 +257,8 @@ def test_replicas_reach_the_coordinator_and_foreign_ones_are_refused(tmp_path):
         _speak_as(hub, "ps", "ps")
         send_replica(cfg, {"weight": torch.ones(2, 3)}, step=8)  # a PS hands in no replica: the hub drops it
         got = board.wait_for({"w0": 4}, timeout=5)
-        assert _until(lambda: board.refresh() is not None and board.refused == 3)
-        assert _until(lambda: hub.drops == {"replica not its role's": 1})
+        assert until(lambda: board.refresh() is not None and board.refused == 3)
+        assert until(lambda: hub.drops == {"replica not its role's": 1})
         assert list(got) == ["w0"] and got["w0"]["step"] == 4
         assert torch.equal(got["w0"]["params"]["weight"], torch.ones(2, 3))
     finally:
