@@ -20,7 +20,8 @@ from testbed.node.channel_keys import ChannelKeys
 from testbed.node.roles.common import RoleConfig
 from testbed.node.roles.replicas import REPLICA_QUEUE, ReplicaBoard, replica_limit, send_replica
 from testbed.records import metrics
-from testbed.runtimes.hub import PUB_QUEUE, ControlHub
+from testbed.runtimes import hub_rules
+from testbed.runtimes.hub import PUB_QUEUE, ControlHub, Shares
 
 from conftest import REPO, until
 
@@ -234,6 +235,145 @@ def test_replicas_go_to_the_coordinator_alone(hub):
         coordinator.close()
         nosy.close(linger=0)
         ctx.term()
+
+
+# -- subscriptions -------------------------------------------------------------------------------
+def _subscriber(ctx: zmq.Context, hub, keys: ChannelKeys, prefixes, kind: int = zmq.SUB) -> zmq.Socket:
+    """A socket of `kind` with `keys` that has subscribed to `prefixes` (sent when it connects, in
+    their bytes' order), connected to the hub."""
+    sock = ctx.socket(kind)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.SNDHWM, 0)  # every subscription goes (ZeroMQ drops those past its queue)
+    keys.secure(sock)
+    for prefix in prefixes if kind == zmq.SUB else ():
+        sock.setsockopt(zmq.SUBSCRIBE, prefix)
+    sock.connect(hub.urls[1])
+    return sock
+
+
+def _topics_heard(sock: zmq.Socket, seconds: float) -> set[bytes]:
+    heard, deadline = set(), time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if sock.poll(50):
+            heard.add(sock.recv_multipart()[0])
+    return heard
+
+
+def test_a_nodes_subscriptions_are_bounded_in_number_and_length(tmp_path):
+    """A node that subscribes to 10,000 distinct prefixes gets MAX_SUBSCRIPTIONS of them over all
+    its connections, the rest refused and counted (a delay published on one of them does not
+    reach it), as are one longer than any topic and one to no topic; a subscription of 100 KiB
+    closes its connection unread. What the node subscribes to as a node does still comes."""
+    hub = loopback_hub(tmp_path)
+    keys = hub.keys.admit("w1", "worker")
+    ctx = zmq.Context()
+    own = channel.Listener(hub.urls[1], [channel.topic("beat"), channel.topic("delay", "w1")], keys=keys)
+    greedy = huge = None
+    try:
+        assert own.poll(10_000) and until(lambda: len(hub.shares.held["w1"]) == 2)  # its own prefixes taken
+        taken = hub_rules.MAX_SUBSCRIPTIONS - 2
+        names = [f"n{i:05d}" for i in range(10_000)]
+        longest = b"delay:" + b"n" * (hub_rules.MAX_TOPIC - len(b"delay:") + 1)
+        greedy = _subscriber(ctx, hub, keys, [*(b"delay:" + n.encode() for n in names), longest, b"nonsense"])
+        refused = {"subscription beyond a node's share": len(names) - taken,
+                   "subscription longer than any topic": 1, "subscription to no topic": 1}
+        assert until(lambda: hub.drops == refused), dict(hub.drops)
+        assert hub.shares.held["w1"].keys() == {channel.topic("beat"), channel.topic("delay", "w1"),
+                                                *(b"delay:" + n.encode() for n in names[:taken])}
+        huge = _subscriber(ctx, hub, keys, [b"delay:" + b"n" * (100 << 10)])
+        monitor = huge.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        assert until(lambda: _cut_off(monitor))
+        huge.disable_monitor()
+        monitor.close(linger=0)
+        for node in (names[taken - 1], names[taken], "w1"):  # the last one taken, the first refused, its own
+            hub.set_delay(node, {"delay_ms": 5})  # (and again with each beat)
+        assert _topics_heard(greedy, 2.0) == {channel.topic("delay", names[taken - 1])}
+        heard = {t for _ in range(20) for t, _ in own.poll(100)}
+        assert heard == {channel.topic("beat"), channel.topic("delay", "w1")}
+        assert hub.drops == refused  # the 100 KiB never read
+    finally:
+        own.close()
+        for sock in (greedy, huge):
+            if sock is not None:
+                sock.close(linger=0)
+        ctx.term()
+        hub.close()
+
+
+def test_a_closed_connection_gives_its_subscriptions_back_and_an_unsubscription_does_not(tmp_path):
+    """A node's share is its connections' together: one that closes gives back what it held (ZeroMQ
+    says so without the node's name); an unsubscription gives nothing back (sent from another
+    connection than the one that holds the prefix, it would free a prefix still held); and a
+    node that asked beyond its share gets no new prefix."""
+    hub = loopback_hub(tmp_path)
+    keys = hub.keys.admit("w0", "worker")
+    ctx = zmq.Context()
+    share = hub_rules.MAX_SUBSCRIPTIONS
+    socks = []
+    try:
+        first = _subscriber(ctx, hub, keys, [b"delay:a%02d" % i for i in range(share)])
+        assert until(lambda: len(hub.shares.held.get("w0", ())) == share)
+        first.close(linger=0)
+        assert until(lambda: hub.shares.held["w0"] == {})
+        second = _subscriber(ctx, hub, keys, [b"delay:b%02d" % i for i in range(share)])
+        socks.append(second)
+        assert until(lambda: len(hub.shares.held["w0"]) == share) and hub.drops == {}
+        other = _subscriber(ctx, hub, keys, [], kind=zmq.XSUB)
+        socks.append(other)
+        other.setsockopt(zmq.ONLY_FIRST_SUBSCRIBE, 1)  # a second frame goes as it is: here, an unsubscription
+        other.send_multipart([b"not a subscription", b"\0delay:b00"])  # of a prefix this connection never held
+        other.send(b"\1delay:c")  # read after it (one connection's come in order)
+        assert until(lambda: hub.drops == {"subscription beyond a node's share": 1})
+        hub.set_delay("b00", {"delay_ms": 5})
+        hub.set_delay("c", {"delay_ms": 5})
+        assert _topics_heard(second, 1.0) == {channel.topic("delay", "b00")}
+        second.close(linger=0)
+        assert until(lambda: hub.shares.held["w0"] == {})
+        socks.append(_subscriber(ctx, hub, keys, [b"delay:d"]))
+        assert until(lambda: hub.drops == {"subscription beyond a node's share": 2})
+    finally:
+        for sock in socks:
+            sock.close(linger=0)
+        ctx.term()
+        hub.close()
+
+
+def test_subscription_rules():
+    """A subscription starts a topic the hub publishes, no longer than the longest; a node holds
+    MAX_SUBSCRIPTIONS distinct ones, and after it asked beyond them no new one."""
+    refused = hub_rules.subscription_refused
+    longest = channel.topic("replica", "\U0001F600" * hub_rules.MAX_NAME)  # MAX_NAME characters of 4 bytes
+    for prefix in (b"", b"b", b"beat:", channel.topic("beat"), b"replica:", channel.topic("replica", "w0"),
+                   b"node:w", channel.topic("node", "w10"), channel.topic("put", "bench-1a2b/w1.json"),
+                   b"del", longest, channel.topic("delay", "ü" * hub_rules.MAX_NAME)):
+        assert refused(prefix) is None, prefix
+    assert len(longest) == hub_rules.MAX_TOPIC
+    assert refused(longest + b"x") == refused(b"put:" + b"k" * hub_rules.MAX_TOPIC) == \
+        "subscription longer than any topic"
+    for prefix in (b"x", b"beat:x", b"beat:\0\0", b"node:\0", b"node:w0\0x", b"node:w\0w\0", b"replicas",
+                   b"put:" + b"k" * (4 * hub_rules.MAX_NAME + 1)):
+        assert refused(prefix) == "subscription to no topic", prefix
+    share = hub_rules.share_refused
+    full = {b"beat:%d" % i: 1 for i in range(hub_rules.MAX_SUBSCRIPTIONS)}
+    assert share(b"node:w0", {}, False) is None and share(b"node:w0", dict(list(full.items())[1:]), False) is None
+    assert share(b"node:w0", full, False) == share(b"node:w0", {}, True) == "subscription beyond a node's share"
+    assert share(b"beat:1", full, False) is None and share(b"beat:1", full, True) is None  # held: again
+
+
+def test_shares_count_each_nodes_connections_and_give_back_what_a_closed_one_held():
+    shares = Shares()
+    assert shares.take("w0", b"beat:") is None and shares.take("w0", b"beat:") is None  # two connections
+    assert shares.take("w1", b"beat:") is None and shares.take("w1", b"node:w1") is None
+    shares.closed(b"beat:")  # whose is unknown: one fewer for each (never more than a node holds)
+    assert shares.held == {"w0": {b"beat:": 1}, "w1": {b"node:w1": 1}}
+    shares.closed(b"put:unheld")
+    for i in range(hub_rules.MAX_SUBSCRIPTIONS - 1):
+        assert shares.take("w0", b"put:%d" % i) is None
+    assert shares.take("w0", b"put:x") == "subscription beyond a node's share"
+    shares.closed(b"beat:")
+    assert shares.take("w0", b"put:x") == "subscription beyond a node's share"  # asked beyond: no new one
+    assert shares.take("w0", b"put:0") is None and shares.take("w1", b"put:x") is None
+    assert len(shares.held["w0"]) == hub_rules.MAX_SUBSCRIPTIONS - 1 and shares.held["w0"][b"put:0"] == 2
 
 
 # -- messages in parts -------------------------------------------------------------------------

@@ -33,9 +33,14 @@ node.channel.CHUNK (64 KiB; a longer message goes in parts, each saying the whol
 - a subscriber that stops reading holds PUB_QUEUE frames: 16 MiB (and its socket's kernel
   buffer). Replicas go to the coordinator alone (the hub applies each subscription itself), and
   a replica's part waits for room in its queue (FORWARD_WAIT at most): a coordinator that reads
-  holds the workers back and loses no part, one that stopped costs the hub that wait once.
-ZeroMQ bounds neither the frames of one message (it holds them all before the hub reads the
-first) nor the subscriptions a subscriber makes.
+  holds the workers back and loses no part, one that stopped costs the hub that wait once;
+- a node's subscriptions: the XPUB is manual, the hub applies each one it allows. One that starts
+  no topic the hub publishes or is longer than any is refused (a subscriber's frame longer than
+  MAX_SUBSCRIPTION closes its connection unread), and a node holds MAX_SUBSCRIPTIONS (64) distinct
+  prefixes at most over all of its connections (`Shares`: a closed connection gives its own back).
+  ZeroMQ keeps its own record of each subscription a connection sends, applied or not, until it
+  unsubscribes or closes (some 50 bytes of memory a byte): the hub bounds that in length, not in number.
+ZeroMQ does not bound the frames of one message (it holds them all before the hub reads the first).
 """
 
 from __future__ import annotations
@@ -71,6 +76,44 @@ BEAT = 0.5  # s between heartbeats (a node stops on its own after channel.HEARTB
 RESEND = 0.2  # s between repeats of an unanswered request
 FORWARD_WAIT = 0.5  # s a replica's part waits for room in the coordinator's queue (the workers wait for the hub)
 MAX_TRAINERS = 100_000  # train requests waiting for the runner
+MAX_SUBSCRIPTION = 1 + rules.MAX_TOPIC + channel.CURVE_FRAMING  # bytes: a subscriber's longest frame (one subscription)
+
+
+class Shares:
+    """The prefixes each node holds on the hub's XPUB, counted once per connection that holds it
+    (ZeroMQ names a subscription's node, not its connection). A closed connection gives back what
+    it held, but ZeroMQ says that without the node: each node that holds the prefix has one fewer
+    (a shared prefix may be counted short, never long). An unsubscription gives nothing back: it
+    may come from a connection of the node that never held the prefix while another holds it. A
+    node that asked beyond its share gets no new prefix after: one refused on a connection, then
+    taken on another, would be given back when the first closed, while the second holds it."""
+
+    def __init__(self):
+        self.held: dict[str, dict[bytes, int]] = {}  # node -> prefix -> its connections that hold it
+        self._holders: dict[bytes, set[str]] = {}  # prefix -> the nodes that hold it
+        self._beyond: set[str] = set()  # nodes that asked beyond their share
+
+    def take(self, node: str, prefix: bytes) -> Optional[str]:
+        """Why `node` may not hold `prefix` on one more connection; else None, and it holds it."""
+        held = self.held.setdefault(node, {})
+        why = rules.share_refused(prefix, held, node in self._beyond)
+        if why:
+            self._beyond.add(node)
+            return why
+        held[prefix] = held.get(prefix, 0) + 1
+        self._holders.setdefault(prefix, set()).add(node)
+        return None
+
+    def closed(self, prefix: bytes) -> None:
+        """A connection that held `prefix` (or asked for it) closed."""
+        for node in list(self._holders.get(prefix, ())):
+            held = self.held[node]
+            held[prefix] -= 1
+            if not held[prefix]:
+                del held[prefix]
+                self._holders[prefix].discard(node)
+        if not self._holders.get(prefix, True):
+            del self._holders[prefix]
 
 
 class ControlHub:
@@ -101,6 +144,7 @@ class ControlHub:
         self._requests: list[dict] = []  # crash requests from the nodes, for the timeline
         self._trainers: list[str] = []  # workers whose trainers the PS asked for, for the runner
         self._delays: dict[str, bytes] = {}
+        self.shares = Shares()  # what each node holds of the XPUB's subscriptions
         self._stopping = False
         self._seq = 0
         self._pub_lock = threading.Lock()
@@ -394,20 +438,38 @@ class ControlHub:
         return None
 
     def _subscriptions(self) -> None:
-        """The subscriptions that came, each applied as runtimes.hub_rules.subscriptions says
-        (ZeroMQ applies none by itself: the XPUB is manual): a node hears what it subscribes to,
-        replicas only the coordinator; one that asked for replicas is counted."""
+        """The subscriptions that came, each applied as runtimes.hub_rules says (ZeroMQ applies
+        none by itself: the XPUB is manual): a node hears what it subscribes to, within its share,
+        and replicas only the coordinator; what is refused is counted."""
         with self._pub_lock:
             while not self._pub.closed and self._pub.poll(0):
                 frame = self._pub.recv(zmq.NOBLOCK, copy=False)
                 data = frame.bytes
-                if not data or data[0] not in (0, 1):
-                    continue
-                allowed = rules.subscriptions(data[1:], self.keys.roles.get(_sender(frame)))
-                for prefix in allowed:
-                    self._pub.setsockopt(zmq.SUBSCRIBE if data[0] else zmq.UNSUBSCRIBE, prefix)
-                if data[0] and allowed != [data[1:]]:
-                    self.drops.add("subscription to replicas, not the coordinator's")
+                if data and data[0] in (0, 1):
+                    why = self._subscription(data[0] == 1, data[1:], _sender(frame))
+                    if why:
+                        self.drops.add(why)
+
+    def _subscription(self, subscribe: bool, prefix: bytes, sender: str) -> Optional[str]:
+        """A (un)subscription, just read: ZeroMQ applies setsockopt to the connection of the last
+        one read. None once applied, else why not."""
+        if not sender:  # a closed connection's, said by ZeroMQ (which took it out itself)
+            if not subscribe:
+                self.shares.closed(prefix)
+            return None
+        allowed = rules.subscriptions(prefix, self.keys.roles.get(sender))
+        if not subscribe:
+            for p in allowed:
+                self._pub.setsockopt(zmq.UNSUBSCRIBE, p)
+            return None
+        not_replicas = None if allowed == [prefix] else "subscription to replicas, not the coordinator's"
+        why = rules.subscription_refused(prefix) or (None if allowed else not_replicas) or \
+            self.shares.take(sender, prefix)
+        if why:
+            return why
+        for p in allowed:
+            self._pub.setsockopt(zmq.SUBSCRIBE, p)
+        return not_replicas
 
     def _beat(self) -> None:
         self._publish(topic("beat"), json.dumps({"stop": self._stopping}).encode())
@@ -520,6 +582,7 @@ def _open_sockets(ctx: zmq.Context, netns: Optional[str], address: str, records_
     pub.setsockopt(zmq.XPUB_MANUAL, 1)  # the hub applies each subscription it allows (_subscriptions)
     pub.setsockopt(zmq.LINGER, 0)
     pub.setsockopt(zmq.SNDHWM, PUB_QUEUE)  # a subscriber that stops reading loses messages, the hub no memory
+    pub.setsockopt(zmq.MAXMSGSIZE, MAX_SUBSCRIPTION)  # a longer subscription closes its connection unread
     monitors = []
     for sock in (pull, pub):
         sock.setsockopt(zmq.BACKLOG, LISTEN_BACKLOG)

@@ -3,16 +3,17 @@
 A message's sender is the node of the key it came with, never a name in it (runtimes.hub). Each
 node may send only what its role sends, and only for itself: a row of a table its role writes,
 naming itself; a message of a kind its role sends, of at most that kind's size, about itself;
-a request for its own drawn crash; the PS alone asks for a worker's trainer. Every function here
-is pure: it says why something is refused (or that it is not), and the hub counts the reason.
+a request for its own drawn crash; the PS alone asks for a worker's trainer. It subscribes to
+starts of the topics the hub publishes, MAX_SUBSCRIPTIONS at most. Every function here is pure:
+it says why something is refused (or that it is not), and the hub counts the reason.
 """
 
 from __future__ import annotations
 
 import csv
-from typing import Optional
+from typing import Collection, Optional
 
-from testbed.node.channel import MESSAGE_PREFIX
+from testbed.node.channel import MESSAGE_PREFIX, topic
 
 MAX_ROW = 64 * 1024  # bytes; a record row is a few hundred
 # The largest message of each kind (a replica's limit is the hub's max_replica): a larger one is
@@ -44,6 +45,11 @@ CRASH_ACTIONS = ("pause", "kill")  # all a node may ask of the timeline: its own
 TRAIN = "train"  # the PS's one request about another node: start a worker's per-round trainer
 REPLICA_TOPICS = b"replica:"  # what every replica's topic starts with (node.channel.topic)
 OTHER_TOPICS = (b"beat:", b"node:", b"delay:", b"put:")  # what every other topic starts with
+BEAT = topic("beat")  # the one topic without a name; every other is its kind's start, a name, a NUL
+# bytes of the longest topic the hub publishes: a kind's start and a name of MAX_NAME characters
+# (4 bytes at most each in UTF-8), then its NUL
+MAX_TOPIC = len(REPLICA_TOPICS) + 4 * MAX_NAME + 1
+MAX_SUBSCRIPTIONS = 64  # distinct prefixes a node holds; its code takes beat, node:, delay:, replica:, a put: per job
 
 
 def may_write(table: str, role: Optional[str], reports_open: bool, evaluator: str = EVALUATOR) -> bool:
@@ -75,6 +81,31 @@ def subscriptions(prefix: bytes, role: Optional[str]) -> list[bytes]:
     if role == "ps" or not (prefix.startswith(REPLICA_TOPICS) or REPLICA_TOPICS.startswith(prefix)):
         return [prefix]
     return [kind for kind in OTHER_TOPICS if kind.startswith(prefix)]
+
+
+def subscription_refused(prefix: bytes) -> Optional[str]:
+    """Why a subscription to `prefix` is applied for no node: it starts no topic the hub
+    publishes (node.channel.topic: a kind's start, a name, a NUL; "beat:" has no name); else None."""
+    if len(prefix) > MAX_TOPIC:
+        return "subscription longer than any topic"
+    for start in (REPLICA_TOPICS, *OTHER_TOPICS):
+        if start.startswith(prefix):  # a kind's start, or less of it ("": every topic)
+            return None
+        if prefix.startswith(start):
+            name = prefix[len(start):].removesuffix(b"\0")
+            if start + b"\0" == BEAT:
+                return None if prefix == BEAT else "subscription to no topic"
+            return None if name and b"\0" not in name and len(name) <= 4 * MAX_NAME else "subscription to no topic"
+    return "subscription to no topic"
+
+
+def share_refused(prefix: bytes, held: Collection[bytes], beyond: bool) -> Optional[str]:
+    """Why a node that holds the prefixes `held` may not hold `prefix` too: it would be one more
+    than MAX_SUBSCRIPTIONS, or the node asked beyond them before (`beyond`) and gets no new one;
+    else None. A prefix it holds it may take again (on another of its connections)."""
+    if prefix in held or not (beyond or len(held) >= MAX_SUBSCRIPTIONS):
+        return None
+    return "subscription beyond a node's share"
 
 
 def kind_refused(kind: str, size: int, role: Optional[str], max_replica: int) -> Optional[str]:
