@@ -1,10 +1,9 @@
 """A node's own host identity: an unprivileged uid and gid that no user and no other node has.
 
-A netns node's processes share the host's file system (each has a PID namespace of its own:
-kernel.pid_namespace). As uid 0 without capabilities they could still write what root owns
-(the run dir, /run/netns, the runner's forkserver socket under its 0700 folder), reach what a
-kernel without PID namespaces would leave in sight (a neighbour's /proc/PID/environ and memory,
-the runner's signals) and open sysfs knobs for writing. As a uid of their own, the kernel's own
+A netns node's processes share the host's file system and PID namespace. As uid 0 without
+capabilities they could still write what root owns (the run dir, /run/netns, the runner's
+forkserver socket under its 0700 folder), read a neighbour's /proc/PID/environ and memory,
+signal the runner and open sysfs knobs for writing. As a uid of their own, the kernel's own
 checks close all of those (rootless containers' rule: the emulated machine's root is an
 unprivileged user of the host), and each node is a stranger to every other.
 

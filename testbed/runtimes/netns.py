@@ -10,9 +10,8 @@ nothing of the cluster has a route out of the machine.
 
 Node processes are forked from a forkserver that has already imported torch (one
 import for the whole cluster, pages shared), then each joins its cgroup and
-namespace, lets go of the forkserver's handles, goes on in a PID namespace of its own
-(kernel.pid_namespace) and becomes its node's own unprivileged uid (kernel.identity) before it
-runs its role.
+namespace, lets go of the forkserver's handles and becomes its node's own unprivileged uid
+(kernel.identity) before it runs its role.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from testbed.kernel import cgroups, pid_namespace
+from testbed.kernel import cgroups
 from testbed.kernel.gpus import host_gpus
 from testbed.kernel.files import open_nofollow
 from testbed.kernel.identity import NodeIdentity, node_identity
@@ -61,12 +60,11 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
                env: Optional[dict] = None, keys: Optional[channel_keys.ChannelKeys] = None,
                identity: Optional[NodeIdentity] = None, reach: tuple[Bridge, ...] = ()) -> None:
     """First thing in every node process: die with the runner, join cgroup and namespace, take the
-    node's environment (its GPUs: read when CUDA starts, later), let go of the forkserver, go on
-    in a PID namespace of its own (kernel.pid_namespace), see the host's cgroup files and
-    sysctls read-only and the runner's interpreter and code through `reach`'s bridges, give up
-    every capability and become the node's own uid, then run `target` (a function, or
-    `module:function`: a role, imported here and not by the runner) with `kwargs` (a Deferred,
-    opened only now: deferred.py)."""
+    node's environment (its GPUs: read when CUDA starts, later), let go of the forkserver, see
+    the host's cgroup files and sysctls read-only and the runner's interpreter and code through
+    `reach`'s bridges, give up every capability and become the node's own uid, then
+    run `target` (a function, or `module:function`: a role, imported here and not by the runner)
+    with `kwargs` (a Deferred, opened only now: deferred.py)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the runner's to handle
     os.environ.update(env or {})
     channel_keys.use(keys)  # its node's channel keys: in this process's memory only
@@ -76,12 +74,10 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())
     enter_netns(netns)
     _leave_forkserver()
-    own_pids = pid_namespace.enter_own()  # from here on, the node's code: the runner's pid waits outside
-    read_only_host_controls(hide_others=True)  # a mount namespace and a /proc of its own (its pid namespace's)
+    read_only_host_controls(hide_others=True)  # a mount namespace of its own, where the bridges go too
     make_bridges(list(reach))
     drop_privileges(identity)  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
-    # the parent went while the death signal was set again (kernel.identity); in a namespace, init's own check
-    if not own_pids and os.getppid() == 1:
+    if os.getppid() == 1:  # the parent went while the death signal was being set again (kernel.identity)
         os._exit(1)
     if isinstance(target, str):
         module, _, func = target.partition(":")
