@@ -1,4 +1,4 @@
-"""A fleet host's device as its host's one process serves it (runtime swarm's fleets, issue 34).
+"""A fleet host's device as its host's one process serves it (runtime swarm's fleets).
 
 A device on a fleet host is a network namespace, a veth on the host's LAN and a cgroup; no
 process of its own while it is idle. Its supervisor is an object in the host's process

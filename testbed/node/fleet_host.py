@@ -1,4 +1,4 @@
-"""A lab host's devices in one container (runtime swarm's fleets, issue 34):
+"""A lab host's devices in one container (runtime swarm's fleets):
 `python -m testbed.node.fleet_host HOST UP DOWN`.
 
 A device on swarm used to be a container of its own: about 40 MiB while idle (its supervisor

@@ -1,4 +1,4 @@
-"""Per-round trainers kept between their rounds (fedavg's `parked`, issue 34): a trainer that a
+"""Per-round trainers kept between their rounds (fedavg's `parked`): a trainer that a
 round did not select waits, idle, with its process, model, data and connection, for a round that
 selects its device again; the PS then hands it that round's model instead of asking the runner
 for a new trainer, as Flower keeps its actors and hands each a client. A parked trainer costs its
