@@ -8,7 +8,8 @@ import time
 
 import pytest
 import zmq
-from test_records_channel import _free_port, _until, loopback_hub
+from conftest import until
+from test_records_channel import _free_port, loopback_hub
 
 from testbed.node import channel, channel_keys
 from testbed.node.channel_keys import ChannelKeys
@@ -99,7 +100,7 @@ def test_a_connection_closed_mid_handshake_is_told_from_a_stranger(hub):
     for _ in range(3):
         s = socket.create_connection((host, int(port)))
         s.close()
-    assert _until(lambda: sum(n for why, n in hub.drops.items() if why.startswith("handshake cut off")) == 3)
+    assert until(lambda: sum(n for why, n in hub.drops.items() if why.startswith("handshake cut off")) == 3)
     assert HANDSHAKE not in hub.drops and all("EPIPE" in why or "ECONNRESET" in why for why in hub.drops)
 
 
@@ -110,7 +111,7 @@ def test_an_unauthenticated_push_gets_nothing_through(hub, sockets, tmp_path):
         push = sockets(zmq.PUSH, hub.urls[0], keys)
         for frames in FORGED:
             push.send_multipart(frames)
-    assert _until(lambda: hub.drops.get("unknown key") and at_handshake(hub.drops))
+    assert until(lambda: hub.drops.get("unknown key") and at_handshake(hub.drops))
     time.sleep(1.0)
     assert hub.rows == 0 and hub.states == {} and hub._acks == {} and hub.ready == set()
     assert hub.take_requests() == [] and not (tmp_path / "ps.json").exists()
@@ -118,7 +119,7 @@ def test_an_unauthenticated_push_gets_nothing_through(hub, sockets, tmp_path):
     assert all(why in ("unknown key", HANDSHAKE) or why.startswith("handshake cut off") for why in hub.drops)
     node = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w0"))  # the same row from the node itself
     node.send_multipart(FORGED[0])
-    assert _until(lambda: hub.rows == 1)
+    assert until(lambda: hub.rows == 1)
 
 
 def test_an_unauthenticated_sub_receives_nothing(hub, sockets):
@@ -164,7 +165,7 @@ def _marker(hub, push, name: str) -> bool:
     """Once a node's counters with a new marker are in, what it sent before them has been taken."""
     marker = time.monotonic()
     push.send_multipart([b"!stats", json.dumps({"node": name, "marker": marker}).encode()])
-    return _until(lambda: hub.stats.get(name, {}).get("marker") == marker)
+    return until(lambda: hub.stats.get(name, {}).get("marker") == marker)
 
 
 def test_a_node_speaking_for_another_is_dropped_and_counted(hub, sockets, tmp_path):
@@ -196,7 +197,7 @@ def test_a_node_speaking_for_another_is_dropped_and_counted(hub, sockets, tmp_pa
     for name, frames in (("ps", [b"server.csv", _row(SERVER_COLUMNS, time=1.0, version=1, worker="w0")]),
                          ("eval", [b"eval.csv", _row(EVAL_COLUMNS, time=1.0, node="eval", step=1, accuracy=0.5)])):
         sockets(zmq.PUSH, hub.urls[0], hub.keys.of(name)).send_multipart(frames)
-    assert _until(lambda: hub.rows == 3)
+    assert until(lambda: hub.rows == 3)
     assert sum(hub.drops.values()) == 12  # nothing more dropped
     assert (tmp_path / "steps.csv").read_text().count("123.456") == 1
 
@@ -215,14 +216,14 @@ def test_a_supervised_nodes_counters_acks_and_states_come_with_its_supervisors_k
     node = sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w0"))
     for frames in [*word, row]:
         node.send_multipart(frames)
-    assert _until(lambda: hub.rows == 1)  # its own rows still go in (and what came before them was read)
+    assert until(lambda: hub.rows == 1)  # its own rows still go in (and what came before them was read)
     assert hub.drops == {"stats not with its supervisor's key": 1, "ack not with its supervisor's key": 1,
                          "state not with its supervisor's key": 1}
     assert "w0" not in hub.stats and hub._acks == {} and "w0" not in hub.states
     supervisor = sockets(zmq.PUSH, hub.urls[0], supervisors)
     for frames in [row, [b"!request", b'{"id": "x", "node": "w0", "action": "kill", "fields": {}}'], *word]:
         supervisor.send_multipart(frames)
-    assert _until(lambda: "w0" in hub.states)
+    assert until(lambda: "w0" in hub.states)
     assert hub.stats["w0"]["rx_bytes"] == 1 and hub._acks == {("w0", 1): "1"} and hub.states["w0"]["gen"] == 1
     assert hub.drops["beyond what a supervisor sends"] == 2 and hub.rows == 1 and hub.take_requests() == []
     assert _marker(hub, sockets(zmq.PUSH, hub.urls[0], hub.keys.of("w1")), "w1")  # no supervisor's key: as before

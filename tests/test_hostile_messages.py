@@ -12,7 +12,8 @@ import pytest
 import torch
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
-from test_records_channel import _free_port, _speak_as, _until, loopback_hub
+from conftest import until
+from test_records_channel import _free_port, _speak_as, loopback_hub
 
 from testbed.node import channel, channel_keys, transport, untrusted
 from testbed.node.untrusted import Refused
@@ -240,12 +241,12 @@ def test_the_hub_survives_infinity_deep_json_huge_numbers_and_a_100_mib_message(
         parts = channel.framed(head, payload)  # over channel.CHUNK: in parts, as a node sends it
         for frames in parts[:1] if payload is hundred_mib else parts:  # (its first part is dropped: enough)
             pusher.send_multipart(frames)
-    assert _until(lambda: hub.dropped == len(hostile), limit=30)
+    assert until(lambda: hub.dropped == len(hostile), limit=30)
     pusher.send_multipart([b"!ack", hundred_mib])  # in one frame: the hub cuts the connection, unread
     steps = channel.RemoteTable(hub.urls[0], "steps.csv")  # the hub still takes a node's rows
     steps.write(time=1.0, node="w0", step=1, loss=0.5)
     channel.flush()
-    assert _until(lambda: hub.rows == 1)
+    assert until(lambda: hub.rows == 1)
     assert hub._thread.is_alive() and _hub_beats(hub)
     assert hub.drops == {"not a number": 2, "number out of range": 2, "nested too deep": 2, "ack too large": 1,
                          "replica too large": 1, "unknown kind": 1, "ack not a mapping": 1,
@@ -259,7 +260,7 @@ def _marker(pusher, hub) -> bool:
     in order): w0's counters, carrying a number of their own."""
     marker = next(MARKERS)
     pusher.send_multipart([b"!stats", json.dumps({"node": "w0", "marker": marker}).encode()])
-    return _until(lambda: hub.stats.get("w0", {}).get("marker") == marker, limit=10)
+    return until(lambda: hub.stats.get("w0", {}).get("marker") == marker, limit=10)
 
 
 def test_a_forged_ack_answers_no_request_and_a_handler_error_is_counted(hub, pusher):
@@ -269,7 +270,7 @@ def test_a_forged_ack_answers_no_request_and_a_handler_error_is_counted(hub, pus
     hub._on_put = lambda data: 1 / 0  # a bug in a handler is the message's drop, not the hub's end
     hub.grant_put("k", "w0")
     pusher.send_multipart([b"!put", b'{"key": "k", "data": ""}'])
-    assert _until(lambda: hub.drops.get("handler error (ZeroDivisionError)") == 1)
+    assert until(lambda: hub.drops.get("handler error (ZeroDivisionError)") == 1)
     assert hub._thread.is_alive() and _hub_beats(hub)
 
 
@@ -316,7 +317,7 @@ def test_a_supervisor_counts_what_it_cannot_read_and_answers_the_next_request(hu
         assert not sup.stop.is_set() and not sup.beat.stop
         assert sup.dropped == {"not a number": 1, "number out of range": 1, "nested too deep": 1,
                                "not a request": 2, "not JSON": 2}
-        assert _until(lambda: hub.node_drops.get("w0") == dict(sup.dropped))  # with its ack, for summary.json
+        assert until(lambda: hub.node_drops.get("w0") == dict(sup.dropped))  # with its ack, for summary.json
     finally:
         sup.listener.close()
         channel.flush()

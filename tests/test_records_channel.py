@@ -19,8 +19,6 @@ from testbed.runtimes.hub import ControlHub
 
 from conftest import until
 
-_until = until  # the name test_channel_auth, test_hostile_messages and test_supervisor_key import
-
 
 def _cfg(run_dir, records=""):
     return RoleConfig(node="w0", role="worker", rank=0, run_dir=str(run_dir), t0=time.time(), scenario={},

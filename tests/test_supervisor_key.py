@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, needs_root
+from conftest import REPO, needs_root, until
 from test_privileges import in_child
-from test_records_channel import _until, loopback_hub
+from test_records_channel import loopback_hub
 
 from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel_keys, launch
@@ -59,7 +59,7 @@ def test_the_sender_reads_its_key_removes_it_and_sends_with_it_alone(tmp_path):
         path = tmp_path / "supervisor.key"
         path.write_text(hub.keys.supervisor("w0").to_text())
         assert _sender(hub, "w0", path) == {"forgot": True, "file_left": False}
-        assert _until(lambda: hub.stats.get("w0", {}).get("rx_bytes") == 7) and not hub.drops and hub.rows == 0
+        assert until(lambda: hub.stats.get("w0", {}).get("rx_bytes") == 7) and not hub.drops and hub.rows == 0
         path.write_text(hub.keys.supervisor("w0").to_text())
         assert _sender(hub, "w1", path) == {"refused": "the key of w0, not w1"}
         assert _sender(hub, "w0", tmp_path / "absent") == {"refused": f"no file {tmp_path / 'absent'}"}
@@ -133,7 +133,7 @@ def test_a_fleet_device_speaks_with_its_supervisors_key_and_forks_with_the_devic
         share = HostShare(ctx, forks, None, channel.Heartbeat(20.0), hub.urls, "abcdef", "127.0.0.1", "10.9.0.1")
         device = FleetDevice(DevicePlan("d0", "10.9.0.2"), keys, supervisors, share)
         device._send_json("stats", {"node": "d0", "rx_bytes": 3})
-        assert _until(lambda: hub.stats.get("d0", {}).get("rx_bytes") == 3) and not hub.drops
+        assert until(lambda: hub.stats.get("d0", {}).get("rx_bytes") == 3) and not hub.drops
         device._fork(stress_main, (0.5, None))
         assert handed == [keys.to_text()] and supervisors.secret.decode() not in handed[0]
         device.listener.close()
