@@ -1,4 +1,4 @@
-"""`edgebed bench device` (issue 33): does a `device:` node train at its device's speed on this
+"""`edgebed bench device`: does a `device:` node train at its device's speed on this
 host, and keep that speed when the host gets slower, where a `cpus:` node does not?
 
 One cluster per host condition, every node pinned to CPU 0 (cpuset "0"): a node per catalog

@@ -1,4 +1,4 @@
-"""`edgebed bench fleet` (issue 34): FedAvg over N devices on the netns runtime (or swarm: the
+"""`edgebed bench fleet`: FedAvg over N devices on the netns runtime (or swarm: the
 two-host lab, `edgebed lab up`), K selected a
 round, with `trainers: per_round` (a device's trainer process only while it is selected) or
 `always` (every device's trainer for the whole run). While it runs, every second: memory in use

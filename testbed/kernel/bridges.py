@@ -1,4 +1,4 @@
-"""A switch past one bridge (issue 34): a Linux bridge holds at most 1,023 ports (the 1,024th fails
+"""A switch past one bridge: a Linux bridge holds at most 1,023 ports (the 1,024th fails
 with "Exchange full", measured here, as Docker's default bridge does), so a switch with more
 ports becomes a tree inside its namespace: the switch's own bridge at the root, leaf bridges of
 at most LEAF_PORTS ports each, each leaf joined to the root by a veth pair.

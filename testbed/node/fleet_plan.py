@@ -1,4 +1,4 @@
-"""What a fleet host is told (runtime swarm's fleets, issue 34): its devices, their addresses on
+"""What a fleet host is told (runtime swarm's fleets): its devices, their addresses on
 its own LAN and their limits (PLAN_FILE), and apart from that their channel keys (KEY_FILE, a
 mapping node -> keys, each with its supervisor's under "supervisor"), each a Docker secret of the run that only the host's service references
 (runtimes.swarm_fleet). The fleet host (node.fleet_host) reads both back and checks every

@@ -1,4 +1,4 @@
-"""When each worker is offline (issue 34: devices that come and go), planned before the run.
+"""When each worker is offline (devices that come and go), planned before the run.
 
 From the scenario's `availability` entries: a seeded two-state model (online and offline
 durations drawn from exponentials of the given means, each worker with its own stream of draws,

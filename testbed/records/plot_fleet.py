@@ -1,4 +1,4 @@
-"""A fleet's run (fleet.png, issue 34): devices online over time (the availability events), who
+"""A fleet's run (fleet.png): devices online over time (the availability events), who
 took part in each round (rounds.csv), each round's time split into training, transfer and waiting
 for stragglers, and accuracy over rounds and over time. Drawn for runs with client selection or
 availability; nothing per device is drawn, so a thousand devices cost what ten do."""

@@ -1,4 +1,4 @@
-"""Device profiles at bring-up (issue 33): each node whose profile says `device:` or `speed:` is
+"""Device profiles at bring-up: each node whose profile says `device:` or `speed:` is
 calibrated on the host that runs it, in its own cgroup, before any role starts, and given the
 CPU quota that makes its training step take the device's time.
 

@@ -1,4 +1,4 @@
-"""What a person sees while a fleet comes up and goes down (issue 34): each stage the runtime
+"""What a person sees while a fleet comes up and goes down: each stage the runtime
 reports (runtimes/ticks.py) with done/total, the rate and the time left. On a terminal, rich's
 bars, one a stage; in a log (CI, a pipe), a line at every tenth of a stage and one at its end,
 so a log of 1,000 nodes holds about a dozen lines a stage and not a thousand."""

@@ -1,4 +1,4 @@
-"""Per-round trainers from the runner's side (fedavg's `trainers: per_round`, issue 34): a
+"""Per-round trainers from the runner's side (fedavg's `trainers: per_round`): a
 device's node (namespace, link, limits) exists for the whole run, its trainer process only while
 it trains. The PS asks for a round's trainers over the control channel (a `train` request per
 device, runtimes/hub.py); this starts each one unless it runs already (selected again, or late

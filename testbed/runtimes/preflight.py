@@ -133,7 +133,7 @@ def plugin_problems(sc: Scenario) -> list[str]:
     return []
 
 
-# What one node costs this machine, measured (issue 34; BENCHMARKS.md "Start-up and scale"): a
+# What one node costs this machine, measured (BENCHMARKS.md "Start-up and scale"): a
 # training process (a worker, the PS, the evaluator: torch, its data, the model) and the runner's
 # open files for it (its control connections, its netns handles).
 NODE_PROCESS_MIB = 37.0

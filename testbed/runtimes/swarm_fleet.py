@@ -1,4 +1,4 @@
-"""Runtime swarm's fleets (issue 34): a per-round fleet's devices packed into one container a host.
+"""Runtime swarm's fleets: a per-round fleet's devices packed into one container a host.
 
 A device as a service of its own costs about 40 MiB idle and imports torch at its own quota
 (BENCHMARKS.md, "A fleet on the two-host lab"), and swarm books every device's CPU: a thousand do

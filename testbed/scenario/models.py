@@ -113,7 +113,7 @@ class Event(Direction):
 
 
 class Availability(StrictModel):
-    """When some workers are online (issue 34): a seeded two-state model (exponential online and
+    """When some workers are online: a seeded two-state model (exponential online and
     offline durations) or a trace of online intervals. Offline, a worker's link is cut and its
     trainer frozen; back online it rejoins as a thawed worker does (plan/availability.py)."""
 

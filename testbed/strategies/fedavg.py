@@ -25,7 +25,7 @@ Here, round r is the one that starts from model version r:
  - Every round leaves a row in rounds.csv: who was online, selected, finished (reported in
    time), dropped (selected, not reported in time), and why it closed.
 
-`trainers: per_round` (issue 34) runs a fleet the way Flower's deployment engine and FedScale do:
+`trainers: per_round` runs a fleet the way Flower's deployment engine and FedScale do:
 a device's node (namespace, link, limits) exists for the whole run, its trainer process only
 while it trains. Online is then the device's availability as it checked in (the plan the runner
 gives the PS, `RoleConfig.offline`), not the PS's silence timeout. When a round opens, the PS
