@@ -35,10 +35,11 @@ def _sleeper(seconds, slot):
     time.sleep(seconds)
 
 
-def _probe(slot, forkserver, neighbour, run_dir, netns_link):
+def _probe(slot, forkserver, neighbour, runner, forkserver_pid, run_dir, netns_link):
     """reach.attempts (the knobs among its writes, a file made in the run dir), and the runner's
-    interpreter and torch, under root's 0700 folders here, started as this uid."""
-    out = reach.attempts(read=[f"/proc/{neighbour}/mem"], write=[], signal=[neighbour, os.getppid(), 1],
+    interpreter and torch, under root's 0700 folders here, started as this uid. The pids are the
+    host's: in its own PID namespace, the node cannot name them."""
+    out = reach.attempts(read=[f"/proc/{neighbour}/mem"], write=[], signal=[neighbour, runner, forkserver_pid],
                          plant=[netns_link], connect=[forkserver], create=[os.path.join(run_dir, "planted")])
     out["python"] = subprocess.run([sys.executable, "-c", "import torch, testbed; print(torch.ones(2).sum().item())"],
                                    capture_output=True, text=True, timeout=120).stdout.strip()
@@ -53,10 +54,12 @@ def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, t
     pid_slot, result = box / "pid", box / "result"
     neighbour = rt.start("w1", _sleeper, {"seconds": 60, "slot": str(pid_slot)})
     try:
-        pid = int(pid_slot.read_text())
-        address = multiprocessing.forkserver._forkserver._forkserver_address
+        assert pid_slot.read_text() == "1"  # the first process of its own PID namespace
+        server = multiprocessing.forkserver._forkserver
+        address = server._forkserver_address
         assert address and os.path.exists(address)
-        probe = rt.start("w0", _probe, {"slot": str(result), "forkserver": address, "neighbour": pid,
+        probe = rt.start("w0", _probe, {"slot": str(result), "forkserver": address, "neighbour": neighbour.pid,
+                                         "runner": os.getpid(), "forkserver_pid": server._forkserver_pid,
                                          "run_dir": str(run_dir), "netns_link": f"/run/netns/eb-{rt.run_id}-zz"})
         probe.join(150)
         got = json.loads(result.read_text())
@@ -66,10 +69,12 @@ def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, t
     assert uid in run_block(rt.run_id) and got["ids"] == [[uid] * 3, [uid] * 3, []], got["ids"]
     assert uid != rt.handles["w1"].identity.uid
     denied = ("Permission denied", "Operation not permitted", "Read-only file system")
-    tried = [*got["create"].values(), got["modules"], *got["connect"].values(), *got["signal"].values(),
-             *got["plant"].values()]  # the forkserver; the neighbour, the runner, init; /run/netns
-    assert len(tried) == 7 and all(v in denied for v in tried), got
-    gone = (*denied, "No such file or directory")  # the neighbour is not even listed in the node's /proc
+    tried = [*got["create"].values(), got["modules"], *got["connect"].values(),
+             *got["plant"].values()]  # the forkserver's socket; /run/netns
+    assert len(tried) == 4 and all(v in denied for v in tried), got
+    # the neighbour, the runner and the forkserver are not in its PID namespace: no such process
+    assert list(got["signal"].values()) == ["No such process"] * 3, got["signal"]
+    gone = (*denied, "No such file or directory")  # nor listed in the node's /proc
     assert all(v in gone for v in [*got["environ"].values(), *got["read"].values()]), got
     assert got["write"] and all(v in denied for v in got["write"].values()), got["write"]  # the knobs
     assert got["listed"] == [], got["listed"]  # neither the neighbour, nor the forkserver, nor init

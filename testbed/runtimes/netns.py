@@ -9,9 +9,10 @@ policy to DROP and sends bridged traffic through it) never see the cluster's tra
 nothing of the cluster has a route out of the machine.
 
 Node processes are forked from a forkserver that has already imported torch (one
-import for the whole cluster, pages shared), then each joins its cgroup and
-namespace, lets go of the forkserver's handles and becomes its node's own unprivileged uid
-(kernel.identity) before it runs its role.
+import for the whole cluster, pages shared), each as PID 1 of a PID namespace of its own
+(kernel.pid_namespace), then each joins its cgroup and network namespace, lets go of the
+forkserver's handles and becomes its node's own unprivileged uid (kernel.identity) before it
+runs its role.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ from testbed.kernel.files import open_nofollow
 from testbed.kernel.identity import NodeIdentity, node_identity
 from testbed.kernel.mounts import Bridge, bridges, make_bridges, read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns
-from testbed.kernel.parent_death import die_with_parent
+from testbed.kernel import pid_namespace
+from testbed.kernel.parent_death import ParentWatch, die_with_parent
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
 from testbed.node import channel_keys
@@ -45,7 +47,7 @@ from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
 from testbed.runtimes.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
-from testbed.runtimes.forkserver_guard import RUNNER_ENV, request_main
+from testbed.runtimes.forkserver_guard import PID_NAMESPACES_ENV, RUNNER_ENV, request_main
 from testbed.runtimes.forkserver_process import ForkserverProcess
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
@@ -69,16 +71,18 @@ def _bootstrap(netns: str, run_id: str, node: str, target: Callable | str, kwarg
     os.environ.update(env or {})
     channel_keys.use(keys)  # its node's channel keys: in this process's memory only
     die_with_parent(signal.SIGKILL)
-    if os.getppid() == 1:  # parent already gone
+    parent = ParentWatch(pid_namespace.forked_by or os.getppid())
+    if parent.gone():  # it went before the death signal held
         os._exit(1)
     cgroups.NodeCgroup(run_id, node).attach(os.getpid())
     enter_netns(netns)
     _leave_forkserver()
-    read_only_host_controls(hide_others=True)  # a mount namespace of its own, where the bridges go too
+    read_only_host_controls(hide_others=True)  # a mount namespace and a /proc of its own (its PID namespace's)
     make_bridges(list(reach))
     drop_privileges(identity)  # the role, a command's program, a job: none of the runner's powers (SECURITY.md)
-    if os.getppid() == 1:  # the parent went while the death signal was being set again (kernel.identity)
+    if parent.gone():  # it went while the death signal was being set again (kernel.identity)
         os._exit(1)
+    parent.close()
     if isinstance(target, str):
         module, _, func = target.partition(":")
         target = getattr(importlib.import_module(module), func)
@@ -188,6 +192,9 @@ class NetnsRuntime(LocalNodeOps, Runtime):
             if node.image is not None:
                 raise RuntimeError(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
         grants = self._grant_gpus(spec)
+        # read by the forkserver as it starts (the first node's start): an MPS daemon's clients stay
+        # in its PID namespace, untried apart
+        os.environ[PID_NAMESPACES_ENV] = "0" if self.mps is not None else "1"
         computes = {}
         # recorded first, all at once (a save a node grew as the square of the fleet): `down` finds
         # them even if we crash next, and passes over those not made yet
