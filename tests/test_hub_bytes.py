@@ -508,3 +508,25 @@ def _board_has(board: Helper, hub, steps: dict, replica: bytes) -> bool:
         return True
     channel.send(hub.up, "replica", replica)
     return False
+
+
+def test_a_flood_of_subscriptions_holds_the_hubs_loop_one_batch_at_most():
+    """The hub's loop takes at most RECEIVE_BATCH subscriptions a pass, then answers handshakes
+    and rows again: an endless flood does not keep it in the drain."""
+    from testbed.runtimes.hub import RECEIVE_BATCH
+
+    class EndlessSubscriptions:
+        closed, read = False, 0
+
+        def poll(self, timeout):
+            return True
+
+        def recv(self, flags, copy):
+            self.read += 1
+            return zmq.Frame(b"\x01flood")
+
+    hub = ControlHub.__new__(ControlHub)
+    hub._pub_lock, hub._pub = threading.Lock(), EndlessSubscriptions()
+    hub._subscription = lambda subscribe, prefix, sender: None
+    hub._subscriptions()
+    assert hub._pub.read == RECEIVE_BATCH

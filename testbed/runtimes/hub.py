@@ -440,9 +440,12 @@ class ControlHub:
     def _subscriptions(self) -> None:
         """The subscriptions that came, each applied as runtimes.hub_rules says (ZeroMQ applies
         none by itself: the XPUB is manual): a node hears what it subscribes to, within its share,
-        and replicas only the coordinator; what is refused is counted."""
+        and replicas only the coordinator; what is refused is counted. At most RECEIVE_BATCH a
+        pass: a flood of subscriptions holds the hub's loop no longer than a flood of rows."""
         with self._pub_lock:
-            while not self._pub.closed and self._pub.poll(0):
+            for _ in range(RECEIVE_BATCH):
+                if self._pub.closed or not self._pub.poll(0):
+                    return
                 frame = self._pub.recv(zmq.NOBLOCK, copy=False)
                 data = frame.bytes
                 if data and data[0] in (0, 1):
