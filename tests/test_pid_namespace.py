@@ -200,3 +200,34 @@ def test_a_parent_watch_sees_its_parent_end():
     while more := os.read(out_r, 4096):
         data += more
     assert json.loads(data) == [False, True]
+
+
+PER_ROUND = {"name": "fedavg", "params": {"trainers": "per_round", "deadline_s": 20, "clients": 1, "period": 10}}
+
+
+def test_the_plan_says_when_trainers_start_per_round():
+    from testbed.plan import parse_scenario
+    from testbed.plan.cluster import build_cluster
+
+    base = {"name": "plan", "ps": {}, "workers": [{"count": 2}]}
+    assert build_cluster(parse_scenario({**base, "algorithm": PER_ROUND}), "abc123").trainers_per_round
+    assert not build_cluster(parse_scenario(base), "abc123").trainers_per_round
+
+
+@needs_root
+@pytest.mark.root
+def test_per_round_trainers_share_the_hosts_pid_namespace(tmp_path, clean_host):
+    """A process started for every round it is drawn in keeps the host's PID namespace (its own
+    uid and procfs still hide the rest): its namespace made large fleets' rounds slower."""
+    with netns_cluster(tmp_path, {
+        "name": "pidns-rounds", "algorithm": PER_ROUND,
+        "profiles": {"edge": {"cpus": 0.5, "memory": "512m", "uplink": "50mbit", "downlink": "50mbit"}},
+        "ps": {"profile": "edge"}, "workers": [{"count": 1, "profile": "edge"}],
+    }) as (rt, _):
+        slot = rt.mailbox("pidns") / "w0"
+        p = rt.start("w0", _look, {"slot": str(slot), "runner": os.getpid()})
+        p.join(60)
+        assert p.exitcode == 0
+        got = json.loads(slot.read_text())
+    assert got["pid"] == p.pid and got["ns"] == os.readlink("/proc/self/ns/pid"), got
+    assert got["listed"] == [p.pid] and got["runner"] == "EPERM", got  # hidden and refused by its uid

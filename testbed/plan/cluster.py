@@ -80,6 +80,7 @@ class ClusterSpec:
     topology: Optional[Topology] = None  # sites and WAN links; None: one LAN
     encrypt: bool = False  # the run's networks encrypted between hosts (runtime swarm's overlays)
     subnet_fixed: bool = True  # False: the scenario left network.subnet to edgebed, and a runtime may move it
+    trainers_per_round: bool = False  # a worker's process starts for each round it is drawn in (fedavg)
 
     def take_address(self, node: Node, new: str) -> None:
         """An address the runtime's engine gave `node` (a swarm task's) into the plan: the node's, and
@@ -152,7 +153,8 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     hosts = net.hosts()
     spec_gateway = str(next(hosts))  # reserved: Docker puts its bridge here; netns leaves it unused
     spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway, topology=topo,
-                       encrypt=sc.network.encrypt, subnet_fixed=_subnet_fixed(sc, topo))
+                       encrypt=sc.network.encrypt, subnet_fixed=_subnet_fixed(sc, topo),
+                       trainers_per_round=sc.algorithm.params.get("trainers") == "per_round")
     site_hosts = {s.name: s.hosts() for s in topo.sites} if topo else {}
 
     def add(name: str, role: Role, rank: int, ref, group=None, image=None, site_ref=None) -> None:

@@ -193,8 +193,10 @@ class NetnsRuntime(LocalNodeOps, Runtime):
                 raise RuntimeError(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
         grants = self._grant_gpus(spec)
         # read by the forkserver as it starts (the first node's start): an MPS daemon's clients stay
-        # in its PID namespace, untried apart
-        os.environ[PID_NAMESPACES_ENV] = "0" if self.mps is not None else "1"
+        # in its PID namespace, untried apart; so do per-round trainers, whose namespaces made a
+        # large fleet's rounds slower than the seal may cost (BENCHMARKS.md, "A sealed node")
+        apart = self.mps is None and not spec.trainers_per_round
+        os.environ[PID_NAMESPACES_ENV] = "1" if apart else "0"
         computes = {}
         # recorded first, all at once (a save a node grew as the square of the fleet): `down` finds
         # them even if we crash next, and passes over those not made yet
