@@ -281,8 +281,8 @@ def test_netns_link_delay_follows_a_latency_trace(tmp_path):
 
 def test_plot_draws_the_delay_a_trace_set_on_its_own_axis(tmp_path):
     from testbed.records.columns import LINK_RATE_COLUMNS
-    from testbed.records.plot_network import _link_rates_figure
-    from testbed.records.plot_style import _style_for
+    from testbed.records.plot_network import link_rates_figure
+    from testbed.records.plot_style import style_for
     from testbed.records.reader import load_run
     from test_records_plotting import make_run
 
@@ -291,7 +291,7 @@ def test_plot_draws_the_delay_a_trace_set_on_its_own_axis(tmp_path):
     rows += ["0.0,w1,up,5000000,0,", "2.0,w1,up,2000000,2,"]  # a rate trace alone: no delay axis
     (run / "link_rates.csv").write_text(",".join(LINK_RATE_COLUMNS) + "\n" + "\n".join(rows) + "\n")
     rec = load_run(run)
-    fig = _link_rates_figure(rec, _style_for(rec))
+    fig = link_rates_figure(rec, style_for(rec))
     titled = [a for a in fig.axes if a.get_title(loc="left")]
     assert [a.get_title(loc="left") for a in titled] == ["w0 up", "w1 up"]
     delay_axes = [a for a in fig.axes if a.get_ylabel() == "delay (ms)"]

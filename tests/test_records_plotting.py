@@ -339,7 +339,7 @@ def test_links_figure_from_peers_csv(tmp_path: Path) -> None:
 
 
 def test_link_check_figure_and_the_accuracy_title_say_which_link_was_off(tmp_path: Path) -> None:
-    from testbed.records.plotting import _accuracy_figure, _style_for
+    from testbed.records.plotting import accuracy_figure, style_for
     from testbed.records.reader import load_run
     from testbed.run import verify
 
@@ -360,7 +360,7 @@ def test_link_check_figure_and_the_accuracy_title_say_which_link_was_off(tmp_pat
     assert "link_check.png" in [p.name for p in written]
     _assert_png(run / "plots" / "link_check.png")
     rec = load_run(run)
-    assert "1 OFF: w1 down" in _accuracy_figure(rec, _style_for(rec))._suptitle.get_text()
+    assert "1 OFF: w1 down" in accuracy_figure(rec, style_for(rec))._suptitle.get_text()
 
 
 def test_a_programs_reported_rows_read_back_without_the_counts_it_does_not_have(tmp_path: Path) -> None:

@@ -403,8 +403,8 @@ def test_bench_fidelity_metrics():
 
 def test_plot_shows_configured_beside_measured_per_traced_link(tmp_path):
     from testbed.records.columns import LINK_RATE_COLUMNS
-    from testbed.records.plot_network import _link_rates_figure
-    from testbed.records.plot_style import _style_for
+    from testbed.records.plot_network import link_rates_figure
+    from testbed.records.plot_style import style_for
     from testbed.records.plotting import plot_run
     from testbed.records.reader import load_run
     from test_records_plotting import make_run
@@ -416,7 +416,7 @@ def test_plot_shows_configured_beside_measured_per_traced_link(tmp_path):
                                         "".join(",".join(map(str, r)) + "\n" for r in rows))
     assert "link_rates.png" in [p.name for p in plot_run(run)]
     rec = load_run(run)
-    fig = _link_rates_figure(rec, _style_for(rec))
+    fig = link_rates_figure(rec, style_for(rec))
     axes = fig.axes
     assert [a.get_title(loc="left") for a in axes] == ["w0 up", "w1 down"]
     configured = axes[1].lines[0].get_ydata()

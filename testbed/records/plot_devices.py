@@ -12,7 +12,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from testbed.records.plot_style import _finish_time_axes, _natural_key
+from testbed.records.plot_style import finish_time_axes, natural_key
 from testbed.records.reader import RunRecords, traffic_rates
 
 STEP_WINDOW_S = 5.0  # steps counted per window: a device's rate, not each step's jitter
@@ -55,7 +55,7 @@ def devices_figure(rec: RunRecords, style: Any = None) -> Figure | None:
     fig = Figure(figsize=(12, 9), layout="constrained")
     ax_steps, ax_up, ax_down = fig.subplots(3, 1, sharex=True)
     rates = step_rates(rec.steps[rec.steps["node"].isin(list(devices))])
-    for node in sorted(devices, key=_natural_key):
+    for node in sorted(devices, key=natural_key):
         mine = rates[rates["node"] == node]
         ax_steps.step(mine["time"], mine["rate"], where="post", color=color[devices[node]], lw=1.2)
     links = traffic_rates(rec.traffic)
@@ -71,7 +71,7 @@ def devices_figure(rec: RunRecords, style: Any = None) -> Figure | None:
     for ax in (ax_up, ax_down):
         ax.set_ylabel("Mbit/s")
     ax_down.set_xlabel("wall time (s)")
-    _finish_time_axes((ax_steps, ax_up, ax_down), rec.events)
+    finish_time_axes((ax_steps, ax_up, ax_down), rec.events)
     counts = pd.Series(list(devices.values())).value_counts()
     handles = [Line2D([], [], color=color[d], lw=2, label=f"{d} ({counts[d]})") for d in names]
     ax_steps.legend(handles=handles, fontsize=8, loc="upper right", title="device (workers)", title_fontsize=8)

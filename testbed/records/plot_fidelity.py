@@ -10,11 +10,11 @@ from typing import Any, Callable, Optional
 from matplotlib.figure import Figure
 
 from testbed.records import fidelity as F
-from testbed.records.plot_style import _sorted_nodes, _Style
+from testbed.records.plot_style import Style, sorted_nodes
 from testbed.records.reader import RunRecords
 
 
-def fidelity_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def fidelity_figure(rec: RunRecords, style: Style) -> Figure | None:
     """`edgebed plot`'s fidelity.png (None: no node had a quota, nothing was promised)."""
     return draw_fidelity(F.assess_run(rec.run_dir), style.color, title=f"{rec.name}: fidelity")
 
@@ -36,7 +36,7 @@ def draw_fidelity(intervals: list[F.Interval], color: Optional[Callable[[str], A
     rows = 3 if links else 2
     fig = Figure(figsize=(11, 3.2 * rows), layout="constrained")
     axes = fig.subplots(rows, 1, sharex=True, squeeze=False)[:, 0]
-    for name in _sorted_nodes(nodes):
+    for name in sorted_nodes(nodes):
         ivs = nodes[name]
         mid = [(iv.start + iv.end) / 2 for iv in ivs]
         axes[0].plot(mid, [iv.got for iv in ivs], color=col(name), lw=1.3, label=name)

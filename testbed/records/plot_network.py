@@ -7,11 +7,11 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from testbed.records.plot_style import _PS_COLOR, _finish_time_axes, _natural_key, _Style
+from testbed.records.plot_style import PS_COLOR, Style, finish_time_axes, natural_key
 from testbed.records.reader import RunRecords, finite_float, traffic_rates
 
 
-def _traffic_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def traffic_figure(rec: RunRecords, style: Style) -> Figure | None:
     rates = traffic_rates(rec.traffic)
     rates = rates[~rates["link"].astype(str).str.startswith("wan:")]  # WAN links: wan.png
     if rates.empty:
@@ -22,9 +22,9 @@ def _traffic_figure(rec: RunRecords, style: _Style) -> Figure | None:
 
     handles: dict[str, Line2D] = {}
     series = rates.groupby(["node", "link"], sort=False)
-    for (node, link), g in sorted(series, key=lambda kv: (_natural_key(kv[0][0]), kv[0][1])):
+    for (node, link), g in sorted(series, key=lambda kv: (natural_key(kv[0][0]), kv[0][1])):
         is_ps = node in style.ps
-        color = _PS_COLOR if is_ps else style.color(node)
+        color = PS_COLOR if is_ps else style.color(node)
         label = node if links_per_node.get(node, 1) <= 1 else f"{node}/{link}"
         if is_ps:
             label += " (PS)"
@@ -52,7 +52,7 @@ def _traffic_figure(rec: RunRecords, style: _Style) -> Figure | None:
     ax_down.set_ylabel("Mbit/s")
     ax_cum.set_ylabel("MB")
     ax_cum.set_xlabel("wall time (s)")
-    _finish_time_axes((ax_up, ax_down, ax_cum), rec.events)
+    finish_time_axes((ax_up, ax_down, ax_cum), rec.events)
     style_handles = [
         Line2D([], [], color="0.3", ls="-", label="up"),
         Line2D([], [], color="0.3", ls="--", label="down"),
@@ -68,7 +68,7 @@ def _traffic_figure(rec: RunRecords, style: _Style) -> Figure | None:
     return fig
 
 
-def _links_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def links_figure(rec: RunRecords, style: Style) -> Figure | None:
     """Worker-to-worker traffic (peers.csv): decentralized exchanges and data injection, per link.
     Cross-site links are dashed; the lower panel is what each link carried per step."""
     from testbed.records.columns import PEER_COLUMNS
@@ -109,7 +109,7 @@ def _links_figure(rec: RunRecords, style: _Style) -> Figure | None:
     return fig
 
 
-def _link_check_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def link_check_figure(rec: RunRecords, style: Style) -> Figure | None:
     """--verify-links: configured vs measured per worker path (rate per direction, RTT); off ones red."""
     check = rec.meta.get("link_check")
     rows = check.get("rows") if isinstance(check, dict) else None
@@ -154,7 +154,7 @@ def _delay_steps(ax, s) -> None:
     right.legend(fontsize=8, loc="upper left")
 
 
-def _link_rates_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def link_rates_figure(rec: RunRecords, style: Style) -> Figure | None:
     """Traced links (link_rates.csv): the rate each was set to (a step per tick) beside the rate it
     carried (traffic.csv), and the delay a latency trace set, per node and direction: the trace
     the run experienced."""
@@ -169,7 +169,7 @@ def _link_rates_figure(rec: RunRecords, style: _Style) -> Figure | None:
         return None
     carried = traffic_rates(rec.traffic)
     carried = carried[~carried["link"].astype(str).str.startswith("wan:")]
-    keys = sorted(set_rates.groupby(["node", "direction"]).groups, key=lambda k: (_natural_key(k[0]), k[1]))
+    keys = sorted(set_rates.groupby(["node", "direction"]).groups, key=lambda k: (natural_key(k[0]), k[1]))
     shown = keys[:MAX_TRACED_PANELS]
     fig = Figure(figsize=(11, 1.9 * len(shown) + 1), layout="constrained")
     axes = fig.subplots(len(shown), 1, sharex=True, squeeze=False)[:, 0]

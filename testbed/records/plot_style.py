@@ -16,14 +16,14 @@ from matplotlib.axes import Axes
 from testbed.records.reader import RunRecords, finite_float
 
 
-_DPI = 110
-_PS_COLOR = "black"
+DPI = 110
+PS_COLOR = "black"
 _EVENT_COLOR = "0.45"
 _MAX_EVENT_LABELS = 15  # beyond this, labels overlap into a smear; lines alone still show when
 
 
 @dataclass(frozen=True)
-class _Style:
+class Style:
     """Per-run styling shared by all figures, so a node keeps its colour everywhere."""
 
     colors: dict[str, Any]
@@ -33,17 +33,17 @@ class _Style:
         return self.colors.get(node, "0.5")
 
 
-def _style_for(rec: RunRecords) -> _Style:
+def style_for(rec: RunRecords) -> Style:
     nodes = set(rec.node_roles) | set(rec.steps["node"]) | set(rec.traffic["node"])
     ps = frozenset(rec.ps_nodes)
-    others = _sorted_nodes(n for n in nodes if n not in ps)
+    others = sorted_nodes(n for n in nodes if n not in ps)
     cmap = matplotlib.colormaps["tab10" if len(others) <= 10 else "tab20"]
     colors: dict[str, Any] = {n: cmap(i % cmap.N) for i, n in enumerate(others)}
-    colors.update({n: _PS_COLOR for n in ps})
-    return _Style(colors=colors, ps=ps)
+    colors.update({n: PS_COLOR for n in ps})
+    return Style(colors=colors, ps=ps)
 
 
-def _draw_events(ax: Axes, events: pd.DataFrame, labels: bool = True) -> None:
+def draw_events(ax: Axes, events: pd.DataFrame, labels: bool = True) -> None:
     """Scenario events (link changes, node kills, ...) as vertical lines on a time axis."""
     if events.empty:
         return
@@ -58,15 +58,15 @@ def _draw_events(ax: Axes, events: pd.DataFrame, labels: bool = True) -> None:
             )  # fmt: skip
 
 
-def _finish_time_axes(axes: Sequence[Axes], events: pd.DataFrame) -> None:
+def finish_time_axes(axes: Sequence[Axes], events: pd.DataFrame) -> None:
     """Stacked time axes: from zero, a grid, the scenario's events (labelled on the top one)."""
     for i, ax in enumerate(axes):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        _draw_events(ax, events, labels=i == 0)
+        draw_events(ax, events, labels=i == 0)
 
 
-def _status_suffix(summary: dict[str, Any]) -> str:
+def status_suffix(summary: dict[str, Any]) -> str:
     status = summary.get("status")
     if not status or status == "completed":
         return ""
@@ -75,7 +75,7 @@ def _status_suffix(summary: dict[str, Any]) -> str:
     return f" ({status}{': ' + reason if reason else ''})"
 
 
-def _profile_labels(meta: dict[str, Any]) -> dict[str, str]:
+def profile_labels(meta: dict[str, Any]) -> dict[str, str]:
     """node -> short profile description for legends ("cpus=0.5"), where meta has one."""
     nodes = meta.get("nodes")
     out: dict[str, str] = {}
@@ -97,17 +97,17 @@ def _profile_labels(meta: dict[str, Any]) -> dict[str, str]:
     return out
 
 
-def _run_labels(run_dirs: Sequence[Path]) -> list[str]:
+def run_dir_labels(run_dirs: Sequence[Path]) -> list[str]:
     """Directory names, with the parent added where two runs share a name."""
     resolved = [d.resolve() for d in run_dirs]  # "." has no name until resolved
     names = [p.name for p in resolved]
     return [f"{p.parent.name}/{p.name}" if names.count(p.name) > 1 else p.name for p in resolved]
 
 
-def _natural_key(name: str) -> list[Any]:
+def natural_key(name: str) -> list[Any]:
     # w2 before w10
     return [(0, int(t)) if t.isdigit() else (1, t) for t in re.split(r"(\d+)", name) if t]
 
 
-def _sorted_nodes(nodes: Iterable[str]) -> list[str]:
-    return sorted(set(nodes), key=_natural_key)
+def sorted_nodes(nodes: Iterable[str]) -> list[str]:
+    return sorted(set(nodes), key=natural_key)

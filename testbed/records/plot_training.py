@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from testbed.records.plot_style import _PS_COLOR, _draw_events, _profile_labels, _sorted_nodes, _status_suffix, _Style
+from testbed.records.plot_style import PS_COLOR, Style, draw_events, profile_labels, sorted_nodes, status_suffix
 from testbed.records.reader import RunRecords, finite_float
 
 
@@ -21,7 +21,7 @@ def _link_check_suffix(rec: RunRecords) -> str:
         f"{100 * float(check.get('tolerance', 0.1)):.0f}%]"
 
 
-def _accuracy_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def accuracy_figure(rec: RunRecords, style: Style) -> Figure | None:
     ev = rec.evals.dropna(subset=["accuracy"])
     if ev.empty:
         return None
@@ -34,7 +34,7 @@ def _accuracy_figure(rec: RunRecords, style: _Style) -> Figure | None:
         for ax in (ax_time, ax_step):
             ax.axhline(target, color="tab:red", ls="--", lw=1.2, label=f"target {target:g}")
         ax_step.legend(loc="lower right", fontsize=8)
-    _draw_events(ax_time, rec.events)
+    draw_events(ax_time, rec.events)
     top = max(float(ev["accuracy"].max()), target or 0.0)
     ax_time.set_ylim(0, min(1.02, top + 0.05) if top <= 1 else top * 1.05)
     ax_time.set_xlabel("wall time (s)")
@@ -46,18 +46,18 @@ def _accuracy_figure(rec: RunRecords, style: _Style) -> Figure | None:
     final = finite_float(rec.summary.get("final_accuracy"))
     if final is None:
         final = float(ev["accuracy"].iloc[-1])
-    fig.suptitle(f"{rec.name}: final accuracy {final:.3f}{_status_suffix(rec.summary)}{_link_check_suffix(rec)}")
+    fig.suptitle(f"{rec.name}: final accuracy {final:.3f}{status_suffix(rec.summary)}{_link_check_suffix(rec)}")
     return fig
 
 
-def _loss_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def loss_figure(rec: RunRecords, style: Style) -> Figure | None:
     steps = rec.steps.dropna(subset=["loss"])
     ev = rec.evals.dropna(subset=["loss"])
     if steps.empty and ev.empty:
         return None
     fig = Figure(figsize=(11, 4.8), layout="constrained")
     ax = fig.subplots()
-    for node in _sorted_nodes(steps["node"]):
+    for node in sorted_nodes(steps["node"]):
         g = steps[steps["node"] == node]
         color = style.color(node)
         # Per-step loss is noisy (one mini-batch); the raw trace stays faint, the trend bold.
@@ -66,12 +66,12 @@ def _loss_figure(rec: RunRecords, style: _Style) -> Figure | None:
         smooth = g["loss"].rolling(window, min_periods=1, center=True).mean()  # centred: no lag
         ax.plot(g["time"], smooth, color=color, lw=1.6, label=f"{node} (train, mean of {window})")
     if not ev.empty:
-        ax.plot(ev["time"], ev["loss"], color=_PS_COLOR, marker="o", ms=3.5, lw=1.8, label="eval (test set)")
+        ax.plot(ev["time"], ev["loss"], color=PS_COLOR, marker="o", ms=3.5, lw=1.8, label="eval (test set)")
     values = pd.concat([steps["loss"], ev["loss"]])
     values = values[np.isfinite(values)]
     if len(values) and values.min() > 0 and values.max() / values.min() > 50:
         ax.set_yscale("log")  # early loss dwarfs the rest on a linear axis
-    _draw_events(ax, rec.events)
+    draw_events(ax, rec.events)
     ax.set_xlabel("wall time (s)")
     ax.set_ylabel("loss")
     ax.grid(alpha=0.3)
@@ -80,14 +80,14 @@ def _loss_figure(rec: RunRecords, style: _Style) -> Figure | None:
     return fig
 
 
-def _steps_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def steps_figure(rec: RunRecords, style: Style) -> Figure | None:
     steps = rec.steps
     if steps.empty:
         return None
     fig = Figure(figsize=(11, 7.5), layout="constrained")
     ax_cum, ax_rate = fig.subplots(2, 1, sharex=True)
-    profiles = _profile_labels(rec.meta)
-    for node in _sorted_nodes(steps["node"]):
+    profiles = profile_labels(rec.meta)
+    for node in sorted_nodes(steps["node"]):
         g = steps[steps["node"] == node]
         color = style.color(node)
         span = float(g["time"].iloc[-1] - g["time"].iloc[0])
@@ -109,13 +109,13 @@ def _steps_figure(rec: RunRecords, style: _Style) -> Figure | None:
     for i, ax in enumerate((ax_cum, ax_rate)):
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)
-        _draw_events(ax, rec.events, labels=i == 0)
+        draw_events(ax, rec.events, labels=i == 0)
     ax_cum.legend(fontsize=8, loc="upper left", ncols=2 if steps["node"].nunique() > 8 else 1)
     fig.suptitle(f"{rec.name}: worker progress")
     return fig
 
 
-def _streaming_figure(rec: RunRecords, style: _Style) -> Figure | None:
+def streaming_figure(rec: RunRecords, style: Style) -> Figure | None:
     """Stream buffers (ScaDLES Fig. 7: buffer size vs time per device) and streaming wait per step."""
     from testbed.records.columns import BUFFER_COLUMNS, STREAM_STEP_COLUMNS
     from testbed.records.reader import read_csv_records
@@ -135,7 +135,7 @@ def _streaming_figure(rec: RunRecords, style: _Style) -> Figure | None:
     fig = Figure(figsize=(11, 10 if varying else 7.5), layout="constrained")
     axes = fig.subplots(3 if varying else 2, 1, sharex=True)
     ax_buf, ax_wait = axes[0], axes[-1]
-    for node in _sorted_nodes(buf["node"]):
+    for node in sorted_nodes(buf["node"]):
         g = buf[buf["node"] == node]
         traced = len(schedules.get(node, {}).get("rates", [])) > 1
         label = node + (" (trace)" if traced else f" ({rates[node]:.0f} samples/s)" if node in rates else "")

@@ -24,11 +24,10 @@ from matplotlib.figure import Figure
 from testbed.records.plot_devices import devices_figure
 from testbed.records.plot_fleet import fleet_figure
 from testbed.records.plot_fidelity import fidelity_figure
-from testbed.records.plot_network import (_link_check_figure, _link_rates_figure, _links_figure,
-                                          _traffic_figure)
-from testbed.records.plot_style import _DPI, _profile_labels, _run_labels, _sorted_nodes, _style_for, _Style
+from testbed.records.plot_network import link_check_figure, link_rates_figure, links_figure, traffic_figure
+from testbed.records.plot_style import DPI, Style, profile_labels, run_dir_labels, sorted_nodes, style_for
 from testbed.records.plot_topology import topology_figure, wan_figure
-from testbed.records.plot_training import _accuracy_figure, _loss_figure, _steps_figure, _streaming_figure
+from testbed.records.plot_training import accuracy_figure, loss_figure, steps_figure, streaming_figure
 from testbed.records.reader import RunRecords, load_run
 
 __all__ = ["plot_run", "plot_compare", "plot_progress_compare", "PLOT_FILES", "COMPARE_FILE", "PROGRESS_FILE"]
@@ -47,18 +46,18 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
     """
     rec = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else rec.run_dir / "plots"
-    style = _style_for(rec)
-    builders: dict[str, Callable[[RunRecords, _Style], Figure | None]] = {
-        "accuracy.png": _accuracy_figure,
-        "loss.png": _loss_figure,
-        "traffic.png": _traffic_figure,
-        "steps.png": _steps_figure,
-        "streaming.png": _streaming_figure,
+    style = style_for(rec)
+    builders: dict[str, Callable[[RunRecords, Style], Figure | None]] = {
+        "accuracy.png": accuracy_figure,
+        "loss.png": loss_figure,
+        "traffic.png": traffic_figure,
+        "steps.png": steps_figure,
+        "streaming.png": streaming_figure,
         "topology.png": topology_figure,
         "wan.png": wan_figure,
-        "links.png": _links_figure,
-        "link_check.png": _link_check_figure,
-        "link_rates.png": _link_rates_figure,
+        "links.png": links_figure,
+        "link_check.png": link_check_figure,
+        "link_rates.png": link_rates_figure,
         "fidelity.png": fidelity_figure,  # CPU got against promised, starved intervals shaded
         "devices.png": devices_figure,  # step and link rate per catalog device
         "fleet.png": fleet_figure,  # online over time, participants and time per round (client selection, availability)
@@ -72,7 +71,7 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
                 continue
             out.mkdir(parents=True, exist_ok=True)
             path = out / filename
-            fig.savefig(path, dpi=_DPI)
+            fig.savefig(path, dpi=DPI)
             written.append(path)
     return written
 
@@ -85,16 +84,16 @@ def plot_progress_compare(run_dirs: Sequence[str | os.PathLike[str]], out_path: 
     records = [r for r in (load_run(d) for d in run_dirs) if not r.steps.empty]
     if not records:
         return None
-    labels = _run_labels([r.run_dir for r in records])
+    labels = run_dir_labels([r.run_dir for r in records])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fig = Figure(figsize=(11, 3.4 * len(records)), layout="constrained")
         axes = fig.subplots(len(records), 1, sharex=True, squeeze=False)[:, 0]
         for ax, rec, label in zip(axes, records, labels):
-            style = _style_for(rec)
-            profiles = _profile_labels(rec.meta)
+            style = style_for(rec)
+            profiles = profile_labels(rec.meta)
             steps = rec.steps
-            for node in _sorted_nodes(steps["node"]):
+            for node in sorted_nodes(steps["node"]):
                 g = steps[steps["node"] == node]
                 # mean, not median: under a CFS quota steps come in bursts between throttled gaps
                 per_step = float(g["time"].iloc[-1] - g["time"].iloc[0]) / (len(g) - 1) if len(g) > 1 else float("nan")
@@ -111,7 +110,7 @@ def plot_progress_compare(run_dirs: Sequence[str | os.PathLike[str]], out_path: 
         fig.suptitle("local steps per worker over time (heterogeneous workers)")
         path = Path(out_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=_DPI)
+        fig.savefig(path, dpi=DPI)
     return path
 
 
@@ -124,7 +123,7 @@ def plot_compare(
     Raises RunNotFound for a path that is not a run directory.
     """
     records = [load_run(d) for d in run_dirs]
-    labels = _run_labels([r.run_dir for r in records])
+    labels = run_dir_labels([r.run_dir for r in records])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         fig = Figure(figsize=(10, 5.5), layout="constrained")
@@ -153,5 +152,5 @@ def plot_compare(
         ax.set_title(f"Test accuracy vs wall time ({drawn} runs)")
         path = Path(out_path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=_DPI)
+        fig.savefig(path, dpi=DPI)
     return path
