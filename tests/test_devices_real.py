@@ -29,7 +29,7 @@ def _quota_in_cgroup(run_id: str, node: str) -> tuple[float, int]:
     if cgroups.is_v2():
         quota, period = (cgroups.ROOT / rel / "cpu.max").read_text().split()
         return int(quota) / int(period), int((cgroups.ROOT / rel / "memory.max").read_text())
-    cpu, mem = cgroups._v1_mount("cpu"), cgroups._v1_mount("memory")
+    cpu, mem = cgroups.v1_mount("cpu"), cgroups.v1_mount("memory")
     quota = int((cpu / rel / "cpu.cfs_quota_us").read_text())
     period = int((cpu / rel / "cpu.cfs_period_us").read_text())
     return quota / period, int((mem / rel / "memory.limit_in_bytes").read_text())

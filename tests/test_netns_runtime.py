@@ -43,7 +43,7 @@ def _read_cgroup_quota(run_id, node):
     if cgroups.is_v2():
         q, p = (cgroups.ROOT / f"edgebed/{run_id}/{node}/cpu.max").read_text().split()
         return int(q) / int(p)
-    base = cgroups._v1_mount("cpu") / f"edgebed/{run_id}/{node}"
+    base = cgroups.v1_mount("cpu") / f"edgebed/{run_id}/{node}"
     return int((base / "cpu.cfs_quota_us").read_text()) / int((base / "cpu.cfs_period_us").read_text())
 
 

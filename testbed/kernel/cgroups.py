@@ -54,7 +54,7 @@ def _write(path: Path, value: str) -> None:
         f.write(value)
 
 
-def _v1_mount(controller: str) -> Optional[Path]:
+def v1_mount(controller: str) -> Optional[Path]:
     """Where a v1 controller is mounted (co-mounted 'cpu,cpuacct' is common)."""
     return _v1_mount_at(ROOT, controller)
 
@@ -187,7 +187,7 @@ class OwnCgroup(CgroupUsage):
     def _file(self, ctrl: str, name: str) -> Optional[Path]:
         if is_v2():
             return ROOT / name
-        mount = _v1_mount(ctrl)
+        mount = v1_mount(ctrl)
         return mount / name if mount else None
 
 
@@ -205,7 +205,7 @@ class NodeCgroup(CgroupUsage):
             return [ROOT / self.rel]
         out = []
         for c in V1_CONTROLLERS:
-            m = _v1_mount(c)
+            m = v1_mount(c)
             if m is not None and m / self.rel not in out:
                 out.append(m / self.rel)
         return out
@@ -232,7 +232,7 @@ class NodeCgroup(CgroupUsage):
             return applied
         for d in self.dirs():
             d.mkdir(parents=True, exist_ok=True)
-        cpu = _v1_mount("cpu")
+        cpu = v1_mount("cpu")
         if cpu is None:
             raise CgroupError("no cgroup v1 cpu controller mounted")
         if cpus is not None:
@@ -241,11 +241,11 @@ class NodeCgroup(CgroupUsage):
             _write(cpu / self.rel / "cpu.cfs_quota_us", str(quota_us(cpus, period)))
             applied["cpu_quota"] = cpus
             applied["cpu_period_s"] = period / 1e6
-        mem = _v1_mount("memory")
+        mem = v1_mount("memory")
         if memory is not None and mem is not None:
             _write(mem / self.rel / "memory.limit_in_bytes", str(memory))
             applied["memory_bytes"] = memory
-        cs = _v1_mount("cpuset")
+        cs = v1_mount("cpuset")
         if cs is not None:
             # v1 cpuset groups start empty and refuse tasks until cpus and mems are set.
             for level in (f"{TOP}", f"{TOP}/{self.run_id}", self.rel):
@@ -293,7 +293,7 @@ class NodeCgroup(CgroupUsage):
     def _file(self, ctrl: str, name: str) -> Optional[Path]:
         if is_v2():
             return ROOT / self.rel / name
-        mount = _v1_mount(ctrl)
+        mount = v1_mount(ctrl)
         return mount / self.rel / name if mount else None
 
 
@@ -307,7 +307,7 @@ def kill_and_remove(rel: str, timeout: float = 5.0) -> list[str]:
         dirs = [ROOT / rel]
     else:
         for c in V1_CONTROLLERS:
-            m = _v1_mount(c)
+            m = v1_mount(c)
             if m is not None and m / rel not in dirs:
                 dirs.append(m / rel)
     # every cgroup of the subtrees, walked once (a fleet's run has thousands, each with dozens of files)
@@ -374,7 +374,7 @@ def list_runs() -> set[str]:
     """Run ids that have a cgroup under edgebed/ in any hierarchy (a folder of another name is
     skipped, in one line: it is not a run's)."""
     found: dict[str, Path] = {}
-    bases = [ROOT / TOP] if is_v2() else [m / TOP for c in V1_CONTROLLERS if (m := _v1_mount(c)) is not None]
+    bases = [ROOT / TOP] if is_v2() else [m / TOP for c in V1_CONTROLLERS if (m := v1_mount(c)) is not None]
     for b in bases:
         if b.is_dir():
             found.update({p.name: b for p in b.iterdir() if p.is_dir()})

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Optional
 
-from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, _v1_mount, is_v2
+from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, is_v2, v1_mount
 from testbed.runtimes.containers import join_polling, role_ended
 
 # Where a supervised node's processes may write: the rest of its root file system is read-only.
@@ -51,7 +51,7 @@ class PidCgroup(CgroupUsage):
     def _file(self, ctrl: str, name: str) -> Optional[Path]:
         if is_v2():
             return CGROUP_ROOT / self.paths.get("unified", "/").lstrip("/") / name
-        mount = _v1_mount(ctrl)
+        mount = v1_mount(ctrl)
         return mount / self.paths.get(ctrl, "/").lstrip("/") / name if mount else None
 
 
