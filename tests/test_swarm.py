@@ -679,9 +679,9 @@ def test_ask_all_collects_every_answer_and_gives_up_on_a_silent_node(tmp_path):
 
     from testbed.node import channel
     from testbed.runtimes.hub import ControlHub
-    from testbed.runtimes.swarm import _free_port
+    from testbed.runtimes.swarm import free_port
 
-    rport, cport = _free_port("127.0.0.1"), _free_port("127.0.0.1")
+    rport, cport = free_port("127.0.0.1"), free_port("127.0.0.1")
     hub = ControlHub(None, "127.0.0.1", rport, cport, tmp_path)
     up, down = f"tcp://127.0.0.1:{rport}", f"tcp://127.0.0.1:{cport}"
     done = threading.Event()

@@ -29,7 +29,7 @@ CONTROL_PORT = 7001  # down: the hub PUBlishes
 BRIDGE = "ctl"
 
 
-def _local_mac() -> str:
+def local_mac() -> str:
     """A random unicast, locally administered MAC address."""
     b = bytearray(secrets.token_bytes(6))
     b[0] = (b[0] & 0xFC) | 0x02
@@ -59,7 +59,7 @@ class ControlNetwork:
             # plugged in, and a container that resolved the runner's address before that sends
             # to the old one, which the bridge drops, until its ARP entry ages (measured: 20-30 s
             # without an answer, one run in three).
-            c.link("add", ifname=BRIDGE, kind="bridge", address=_local_mac())
+            c.link("add", ifname=BRIDGE, kind="bridge", address=local_mac())
             br = c.link_lookup(ifname=BRIDGE)[0]
             c.addr("add", index=br, address=RUNNER_ADDRESS, prefixlen=CONTROL_SUBNET.prefixlen)
             c.link("set", index=br, state="up")

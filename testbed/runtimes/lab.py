@@ -85,11 +85,11 @@ def _underlay(n: int) -> list[LabHost]:
     """The underlay's bridge, this machine's port on it, and one namespace per host plugged in."""
     from pyroute2 import IPRoute
 
-    from testbed.runtimes.control_net import _local_mac
+    from testbed.runtimes.control_net import local_mac
 
     create_netns(UNDERLAY_NETNS)
     with ns_iproute(UNDERLAY_NETNS) as u:
-        u.link("add", ifname="u0", kind="bridge", address=_local_mac())  # fixed MAC: see control_net
+        u.link("add", ifname="u0", kind="bridge", address=local_mac())  # fixed MAC: see control_net
         br = u.link_lookup(ifname="u0")[0]
         u.link("set", index=br, state="up")
     hosts = [LabHost(f"eb-lab-h{i}", f"eb-lab-h{i}", f"{UNDERLAY}.{i}", f"unix://{STATE_DIR}/eb-lab-h{i}/docker.sock")

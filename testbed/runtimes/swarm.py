@@ -31,10 +31,11 @@ from testbed.kernel.bridges import one_bridge_problems
 from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
-from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, _free_port, _latest_task,  # noqa: F401
-                                        gpu_runtime_problems, may_drop, measure_offset, remove_swarm_resources,
-                                        reported_classes, runner_address, set_container_quota, swarm_labels,
-                                        sweep_swarm_run, tasks_running, timed_counters, wait_containers_gone)
+from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, free_port,  # noqa: F401
+                                        gpu_runtime_problems, latest_task, may_drop, measure_offset,
+                                        remove_swarm_resources, reported_classes, runner_address,
+                                        set_container_quota, swarm_labels, sweep_swarm_run, tasks_running,
+                                        timed_counters, wait_containers_gone)
 from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
 
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
@@ -224,7 +225,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         from testbed.runtimes.hub import ControlHub
 
         address = runner_address(self.hosts)  # the one the hosts reach: never every address (0.0.0.0)
-        rport, cport = _free_port(address), _free_port(address)
+        rport, cport = free_port(address), free_port(address)
         self.hub = ControlHub(None, address, rport, cport, self.run_dir, self.keys)
         self._urls = (f"tcp://{address}:{rport}", f"tcp://{address}:{cport}")
 
@@ -233,7 +234,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         from testbed.runtimes.swarm_ipsec import encryption_problems
 
         self.say(f"network.encrypt: trying the IPsec of {len(hosts)} host(s)' kernels")
-        problems = encryption_problems(self, hosts, _latest_task)
+        problems = encryption_problems(self, hosts, latest_task)
         if problems:
             raise RuntimeError(problems[0])
         self.encrypt = True
@@ -433,7 +434,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         service = self._services[node]
         at, running = self._tasks.get(service.id, (0.0, True))
         if time.monotonic() - at > 2.0:
-            task = _latest_task(service)
+            task = latest_task(service)
             running = task is not None and task["Status"]["State"] == "running"
             self._tasks[service.id] = (time.monotonic(), running)
         if running and self.fleet is not None and node in self.fleet.of and self.hub is not None:

@@ -172,7 +172,7 @@ def measure_offset(ask_time: Callable[[], str], samples: int = 5) -> tuple[float
     return best
 
 
-def _free_port(address: str) -> int:
+def free_port(address: str) -> int:
     with socket.socket() as s:
         s.bind((address, 0))
         return s.getsockname()[1]
@@ -232,7 +232,7 @@ def tasks_running(services: dict[str, Any], hostname: Callable[[dict], str],
     retried: dict[str, int] = {}
     while len(running) < len(services):
         for name in sorted(set(services) - set(running)):
-            task = _latest_task(services[name])
+            task = latest_task(services[name])
             if task is None:
                 continue
             st = task["Status"]
@@ -259,7 +259,7 @@ def _start_failed_transiently(status: dict) -> bool:
     return status["State"] == "failed" and (status.get("Err") or "").startswith("starting container failed")
 
 
-def _latest_task(service) -> Optional[dict]:
+def latest_task(service) -> Optional[dict]:
     try:
         tasks = service.tasks()
     except Exception:
