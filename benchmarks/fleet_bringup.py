@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from testbed.bench.harness import _Bench  # noqa: E402
+from testbed.bench.harness import Bench  # noqa: E402
 from testbed.kernel.netlink import ns_iproute  # noqa: E402
 from testbed.run.progress import FleetProgress  # noqa: E402
 from testbed.runtimes.state import leftovers  # noqa: E402
@@ -79,7 +79,7 @@ def fleet(workers: int) -> dict:
 
 def hold(workers: int) -> None:
     """The child of --crash: up, say so with the run id, and wait to be killed."""
-    bench = _Bench({}, "netns", scenario=fleet(workers))
+    bench = Bench({}, "netns", scenario=fleet(workers))
     with bench:
         print(f"up {bench.run_id}", flush=True)
         time.sleep(3600)
@@ -155,8 +155,8 @@ def main() -> int:
 
         profiler = cProfile.Profile()
         profiler.enable()
-    bench = _Bench({}, "netns", scenario=scenario)
-    assert bench.rt is not None  # opened, or _Bench raised
+    bench = Bench({}, "netns", scenario=scenario)
+    assert bench.rt is not None  # opened, or Bench raised
     bench.rt.progress = up_stages = FleetProgress(print, sys.stdout.isatty())
     with bench as (rt, spec):
         up_s = time.time() - t0

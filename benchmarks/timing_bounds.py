@@ -44,16 +44,16 @@ def topology(runtime: str) -> list[tuple[str, float, bool]]:
 def peer_classes(runtime: str) -> list[tuple[str, float, bool]]:
     """w0's 40 Mbit/s access link with its traffic to w1 held to 8 Mbit/s (16 back): goodput 95% +/- 6
     points of each class's rate (was tests/test_topology_runtime.py)."""
-    from testbed.bench.fidelity import _Bench, _transfer
+    from testbed.bench.harness import Bench, measure_transfer
 
     scenario = {"name": "bench", "runtime": "netns", "profiles": {"edge": {"bandwidth": "40mbit", "loss": 0.0001}},
                 "workers": [{"count": 2, "profile": "edge"}],
                 "links": [{"between": ["w0", "w1"], "forward": "8mbit", "reverse": "16mbit"}]}
-    bench = _Bench({}, "netns", scenario=scenario)
+    bench = Bench({}, "netns", scenario=scenario)
     out = []
     with bench as (rt, spec):
         for src, dst, rate in (("w0", "w1", 8e6), ("w1", "w0", 16e6), ("w0", "ps", 40e6)):
-            got, _ = _transfer(bench, spec.node(src), spec.node(dst), 3.0, 1, f"{src}-{dst}",
+            got, _ = measure_transfer(bench, spec.node(src), spec.node(dst), 3.0, 1, f"{src}-{dst}",
                                lambda n=src: rt.counters()[n]["up_bytes"])
             out.append((f"peer class {src}->{dst} {rate / 1e6:g} Mbit/s: goodput/rate (0.95 +/- 0.06)", got / rate,
                         abs(got / rate - 0.95) <= 0.06))

@@ -1,5 +1,5 @@
 """A benchmark stopped by SIGTERM (`timeout`, a cancelled CI job) tears its cluster down as
-`edgebed up` does (run/interrupts.py, bench/harness.py's _Bench): nothing of it is left."""
+`edgebed up` does (run/interrupts.py, bench/harness.py's Bench): nothing of it is left."""
 
 import json
 import os
@@ -56,7 +56,7 @@ CHILD = textwrap.dedent("""
 
     harness.runtime_class = lambda name: Fake
     try:
-        with harness._Bench({}, "netns") as (rt, spec):
+        with harness.Bench({}, "netns") as (rt, spec):
             term("inside")
             try:  # a library's broad except (pyroute2 decodes an attribute under one)
                 term("in a library")

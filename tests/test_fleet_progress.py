@@ -59,12 +59,12 @@ def test_a_terminal_gets_bars_with_done_total_and_rate_and_no_lines():
 
 @needs_root
 def test_the_netns_runtime_ticks_every_node_of_each_stage_up_and_down():
-    from testbed.bench.harness import _Bench
+    from testbed.bench.harness import Bench
 
     ticks = []
     scenario = {"name": "ticks", "profiles": {"p": {"bandwidth": "10mbit"}}, "ps": {"profile": "p"},
                 "evaluator": {"profile": "p"}, "workers": [{"count": 5, "profile": "p"}]}
-    bench = _Bench({}, "netns", scenario=scenario)
+    bench = Bench({}, "netns", scenario=scenario)
     bench.rt.progress = lambda stage, done, total: ticks.append((stage, done, total))
     with bench as (rt, spec):
         nodes = len(spec.nodes)

@@ -49,23 +49,23 @@ def test_per_destination_classes_shape_one_peer_apart(clean_host):
     """w0's access link is 40 Mbit/s, but its traffic with w1 is held to 8 Mbit/s (u32 on the address).
     Loose bounds (a class ignored gives 2.5-5x, a wrong one 0.2x); 95% +/- 6 points is
     benchmarks/timing_bounds.py --only peer-classes."""
-    from testbed.bench.fidelity import _Bench, _transfer
+    from testbed.bench.harness import Bench, measure_transfer
     from testbed.kernel.netlink import in_netns
     from testbed.kernel.shaping import read_htb_class
 
     scenario = {"name": "bench", "runtime": "netns", "profiles": {"edge": {"bandwidth": "40mbit", "loss": 0.0001}},
                 "workers": [{"count": 2, "profile": "edge"}],
                 "links": [{"between": ["w0", "w1"], "forward": "8mbit", "reverse": "16mbit"}]}
-    bench = _Bench({}, "netns", scenario=scenario)
+    bench = Bench({}, "netns", scenario=scenario)
     with bench as (rt, spec):
         w0, w1, ps = spec.node("w0"), spec.node("w1"), spec.node("ps")
         meta = rt.node_meta()
         peers = meta["w0"]["uplink"]["peers"]
         assert [(p["peer"], p["match"], p["rate_bps"]) for p in peers] == [("w1", f"dst {w1.address}", 8e6)]
         assert meta["w1"]["downlink"]["peers"][0]["match"] == f"src {w0.address}"
-        to_w1, _ = _transfer(bench, w0, w1, 3.0, 1, "pair", lambda: rt.counters()["w0"]["up_bytes"])
-        back, _ = _transfer(bench, w1, w0, 3.0, 1, "back", lambda: rt.counters()["w1"]["up_bytes"])
-        to_ps, _ = _transfer(bench, w0, ps, 3.0, 1, "ps", lambda: rt.counters()["w0"]["up_bytes"])
+        to_w1, _ = measure_transfer(bench, w0, w1, 3.0, 1, "pair", lambda: rt.counters()["w0"]["up_bytes"])
+        back, _ = measure_transfer(bench, w1, w0, 3.0, 1, "back", lambda: rt.counters()["w1"]["up_bytes"])
+        to_ps, _ = measure_transfer(bench, w0, ps, 3.0, 1, "ps", lambda: rt.counters()["w0"]["up_bytes"])
         with in_netns(rt.handles["w0"].netns) as ns:
             assert read_htb_class(ns, ns.link_lookup(ifname="eth0")[0])["rate_bps"] == 40e6
     assert 0.6 <= to_w1 / 8e6 <= 1.05

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _Bench, _save
+from testbed.bench.harness import Bench, save_result
 from testbed.node import mailbox
 
 
@@ -31,7 +31,7 @@ def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = N
     if others_busy:
         scenario = {"name": "bench", "runtime": runtime, "profiles": {"shaped": shaped, "hog": {}},
                     "workers": [{"count": 1, "profile": "shaped"}, {"count": 1, "profile": "hog"}]}
-    bench = _Bench(shaped, runtime, scenario=scenario)
+    bench = Bench(shaped, runtime, scenario=scenario)
     with bench as (rt, spec):
         h = rt.handles["w0"]
         n_loops = max(1, min(os.cpu_count() or 1, int(cpus) + 1))
@@ -71,4 +71,4 @@ def cpu_benchmark(cpus: float, *, seconds: float = 5.0, out_dir: Path | None = N
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     name = f"cpu-{runtime}-{cpus:g}{'-contended' if others_busy else ''}"
     name += f"-period{period_s * 1e3:g}ms" if cpu_period is not None else ""
-    return _save(out, out_dir, f"{name}.json", say)
+    return save_result(out, out_dir, f"{name}.json", say)

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.fidelity import _save, run_from_repo
+from testbed.bench.harness import run_from_repo, save_result
 from testbed.scenario import units
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,4 +60,4 @@ def ddp_benchmark(rates: list[str], *, workers: int = 2, steps: int = 20, tolera
         rows.append(row)
     out = {"benchmark": "ddp", "workers": workers, "tolerance": tolerance, "rows": rows,
            "ok": all(r["ok"] for r in rows), "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"ddp-{workers}.json", say)
+    return save_result(out, out_dir, f"ddp-{workers}.json", say)

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from testbed.bench.harness import _Bench, _save
+from testbed.bench.harness import Bench, save_result
 from testbed.node import untrusted
 from testbed.plan import parse_scenario
 from testbed.run import devices as run_devices
@@ -67,7 +67,7 @@ def _scenario(devices: tuple[str, ...], dataset: str, pace: bool = False) -> dic
     return {"name": "bench-device", "workload": {"dataset": dataset}, "profiles": profiles, "workers": workers}
 
 
-def _measure(bench: _Bench, rt: Any, node: str, sc: Any, model: str, repetitions: int, min_rep_s: float,
+def _measure(bench: Bench, rt: Any, node: str, sc: Any, model: str, repetitions: int, min_rep_s: float,
              pace_s: float = 0.0, threads: int = 1) -> dict:
     """Step times of `model` in `node` under whatever quota it has now (`pace_s`: held to it), on
     `threads` threads (a device's: run.devices)."""
@@ -106,7 +106,7 @@ class DeviceBench:
         from testbed.data.preload import request
 
         request(self.sc.workload.dataset, self.sc.seed, self.sc.workload.test_size)  # the forkserver loads it once
-        bench = _Bench({}, runtime, scenario=self.sc.model_dump(mode="json", exclude_none=True), preload=tuple(PRELOAD))
+        bench = Bench({}, runtime, scenario=self.sc.model_dump(mode="json", exclude_none=True), preload=tuple(PRELOAD))
         rows: list[dict] = []
         with bench as (rt, spec):
             neighbour = Neighbour(0) if condition == "slow" else None
@@ -125,7 +125,7 @@ class DeviceBench:
                     neighbour.__exit__()
         return rows
 
-    def _device(self, bench: _Bench, rt: Any, node: Any, label: str, speed: Any, device: str,
+    def _device(self, bench: Bench, rt: Any, node: Any, label: str, speed: Any, device: str,
                 condition: str) -> list[dict]:
         rows = []
         for cal_model in self.models:
@@ -210,6 +210,6 @@ def device_benchmark(*, quick: bool = False, runtime: str = "netns", out_dir: Pa
                "dataset": dataset, "cpuset": "0", "host_cpus": os.cpu_count(), "tolerance": TOLERANCE, "rows": rows,
                **verdict, "seconds": round(time.monotonic() - t, 1), "kernel": os.uname().release,
                "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-        _save(out, out_dir, name, say)
+        save_result(out, out_dir, name, say)
     say(f"own-model max |error| {out['own_model_max_abs_error']}; ok {out['ok']}")
     return out

@@ -7,11 +7,10 @@ share. This module keeps every benchmark importable under its old name.
 """
 
 from testbed.bench.cpu import cpu_benchmark
-from testbed.bench.harness import _Bench, _mem_available, _save, _transfer, run_for_records, run_from_repo
+from testbed.bench.harness import run_for_records, run_from_repo
 from testbed.bench.links import delay_benchmark, link_benchmark, loss_benchmark, topology_benchmark
 from testbed.bench.startup import startup_benchmark
 from testbed.bench.stream import stream_benchmark
 
-__all__ = ["_Bench", "_mem_available", "_save", "_transfer", "cpu_benchmark", "delay_benchmark", "link_benchmark",
-           "loss_benchmark", "run_for_records", "run_from_repo", "startup_benchmark", "stream_benchmark",
-           "topology_benchmark"]
+__all__ = ["cpu_benchmark", "delay_benchmark", "link_benchmark", "loss_benchmark", "run_for_records", "run_from_repo",
+           "startup_benchmark", "stream_benchmark", "topology_benchmark"]

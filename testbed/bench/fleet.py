@@ -27,7 +27,7 @@ from typing import Callable
 import pandas as pd
 import yaml
 
-from testbed.bench.harness import _mem_available, _save
+from testbed.bench.harness import mem_available, save_result
 from testbed.kernel.cgroups import NodeCgroup
 
 REPO = Path(__file__).resolve().parents[2]
@@ -54,7 +54,7 @@ def scenario(devices: int, clients: int, trainers: str, seconds: float, model: s
 
 def mem_used() -> int:
     """MemTotal - MemAvailable, in bytes."""
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") - _mem_available()
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") - mem_available()
 
 
 def rollup(pid: int) -> dict[str, int]:
@@ -224,4 +224,4 @@ def fleet_benchmark(devices: int, clients: int, *, trainers: str = "per_round", 
     say(json.dumps({k: v for k, v in out.items() if k != "output_tail"}, indent=1))
     model_part = "" if model == "mlp" else f"-{model}"
     runtime_part = "" if runtime == DEFAULT_RUNTIME else f"-{runtime}"  # the files before --runtime keep their names
-    return _save(out, out_dir, f"fleet-{devices}-{clients}-{trainers}{model_part}{runtime_part}.json", say)
+    return save_result(out, out_dir, f"fleet-{devices}-{clients}-{trainers}{model_part}{runtime_part}.json", say)

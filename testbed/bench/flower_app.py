@@ -22,7 +22,7 @@ from typing import Callable
 
 import numpy as np
 
-from testbed.bench.fidelity import _save, run_from_repo
+from testbed.bench.harness import run_from_repo, save_result
 from testbed.scenario import units
 
 REPO = Path(__file__).resolve().parents[2]
@@ -110,4 +110,4 @@ def flower_app_benchmark(rates: list[str], *, rounds: int = 4, out_dir: Path | N
     out = {"benchmark": "flower-app", "rounds": rounds, "rows": rows, "follows_the_bytes": follows,
            "ok": all(r["ok"] for r in rows + follows),
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, "flower-app.json", say)
+    return save_result(out, out_dir, "flower-app.json", say)

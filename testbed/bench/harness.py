@@ -1,4 +1,4 @@
-"""What every fidelity benchmark shares: a small cluster brought up on a runtime (_Bench), a
+"""What every fidelity benchmark shares: a small cluster brought up on a runtime (Bench), a
 saturating transfer through it, a scenario run end to end for its records, and the JSON result."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from testbed.runtimes import runtime_class
 from testbed.runtimes.state import RunState
 
 
-def _save(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]) -> dict:
+def save_result(out: dict, out_dir: Path | None, name: str, say: Callable[[str], None]) -> dict:
     """Write a benchmark's result as JSON (benchmarks/report.py turns these into tables)."""
     if out_dir is not None:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
@@ -87,7 +87,7 @@ def run_from_repo(sc, label: str, out: Path | None, read: Callable) -> tuple[dic
             shutil.rmtree(run_dir.parent, ignore_errors=True)
 
 
-class _Bench:
+class Bench:
     """A small cluster (workers w0.. with the profile under test, an unshaped ps) on either runtime.
 
     From its making to the end of its `with` block, SIGTERM and SIGHUP stop the benchmark as
@@ -171,7 +171,7 @@ class _Bench:
             self._signals.close()
 
 
-def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, label: str,
+def measure_transfer(bench: "Bench", sender, receiver, seconds: float, flows: int, label: str,
               counter: Callable[[], int]) -> tuple[float, float]:
     """Saturate sender -> receiver with TCP (`flows` connections); (goodput, wire) bit/s over
     `seconds` after a second's warm-up."""
@@ -180,7 +180,7 @@ def _transfer(bench: "_Bench", sender, receiver, seconds: float, flows: int, lab
     return rate.goodput_bps, rate.wire_bps
 
 
-def _mem_available() -> int:
+def mem_available() -> int:
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
             return int(line.split()[1]) * 1024

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _Bench, _save, _transfer
+from testbed.bench.harness import Bench, measure_transfer, save_result
 from testbed.node import mailbox
 from testbed.run.flows import BENCH_PORT, ping_client, ping_server
 from testbed.runtimes import runtime_class
@@ -27,7 +27,7 @@ def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: flo
                 "sites": {"a": {"lan": "lan"}, "b": {"lan": "lan"}}, "wan": {"default": {"bandwidth": wan}},
                 "ps": {"site": "a"}, "evaluator": {"site": "a"},
                 "workers": [{"count": 1, "site": "a"}, {"count": 1, "site": "b"}]}
-    bench = _Bench({}, runtime, scenario=scenario)
+    bench = Bench({}, runtime, scenario=scenario)
     results = []
     with bench as (rt, spec):
         ps = spec.node("ps")
@@ -35,7 +35,7 @@ def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: flo
             for direction, sender, receiver in (("up", peer, ps), ("down", ps, peer)):
                 wan_link = ("b", "a") if direction == "up" else ("a", "b")
                 before = rt.wan_counters()[wan_link]["up_bytes"]
-                goodput, wire = _transfer(bench, sender, receiver, seconds, 1, f"{path}-{direction}",
+                goodput, wire = measure_transfer(bench, sender, receiver, seconds, 1, f"{path}-{direction}",
                                           lambda n=peer.name, d=direction: rt.link_counter(n, f"{d}_bytes"))
                 wan_bytes = rt.wan_counters()[wan_link]["up_bytes"] - before
                 results.append({"path": path, "direction": direction, "configured_bps": configured,
@@ -52,7 +52,8 @@ def topology_benchmark(*, lan: str = "1gbit", wan: str = "100mbit", seconds: flo
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "note": "lan: w0 <-> ps in site a; wan: w1 (site b) <-> ps (site a) through both routers; "
                    "wan_bytes = bytes the WAN link carried in that direction during the transfer"}
-    return _save(out, out_dir, f"topology-{runtime}-{units.format_rate(lan_bps)}-{units.format_rate(wan_bps)}.json", say)
+    name = f"topology-{runtime}-{units.format_rate(lan_bps)}-{units.format_rate(wan_bps)}.json"
+    return save_result(out, out_dir, name, say)
 
 
 def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: Path | None = None,
@@ -63,12 +64,12 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
     configured = units.parse_rate(rate)
     scenario = {"name": "bench", "runtime": runtime, "network": {"encrypt": True}, "profiles": {"shaped": {
         "bandwidth": rate}}, "workers": [{"count": 1, "profile": "shaped"}]} if encrypt else None
-    bench = _Bench({"bandwidth": rate}, runtime, scenario=scenario)
+    bench = Bench({"bandwidth": rate}, runtime, scenario=scenario)
     results = []
     with bench as (rt, spec):
         w0, ps = spec.node("w0"), spec.node("ps")
         for direction, sender, receiver in (("up", w0, ps), ("down", ps, w0)):
-            goodput, wire = _transfer(bench, sender, receiver, seconds, flows, direction,
+            goodput, wire = measure_transfer(bench, sender, receiver, seconds, flows, direction,
                                       lambda d=direction: rt.link_counter("w0", f"{d}_bytes"))
             results.append({"direction": direction, "goodput_bps": goodput, "wire_bps": wire,
                             "goodput_ratio": goodput / configured, "wire_ratio": wire / configured})
@@ -85,7 +86,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
                    "TCP/IP + Ethernet headers are ~4.4% of a 1514-byte frame, so goodput "
                    "sits below the configured rate by about that much"}
     name = f"link-{runtime}{'-encrypted' if encrypt else ''}-{units.format_rate(configured)}-{flows}flow.json"
-    return _save(out, out_dir, name, say)
+    return save_result(out, out_dir, name, say)
 
 
 def _udp_rcvbuf_errors() -> int:
@@ -94,7 +95,7 @@ def _udp_rcvbuf_errors() -> int:
     return int(dict(zip(lines[0][1:], lines[1][1:]))["RcvbufErrors"])
 
 
-def _udp_sink(port: int, seconds: float, result_path: str, ready_path: str = "", probe_path: str = "") -> None:
+def udp_sink(port: int, seconds: float, result_path: str, ready_path: str = "", probe_path: str = "") -> None:
     errors_before = _udp_rcvbuf_errors()
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
@@ -150,14 +151,14 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
     from math import sqrt
 
     p = units.parse_fraction(loss)
-    bench = _Bench({"uplink": {"loss": loss}}, runtime)
+    bench = Bench({"uplink": {"loss": loss}}, runtime)
     with bench as (rt, spec):
         mech = rt.handles["w0"].uplink.mechanisms.get("loss", "none")
         res_file = bench.result("loss.json")
         rate_pps = 10000.0
         ready = bench.result("sink.ready")
         probe = str(bench.result("sink.probed"))
-        sink = rt.start("ps", _udp_sink, {"port": BENCH_PORT, "seconds": packets / rate_pps + 60,
+        sink = rt.start("ps", udp_sink, {"port": BENCH_PORT, "seconds": packets / rate_pps + 60,
                                           "result_path": str(res_file), "ready_path": str(ready), "probe_path": probe})
         for _ in range(3000):
             if ready.exists():
@@ -183,7 +184,7 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
            "receiver_buffer_drops": host_drops,
            "mechanism": mech, "ok": ok, "tolerance": tol, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"loss-{runtime}-{p:g}.json", say)
+    return save_result(out, out_dir, f"loss-{runtime}-{p:g}.json", say)
 
 
 def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size: int = 64,
@@ -194,7 +195,7 @@ def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size:
     lat = units.parse_duration(latency)
     jit = units.parse_duration(jitter)
     prof = {"latency": latency} | ({"jitter": jitter} if jit else {})
-    bench = _Bench(prof, runtime)
+    bench = Bench(prof, runtime)
     with bench as (rt, spec):
         h = rt.handles["w0"]
         mech = h.uplink.mechanisms.get("latency", "none")
@@ -218,4 +219,4 @@ def delay_benchmark(latency: str, *, jitter: str = "0ms", count: int = 50, size:
     out = {"benchmark": "delay", "runtime": runtime, "latency_s": lat, "jitter_s": jit, "expected_rtt_s": expected,
            "median_rtt_s": med, "stdev_rtt_s": statistics.pstdev(rtts), "rtts_s": rtts, "message_bytes": size,
            "mechanism": mech, "ok": ok, "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"delay-{runtime}-{1000 * lat:g}ms-{1000 * jit:g}ms.json", say)
+    return save_result(out, out_dir, f"delay-{runtime}-{1000 * lat:g}ms-{1000 * jit:g}ms.json", say)

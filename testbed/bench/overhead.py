@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _Bench, _save, run_for_records
+from testbed.bench.harness import Bench, run_for_records, save_result
 from testbed.node import mailbox
 
 
@@ -51,7 +51,7 @@ def _bare_job(model: str, batch_size: int, steps: int, threads: int, seed: int, 
     mailbox.write_text(result_path, json.dumps({"times": _bare_loop(model, batch_size, steps, threads, seed)}))
 
 
-def _bare_process(model: str, batch_size: int, steps: int, threads: int, seed: int, path: str) -> None:
+def bare_process(model: str, batch_size: int, steps: int, threads: int, seed: int, path: str) -> None:
     """_bare_loop in a process of this machine, its times written to `path`."""
     Path(path).write_text(json.dumps({"times": _bare_loop(model, batch_size, steps, threads, seed)}))
 
@@ -93,7 +93,7 @@ def stress_benchmark(*, cpus: float = 1.0, stress: float = 0.5, model: str = "ad
     out = {"benchmark": "stress", "model": model, "cpus": cpus, "stress": stress, "steps": steps,
            "calm_mean_s": m0, "stressed_mean_s": m1, "slowdown": slowdown, "expected_slowdown": expected,
            "ok": ok, "tolerance": tolerance, "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"stress-{model}-{cpus:g}cpu-{stress:g}.json", say)
+    return save_result(out, out_dir, f"stress-{model}-{cpus:g}cpu-{stress:g}.json", say)
 
 
 def overhead_benchmark(*, cpus: float = 1.0, model: str = "adacomp_cnn", batch_size: int = 32, steps: int = 60,
@@ -112,7 +112,7 @@ def overhead_benchmark(*, cpus: float = 1.0, model: str = "adacomp_cnn", batch_s
         statuses.append(summary["status"])
         runs_edgebed.append(statistics.median(in_edgebed))
         threads = sc.workload.threads or build_cluster(sc, "x").node("w0").threads
-        bench = _Bench({"cpus": cpus}, "netns")
+        bench = Bench({"cpus": cpus}, "netns")
         with bench as (rt, spec):
             res_file = bench.result("bare.json")
             p = rt.start("w0", _bare_job, {"model": model, "batch_size": batch_size, "steps": steps,
@@ -135,4 +135,4 @@ def overhead_benchmark(*, cpus: float = 1.0, model: str = "adacomp_cnn", batch_s
            "note": "compute step = batch sampling + forward + loss + backward (steps.csv compute_seconds); "
                    "the bare loop runs in a node with the same CPU quota and torch threads, and takes an "
                    "untimed SGD step after each (edgebed's weights change every step too)"}
-    return _save(out, out_dir, f"overhead-{model}-{cpus:g}cpu.json", say)
+    return save_result(out, out_dir, f"overhead-{model}-{cpus:g}cpu.json", say)

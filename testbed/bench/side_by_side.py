@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _Bench, _mem_available, _save, _transfer, run_for_records
-from testbed.bench.overhead import _bare_process
+from testbed.bench.harness import Bench, measure_transfer, mem_available, run_for_records, save_result
+from testbed.bench.overhead import bare_process
 from testbed.scenario import units
 
 
@@ -41,14 +41,14 @@ def mininet_benchmark(hosts: int = 8, *, rate: str = "10mbit", cpus: float = 0.2
     profile = {"bandwidth": rate, "cpus": cpus}
     scenario = {"name": "bench", "profiles": {"p": profile}, "ps": {"profile": "p"}, "evaluator": {"profile": "p"},
                 "workers": [{"count": max(1, hosts - 2), "profile": "p"}]}
-    bench = _Bench({}, "netns", scenario=scenario)  # (imports the runtime: not the cluster's memory)
-    before = _mem_available()
+    bench = Bench({}, "netns", scenario=scenario)  # (imports the runtime: not the cluster's memory)
+    before = mem_available()
     t0 = time.time()
     with bench as (rt, spec):
         up_s = time.time() - t0
-        used = before - _mem_available()
+        used = before - mem_available()
         w0, w1 = spec.node("w0"), spec.node("w1") if hosts > 2 else spec.node("ps")
-        goodput, _wire = _transfer(bench, w0, w1, seconds, 1, "mn", lambda: rt.link_counter("w0", "up_bytes"))
+        goodput, _wire = measure_transfer(bench, w0, w1, seconds, 1, "mn", lambda: rt.link_counter("w0", "up_bytes"))
         t1 = time.time()
     stop_s = time.time() - t1
     eb = {"hosts": len(spec.nodes), "up_seconds": up_s, "stop_seconds": stop_s, "memory_used_bytes": used,
@@ -67,7 +67,7 @@ def mininet_benchmark(hosts: int = 8, *, rate: str = "10mbit", cpus: float = 0.2
            "note": "up = building and starting the hosts, links and limits (Mininet: Mininet() + start(); edgebed: "
                    "the runtime's create); memory = MemAvailable drop with the cluster up and idle; goodput = one "
                    "TCP flow between two hosts (Mininet: iperf3; edgebed: its own sender/receiver)"}
-    return _save(out, out_dir, f"mininet-{hosts}-{units.format_rate(configured)}.json", say)
+    return save_result(out, out_dir, f"mininet-{hosts}-{units.format_rate(configured)}.json", say)
 
 
 # --------------------------------------------------------------------------- Flower, side by side
@@ -145,7 +145,7 @@ def _bare_fedavg_round(clients: int, local_steps: int, batch_size: int, model: s
     with tempfile.TemporaryDirectory(prefix="edgebed-bare-") as tmp:
         paths = [str(Path(tmp) / f"{i}.json") for i in range(cores)]
         ctx = mp.get_context("spawn")
-        procs = [ctx.Process(target=_bare_process, args=(model, batch_size, 10 + n * local_steps, 1, 1, path))
+        procs = [ctx.Process(target=bare_process, args=(model, batch_size, 10 + n * local_steps, 1, 1, path))
                  for n, path in zip(per, paths) if n]
         for p in procs:
             p.start()
@@ -225,4 +225,4 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
                    "the model and the updates over TCP on unshaped veth links, a PS barrier"}
     name = f"flower-{clients}clients-{per_round}a-round{f'-parked{parked}' if parked else ''}.json" if per_round \
         else f"flower-{clients}clients.json"
-    return _save(out, out_dir, name, say)
+    return save_result(out, out_dir, name, say)

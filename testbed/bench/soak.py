@@ -166,7 +166,7 @@ def soak_benchmark(*, minutes: int = 30, workers: int = 4, seed: int = 1, runtim
                    run_dir: Optional[Path] = None, say: Callable[[str], None] = print) -> dict:
     import yaml
 
-    from testbed.bench.fidelity import _save
+    from testbed.bench.harness import save_result
     from testbed.bench.harness import run_child
 
     if minutes < 2:
@@ -198,4 +198,4 @@ def soak_benchmark(*, minutes: int = 30, workers: int = 4, seed: int = 1, runtim
     say(f"soak {'ok' if res['ok'] else 'FAILED'}: {res['events_applied']}/{res['events_planned']} events, "
         f"lateness max {res['lateness_ms']['max']:.0f} ms, {res['steps']} steps, lost {res['lost']} rejoined "
         f"{res['rejoined']}, accuracy {res['accuracy_first']} -> {res['accuracy_final']}, leftovers {len(left)}")
-    return _save(res, out_dir, f"soak-{runtime}-{minutes}min-seed{seed}.json", say)
+    return save_result(res, out_dir, f"soak-{runtime}-{minutes}min-seed{seed}.json", say)

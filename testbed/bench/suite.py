@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from testbed.bench import fidelity
-from testbed.bench.harness import _save
+from testbed.bench.harness import save_result
 from testbed.bench.overhead import overhead_benchmark, stress_benchmark
 from testbed.bench.side_by_side import FLOWER_VENV, flower_benchmark, mininet_benchmark
 from testbed.bench.update import FRAME_EFFICIENCY, update_benchmark
@@ -129,4 +129,4 @@ def run_suite(quick: bool, out_dir: Path, say: Callable[[str], None] = print) ->
     out = {"benchmark": "suite", "quick": quick, "results": results, "ok": not failed, "failed": failed,
            "seconds": round(time.time() - t0, 1), "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
-    return _save(out, out_dir, f"suite-{'quick' if quick else 'full'}.json", say)
+    return save_result(out, out_dir, f"suite-{'quick' if quick else 'full'}.json", say)

@@ -29,8 +29,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Optional
 
-from testbed.bench.harness import _Bench, _save
-from testbed.bench.links import _udp_sink
+from testbed.bench.harness import Bench, save_result
+from testbed.bench.links import udp_sink
 from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
 from testbed.node.trace_replay import TraceReplay, schedules_to_wire
 from testbed.runtimes.replay import replays_of
@@ -137,7 +137,7 @@ def _await_traffic(rt, timeout: float = 30.0) -> None:
         time.sleep(0.02)
 
 
-def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, seconds: float) -> dict:
+def _one_section(bench: Bench, rt, spec, replay: TraceReplay, flow: str, seconds: float) -> dict:
     """One flow over one section of the trace (the replay already at its offset)."""
     sched = replay.nodes[0].schedules["up"]
     warm = 1.0
@@ -145,7 +145,7 @@ def _one_section(bench: _Bench, rt, spec, replay: TraceReplay, flow: str, second
     result = bench.result(f"{flow}.json")
     result.unlink(missing_ok=True)
     if flow == "udp":
-        sink = rt.start("ps", _udp_sink, {"port": BENCH_PORT, "seconds": seconds + 30, "result_path": str(result)})
+        sink = rt.start("ps", udp_sink, {"port": BENCH_PORT, "seconds": seconds + 30, "result_path": str(result)})
         time.sleep(0.3)
         src = rt.start("w0", udp_cbr_source, {"addr": spec.ps.address, "port": BENCH_PORT, "rate_bps": 1.3 * peak,
                                               "seconds": seconds + warm + 3})
@@ -180,7 +180,7 @@ def trace_benchmark(*, seconds: float = 30.0, repetitions: int = 3, runtime: str
     """Each trace, each repetition (another section), UDP then TCP; targets on UDP's windows."""
     results = []
     for label, ref in traces:
-        bench = _Bench({"uplink": {"trace": ref, "trace_resolution": "100ms"}}, runtime)
+        bench = Bench({"uplink": {"trace": ref, "trace_resolution": "100ms"}}, runtime)
         with bench as (rt, spec):
             base = replays_of(spec, 0)[0]
             for rep in range(repetitions):
@@ -196,7 +196,7 @@ def trace_benchmark(*, seconds: float = 30.0, repetitions: int = 3, runtime: str
                         f"goodput {(r['goodput_bps'] or 0) / 1e6:6.2f}")
         if bench.problems:
             say(f"teardown problems: {bench.problems}")
-    out = _save(_summary(results, seconds, repetitions, runtime), out_dir, f"trace-{runtime}.json", say)
+    out = save_result(_summary(results, seconds, repetitions, runtime), out_dir, f"trace-{runtime}.json", say)
     if out_dir is not None:
         say(f"wrote {draw_trace_figure(out, Path(out_dir).parent / 'plots' / f'bench-trace-{runtime}.png')}")
     return out

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _Bench, _save
+from testbed.bench.harness import Bench, save_result
 from testbed.node import mailbox
 from testbed.scenario import units
 
@@ -78,7 +78,7 @@ def update_benchmark(params: int, rate: str, *, repeats: int = 3, out_dir: Path 
     """Time for the PS to receive one full update of `params` parameters over w0's `rate` uplink,
     against the ideal 32 * params / rate + one round trip."""
     configured = units.parse_rate(rate)
-    bench = _Bench({"bandwidth": rate}, runtime)
+    bench = Bench({"bandwidth": rate}, runtime)
     with bench as (rt, spec):
         res_file = bench.result("update.json")
         srv = rt.start("ps", _update_server, {"address": spec.ps.address, "count": repeats + 6})
@@ -102,4 +102,4 @@ def update_benchmark(params: int, rate: str, *, repeats: int = 3, out_dir: Path 
            "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "note": "ideal = 32 * params / rate + RTT (payload only); framed = the message's bytes at "
                    f"{FRAME_EFFICIENCY:.4f} of the rate (1448 TCP payload bytes per 1514-byte frame) + RTT"}
-    return _save(out, out_dir, f"update-{runtime}-{params}-{units.format_rate(configured)}.json", say)
+    return save_result(out, out_dir, f"update-{runtime}-{params}-{units.format_rate(configured)}.json", say)

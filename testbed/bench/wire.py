@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench.harness import _save, run_for_records
+from testbed.bench.harness import run_for_records, save_result
 
 
 # Each strategy as the papers' experiments run it, made short: parameters that would leave a
@@ -70,4 +70,4 @@ def wire_benchmark(algorithm: str, *, workers: int = 4, seconds: float = 20.0, r
            "kernel": os.uname().release, "date": time.strftime("%Y-%m-%d %H:%M:%S"),
            "note": "payload = workers' steps.csv bytes (edgebed messages); wire = their access links' counters "
                    "over the whole run (IP + Ethernet headers, ACKs, join/first pull/stop)"}
-    return _save(out, out_dir, f"wire-{algorithm}.json", say)
+    return save_result(out, out_dir, f"wire-{algorithm}.json", say)
