@@ -27,8 +27,8 @@ from typing import Any, Optional
 
 from testbed.scenario import units
 from testbed.scenario.traces import (CATALOG, DEFAULT_RESOLUTION_S, LIBRARY, MAX_TRACE_SECONDS, TraceSchedule,
-                                     _is_number, _kind, _read_text, check_ticks, node_offset, read_link_trace,
-                                     sample_steps, steps_duration, trace_file)
+                                     check_ticks, is_number, node_offset, read_link_trace, read_trace_text,
+                                     sample_steps, steps_duration, trace_file, trace_kind)
 
 PING_SUFFIX = ".ping"
 # short name -> a recorded latency trace in the library (testbed/traces/README.md: sources, licences)
@@ -53,7 +53,7 @@ def read_delay_rows(path: str | Path) -> list[DelayRow]:
     """(time from the first row, one-way delay) rows of a latency trace, time ascending; errors name
     the line and never quote it."""
     p = Path(path)
-    text = _read_text(p)
+    text = read_trace_text(p)
     first = text.lstrip().split("\n", 1)[0].split()
     rows = _read_ping(p, text) if _is_ping(p) else _read_cicv5g(p, text) if CICV5G_TIME in first \
         else _read_delay_csv(p, text)
@@ -119,13 +119,13 @@ def _read_delay_csv(p: Path, text: str) -> list[DelayRow]:
     for i, rec in enumerate(csv.reader(text.splitlines())):
         if not rec or rec[0].strip().startswith("#"):
             continue
-        if i == 0 and not _is_number(rec[0]):
+        if i == 0 and not is_number(rec[0]):
             unit, share = _column_scale(rec[-1]) if len(rec) >= 2 else (1.0, 1.0)
             continue
         try:
             t = float(rec[0])
             value = rec[-1].strip() if len(rec) >= 2 else ""
-            delay = float(value) * unit if _is_number(value) else units.parse_duration(value)
+            delay = float(value) * unit if is_number(value) else units.parse_duration(value)
         except (ValueError, IndexError):
             raise ValueError(f"{p}: line {i + 1} is not `time,latency` (seconds, a duration such as 20ms; "
                              "a header such as time,rtt_ms says its unit and that it is round trip)") from None
@@ -136,7 +136,7 @@ def _read_delay_csv(p: Path, text: str) -> list[DelayRow]:
 def rate_trace_delays(path: str | Path) -> list[DelayRow]:
     """The one-way delays of a `trace:` CSV's latency column (empty: the trace has none)."""
     p = Path(path)
-    if _kind(p) != "csv":
+    if trace_kind(p) != "csv":
         return []
     rows = read_link_trace(p)
     return [(t, lat) for t, _, lat in rows if lat is not None]

@@ -86,7 +86,7 @@ def trace_file(ref: str, which: str) -> Path:
 # reading
 
 
-def _read_text(p: Path) -> str:
+def read_trace_text(p: Path) -> str:
     """The file's text; a `.gz` file decompressed, capped as the plain text is, before and after."""
     if p.suffix != ".gz":
         return read_capped_text(p)
@@ -100,7 +100,7 @@ def _read_text(p: Path) -> str:
         raise ValueError(f"{p}: not UTF-8 text once decompressed (byte {e.start})") from None
 
 
-def _kind(p: Path) -> str:
+def trace_kind(p: Path) -> str:
     suffix = Path(p.stem).suffix if p.suffix == ".gz" else p.suffix
     return "mahimahi" if suffix in MAHIMAHI_SUFFIXES else "mbps" if suffix == MBPS_SUFFIX else "csv"
 
@@ -109,8 +109,8 @@ def read_link_trace(path: str | Path) -> list[Row]:
     """(time s, rate bit/s, latency s or None) rows of a link trace, time ascending (Mahimahi:
     per second). Errors name the line and never quote it."""
     p = Path(path)
-    text = _read_text(p)
-    kind = _kind(p)
+    text = read_trace_text(p)
+    kind = trace_kind(p)
     if kind == "mahimahi":
         return _binned(_mahimahi_ms(p, text), 1.0)
     rows = _read_mbps(p, text) if kind == "mbps" else _read_csv(p, text)
@@ -134,7 +134,7 @@ def _read_csv(p: Path, text: str) -> list[Row]:
     for i, rec in enumerate(csv.reader(text.splitlines())):
         if not rec or rec[0].strip().startswith("#"):
             continue
-        if i == 0 and not _is_number(rec[0]):
+        if i == 0 and not is_number(rec[0]):
             continue  # header
         try:
             t = float(rec[0])
@@ -171,7 +171,7 @@ def _read_mbps(p: Path, text: str) -> list[Row]:
     return rows
 
 
-def _is_number(s: str) -> bool:
+def is_number(s: str) -> bool:
     try:
         float(s)
         return True
@@ -244,8 +244,8 @@ def trace_rates(path: str | Path, resolution: float = DEFAULT_RESOLUTION_S) -> l
     the next; the last for the rows' mean spacing). ValueError when the trace lasts less than
     one tick."""
     p = Path(path)
-    text = _read_text(p)
-    if _kind(p) == "mahimahi":
+    text = read_trace_text(p)
+    if trace_kind(p) == "mahimahi":
         ms = _mahimahi_ms(p, text)
         duration = max(ms) / 1000  # Mahimahi repeats a trace with its last timestamp as the period
         check_ticks(p, duration, resolution)
