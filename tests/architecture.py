@@ -128,6 +128,37 @@ def upward_imports(graph: dict[str, set[str]] | None = None) -> list[tuple[str, 
     return sorted(out)
 
 
+def private_imports() -> list[tuple[str, str]]:
+    """(importer, module.name) for each underscore name a module of testbed/ imports from another
+    (`from m import _x`, and `m._x` of an imported module `m`): a private name is its module's."""
+    known = modules()
+    out = []
+    for name, path in known.items():
+        tree = ast.parse(path.read_text(), str(path))
+        bound: dict[str, str] = {}  # a local name -> the testbed module it stands for
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                source = _imported_names(node, name, path.name == "__init__.py")[0]
+                for alias in node.names:
+                    full = f"{source}.{alias.name}"
+                    if full in known:
+                        bound[alias.asname or alias.name] = full
+                    elif alias.name.startswith("_") and not alias.name.startswith("__") and source in known \
+                            and source != name:
+                        out.append((name, full))
+            elif isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in known and alias.asname:
+                        bound[alias.asname] = alias.name
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                    and node.attr.startswith("_") and not node.attr.startswith("__"):
+                target = bound.get(node.value.id)
+                if target and target != name:
+                    out.append((name, f"{target}.{node.attr}"))
+    return sorted(set(out))
+
+
 def function_lengths() -> list[tuple[int, str]]:
     """(lines, module:qualified name) of every function, nested ones included."""
     out = []
@@ -166,6 +197,10 @@ def main() -> None:
     up = upward_imports()
     print(f"imports against the layer order ({' < '.join(LAYERS)}): {len(up)}")
     for a, b in up:
+        print(f"  {a} -> {b}")
+    private = private_imports()
+    print(f"underscore names imported from another module: {len(private)}")
+    for a, b in private:
         print(f"  {a} -> {b}")
     lengths = function_lengths()
     long = [(n, f) for n, f in lengths if n > LONGEST_FUNCTION]

@@ -18,6 +18,18 @@ def test_imports_follow_the_layer_order():
     assert arch.upward_imports() == []
 
 
+def test_no_module_imports_another_modules_private_names():
+    assert arch.private_imports() == []
+
+
+def test_the_checker_finds_a_private_import(tmp_path, monkeypatch):
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "testbed" / "a.py").write_text("def _hidden():\n    pass\n")
+    (tmp_path / "testbed" / "b.py").write_text("from testbed.a import _hidden\nimport testbed.a as a\na._hidden()\n")
+    monkeypatch.setattr(arch, "PACKAGE", tmp_path / "testbed")
+    assert arch.private_imports() == [("testbed.b", "testbed.a._hidden")]
+
+
 def test_runtimes_import_no_role():
     graph = arch.import_graph()
     found = [(m, t) for m, ts in graph.items() if m.startswith("testbed.runtimes") for t in ts
