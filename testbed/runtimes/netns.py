@@ -10,7 +10,8 @@ nothing of the cluster has a route out of the machine.
 
 Node processes are forked from a forkserver that has already imported torch (one
 import for the whole cluster, pages shared), each as PID 1 of a PID namespace of its own
-(kernel.pid_namespace), then each joins its cgroup and network namespace, lets go of the
+(kernel.pid_namespace; per-round trainers and an MPS daemon's clients keep the host's: see
+create), then each joins its cgroup and network namespace, lets go of the
 forkserver's handles and becomes its node's own unprivileged uid (kernel.identity) before it
 runs its role.
 """
@@ -31,13 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from testbed.kernel import cgroups
+from testbed.kernel import cgroups, pid_namespace
 from testbed.kernel.gpus import host_gpus
 from testbed.kernel.files import open_nofollow
 from testbed.kernel.identity import NodeIdentity, node_identity
 from testbed.kernel.mounts import Bridge, bridges, make_bridges, read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns
-from testbed.kernel import pid_namespace
 from testbed.kernel.parent_death import ParentWatch, die_with_parent
 from testbed.kernel.privileges import drop_privileges
 from testbed.kernel.shaping import DirectionPlan, KernelCaps
