@@ -43,11 +43,7 @@ def fork_children_apart(new_namespaces: bool = True) -> None:
 
 
 def _before_fork() -> None:
-    global forked_by
-    if os.getpid() != _forkserver:
-        return
-    forked_by = _forkserver
-    if _own is not None:
+    if os.getpid() == _forkserver and _own is not None:
         _libc.unshare(CLONE_NEWPID)  # refused (-1): this child shares the forkserver's namespace
 
 
@@ -57,12 +53,8 @@ def _after_in_parent() -> None:
 
 
 def _after_in_child() -> None:
-    global _own, _forkserver
+    global _own, _forkserver, forked_by
     if _own is not None:
         os.close(_own)  # the host's namespace: nothing of the node's to hold
+    forked_by = _forkserver
     _own, _forkserver = None, None  # a node's own forks are plain ones
-
-
-def in_own_namespace() -> bool:
-    """Whether this process is the first of a PID namespace it does not share with its parent."""
-    return os.getpid() == 1 and os.getppid() == 0
