@@ -114,10 +114,10 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
 
 
 def _scenario(tmp_path, algorithm: dict, events: list, faults: dict | None = None, seconds: int = 25,
-              runtime: str = "netns") -> str:
+              runtime: str = "netns", steps: int | None = None) -> str:
     data = {"name": "faults", "seed": 1, "runtime": runtime,
             "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 20},
-            "stop": {"seconds": seconds}, "algorithm": algorithm,
+            "stop": {"seconds": seconds, **({"steps": steps} if steps else {})}, "algorithm": algorithm,
             "profiles": {"edge": {"cpus": 0.3, "bandwidth": "100mbit"}},
             "workers": [{"count": 3, "profile": "edge"}], "events": events}
     if faults:
@@ -174,10 +174,10 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
 
     if runtime == "docker":
         _docker_or_skip()
-    # a 0.3-CPU container's role takes about 6 s to its first step, over 11 s once in CI's two lanes
-    at = 6 if runtime == "netns" else 16
-    path = _scenario(tmp_path, {"name": "asgd"}, [{"at": f"{at}s", "target": "w1", "action": "kill"}],
-                     seconds=at + 6, runtime=runtime)
+    # killed at a model version, not a time: a 0.3-CPU container's role took from 6 s to over 16 s to
+    # its first step in CI's two lanes; three equal workers make some 20 steps each by version 60
+    path = _scenario(tmp_path, {"name": "asgd"}, [{"at_step": 60, "target": "w1", "action": "kill"}],
+                     seconds=90, steps=150, runtime=runtime)
     run_dir = tmp_path / "run"
     from testbed.runtimes.docker import docker_client
 

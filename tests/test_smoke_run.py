@@ -47,8 +47,10 @@ def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
     for (w, d), row in rows.items():
         if d == "rtt":  # 2 x (5 or 20 ms) configured; the transport adds ~1-3 ms
             assert row["expected_rtt_s"] == (0.01 if w in ("w0", "w1") else 0.04)
-            # loose: a delay missing or applied twice fails it (at most 8 ms over: timing_bounds.py --only smoke-rtt)
-            assert row["expected_rtt_s"] <= row["measured_rtt_s"] < 1.9 * row["expected_rtt_s"], row
+            # a delay missing or applied twice fails it; the least round trip, as a loaded host only adds
+            # to each (the median at most 8 ms over on a quiet host: timing_bounds.py --only smoke-rtt)
+            assert row["expected_rtt_s"] <= row["min_rtt_s"] < 1.9 * row["expected_rtt_s"], row
+            assert row["min_rtt_s"] <= row["measured_rtt_s"], row
         else:  # generous: the check's own 10% verdict is what it reports, this catches a broken measurement
             # (a 0.2-CPU container's measuring process, started by docker exec, has read as low as 70%)
             assert (0.85 if runtime == "netns" else 0.6) <= row["ratio"] <= (1.1 if runtime == "netns" else 1.15), row

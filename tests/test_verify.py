@@ -80,3 +80,31 @@ def test_a_reading_over_3_percent_off_is_taken_again_over_a_longer_window_the_fi
     assert by["w0", "up"]["ok"] and by["w0", "up"]["note"] == ""
     # only the two off readings were taken again, alone and over twice the window
     assert [w for w in windows if w[1] != 1.0] == [(("w1-up",), 2.0), (("w2-down",), 2.0)]
+
+
+def test_a_round_trip_row_keeps_the_median_and_the_least_the_first_set_up_trip_left_out(tmp_path, monkeypatch):
+    import json
+    from types import SimpleNamespace
+
+    from testbed.run import verify
+
+    spec = _spec(ps={"bandwidth": "1gbit"})  # w0/w1: 20 ms each way, so 40 ms configured; w2 none
+    trips = {"w0": [0.5, 0.047, 0.041, 0.060, 0.044], "w1": []}  # w0's first includes the connection's set-up
+
+    def start(node, fn, args):
+        if "result_path" in args:
+            (tmp_path / f"{node}-rtt.json").write_text(json.dumps({"rtts": trips[node]}))
+        return SimpleNamespace(join=lambda timeout: None)
+
+    monkeypatch.setattr(verify, "measure_flows", lambda rt, scratch, flows, **kw: [_Reading(9e9) for _ in flows])
+    rt = SimpleNamespace(link_counter=lambda n, k: 0, start=start)
+    delay = SimpleNamespace(up=0.0, up_jitter=0.0, down=0.0, down_jitter=0.0, paths={})
+    rows = verify.verify_links(rt, spec, {n: delay for n in ("ps", "w0", "w1", "w2")}, tmp_path, say=lambda s: None)
+    rtt = {r["node"]: r for r in rows if r["direction"] == "rtt"}
+    assert set(rtt) == {"w0", "w1"}
+    assert rtt["w0"]["measured_rtt_s"] == pytest.approx(0.0455) and rtt["w0"]["min_rtt_s"] == 0.041
+    assert not rtt["w0"]["ok"]  # the median is 5.5 ms over 40 ms: over both the 5 ms and the 10% slack
+    assert rtt["w1"]["min_rtt_s"] is None and rtt["w1"]["note"] == "no round trip completed"
+    assert "(least 41.0 ms)" in verify.describe(rtt["w0"])
+    verify.write(rows, tmp_path)
+    assert "min_rtt_s" in (tmp_path / "link_check.csv").read_text().splitlines()[0].split(",")
