@@ -9,7 +9,7 @@ pytestmark = [needs_root, pytest.mark.root]
 
 
 def _client():
-    from testbed.runtimes.docker import docker_client
+    from testbed.runtimes.engines import docker_client
 
     c = docker_client(timeout=3)
     if c is None:
@@ -114,7 +114,7 @@ def test_link_benchmark_in_docker(image, clean_host):
 
 def test_gpu_profile_without_nvidia_runtime_fails_validation():
     from testbed.plan import parse_scenario
-    from testbed.runtimes.docker import docker_client, nvidia_runtime_available
+    from testbed.runtimes.engines import docker_client, nvidia_runtime_available
     from testbed.runtimes.preflight import preflight
     from testbed.scenario.schema import ScenarioError
 

@@ -11,7 +11,7 @@ STANDIN = "edgebed/kafka-standin:test"
 
 
 def _client():
-    from testbed.runtimes.docker import docker_client
+    from testbed.runtimes.engines import docker_client
 
     c = docker_client(timeout=3)
     if c is None:

@@ -292,7 +292,7 @@ def test_a_user_without_root_refuses_roots_dir(tmp_path, state_dir_at, monkeypat
 
 # -- on a real engine: crafted labels, canaries in a cgroup and a namespace of other names ---------
 def _engine_or_skip():
-    from testbed.runtimes.docker import docker_client
+    from testbed.runtimes.engines import docker_client
 
     if os.geteuid() != 0:
         pytest.skip("needs root: namespaces and bind mounts")

@@ -62,7 +62,7 @@ def test_a_node_label_is_checked_before_its_engine_is_asked(monkeypatch):
 
 
 def test_a_plain_tcp_docker_host_is_refused_not_taken_for_a_missing_engine(monkeypatch):
-    from testbed.runtimes.docker import docker_client
+    from testbed.runtimes.engines import docker_client
 
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)

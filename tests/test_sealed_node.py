@@ -138,7 +138,7 @@ def test_only_the_runner_sets_the_runs_stop(cluster):
 
 
 def _docker_or_skip():
-    from testbed.runtimes.docker import docker_client
+    from testbed.runtimes.engines import docker_client
 
     client = docker_client(timeout=3)
     if client is None:
@@ -224,7 +224,7 @@ def test_a_swarm_nodes_root_and_a_fleet_hosts_are_read_only():
     """A node's supervisor task, like a docker node's container, gets a read-only root file
     system with tmpfs where its code writes (its keys are secrets, mounted by the engine); so does
     a fleet host, with /run a tmpfs too for the namespaces and cgroups it mounts there."""
-    from testbed.runtimes.docker_nodes import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
+    from testbed.runtimes.containers import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
     from testbed.runtimes.hosts import SwarmHost
     from testbed.runtimes.swarm import SwarmRuntime
 

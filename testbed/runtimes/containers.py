@@ -1,4 +1,4 @@
-"""What the docker and swarm runtimes share: engine access, and nodes run by a supervisor in a
+"""What the docker and swarm runtimes share: nodes run by a supervisor in a
 container (node.launch.RoleSupervisor) that takes the runner's requests over the control
 channel (runtimes.hub): the run's stop told through the hub (HubStop), a role's end by its
 supervisor's word (role_ended), processes seen by polling (join_polling), and the requests
@@ -13,28 +13,15 @@ from testbed.node import control
 from testbed.runtimes.state import run_labels
 
 GO_TIMEOUT = 180.0  # s for a new container's supervisor to answer its first request (python starting)
+# Where a supervised node's processes may write: the rest of its root file system is read-only.
+WRITABLE_TMPFS = {"/tmp": "mode=1777", "/var/tmp": "mode=1777"}
+# A fleet host's too: it binds its devices' namespaces under /run/netns and mounts cgroups under /run/edgebed.
+FLEET_HOST_TMPFS = {"/run": "mode=0755"}
 
 
-def docker_client(timeout: float = 5.0):
-    """A client whose engine (DOCKER_HOST's, else this machine's) answered a ping, or None. An
-    address of a shape edgebed does not use (plain tcp://) is an error (runtimes.engines)."""
-    from testbed.runtimes.engines import EngineAddressError, engine_client
-
-    try:
-        c = engine_client(timeout=int(max(1, timeout)))
-        c.ping()
-        return c
-    except EngineAddressError:
-        raise
-    except Exception:
-        return None
-
-
-def nvidia_runtime_available(client) -> bool:
-    try:
-        return "nvidia" in (client.info().get("Runtimes") or {})
-    except Exception:
-        return False
+def tmpfs_mode(options: str) -> int:
+    """The mode of a tmpfs given as Docker's options ("mode=1777"), as a swarm mount takes it."""
+    return int(dict(o.split("=", 1) for o in options.split(","))["mode"], 8)
 
 
 class HubStop:

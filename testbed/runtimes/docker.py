@@ -24,7 +24,8 @@ from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.kernel.bridges import one_bridge_problems
-from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes, docker_client, nvidia_runtime_available
+from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
+from testbed.runtimes.engines import docker_client, nvidia_runtime_available
 from testbed.runtimes.docker_network import create_run_network
 from testbed.runtimes.docker_nodes import (ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys,
                                            sealed_root)

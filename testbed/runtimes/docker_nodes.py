@@ -10,12 +10,8 @@ from pathlib import Path
 from typing import Optional
 
 from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, is_v2, v1_mount
-from testbed.runtimes.containers import join_polling, role_ended
+from testbed.runtimes.containers import WRITABLE_TMPFS, join_polling, role_ended
 
-# Where a supervised node's processes may write: the rest of its root file system is read-only.
-WRITABLE_TMPFS = {"/tmp": "mode=1777", "/var/tmp": "mode=1777"}
-# A fleet host's too: it binds its devices' namespaces under /run/netns and mounts cgroups under /run/edgebed.
-FLEET_HOST_TMPFS = {"/run": "mode=0755"}
 KEYS_VOLUME_AT = "/run"  # a volume of the container's own: the engine copies keys into it before the start
 
 
@@ -28,11 +24,6 @@ def sealed_root(labels: dict) -> dict:
 
     return {"read_only": True, "tmpfs": dict(WRITABLE_TMPFS),
             "mounts": [Mount(KEYS_VOLUME_AT, None, type="volume", labels=labels)]}
-
-
-def tmpfs_mode(options: str) -> int:
-    """The mode of a tmpfs given as Docker's options ("mode=1777"), as a swarm mount takes it."""
-    return int(dict(o.split("=", 1) for o in options.split(","))["mode"], 8)
 
 
 class PidCgroup(CgroupUsage):

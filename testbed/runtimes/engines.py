@@ -93,3 +93,23 @@ def _tls_client(url: str, tls, timeout: int):
     client.api.trust_env = False
     client.api._version = client.api.version(api_version=False)["ApiVersion"]
     return client
+
+
+def docker_client(timeout: float = 5.0):
+    """A client whose engine (DOCKER_HOST's, else this machine's) answered a ping, or None. An
+    address of a shape edgebed does not use (plain tcp://) is an error (EngineAddressError)."""
+    try:
+        c = engine_client(timeout=int(max(1, timeout)))
+        c.ping()
+        return c
+    except EngineAddressError:
+        raise
+    except Exception:
+        return None
+
+
+def nvidia_runtime_available(client) -> bool:
+    try:
+        return "nvidia" in (client.info().get("Runtimes") or {})
+    except Exception:
+        return False

@@ -261,7 +261,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         `command` and `args`, another of the image's programs (a fleet host)."""
         import docker
 
-        from testbed.runtimes.docker_nodes import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
+        from testbed.runtimes.containers import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
 
         if caps is None:
             caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]

@@ -181,7 +181,7 @@ def free_port(address: str) -> int:
 def gpu_runtime_problems(spec: ClusterSpec, hosts: dict[str, SwarmHost]) -> list[str]:
     """A node with GPUs on a host whose engine (where known: its edgebed.engine label) has no
     NVIDIA container runtime would start without them: one line per such host."""
-    from testbed.runtimes.containers import nvidia_runtime_available
+    from testbed.runtimes.engines import nvidia_runtime_available
 
     needing: dict[str, list[str]] = {}
     for n in spec.nodes:
