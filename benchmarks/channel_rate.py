@@ -14,7 +14,7 @@ from pathlib import Path
 
 from testbed.node import channel
 from testbed.records import metrics
-from testbed.runtimes.hub import ControlHub
+from testbed.runtimes.control.hub import ControlHub
 
 
 def port():

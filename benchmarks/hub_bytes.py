@@ -20,7 +20,7 @@ from pathlib import Path
 import zmq
 
 from testbed.node import channel, channel_keys
-from testbed.runtimes.channel_auth import RunKeys
+from testbed.runtimes.control.channel_auth import RunKeys
 
 
 def _port() -> int:
@@ -37,7 +37,7 @@ def _rss(pid: int) -> float:
 
 
 def _serve(keys, up, down, run_dir, ready, done) -> None:
-    from testbed.runtimes.hub import ControlHub
+    from testbed.runtimes.control.hub import ControlHub
 
     hub = ControlHub(None, "127.0.0.1", up, down, Path(run_dir), keys)
     ready.set()

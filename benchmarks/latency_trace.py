@@ -54,7 +54,7 @@ from testbed.node import channel, channel_keys  # noqa: E402
 from testbed.node.trace_replay import NodeReplay, TraceReplay  # noqa: E402
 from testbed.node.transport import DelaySpec, node_endpoint, ps_endpoint  # noqa: E402
 from testbed.node.wire import Message  # noqa: E402
-from testbed.runtimes.hub import ControlHub  # noqa: E402
+from testbed.runtimes.control.hub import ControlHub  # noqa: E402
 from testbed.runtimes.live import LiveOps  # noqa: E402
 from testbed.scenario.latency_traces import latency_file, read_trace_delays  # noqa: E402
 from testbed.scenario.links import Direction  # noqa: E402

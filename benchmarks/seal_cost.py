@@ -29,7 +29,7 @@ import torch  # noqa: E402,F401  (the forkserver's pages: a child forks from a p
 from testbed.kernel.identity import node_identity  # noqa: E402
 from testbed.kernel.mounts import bridges, make_bridges, read_only_host_controls  # noqa: E402
 from testbed.kernel.privileges import drop_privileges  # noqa: E402
-from testbed.runtimes.netns import _leave_forkserver, reached_paths  # noqa: E402
+from testbed.runtimes.netns.runtime import _leave_forkserver, reached_paths  # noqa: E402
 
 
 def _child(sealed: bool, plan) -> float:

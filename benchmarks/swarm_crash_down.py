@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from emit import emit  # noqa: E402
 
-from testbed.runtimes.lab import lab_hosts  # noqa: E402
+from testbed.runtimes.swarm.lab import lab_hosts  # noqa: E402
 
 EDGEBED = [str(REPO / ".venv" / "bin" / "edgebed")]
 

@@ -94,7 +94,7 @@ def smoke_rtt(runtime: str) -> list[tuple[str, float, bool]]:
 def swarm_links(runtime: str) -> list[tuple[str, float, bool]]:
     """The smoke scenario on the lab of two hosts (made here if none is up, removed after), workers
     on the second: every cross-host rate within 3% (was tests/test_swarm.py), round trips as smoke-rtt."""
-    from testbed.runtimes import lab
+    from testbed.runtimes.swarm import lab
 
     made = not lab.lab_hosts()
     if made:

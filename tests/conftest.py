@@ -157,7 +157,7 @@ def lab():
     tests run last (pytest_collection_modifyitems), so it is up only while they run, and the node
     image is loaded onto its engines once. One already up (made by hand) is used and left up if
     its engines answer; one that does not (a crashed session's) is taken down and made anew."""
-    from testbed.runtimes import lab as lab_mod
+    from testbed.runtimes.swarm import lab as lab_mod
 
     _lab_or_skip()
     made = not lab_mod.lab_hosts()
@@ -190,7 +190,7 @@ def netns_cluster(run_dir, scenario: dict):
 
     from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
-    from testbed.runtimes.netns import NetnsRuntime
+    from testbed.runtimes.netns.runtime import NetnsRuntime
     from testbed.runtimes.state import RunState
 
     sc = parse_scenario(scenario)

@@ -17,8 +17,8 @@ import socket
 import sys
 from pathlib import Path
 
-from testbed.runtimes.channel_auth import RunKeys
-from testbed.runtimes.hub import ControlHub
+from testbed.runtimes.control.channel_auth import RunKeys
+from testbed.runtimes.control.hub import ControlHub
 
 NODES = {"w0": "worker", "w1": "worker", "ps": "ps", "eval": "evaluator"}
 

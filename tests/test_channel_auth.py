@@ -15,7 +15,7 @@ from testbed.node import channel, channel_keys
 from testbed.node.channel_keys import ChannelKeys
 from testbed.records import metrics
 from testbed.records.columns import EVAL_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
-from testbed.runtimes.channel_auth import RunKeys
+from testbed.runtimes.control.channel_auth import RunKeys
 
 HANDSHAKE = "handshake failed (no CURVE, or not the hub's key)"
 
@@ -275,7 +275,7 @@ def test_keys_travel_as_text_and_never_show_their_secret():
 
 def test_a_docker_node_gets_its_keys_as_a_0400_file_copied_into_its_created_container():
     """Its supervisor's keys go apart, 0000 (read by the supervisor's sender alone: test_supervisor_key.py)."""
-    from testbed.runtimes.docker import put_channel_keys
+    from testbed.runtimes.docker.runtime import put_channel_keys
 
     run = RunKeys()
     keys, supervisors = run.admit("w0", "worker"), run.supervisor("w0")
@@ -324,7 +324,7 @@ def test_a_generation_s_exit_code_outlives_the_next_one_s_start(hub):
     """A per-round trainer's device (docker) starts its next trainer at once: the generation before
     still reads as ended with its own exit code (not -9, superseded), and an `ended` a node sends
     is the hub's own, never the node's."""
-    from testbed.runtimes.containers import role_ended
+    from testbed.runtimes.engine.supervised import role_ended
 
     for data in ({"node": "w0", "gen": 1, "running": True, "exitcode": None, "ended": [1, 0]},
                  {"node": "w0", "gen": 1, "running": False, "exitcode": 0},

@@ -1,4 +1,4 @@
-"""runtimes.deferred: a node's arguments are opened only after it gave up its powers, so a
+"""runtimes.netns.deferred: a node's arguments are opened only after it gave up its powers, so a
 forkserver that has not imported torch (a second run in one process reuses the first run's) still
 gives the node a single thread to drop capabilities in (the failure of `bench all --quick`)."""
 
@@ -7,11 +7,11 @@ import subprocess
 import sys
 import textwrap
 
-from testbed.runtimes.deferred import Deferred
+from testbed.runtimes.netns.deferred import Deferred
 
 SCRIPT = textwrap.dedent("""
     import json, multiprocessing as mp, sys
-    from testbed.runtimes.deferred import Deferred
+    from testbed.runtimes.netns.deferred import Deferred
 
     def threads():
         return int(next(l for l in open("/proc/self/status") if l.startswith("Threads")).split()[1])

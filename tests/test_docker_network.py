@@ -1,10 +1,10 @@
-"""Choosing the run's Docker subnet (runtimes/docker_network.py) against a stand-in engine."""
+"""Choosing the run's Docker subnet (runtimes/docker/network.py) against a stand-in engine."""
 
 import pytest
 
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.runtimes.docker_network import candidates, create_run_network
+from testbed.runtimes.docker.network import candidates, create_run_network
 
 
 class FakeNet:

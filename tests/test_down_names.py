@@ -33,9 +33,9 @@ def test_a_run_id_of_another_shape_is_refused(bad):
 
 def test_every_name_edgebed_makes_has_its_shape():
     from testbed.plan import parse_scenario
-    from testbed.runtimes.control_net import control_netns
+    from testbed.runtimes.control.network import control_netns
     from testbed.runtimes.fabric import router_netns, switch_netns
-    from testbed.runtimes.netns import netns_name
+    from testbed.runtimes.netns.runtime import netns_name
 
     sc = parse_scenario({"workers": [{"count": 1016, "name": "grp123"}, {"count": 2}],  # 4-digit names, 1,022 nodes
                          "streaming": {"broker": {"kind": "tansu"}}})
@@ -143,7 +143,7 @@ def test_a_swarm_run_started_on_another_host_is_not_dead_here(machine, monkeypat
     host's live run, not this one's remains; a service labelled with a crafted id is skipped."""
     from types import SimpleNamespace
 
-    from testbed.runtimes import swarm
+    from testbed.runtimes.swarm import runtime as swarm
 
     def service(name, labels):
         return SimpleNamespace(name=name, attrs={"Spec": {"Labels": labels}})
@@ -292,7 +292,7 @@ def test_a_user_without_root_refuses_roots_dir(tmp_path, state_dir_at, monkeypat
 
 # -- on a real engine: crafted labels, canaries in a cgroup and a namespace of other names ---------
 def _engine_or_skip():
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     if os.geteuid() != 0:
         pytest.skip("needs root: namespaces and bind mounts")
@@ -381,7 +381,7 @@ def world(tmp_path):
 
 
 def test_down_touches_nothing_outside_edgebeds_names(world, monkeypatch):
-    from testbed.runtimes import docker as docker_rt
+    from testbed.runtimes.docker import runtime as docker_rt
 
     assert not any(names.shaped("run id", b) for b in ("..", "../ebcanary", "/etc"))  # else: stop before harm
     image = _empty_image(world.client)

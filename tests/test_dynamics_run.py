@@ -27,8 +27,8 @@ def _rates(traffic: pd.DataFrame, node: str, direction: str, window: int = 3) ->
 
 
 def _docker_or_skip() -> None:
-    from testbed.runtimes.engines import docker_client
-    from testbed.runtimes.images import ensure_node_image
+    from testbed.runtimes.engine.client import docker_client
+    from testbed.runtimes.engine.images import ensure_node_image
 
     client = docker_client(timeout=3)
     if client is None:
@@ -38,7 +38,7 @@ def _docker_or_skip() -> None:
 
 def _leftovers(run_dir) -> list[str]:
     """The run's namespaces and containers still there (only this run's: tests run side by side)."""
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     run_id = json.loads((run_dir / "meta.json").read_text())["run_id"]
     client = docker_client(timeout=3)
@@ -179,7 +179,7 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
     path = _scenario(tmp_path, {"name": "asgd"}, [{"at_step": 60, "target": "w1", "action": "kill"}],
                      seconds=90, steps=150, runtime=runtime)
     run_dir = tmp_path / "run"
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     client = docker_client(timeout=3) if runtime == "docker" else None
     r, mounts = _mounts_while_running(edgebed_cmd() + ["up", path, "--out", str(run_dir), "-q"], client)

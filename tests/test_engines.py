@@ -1,4 +1,4 @@
-"""Docker engine addresses (runtimes.engines): unix:// and ssh:// as before, tcp:// only with
+"""Docker engine addresses (runtimes.engine.client): unix:// and ssh:// as before, tcp:// only with
 TLS from DOCKER_TLS_VERIFY/DOCKER_CERT_PATH (tried against a TLS server that demands a client
 certificate), plain tcp:// and odd shapes refused in one line, from DOCKER_HOST or a node label."""
 
@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from testbed.runtimes.engines import EngineAddressError, checked_address, engine_client
-from testbed.runtimes.hosts import ENGINE_LABEL, SwarmHost, swarm_client
+from testbed.runtimes.engine.client import EngineAddressError, checked_address, engine_client
+from testbed.runtimes.swarm.hosts import ENGINE_LABEL, SwarmHost, swarm_client
 
 NO_TLS: dict = {"PATH": "/usr/bin"}  # an environment without DOCKER_* (not empty: docker-py reads os.environ then)
 
@@ -62,7 +62,7 @@ def test_a_node_label_is_checked_before_its_engine_is_asked(monkeypatch):
 
 
 def test_a_plain_tcp_docker_host_is_refused_not_taken_for_a_missing_engine(monkeypatch):
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     monkeypatch.setenv("DOCKER_HOST", "tcp://127.0.0.1:2375")
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)

@@ -266,7 +266,7 @@ def test_shaping_csv_gives_the_links_intervals(tmp_path):
 
 
 def test_a_swarm_node_reports_its_quota_and_waiting_with_its_stats():
-    from testbed.runtimes.swarm_api import HubCgroup
+    from testbed.runtimes.swarm.services import HubCgroup
 
     stats = {"w0": {"cpu_seconds": 3.0, "throttled_seconds": 0.5, "cpu_quota": 0.8, "wait_seconds": 1.25,
                     "nr_periods": 40, "nr_throttled": 7}}

@@ -4,7 +4,7 @@ that ended with 0 (CPython's forkserver Popen read it twice: the second read fou
 import threading
 from multiprocessing.connection import wait
 
-from testbed.runtimes.forkserver_process import ForkserverProcess
+from testbed.runtimes.netns.forkserver_process import ForkserverProcess
 
 
 def _ends(code: int) -> None:

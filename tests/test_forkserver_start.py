@@ -25,7 +25,7 @@ def test_nodes_fork_without_importing_the_main_module_again(tmp_path, how):
 
 
         if __name__ == "__main__":
-            from testbed.runtimes.netns import NetnsRuntime
+            from testbed.runtimes.netns.runtime import NetnsRuntime
             from testbed.runtimes.state import RunState
 
             rt = NetnsRuntime(RunState(run_id="abcdef", runner_pid=os.getpid(), run_dir=".", scenario="s"))

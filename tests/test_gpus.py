@@ -113,7 +113,7 @@ def test_past_its_memory_cap_a_node_fails_naming_the_cap(monkeypatch):
 @needs_root
 @pytest.mark.root
 def test_netns_nodes_get_their_gpus_and_meta_records_them(tmp_path, clean_host, monkeypatch, job_out):
-    import testbed.runtimes.netns as netns_runtime
+    import testbed.runtimes.netns.runtime as netns_runtime
 
     monkeypatch.setattr(netns_runtime, "host_gpus", lambda: TWO_H100)
     with netns_cluster(tmp_path, {"name": "g", "profiles": {"g": {"gpus": [1], "gpu_share": 0.5, "gpu_memory": "4g"}},

@@ -20,8 +20,8 @@ from testbed.node.channel_keys import ChannelKeys
 from testbed.node.roles.common import RoleConfig
 from testbed.node.roles.replicas import REPLICA_QUEUE, ReplicaBoard, replica_limit, send_replica
 from testbed.records import metrics
-from testbed.runtimes import hub_rules
-from testbed.runtimes.hub import PUB_QUEUE, ControlHub, Shares
+from testbed.runtimes.control import hub_rules
+from testbed.runtimes.control.hub import PUB_QUEUE, ControlHub, Shares
 
 from conftest import REPO, until
 
@@ -513,7 +513,7 @@ def _board_has(board: Helper, hub, steps: dict, replica: bytes) -> bool:
 def test_a_flood_of_subscriptions_holds_the_hubs_loop_one_batch_at_most():
     """The hub's loop takes at most RECEIVE_BATCH subscriptions a pass, then answers handshakes
     and rows again: an endless flood does not keep it in the drain."""
-    from testbed.runtimes.hub import RECEIVE_BATCH
+    from testbed.runtimes.control.hub import RECEIVE_BATCH
 
     class EndlessSubscriptions:
         closed, read = False, 0

@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import docker
 import pytest
 
-from testbed.runtimes import images
-from testbed.runtimes.wheel_lock import LockError, file_sha256, read_lock
+from testbed.runtimes.engine import images
+from testbed.runtimes.engine.wheel_lock import LockError, file_sha256, read_lock
 
 BASE = "edgebed/base:bookworm@sha256:" + "1" * 64
 

@@ -122,7 +122,7 @@ def test_this_kernel_is_found_as_its_config_says():
 
 # -- the swarm side --------------------------------------------------------------------------------
 def test_the_refusal_is_one_line_naming_each_host_and_what_it_lacks():
-    from testbed.runtimes.swarm_ipsec import refusal
+    from testbed.runtimes.swarm.ipsec import refusal
 
     assert refusal({"h1": 0, "h2": 0}) == []
     lines = refusal({"h1": ipsec.NO_ESP_NO_GCM, "h2": ipsec.NO_ESP_NO_GCM, "h3": 0,
@@ -161,8 +161,8 @@ class _Client:
 
 
 def _runtime(client):
-    from testbed.runtimes.hosts import SwarmHost
-    from testbed.runtimes.swarm import SwarmRuntime
+    from testbed.runtimes.swarm.hosts import SwarmHost
+    from testbed.runtimes.swarm.runtime import SwarmRuntime
 
     class Runtime(SwarmRuntime):
         labels = {"edgebed": "1", "edgebed.run": "abc123"}
@@ -204,7 +204,7 @@ def test_overlays_are_never_attachable_and_encrypted_once_every_host_can():
 
 
 def test_a_probe_task_that_never_ran_says_why():
-    from testbed.runtimes.swarm_ipsec import exit_status
+    from testbed.runtimes.swarm.ipsec import exit_status
 
     assert exit_status({"Status": {"State": "complete", "ContainerStatus": {"ExitCode": 0}}}) == 0
     assert exit_status({"Status": {"State": "failed", "ContainerStatus": {"ExitCode": 5}}}) == 5
@@ -282,7 +282,7 @@ def test_a_runs_overlay_cannot_be_joined_by_a_container_started_on_a_host(tmp_pa
     import docker
 
     from testbed.runtimes.state import RunState
-    from testbed.runtimes.swarm import SwarmRuntime, remove_swarm_resources
+    from testbed.runtimes.swarm.runtime import SwarmRuntime, remove_swarm_resources
 
     run_id = secrets.token_hex(3)
     manager = _engine(lab[0].socket)

@@ -29,14 +29,14 @@ SITES = {**LONG, "profiles": {"edge": {"cpus": 0.3}, "lan": {"bandwidth": "200mb
 
 def _docker_or_skip(runtime):
     if runtime == "docker":
-        from testbed.runtimes.engines import docker_client
+        from testbed.runtimes.engine.client import docker_client
 
         if docker_client(timeout=3) is None:
             pytest.skip("no Docker engine answers (CI starts dockerd)")
 
 
 def _containers(run_id):
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     c = docker_client(timeout=3)
     if c is None:

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from testbed.runtimes import mailbox
-from testbed.runtimes.hub import ControlHub
+from testbed.runtimes.control import mailbox
+from testbed.runtimes.control.hub import ControlHub
 
 
 def _hub() -> ControlHub:

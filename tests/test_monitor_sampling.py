@@ -126,10 +126,10 @@ def test_a_node_with_no_process_is_read_once_then_its_reading_repeats():
 
 
 def test_a_node_whose_processes_this_host_cannot_see_is_read_every_time():
-    """A swarm node's usage comes over the control channel (runtimes/swarm_api.py's HubCgroup):
+    """A swarm node's usage comes over the control channel (runtimes/swarm/services.py's HubCgroup):
     it is never taken for idle, so its readings are never repeated."""
     from testbed.runtimes.base import Runtime
-    from testbed.runtimes.swarm_api import HubCgroup
+    from testbed.runtimes.swarm.services import HubCgroup
 
     stats = {"d0": {"cpu_seconds": 1.0}}
     cg = HubCgroup(stats, "d0")

@@ -105,7 +105,7 @@ def test_removing_a_planted_link_unmounts_nothing(planted, tmp_path):
 def test_the_hub_writes_a_nodes_report_past_a_planted_link(tmp_path):
     """The PS's ps.json, written by the hub: a link at its temporary name or its name had the
     runner write the node's report into the link's target."""
-    from testbed.runtimes.hub import ControlHub
+    from testbed.runtimes.control.hub import ControlHub
 
     victim = tmp_path / "victim"
     victim.write_text("kept\n")

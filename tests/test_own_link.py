@@ -88,10 +88,10 @@ CLASSES = textwrap.dedent("""
 @needs_root
 def test_a_self_shaping_node_reports_its_classes_for_the_fidelity_monitor(two_namespaces):
     """What a swarm node adds to its stats (the runner cannot read its classes): each direction's
-    HTB class, its rate and counters, flat for the channel (runtimes.swarm_api.reported_classes)."""
+    HTB class, its rate and counters, flat for the channel (runtimes.swarm.services.reported_classes)."""
     import json
 
-    from testbed.runtimes.swarm_api import reported_classes
+    from testbed.runtimes.swarm.services import reported_classes
 
     r = subprocess.run(["ip", "netns", "exec", two_namespaces, sys.executable, "-c", CLASSES], cwd=REPO,
                        capture_output=True, text=True, timeout=60)

@@ -4,7 +4,7 @@ import os
 import pytest
 
 from testbed.plan import parse_scenario
-from testbed.runtimes import docker as docker_runtime
+from testbed.runtimes.docker import runtime as docker_runtime
 from testbed.runtimes import preflight as pf
 from testbed.scenario.schema import ScenarioError
 
@@ -83,7 +83,7 @@ def test_a_cpuset_this_machine_lacks_is_named_before_anything_starts():
 
 def test_auto_runs_on_netns_and_says_why_when_no_image_can_be_had(monkeypatch):
     import testbed.runtimes as runtimes
-    import testbed.runtimes.images as images
+    import testbed.runtimes.engine.images as images
 
     monkeypatch.setattr(os, "geteuid", lambda: 0)
     monkeypatch.setattr(docker_runtime, "docker_client", lambda timeout=10: object())

@@ -15,7 +15,7 @@ from testbed.node import channel, channel_keys
 from testbed.node.roles.common import RoleConfig
 from testbed.records import metrics
 from testbed.records.columns import STEP_COLUMNS
-from testbed.runtimes.hub import ControlHub
+from testbed.runtimes.control.hub import ControlHub
 
 from conftest import until
 

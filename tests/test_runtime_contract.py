@@ -1,6 +1,6 @@
-"""The runtime contract (issue 32): a runtime is its own file plus an entry point. No module
-outside testbed/runtimes/<name>.py branches on a runtime's name; every registered runtime
-implements the contract; what a runtime cannot do, it says by name."""
+"""The runtime contract: a runtime is its own folder plus an entry point. No module outside
+testbed/runtimes/<name>/ branches on a runtime's name; every registered runtime implements the
+contract; what a runtime cannot do, it says by name."""
 import ast
 import multiprocessing as mp
 from importlib import metadata
@@ -48,14 +48,14 @@ def test_the_checker_finds_branches_on_a_runtime_name():
     assert name_branches(code, names) == [1, 2, 3]
 
 
-def test_no_branch_on_a_runtime_name_outside_its_own_file():
+def test_no_branch_on_a_runtime_name_outside_its_own_folder():
     names = set(runtimes.runtime_names())
     assert {"netns", "docker", "swarm"} <= names
-    own = {f"testbed/runtimes/{n}.py" for n in names}
+    own = tuple(f"testbed/runtimes/{n}/" for n in names)
     found = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE.parent).as_posix()
-        if rel in own:
+        if rel.startswith(own):
             continue
         lines = name_branches(path.read_text(), names)
         if lines:
@@ -75,8 +75,8 @@ def test_every_registered_runtime_implements_the_contract(name):
 
 
 def test_what_start_node_and_start_return_are_node_processes():
-    from testbed.runtimes.docker import ContainerProcess, ExecProcess, RoleProcess
-    from testbed.runtimes.swarm import SwarmJob, TaskRoleProcess
+    from testbed.runtimes.docker.runtime import ContainerProcess, ExecProcess, RoleProcess
+    from testbed.runtimes.swarm.runtime import SwarmJob, TaskRoleProcess
 
     members = ("is_alive", "exitcode", "join", "kill")
     for cls in (mp.Process, ContainerProcess, RoleProcess, ExecProcess, TaskRoleProcess, SwarmJob):
@@ -95,7 +95,7 @@ def test_what_start_node_and_start_return_are_node_processes():
 
 
 def test_both_stop_events_are_stop_events():
-    from testbed.runtimes.containers import HubStop
+    from testbed.runtimes.engine.supervised import HubStop
 
     hub = SimpleNamespace(stopping=False)
     hub.set_stop = lambda: setattr(hub, "stopping", True)
@@ -181,7 +181,7 @@ def test_auto_runs_the_first_available_runtime_by_rank_and_says_why(monkeypatch)
 
 
 def test_auto_passes_over_docker_for_a_plugin_without_packages():
-    from testbed.runtimes.docker import DockerRuntime
+    from testbed.runtimes.docker.runtime import DockerRuntime
 
     plugin = SimpleNamespace(packages=[], algorithm=SimpleNamespace(name="theirs.mod:Algo"),
                              workload=SimpleNamespace(model="mlp", dataset="mnist5k"))
@@ -215,7 +215,7 @@ def test_swarm_sites_need_only_their_narrow_interface():
     from testbed.kernel.shaping import KernelCaps
     from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
-    from testbed.runtimes.swarm_sites import SwarmSites
+    from testbed.runtimes.swarm.sites import SwarmSites
 
     sc = parse_scenario({"runtime": "swarm", "sites": {"a": {}, "b": {}, "c": {}},
                          "wan": {"mesh": False, "default": {"bandwidth": "20mbit"},
@@ -272,7 +272,7 @@ def test_swarm_sites_need_only_their_narrow_interface():
 
 
 def test_swarm_sets_a_quota_through_the_nodes_host_engine():
-    from testbed.runtimes.swarm_api import set_container_quota
+    from testbed.runtimes.swarm.services import set_container_quota
 
     posted = []
     api = SimpleNamespace(_url=lambda path, cid: path.format(cid), _raise_for_status=lambda r: None,

@@ -84,7 +84,7 @@ def test_a_nodes_code_reaches_nothing_of_the_runner_or_its_neighbours(cluster, t
 
 def test_a_command_log_is_the_nodes_own_file(cluster, tmp_path):
     """A command's output file is made by the runner for the node's uid, mode 0600, never followed."""
-    from testbed.runtimes.netns import _own_file
+    from testbed.runtimes.netns.runtime import _own_file
 
     rt, _ = cluster
     log = tmp_path / "w0.log"
@@ -138,7 +138,7 @@ def test_only_the_runner_sets_the_runs_stop(cluster):
 
 
 def _docker_or_skip():
-    from testbed.runtimes.engines import docker_client
+    from testbed.runtimes.engine.client import docker_client
 
     client = docker_client(timeout=3)
     if client is None:
@@ -157,8 +157,8 @@ def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supe
     from testbed.node.channel_keys import KEY_FILE, SUPERVISOR_KEY_FILE
     from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
-    from testbed.runtimes.docker import DockerRuntime
-    from testbed.runtimes.images import ensure_node_image
+    from testbed.runtimes.docker.runtime import DockerRuntime
+    from testbed.runtimes.engine.images import ensure_node_image
     from testbed.runtimes.state import RUN_LABEL, RunState
 
     client = _docker_or_skip()
@@ -224,9 +224,9 @@ def test_a_swarm_nodes_root_and_a_fleet_hosts_are_read_only():
     """A node's supervisor task, like a docker node's container, gets a read-only root file
     system with tmpfs where its code writes (its keys are secrets, mounted by the engine); so does
     a fleet host, with /run a tmpfs too for the namespaces and cgroups it mounts there."""
-    from testbed.runtimes.containers import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
-    from testbed.runtimes.hosts import SwarmHost
-    from testbed.runtimes.swarm import SwarmRuntime
+    from testbed.runtimes.engine.supervised import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
+    from testbed.runtimes.swarm.hosts import SwarmHost
+    from testbed.runtimes.swarm.runtime import SwarmRuntime
 
     made: list[dict] = []
 

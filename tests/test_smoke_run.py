@@ -12,7 +12,7 @@ pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
 def test_smoke_scenario_end_to_end(tmp_path, clean_host, runtime):
     if runtime == "docker":
-        from testbed.runtimes.engines import docker_client
+        from testbed.runtimes.engine.client import docker_client
 
         if docker_client(timeout=3) is None:
             pytest.skip("no Docker engine answers (CI starts dockerd)")

@@ -104,7 +104,7 @@ def test_what_a_supervisor_forks_closes_its_senders_end_before_anything_else(mon
 
 
 def test_a_supervisor_without_its_own_key_does_not_start(monkeypatch, tmp_path, capsys):
-    from testbed.runtimes.channel_auth import RunKeys
+    from testbed.runtimes.control.channel_auth import RunKeys
 
     monkeypatch.setattr(channel_keys, "KEY_FILE", str(tmp_path / "absent"))
     monkeypatch.setattr(channel_keys, "SUPERVISOR_KEY_FILE", str(tmp_path / "absent too"))

@@ -18,8 +18,8 @@ from conftest import REPO, edgebed_cmd, run_up, start_up, write_scenario
 from test_channel_auth import at_handshake
 
 from testbed.plan import parse_scenario as scenario_from_dict
-from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
-from testbed.runtimes.swarm import measure_offset
+from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer
+from testbed.runtimes.swarm.services import measure_offset
 
 
 # -- placement, without an engine ------------------------------------------------------------
@@ -78,7 +78,7 @@ def test_a_scenario_that_does_not_fit_names_the_node_the_host_and_the_resource()
 
 def test_gpus_on_a_host_without_the_nvidia_runtime_are_refused_naming_the_host(monkeypatch):
     from testbed.plan.placement import place
-    from testbed.runtimes.swarm import gpu_runtime_problems
+    from testbed.runtimes.swarm.runtime import gpu_runtime_problems
 
     class Engine:
         def __init__(self, runtimes):
@@ -121,7 +121,7 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 
     from testbed.kernel.shaping import KernelCaps
     from testbed.runtimes.live import LiveOps
-    from testbed.runtimes.swarm import SwarmHandle, SwarmRuntime, UNPROBED
+    from testbed.runtimes.swarm.runtime import SwarmHandle, SwarmRuntime, UNPROBED
 
     kernels = {"a": KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=False),
                "b": KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=False)}
@@ -156,9 +156,9 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an_error():
     """moby#48783: an engine fails now and then to start a container (the node never ran); a new task
     follows, at most twice, and meta.json's warnings say so. Any other end of a task is an error."""
-    from testbed.runtimes import swarm_api
+    from testbed.runtimes.swarm import services as swarm_api
     from testbed.runtimes.live import LiveOps
-    from testbed.runtimes.swarm import SwarmRuntime
+    from testbed.runtimes.swarm.runtime import SwarmRuntime
 
     race = "starting container failed: unable to remount dir as readonly: mount tmpfs:/x/mounts/secrets: busy"
 
@@ -190,7 +190,7 @@ def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an
 def test_down_on_a_swarm_waits_for_each_known_hosts_containers_and_says_which_stayed(monkeypatch):
     """A removed service's containers stop host by host after the removal returns: `down` (the
     sweeper) and a run's teardown wait for them on every host whose engine is known."""
-    from testbed.runtimes import swarm_api
+    from testbed.runtimes.swarm import services as swarm_api
 
     class Containers:
         def __init__(self, lists: int):
@@ -232,7 +232,7 @@ def test_a_reshape_of_a_node_whose_task_ended_is_link_gone():
     from testbed.kernel.shaping import DirectionPlan
     from testbed.node.trace_replay import LinkGone
     from testbed.runtimes.live import LiveOps
-    from testbed.runtimes.swarm import SwarmRuntime
+    from testbed.runtimes.swarm.runtime import SwarmRuntime
 
     def no_answer(node, req, timeout=10.0):
         raise RuntimeError(f"{node}: no answer to a {req['op']} request: its task has ended")
@@ -257,7 +257,7 @@ def test_traffic_rows_carry_when_a_remote_node_read_its_counters(tmp_path):
 
     from testbed.records.metrics import TABLES
     from testbed.run.monitor import Sampler
-    from testbed.runtimes.swarm_api import timed_counters
+    from testbed.runtimes.swarm.services import timed_counters
 
     reading = {"up_bytes": 10, "up_packets": 1, "down_bytes": 20, "down_packets": 2}
     # its clock is 2 s ahead of the runner's
@@ -278,7 +278,9 @@ def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_t
     takes their runs and what the engines hold of edgebed's, never root's namespaces."""
     from pathlib import Path
 
-    from testbed.runtimes import images, state
+    from testbed.runtimes import state
+
+    from testbed.runtimes.engine import images
 
     monkeypatch.setattr(state.os, "geteuid", lambda: 1000)  # os itself: images reads it too
     monkeypatch.delenv("EDGEBED_CACHE", raising=False)
@@ -329,7 +331,7 @@ def test_lab_down_removes_the_veth_of_a_bring_up_that_failed_before_its_namespac
     that failed in between (two made at once: File exists) left eb-lab-h1 there for good."""
     from pyroute2 import IPRoute
 
-    from testbed.runtimes import lab as lab_mod
+    from testbed.runtimes.swarm import lab as lab_mod
 
     if os.geteuid() != 0:
         pytest.skip("needs root: makes a veth")
@@ -654,7 +656,7 @@ def test_after_kill_9_of_the_runner_down_removes_everything_on_every_host(tmp_pa
 
 
 def test_what_swarm_cannot_make_is_refused_before_anything_starts():
-    from testbed.runtimes.swarm import SwarmRuntime
+    from testbed.runtimes.swarm.runtime import SwarmRuntime
     from testbed.scenario.schema import KAFKA_NEEDS
 
     swarm_problems = SwarmRuntime.problems
@@ -678,8 +680,8 @@ def test_ask_all_collects_every_answer_and_gives_up_on_a_silent_node(tmp_path):
     import time
 
     from testbed.node import channel
-    from testbed.runtimes.hub import ControlHub
-    from testbed.runtimes.swarm import free_port
+    from testbed.runtimes.control.hub import ControlHub
+    from testbed.runtimes.swarm.runtime import free_port
 
     rport, cport = free_port("127.0.0.1"), free_port("127.0.0.1")
     hub = ControlHub(None, "127.0.0.1", rport, cport, tmp_path)
@@ -765,7 +767,7 @@ def test_a_neighbour_on_the_hosts_network_can_neither_read_nor_steer_the_run(tmp
     import time
 
     from testbed.node.channel_keys import KEY_FILE
-    from testbed.runtimes.lab import RUNNER_ADDRESS
+    from testbed.runtimes.swarm.lab import RUNNER_ADDRESS
 
     sc = yaml.safe_load((REPO / "scenarios" / "smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "w0": "eb-lab-h1", "w1": "eb-lab-h2", "w2": "eb-lab-h2"})
@@ -828,7 +830,7 @@ def test_a_neighbour_on_the_hosts_network_can_neither_read_nor_steer_the_run(tmp
 def test_a_swarm_node_s_reported_classes_are_read_as_the_monitor_reads_a_local_class():
     """runtime swarm's link_stats: from each node's last stats report, checked like anything that
     arrives (a count that is not a non-negative int, a rate that is not positive: no reading)."""
-    from testbed.runtimes.swarm_api import reported_classes
+    from testbed.runtimes.swarm.services import reported_classes
 
     up = {"up_class_rate_bps": 1e6, "up_class_bytes": 5000, "up_class_packets": 5, "up_class_drops": 1,
           "up_class_overlimits": 3, "up_class_backlog": 0}

@@ -1,5 +1,5 @@
 """Runtime swarm's fleets (issue 34): a per-round fleet's devices packed into one container a host
-(node.fleet_host, runtimes.swarm_fleet). Planning without an engine; one real run on the lab."""
+(node.fleet_host, runtimes.swarm.fleet). Planning without an engine; one real run on the lab."""
 
 import ipaddress
 import json
@@ -13,9 +13,9 @@ from conftest import needs_root, run_up, write_scenario
 from testbed.node.channel_keys import ChannelKeys
 from testbed.node.fleet_plan import DevicePlan, FleetPlan, keys_from_text, keys_to_text
 from testbed.plan import parse_scenario as scenario_from_dict
-from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
-from testbed.runtimes.swarm import SwarmRuntime
-from testbed.runtimes.swarm_fleet import device_lans, fleet_problems, packs_workers
+from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer
+from testbed.runtimes.swarm.runtime import SwarmRuntime
+from testbed.runtimes.swarm.fleet import device_lans, fleet_problems, packs_workers
 
 
 def _keys(node: str) -> ChannelKeys:
@@ -133,7 +133,7 @@ def test_a_device_reads_the_runners_address_in_its_requests_as_its_gateways():
 
 
 def test_a_node_cut_from_every_other_is_cut_from_everyone_and_a_partial_heal_cuts_the_rest_again():
-    """Availability's offline device on swarm (runtimes.swarm._cut_traffic): one cut from
+    """Availability's offline device on swarm (runtimes.swarm.runtime._cut_traffic): one cut from
     everyone, not a filter pair for each of the cluster's addresses; healing some of them while
     cut from everyone heals all and cuts the others again; any other cut names its addresses."""
     from types import SimpleNamespace
@@ -292,7 +292,7 @@ def test_a_device_silent_past_its_reports_is_gone_while_its_host_runs():
     import time
 
     from testbed.runtimes.live import LiveOps
-    from testbed.runtimes.swarm import DEVICE_SILENT_S
+    from testbed.runtimes.swarm.runtime import DEVICE_SILENT_S
 
     rt = object.__new__(SwarmRuntime)
     LiveOps.__init__(rt)

@@ -19,7 +19,7 @@ def _root_links(run_id: str) -> list[str]:
 
 def _docker_or_skip(runtime):
     if runtime == "docker":
-        from testbed.runtimes.engines import docker_client
+        from testbed.runtimes.engine.client import docker_client
 
         if docker_client(timeout=3) is None:
             pytest.skip("no Docker engine answers (CI starts dockerd)")

@@ -247,7 +247,7 @@ def _docker_runtime_with_one_node(monkeypatch, running: bool, eth0: list[int], h
     import pyroute2
 
     from testbed.kernel.shaping import KernelCaps, plan_direction
-    from testbed.runtimes import docker as docker_rt
+    from testbed.runtimes.docker import runtime as docker_rt
     from testbed.runtimes.state import RunState
     from testbed.scenario.links import Direction
 

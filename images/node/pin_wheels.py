@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from testbed.runtimes.wheel_lock import file_sha256, normalize  # noqa: E402
+from testbed.runtimes.engine.wheel_lock import file_sha256, normalize  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 # What a node needs (pyroute2: a swarm node shapes its own link; typer, pandas, matplotlib stay on the host).

@@ -142,7 +142,7 @@ class Bench:
         return self.rt, self.spec
 
     def result(self, name: str):
-        """Where a measuring job in a node puts its result or flag (a mailbox slot: runtimes.mailbox)."""
+        """Where a measuring job in a node puts its result or flag (a mailbox slot: runtimes.control.mailbox)."""
         if self.box is None:
             self.box = self.rt.mailbox("bench")
         return self.box / name

@@ -146,7 +146,7 @@ def leftover_resources() -> list[str]:
     load_backends()
     found = list(leftovers())
     try:
-        from testbed.runtimes.engines import docker_client
+        from testbed.runtimes.engine.client import docker_client
 
         client = docker_client(timeout=3)
         if client is not None:

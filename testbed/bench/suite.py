@@ -25,7 +25,7 @@ __all__ = ["FLOWER_VENV", "FRAME_EFFICIENCY", "WIRE_PARAMS", "flower_benchmark",
 
 def _docker_available() -> bool:
     try:
-        from testbed.runtimes.engines import docker_client
+        from testbed.runtimes.engine.client import docker_client
 
         return docker_client(timeout=3) is not None
     except Exception:

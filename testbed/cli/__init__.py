@@ -23,7 +23,7 @@ for _command in (core.validate, core.up, core.build, core.plot, core.reproduce, 
 
 def main() -> None:
     from testbed.run.interrupts import Interrupted
-    from testbed.runtimes.engines import EngineAddressError
+    from testbed.runtimes.engine.client import EngineAddressError
 
     try:
         app()

@@ -112,8 +112,8 @@ def build(source: str = typer.Option("auto", help="auto | offline | registry (au
                                                   "already local, else offline)"),
           mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base (default: the host's)")) -> None:
     """Build the docker runtime's node image (offline: debootstrap base + host wheelhouse)."""
-    from testbed.runtimes.engines import docker_client
-    from testbed.runtimes.images import ImageError, build_node_image
+    from testbed.runtimes.engine.client import docker_client
+    from testbed.runtimes.engine.images import ImageError, build_node_image
 
     client = docker_client()
     if client is None:

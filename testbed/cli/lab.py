@@ -20,7 +20,7 @@ def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerd
     """Bring up a Docker Swarm of N hosts on this machine, joined by an underlay network."""
     import os
 
-    from testbed.runtimes import lab
+    from testbed.runtimes.swarm import lab
 
     if os.geteuid() != 0:
         fail("error: edgebed lab needs root (it starts dockerds in network namespaces)")
@@ -33,7 +33,7 @@ def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerd
 @lab_app.command("down")
 def lab_down() -> None:
     """Remove the lab: its engines, their containers and data, its namespaces."""
-    from testbed.runtimes import lab
+    from testbed.runtimes.swarm import lab
 
     problems = lab.lab_down(say=typer.echo)
     for p in problems:
@@ -46,7 +46,7 @@ def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the forma
           docker_host: Optional[str] = DOCKER_HOST) -> None:
     """The hosts of the Docker Swarm that runtime swarm would use: CPUs, memory, GPUs, labels."""
     use_docker_host(docker_host)
-    from testbed.runtimes.hosts import describe_hosts, hosts_to_yaml, swarm_client, swarm_hosts
+    from testbed.runtimes.swarm.hosts import describe_hosts, hosts_to_yaml, swarm_client, swarm_hosts
 
     try:
         client = swarm_client()
@@ -66,7 +66,7 @@ def place(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     use_docker_host(docker_host)
     from testbed.plan.cluster import build_cluster
     from testbed.plan.placement import place as place_nodes
-    from testbed.runtimes.hosts import SwarmPlacer, describe_placement, hosts_from_yaml, swarm_client, swarm_hosts
+    from testbed.runtimes.swarm.hosts import SwarmPlacer, describe_placement, hosts_from_yaml, swarm_client, swarm_hosts
 
     sc = load_checked(scenario, trace_dirs)
     try:

@@ -124,5 +124,5 @@ def _xfrm_socket():
     return sock
 
 
-if __name__ == "__main__":  # a probe task (runtimes.swarm_ipsec): edgebed's own code, with NET_ADMIN
+if __name__ == "__main__":  # a probe task (runtimes.swarm.ipsec): edgebed's own code, with NET_ADMIN
     sys.exit(esp_support())

@@ -5,7 +5,7 @@ knows the node by its key (never by a name in a message), and the node hears onl
 that holds the hub's secret key; both directions are encrypted.
 
 How they reach a node (never the scenario, a command line, a service's environment or the run
-directory): netns, in the forked process's arguments (runtimes.netns); docker, a file put into
+directory): netns, in the forked process's arguments (runtimes.netns.runtime); docker, a file put into
 its container alone before it starts; swarm, the node's own Docker secret; both at KEY_FILE,
 read by the container's supervisor (node.launch) and inherited by what it forks. A command
 workload's program gets its node's in its own environment (ENV), for `edgebed.report`. A
@@ -25,7 +25,7 @@ import zmq
 
 KEY_FILE = "/run/edgebed/channel.key"
 # The node's supervisor's own key (docker and swarm): readable only with CAP_DAC_OVERRIDE, which
-# nothing the node runs has (node.supervisor_sender reads it; runtimes.docker_nodes, runtimes.swarm)
+# nothing the node runs has (node.supervisor_sender reads it; runtimes.docker.nodes, runtimes.swarm.runtime)
 SUPERVISOR_KEY_FILE = "/run/edgebed/supervisor.key"
 ENV = "EDGEBED_CHANNEL_KEY"
 Z85_KEY = 40  # characters of a CURVE key in Z85

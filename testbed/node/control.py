@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Optional, Union
 
 from testbed.node.untrusted import Refused
 
-FAILED = "failed: "  # a failed reply's detail starts so (runtimes.hub raises on it)
+FAILED = "failed: "  # a failed reply's detail starts so (runtimes.control.hub raises on it)
 
 
 @dataclass(frozen=True)
@@ -220,7 +220,7 @@ class Reply:
         return cls(False, error=error[:600])
 
     def to_wire(self) -> dict:
-        """The ack's fields: a failure's detail says so too (runtimes.hub reads `detail`)."""
+        """The ack's fields: a failure's detail says so too (runtimes.control.hub reads `detail`)."""
         if self.ok:
             return {"ok": True, "detail": self.detail}
         return {"ok": False, "detail": FAILED + self.error, "error": self.error}

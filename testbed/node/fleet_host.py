@@ -15,7 +15,7 @@ a device, forked warm, cost 11-14 MiB of private pages (measured: BENCHMARKS.md)
 the lab to 1,000 devices.
 
 Traffic: a device's default route is the host, which forwards onto the run's overlay; the other
-nodes route the host's LAN through its overlay address (runtimes.swarm_fleet gives them the
+nodes route the host's LAN through its overlay address (runtimes.swarm.fleet gives them the
 route). The runner's hub is not on the overlay: the host relays its two ports from the LAN's
 gateway address (node.fleet_relay), and each device's requests carry the runner's address as
 the gateway's (what its trainer reaches); the host's process reaches the hub itself. A

@@ -123,7 +123,7 @@ class RoleSupervisor:
     runtime does too. Requests (go | start | kill | stress | ..., numbered) come down the control
     channel, repeated until answered: each is acted on once and answered (an "ack" up); the
     role's state (gen, running, exitcode) goes up as a "state" message for the runner's view of
-    it (runtimes.docker.RoleProcess). The container ends when the role ends on its own (finished,
+    it (runtimes.docker.nodes.RoleProcess). The container ends when the role ends on its own (finished,
     or crashed: the exit code is the role's), or at the run's stop. Requests and answers are
     typed (node.control); HANDLERS is the one table from a request's type to its handler.
     """
@@ -306,7 +306,7 @@ class RoleSupervisor:
         return json.dumps({**self._own_link(req).counters(), "time": time.time()})
 
     def _on_clock(self, req: control.Clock) -> str:
-        return repr(time.time())  # the runner compares it with its own (runtimes.swarm.measure_offset)
+        return repr(time.time())  # the runner compares it with its own (runtimes.swarm.services.measure_offset)
 
     def _on_kernel(self, req: control.Kernel) -> str:
         """What this host's kernel can shape with, tried in the node's own namespace."""

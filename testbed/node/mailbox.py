@@ -1,7 +1,7 @@
 """How a measuring job (link checks, benchmarks: `runtime.start`) hands a result or a flag to the
 runner, or waits for another job's flag: over the control channel, never through a shared folder
 (a job may run on another host). A slot is a string `UP DOWN KEY` that the runner's mailbox
-(runtimes.mailbox) makes; the hub keeps what is put into each slot and publishes it to
+(runtimes.control.mailbox) makes; the hub keeps what is put into each slot and publishes it to
 whoever waits for it."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A site's router as a container of its own (runtime swarm: runtimes.swarm_sites): it forwards
+"""A site's router as a container of its own (runtime swarm: runtimes.swarm.sites): it forwards
 between its site's network and one network per WAN link, and shapes each WAN link's direction
 away from it on the egress of that link's interface, by the same plans as the other runtimes'
 routers (kernel.shaping). Needs CAP_NET_ADMIN and net.ipv4.ip_forward=1 (the service's sysctl).

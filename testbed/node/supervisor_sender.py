@@ -4,7 +4,7 @@ A node's supervisor (node.launch) forks its role, stress and jobs: they have its
 every key it ever read. What they run holds the node's key by design, and may send rows and
 requests as that node; the supervisor's word on the node (acks with the counters it read, the
 role's state, the link's and cgroup's counters behind traffic.csv and resources.csv) must come
-with a key they never hold (runtimes.hub_rules.SUPERVISOR_KINDS). So the supervisor never reads
+with a key they never hold (runtimes.control.hub_rules.SUPERVISOR_KINDS). So the supervisor never reads
 that key: at its start, before it has a thread or a child, it forks this sender, which reads the
 key (a file only CAP_DAC_OVERRIDE reads, which the forked processes drop), removes it where it
 can, and sends up, with that key, what the supervisor hands it over a socket pair. Each forked
@@ -22,7 +22,7 @@ from typing import Optional
 
 from testbed.node import channel, channel_keys
 
-MAX_MESSAGE = 4 << 20  # bytes: the longest a supervisor hands over (an ack: runtimes.hub_rules.KIND_LIMITS)
+MAX_MESSAGE = 4 << 20  # bytes: the longest a supervisor hands over (an ack: runtimes.control.hub_rules.KIND_LIMITS)
 KINDS = ("ack", "state", "stats")  # what it sends (the hub takes only these with a supervisor's key, and puts)
 START_TIMEOUT = 10.0  # s for the sender to say it holds its key
 LENGTH = 4  # bytes of a message's length on the socket pair

@@ -93,7 +93,7 @@ class ClusterSpec:
 
     def move_to(self, subnet: str) -> None:
         """The same plan on another subnet of the same size, every address at its old offset: a
-        runtime whose engine already holds the default subnet moves the run (runtimes/docker_network.py)."""
+        runtime whose engine already holds the default subnet moves the run (runtimes/docker/network.py)."""
         old, new = ipaddress.IPv4Network(self.subnet), ipaddress.IPv4Network(subnet)
         if self.subnet_fixed or self.topology is not None or new.prefixlen != old.prefixlen:
             raise ValueError(f"the plan's subnet {self.subnet} cannot move to {subnet}")

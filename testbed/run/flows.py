@@ -3,7 +3,7 @@
 Shared by the per-run link check (testbed.run.verify) and the benchmarks (testbed.bench):
 each function here runs inside a node (`runtime.start(node, fn, kwargs)`), or drives such runs.
 A job's results and flags go to the runner through mailbox slots (node.mailbox), which the
-runner names as it would files (`scratch / "w1.json"`: runtimes.mailbox)."""
+runner names as it would files (`scratch / "w1.json"`: runtimes.control.mailbox)."""
 
 from __future__ import annotations
 

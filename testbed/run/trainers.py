@@ -1,7 +1,7 @@
 """Per-round trainers from the runner's side (fedavg's `trainers: per_round`): a
 device's node (namespace, link, limits) exists for the whole run, its trainer process only while
 it trains. The PS asks for a round's trainers over the control channel (a `train` request per
-device, runtimes/hub.py); this starts each one unless it runs already (selected again, or late
+device, runtimes/control/hub.py); this starts each one unless it runs already (selected again, or late
 for a round that closed), the name is not a worker of the run, or the device is offline now (its
 availability plan: a device that went offline after it was drawn is a drop-out). A trainer that
 is not selected again ends by itself (node/roles/worker.py: parked). One asked for while it is

@@ -19,15 +19,15 @@ from testbed.kernel.cgroups import CgroupUsage
 from testbed.kernel.gpus import GpuProcessUse, gpu_process_use
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, probe_kernel
 from testbed.plan.cluster import ClusterSpec, Node
-from testbed.runtimes.channel_auth import RunKeys
+from testbed.runtimes.control.channel_auth import RunKeys
 from testbed.runtimes.live import LiveOps
 from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
 
 if TYPE_CHECKING:  # types only: the runtime makes them where it has them
-    from testbed.runtimes.control_net import ControlNetwork
+    from testbed.runtimes.control.network import ControlNetwork
     from testbed.runtimes.fabric import WanLinks
-    from testbed.runtimes.hub import ControlHub
+    from testbed.runtimes.control.hub import ControlHub
 
 
 @dataclass(frozen=True)
@@ -255,7 +255,7 @@ class Runtime(LiveOps, ABC):
     def _build_control(self) -> None:
         """Every node's ctl0 on the run's control network (after the nodes' namespaces exist), and
         the hub listening on it."""
-        from testbed.runtimes.control_net import ControlNetwork
+        from testbed.runtimes.control.network import ControlNetwork
 
         self.control = ControlNetwork(self.state)
         self.control.build({name: h.netns for name, h in self.handles.items()}, self.progress)
@@ -275,8 +275,8 @@ class Runtime(LiveOps, ABC):
 
     def mailbox(self, name: str = ""):
         """Where measurement jobs (`start`: link checks, benchmarks) put their results and flags:
-        slots on the control channel that the runner reads like files (runtimes.mailbox)."""
-        from testbed.runtimes.mailbox import Mailbox
+        slots on the control channel that the runner reads like files (runtimes.control.mailbox)."""
+        from testbed.runtimes.control.mailbox import Mailbox
 
         return Mailbox(self.hub, *self.channel_urls(), name)
 

@@ -1,6 +1,6 @@
 """The runner's side of the control channel (testbed.node.channel is the nodes' side).
 
-It listens on the run's control network (runtimes.control_net) and is the one writer of the
+It listens on the run's control network (runtimes.control.network) and is the one writer of the
 run directory for everything the nodes send:
 - record rows, [table name, one CSV line], each appended to its table as it arrives: a node's
   rows up to its crash are kept, and a crash of the runner leaves every line written so far
@@ -11,10 +11,10 @@ run directory for everything the nodes send:
   (ps.json), a replica (forwarded to the coordinator), a crash request (for the timeline), the
   broker's readiness.
 Only the run's nodes get in: both sockets are CURVE servers, and a client is let in only with a
-key the runner made for one of its nodes (runtimes.channel_auth; others are refused and
+key the runner made for one of its nodes (runtimes.control.channel_auth; others are refused and
 counted). A message's sender is the node of the key it came with (its ZAP User-Id), never a
 name in it: each node may send only what its role sends, and only for itself (the rules are
-runtimes.hub_rules: a row, state, ack or request about another node is dropped as such), and
+runtimes.control.hub_rules: a row, state, ack or request about another node is dropped as such), and
 a worker's replica is forwarded on a topic naming it. Whatever arrives is read as untrusted
 (node.untrusted's strict JSON: no NaN or Infinity, int64 at most, bounded depth; a size limit
 per kind of message): what the hub cannot use is dropped and counted by reason (`drops`,
@@ -59,8 +59,8 @@ from testbed.node import untrusted
 from testbed.node import channel
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
-from testbed.runtimes import hub_rules as rules
-from testbed.runtimes.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, by_supervisor, handshake_failures
+from testbed.runtimes.control import hub_rules as rules
+from testbed.runtimes.control.channel_auth import ZAP_ENDPOINT, RunKeys, answer_zap, by_supervisor, handshake_failures
 
 MAX_REPLICA = 512 * 1024 * 1024  # bytes: a replica of the largest model a node trains
 MAX_FRAME = max(channel.CHUNK, rules.MAX_ROW) + channel.CURVE_FRAMING  # bytes: the longest frame a node may send
@@ -301,7 +301,7 @@ class ControlHub:
         code, node = data.get("exitcode"), data.get("node")
         if not rules.is_name(node) or type(data.get("gen")) is not int or type(data.get("running")) is not bool or \
                 not (code is None or type(code) is int) or not self._room(self.states, node):
-            return False  # the runner's view of a role is built on these (runtimes.docker.RoleProcess)
+            return False  # the runner's view of a role is built on these (runtimes.docker.nodes.RoleProcess)
         with self._cond:
             before = self.states.get(node)
             # the generation before's end, kept past the next's start (a per-round trainer's device
@@ -438,7 +438,7 @@ class ControlHub:
         return None
 
     def _subscriptions(self) -> None:
-        """The subscriptions that came, each applied as runtimes.hub_rules says (ZeroMQ applies
+        """The subscriptions that came, each applied as runtimes.control.hub_rules says (ZeroMQ applies
         none by itself: the XPUB is manual): a node hears what it subscribes to, within its share,
         and replicas only the coordinator; what is refused is counted. At most RECEIVE_BATCH a
         pass: a flood of subscriptions holds the hub's loop no longer than a flood of rows."""

@@ -1,6 +1,6 @@
 """Imported first by the netns runtime's forkserver (its preload): the forkserver dies when the
 runner dies, even by `kill -9`, and every node process forked from it dies with it (each sets
-PR_SET_PDEATHSIG as it starts, runtimes/netns.py). Without this the forkserver could outlive a
+PR_SET_PDEATHSIG as it starts, runtimes/netns/runtime.py). Without this the forkserver could outlive a
 killed runner and the cluster went on training until `edgebed down`. From here on each process
 it forks starts a PID namespace of its own (kernel.pid_namespace), unless the runner said not.
 

@@ -1,7 +1,7 @@
 """The run's control network: how nodes reach the runner, apart from the links under study.
 
 Every node gets a second interface, `ctl0`, on a bridge in a namespace of the run's own
-(eb-<run>-ctl), where the runner's hub listens (runtimes.hub): the nodes' records, reports and
+(eb-<run>-ctl), where the runner's hub listens (runtimes.control.hub): the nodes' records, reports and
 acks go up to RECORDS_PORT, heartbeats, the stop and requests come down from CONTROL_PORT
 (testbed.node.channel). It is not shaped and not counted: the emulated links carry training
 traffic only, as a testbed's management network is kept apart from its experiment network.
@@ -80,8 +80,8 @@ class ControlNetwork:
         rt.isolate_port(pidx)  # a node reaches the runner only, never another node
 
     def open_hub(self, run_dir, keys):
-        """The hub, listening on the bridge (keys: the run's, runtimes.channel_auth.RunKeys)."""
-        from testbed.runtimes.hub import ControlHub
+        """The hub, listening on the bridge (keys: the run's, runtimes.control.channel_auth.RunKeys)."""
+        from testbed.runtimes.control.hub import ControlHub
 
         return ControlHub(self.netns, RUNNER_ADDRESS, RECORDS_PORT, CONTROL_PORT, run_dir, keys)
 

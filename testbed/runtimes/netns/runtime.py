@@ -45,10 +45,10 @@ from testbed.node import channel_keys
 from testbed.node.stop_flag import SealedStopFlag
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
-from testbed.runtimes.deferred import Deferred
+from testbed.runtimes.netns.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
-from testbed.runtimes.forkserver_guard import PID_NAMESPACES_ENV, RUNNER_ENV, request_main
-from testbed.runtimes.forkserver_process import ForkserverProcess
+from testbed.runtimes.netns.forkserver_guard import PID_NAMESPACES_ENV, RUNNER_ENV, request_main
+from testbed.runtimes.netns.forkserver_process import ForkserverProcess
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
 from testbed.runtimes.state import RunState, cleanup_run
@@ -248,7 +248,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         request_main()
         # the runner's main module and this one (whose _bootstrap every node unpickles) imported
         # once there, not again in every node as it starts (forkserver_main.py)
-        self._ctx.set_forkserver_preload(["testbed.runtimes.forkserver_guard", "testbed.runtimes.forkserver_main",
+        self._ctx.set_forkserver_preload(["testbed.runtimes.netns.forkserver_guard", "testbed.runtimes.netns.forkserver_main",
                                           __name__, *modules])
 
     def make_stop_event(self) -> StopEvent:

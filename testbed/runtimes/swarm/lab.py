@@ -85,7 +85,7 @@ def _underlay(n: int) -> list[LabHost]:
     """The underlay's bridge, this machine's port on it, and one namespace per host plugged in."""
     from pyroute2 import IPRoute
 
-    from testbed.runtimes.control_net import local_mac
+    from testbed.runtimes.control.network import local_mac
 
     create_netns(UNDERLAY_NETNS)
     with ns_iproute(UNDERLAY_NETNS) as u:

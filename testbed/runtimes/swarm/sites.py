@@ -20,7 +20,7 @@ from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.node import control
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.fabric import WanLinks
-from testbed.runtimes.hub import parsed_answer
+from testbed.runtimes.control.hub import parsed_answer
 
 ROUTER_PREFIX = "rt-"  # a router's name on the control channel: rt-<site>
 
@@ -30,7 +30,7 @@ def router_name(site: str) -> str:
 
 
 class SiteServices(Protocol):
-    """What the sites need of the swarm runtime (runtimes.swarm.SwarmRuntime, which imports this
+    """What the sites need of the swarm runtime (runtimes.swarm.runtime.SwarmRuntime, which imports this
     module): the run's overlays and one-task services, and a word with a router."""
     run_id: str
 
@@ -55,7 +55,7 @@ class SiteServices(Protocol):
 
 class SwarmSites(WanLinks):
     def __init__(self, rt: SiteServices, spec: ClusterSpec, caps: KernelCaps, router_hosts: dict[str, Any]):
-        """`router_hosts`: site -> the swarm host (runtimes.hosts.SwarmHost) its router runs on."""
+        """`router_hosts`: site -> the swarm host (runtimes.swarm.hosts.SwarmHost) its router runs on."""
         super().__init__(caps)
         self.rt, self.spec, self.topo = rt, spec, spec.topology
         self.lans: dict[str, object] = {}  # site -> its overlay network

@@ -1,18 +1,18 @@
 """The swarm runtime: a run's nodes as Docker Swarm services spread over the hosts of a swarm.
 
 The runner talks to one manager's engine (DOCKER_HOST, else this machine's engine when it
-manages a swarm, else the lab's: runtimes.lab). Each node is a one-task service pinned to its
-host (plan.placement, with runtimes.hosts' spread), on an overlay network of the run (VXLAN
-between hosts, IPsec-encrypted on request: runtimes.swarm_ipsec; dnsrr endpoints, since not
+manages a swarm, else the lab's: runtimes.swarm.lab). Each node is a one-task service pinned to its
+host (plan.placement, with runtimes.swarm.hosts' spread), on an overlay network of the run (VXLAN
+between hosts, IPsec-encrypted on request: runtimes.swarm.ipsec; dnsrr endpoints, since not
 every kernel has IPVS). The runner is on no host's namespace, so each node shapes its own link
 from inside (node.own_link: HTB on its interface's egress, IFB for what arrives), by the same
 plans as the other runtimes, and reports its counters and usage over the control channel.
-That channel (runtimes.hub) listens on the runner's address that the hosts reach; nodes reach
+That channel (runtimes.control.hub) listens on the runner's address that the hosts reach; nodes reach
 it through their hosts' NAT, each with its own channel keys: a Docker secret of the run that
 only its service references. Services get their addresses from the swarm, so the plan's
 addresses are replaced by the tasks' before any link is shaped or role configured. A per-round
 fleet's devices are not services: each host runs one fleet host holding its devices
-(runtimes.swarm_fleet, node.fleet_host).
+(runtimes.swarm.fleet, node.fleet_host).
 """
 
 from __future__ import annotations
@@ -28,10 +28,10 @@ from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
 from testbed.kernel.bridges import one_bridge_problems
-from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
+from testbed.runtimes.engine.supervised import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.gpu_share import cap_env
-from testbed.runtimes.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
-from testbed.runtimes.swarm_api import (HubCgroup, SwarmJob, TaskRoleProcess, free_port,  # noqa: F401
+from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
+from testbed.runtimes.swarm.services import (HubCgroup, SwarmJob, TaskRoleProcess, free_port,  # noqa: F401
                                         gpu_runtime_problems, latest_task, may_drop, measure_offset,
                                         remove_swarm_resources, reported_classes, runner_address,
                                         set_container_quota, swarm_labels, sweep_swarm_run, tasks_running,
@@ -83,7 +83,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     @classmethod
     def scenario_problems(cls, sc) -> list[str]:
-        from testbed.runtimes.swarm_fleet import fleet_problems, packs_workers
+        from testbed.runtimes.swarm.fleet import fleet_problems, packs_workers
 
         if packs_workers(sc):  # the workers are in fleet hosts, each on a tree of bridges of its own
             return fleet_problems(sc)
@@ -91,7 +91,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     @classmethod
     def problems(cls, sc) -> list[str]:
-        """What runtime swarm cannot make (the hosts' GPUs are placement's to check: runtimes.hosts)."""
+        """What runtime swarm cannot make (the hosts' GPUs are placement's to check: runtimes.swarm.hosts)."""
         from testbed.scenario.schema import KAFKA_NEEDS, uses_kafka_image
 
         return [f"streaming.broker.kind: {KAFKA_NEEDS}; runtime swarm does not run it yet (use kind tansu)"] \
@@ -117,14 +117,14 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self._tasks: dict[str, tuple[float, bool]] = {}  # service id -> (checked at, running)
         self._services: dict[str, Any] = {}  # node or router -> its service
         self._placer: Optional[SwarmPlacer] = None
-        self.fleet = None  # runtimes.swarm_fleet.SwarmFleet: a per-round fleet's devices in one container a host
+        self.fleet = None  # runtimes.swarm.fleet.SwarmFleet: a per-round fleet's devices in one container a host
         self._warm: dict = {}  # what a fleet host loads once for its devices' trainers
         self._cut_off: set[str] = set()  # the nodes cut from everyone (control.Cut's `everyone`)
         self.say: Callable[[str], None] = lambda line: None
 
     @classmethod
     def open(cls, state: RunState, say: Callable[[str], None]) -> "SwarmRuntime":
-        from testbed.runtimes.images import ensure_swarm_image
+        from testbed.runtimes.engine.images import ensure_swarm_image
 
         client = swarm_client()
         rt = cls(state, client, ensure_swarm_image(client, say=say))
@@ -132,7 +132,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         return rt
 
     def placer(self, sc):
-        from testbed.runtimes.swarm_fleet import packs_workers
+        from testbed.runtimes.swarm.fleet import packs_workers
 
         packed = packs_workers(sc)
         self._placer = SwarmPlacer(self.hosts, sc, packed=lambda node: packed and node.role == "worker")
@@ -150,8 +150,8 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     # -- bring-up ----------------------------------------------------------------------
     def create(self, spec: ClusterSpec) -> None:
-        from testbed.runtimes.images import distribute_image
-        from testbed.runtimes.swarm_sites import SwarmSites
+        from testbed.runtimes.engine.images import distribute_image
+        from testbed.runtimes.swarm.sites import SwarmSites
 
         foreign = [n.name for n in spec.nodes if n.image is not None]
         if foreign:
@@ -200,8 +200,8 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self._shape(spec)
 
     def _create_fleet(self, spec: ClusterSpec, packed: list[Node]) -> None:
-        """A per-round fleet's devices: one fleet host service a host (runtimes.swarm_fleet)."""
-        from testbed.runtimes.swarm_fleet import SwarmFleet
+        """A per-round fleet's devices: one fleet host service a host (runtimes.swarm.fleet)."""
+        from testbed.runtimes.swarm.fleet import SwarmFleet
 
         self.fleet = SwarmFleet(self, spec, packed)
         self.fleet.create(self.network, self._warm)
@@ -222,7 +222,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         return self.network if self.fabric is None else self.fabric.lans[node.site]
 
     def _open_hub(self) -> None:
-        from testbed.runtimes.hub import ControlHub
+        from testbed.runtimes.control.hub import ControlHub
 
         address = runner_address(self.hosts)  # the one the hosts reach: never every address (0.0.0.0)
         rport, cport = free_port(address), free_port(address)
@@ -230,8 +230,8 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self._urls = (f"tcp://{address}:{rport}", f"tcp://{address}:{cport}")
 
     def _require_encryption(self, hosts: list[SwarmHost]) -> None:
-        """Every host tries its kernel before an encrypted overlay is made (runtimes.swarm_ipsec)."""
-        from testbed.runtimes.swarm_ipsec import encryption_problems
+        """Every host tries its kernel before an encrypted overlay is made (runtimes.swarm.ipsec)."""
+        from testbed.runtimes.swarm.ipsec import encryption_problems
 
         self.say(f"network.encrypt: trying the IPsec of {len(hosts)} host(s)' kernels")
         problems = encryption_problems(self, hosts, latest_task)
@@ -245,7 +245,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         run inside its task), so no container started by hand on a host can."""
         import docker
 
-        from testbed.runtimes.swarm_ipsec import overlay_options
+        from testbed.runtimes.swarm.ipsec import overlay_options
 
         ipam = docker.types.IPAMConfig(pool_configs=[docker.types.IPAMPool(subnet=subnet)]) if subnet else None
         return self.client.networks.create(name, driver="overlay", attachable=False, ipam=ipam, labels=self.labels,
@@ -261,7 +261,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         `command` and `args`, another of the image's programs (a fleet host)."""
         import docker
 
-        from testbed.runtimes.containers import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
+        from testbed.runtimes.engine.supervised import FLEET_HOST_TMPFS, WRITABLE_TMPFS, tmpfs_mode
 
         if caps is None:
             caps = ["NET_ADMIN", "SYS_ADMIN"] if may_drop(directions) else ["NET_ADMIN"]
@@ -513,7 +513,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         be up to STATS_EVERY old, and a rate from two of them off by as much); a node that does not
         answer within a second gives its last report. Each with `time`, when the node read it, on
         the runner's clock: an answer that comes late must not read as a faster link."""
-        from testbed.runtimes.hub import parsed_answer
+        from testbed.runtimes.control.hub import parsed_answer
 
         if self.hub is None:
             return {}

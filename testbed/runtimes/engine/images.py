@@ -13,9 +13,9 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Optional
 
-from testbed.runtimes.wheel_lock import LockError, check_wheelhouse, file_sha256, read_lock
+from testbed.runtimes.engine.wheel_lock import LockError, check_wheelhouse, file_sha256, read_lock
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 DOCKERFILE = REPO / "images" / "node" / "Dockerfile"
 # Every wheel the image installs, by version and sha256 (images/node/pin_wheels.py writes them).
 LOCK_DEPS = REPO / "images" / "node" / "requirements.txt"

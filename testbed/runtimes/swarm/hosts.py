@@ -34,8 +34,8 @@ class SwarmHost:
 
     def engine_client(self, timeout: int = 60):
         """This host's own engine (node label edgebed.engine), or None. A label is anyone's who
-        may label nodes: one of a shape edgebed does not use is an error (runtimes.engines)."""
-        from testbed.runtimes.engines import engine_client
+        may label nodes: one of a shape edgebed does not use is an error (runtimes.engine.client)."""
+        from testbed.runtimes.engine.client import engine_client
 
         url = self.labels.get(ENGINE_LABEL)
         return engine_client(url, timeout, where=f"host {self.hostname}'s label {ENGINE_LABEL}") if url else None
@@ -46,17 +46,17 @@ class SwarmHost:
 
 def engine_at(url: Optional[str] = None, timeout: int = 30):
     """A Docker engine's client: at `url`, else DOCKER_HOST's (else this machine's); unix://,
-    ssh:// (the system's `ssh`, its config, keys and agent) or tcp:// with TLS (runtimes.engines)."""
-    from testbed.runtimes.engines import engine_client
+    ssh:// (the system's `ssh`, its config, keys and agent) or tcp:// with TLS (runtimes.engine.client)."""
+    from testbed.runtimes.engine.client import engine_client
 
     return engine_client(url, timeout)
 
 
 def swarm_client(required: bool = True):
     """The engine of a swarm manager: DOCKER_HOST's, else this machine's if it manages a swarm,
-    else the lab's (runtimes.lab). None (or an error, when required) if none answers."""
-    from testbed.runtimes import lab
-    from testbed.runtimes.engines import EngineAddressError
+    else the lab's (runtimes.swarm.lab). None (or an error, when required) if none answers."""
+    from testbed.runtimes.swarm import lab
+    from testbed.runtimes.engine.client import EngineAddressError
 
     candidates = []
     if os.environ.get("DOCKER_HOST"):
@@ -169,7 +169,7 @@ class SwarmPlacer:
     def __init__(self, hosts: list[SwarmHost], sc, packed: Callable[[Any], bool] = lambda node: False):
         self.hosts = [h for h in hosts if h.usable()]
         self.sc = sc
-        # a fleet host's device (runtimes.swarm_fleet): no CPU booked, dealt out to the hosts fewest first
+        # a fleet host's device (runtimes.swarm.fleet): no CPU booked, dealt out to the hosts fewest first
         self.packed = packed
         if not self.hosts:
             raise RuntimeError("runtime swarm: the swarm has no ready, active host")

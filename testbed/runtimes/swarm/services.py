@@ -1,4 +1,4 @@
-"""The Swarm-API side of runtime swarm (runtimes.swarm): the runner's view of a node's tasks
+"""The Swarm-API side of runtime swarm (runtimes.swarm.runtime): the runner's view of a node's tasks
 (its role, its jobs, its usage as reported), where the runner is seen from the hosts, a node's
 clock offset, GPU checks of the hosts' engines, and finding and removing a run's services,
 networks and secrets (`edgebed down`, `status`)."""
@@ -12,8 +12,8 @@ from typing import Any, Callable, Optional
 from testbed.kernel import names
 from testbed.kernel.cgroups import CgroupUsage, quota_us
 from testbed.plan.cluster import ClusterSpec
-from testbed.runtimes.containers import join_polling, role_ended
-from testbed.runtimes.hosts import SwarmHost, swarm_client, swarm_hosts
+from testbed.runtimes.engine.supervised import join_polling, role_ended
+from testbed.runtimes.swarm.hosts import SwarmHost, swarm_client, swarm_hosts
 from testbed.runtimes.state import LABEL, RUN_LABEL
 
 CONTAINERS_GONE_S = 90.0  # s to wait: 1,000 devices' fleet hosts were gone 23 s into a down (BENCHMARKS)
@@ -181,7 +181,7 @@ def free_port(address: str) -> int:
 def gpu_runtime_problems(spec: ClusterSpec, hosts: dict[str, SwarmHost]) -> list[str]:
     """A node with GPUs on a host whose engine (where known: its edgebed.engine label) has no
     NVIDIA container runtime would start without them: one line per such host."""
-    from testbed.runtimes.engines import nvidia_runtime_available
+    from testbed.runtimes.engine.client import nvidia_runtime_available
 
     needing: dict[str, list[str]] = {}
     for n in spec.nodes:
@@ -317,7 +317,7 @@ def wait_containers_gone(run_id: str, hosts: list[SwarmHost], timeout: Optional[
     for host in hosts:
         try:
             engine = host.engine_client(timeout=10)
-        except RuntimeError as e:  # a label of a shape not used (runtimes.engines): its engine is not asked
+        except RuntimeError as e:  # a label of a shape not used (runtimes.engine.client): its engine is not asked
             problems.append(str(e))
             continue
         if engine is None:

@@ -24,10 +24,10 @@ from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
 from testbed.kernel.bridges import one_bridge_problems
-from testbed.runtimes.containers import GO_TIMEOUT, SupervisedNodes
-from testbed.runtimes.engines import docker_client, nvidia_runtime_available
-from testbed.runtimes.docker_network import create_run_network
-from testbed.runtimes.docker_nodes import (ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys,
+from testbed.runtimes.engine.supervised import GO_TIMEOUT, SupervisedNodes
+from testbed.runtimes.engine.client import docker_client, nvidia_runtime_available
+from testbed.runtimes.docker.network import create_run_network
+from testbed.runtimes.docker.nodes import (ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys,
                                            sealed_root)
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
@@ -58,7 +58,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
 
     @classmethod
     def available(cls) -> Optional[Unavailable]:
-        from testbed.runtimes.images import image_unavailable
+        from testbed.runtimes.engine.images import image_unavailable
 
         root = needs_root(cls.name)
         if root is not None:
@@ -131,7 +131,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
 
     @classmethod
     def open(cls, state: RunState, say: Callable[[str], None]) -> "DockerRuntime":
-        from testbed.runtimes.images import ensure_node_image
+        from testbed.runtimes.engine.images import ensure_node_image
 
         client = docker_client()
         rt = cls(state, client, ensure_node_image(client, say=say))
@@ -139,7 +139,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         return rt
 
     def use_packages(self, packages: list[str]) -> None:
-        from testbed.runtimes.images import with_packages
+        from testbed.runtimes.engine.images import with_packages
 
         self.image = with_packages(self.client, self.image, packages, say=self.say)
 
@@ -201,7 +201,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
     def _foreign_container(self, node: Node) -> tuple[str, Optional[list], dict]:
         """(image, command, environment) of a node: edgebed's node image, or a foreign one."""
         if node.image is None:  # its supervisor, which gets everything else over the control channel
-            from testbed.runtimes.control_net import ControlNetwork
+            from testbed.runtimes.control.network import ControlNetwork
 
             return self.image, ["--supervise", node.name, *ControlNetwork.urls()], {}
         if node.role == "kafka":

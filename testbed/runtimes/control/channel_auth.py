@@ -40,7 +40,7 @@ class RunKeys:
         self._supervisors: dict[str, ChannelKeys] = {}
         self._names: dict[bytes, str] = {}  # a node's or its supervisor's public key, raw -> the node's name
         self._supervisor_keys: set[bytes] = set()  # the supervisors' public keys, raw
-        self.roles: dict[str, str] = {}  # node -> its role (what it may send: runtimes.hub)
+        self.roles: dict[str, str] = {}  # node -> its role (what it may send: runtimes.control.hub)
 
     def admit(self, name: str, role: str) -> ChannelKeys:
         """The keys of node `name` (made on its first call): what the node alone is handed."""

@@ -1,6 +1,6 @@
-"""What a node may send the runner's hub (runtimes.hub): the rules, apart from the sockets.
+"""What a node may send the runner's hub (runtimes.control.hub): the rules, apart from the sockets.
 
-A message's sender is the node of the key it came with, never a name in it (runtimes.hub). Each
+A message's sender is the node of the key it came with, never a name in it (runtimes.control.hub). Each
 node may send only what its role sends, and only for itself: a row of a table its role writes,
 naming itself; a message of a kind its role sends, of at most that kind's size, about itself;
 a request for its own drawn crash; the PS alone asks for a worker's trainer. It subscribes to

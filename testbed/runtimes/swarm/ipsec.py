@@ -15,7 +15,7 @@ import time
 from typing import Any, Callable, Optional
 
 from testbed.kernel import ipsec
-from testbed.runtimes.swarm_api import ENDED
+from testbed.runtimes.swarm.services import ENDED
 
 PROBE_TIMEOUT = 120.0  # s for every host's probe task to end (a cold image start included)
 # The image's python running edgebed's probe itself, not a job: jobs (`--exec`) give up NET_ADMIN
@@ -28,7 +28,7 @@ def overlay_options(encrypt: bool) -> Optional[dict]:
 
 
 def encryption_problems(rt, hosts: list, latest_task: Callable[[Any], Optional[dict]]) -> list[str]:
-    """One line if any of `hosts` (runtimes.hosts.SwarmHost) cannot carry an encrypted overlay,
+    """One line if any of `hosts` (runtimes.swarm.hosts.SwarmHost) cannot carry an encrypted overlay,
     else none. Probe services are `rt`'s (its client, image, labels) and gone on return;
     `latest_task(service)` is the swarm runtime's reading of a service's task."""
     services = {h.hostname: _probe(rt, h, i) for i, h in enumerate(sorted(hosts, key=lambda h: h.hostname))}

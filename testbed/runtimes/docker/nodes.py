@@ -1,4 +1,4 @@
-"""What the runner sees of a docker node (runtimes.docker): its container's cgroup (usage), the
+"""What the runner sees of a docker node (runtimes.docker.runtime): its container's cgroup (usage), the
 container and its role as processes, a function exec'd inside it, and its channel keys put into
 its file system."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Optional
 
 from testbed.kernel.cgroups import ROOT as CGROUP_ROOT, CgroupUsage, is_v2, v1_mount
-from testbed.runtimes.containers import WRITABLE_TMPFS, join_polling, role_ended
+from testbed.runtimes.engine.supervised import WRITABLE_TMPFS, join_polling, role_ended
 
 KEYS_VOLUME_AT = "/run"  # a volume of the container's own: the engine copies keys into it before the start
 

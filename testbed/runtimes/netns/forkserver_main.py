@@ -15,7 +15,7 @@ import os
 import sys
 from multiprocessing import process, spawn
 
-from testbed.runtimes.forkserver_guard import MAIN_ENV, MAIN_KEYS, RUNNER_ENV
+from testbed.runtimes.netns.forkserver_guard import MAIN_ENV, MAIN_KEYS, RUNNER_ENV
 
 
 def _import_main() -> None:

@@ -1,0 +1,1 @@
+"""The docker runtime: one container per node on a bridge network of the run's own."""

@@ -1,0 +1,1 @@
+"""Docker engines: the client, the node image and its wheels, nodes supervised in containers."""
