@@ -159,6 +159,28 @@ def private_imports() -> list[tuple[str, str]]:
     return sorted(set(out))
 
 
+# Each runtime's own folder; control/ and engine/ are rooms the backends share, as is runtimes/ top.
+BACKENDS = ("netns", "docker", "swarm")
+
+
+def backend_of(module: str) -> str | None:
+    parts = module.split(".")
+    return parts[2] if len(parts) > 3 and parts[1] == "runtimes" and parts[2] in BACKENDS else None
+
+
+def cross_backend_imports(graph: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:
+    """(importer, imported) where a module imports a backend's module from outside that backend:
+    another backend, or anything the backends share (a backend is reached by its entry point)."""
+    graph = graph or import_graph()
+    out = []
+    for m, targets in graph.items():
+        for t in sorted(targets):
+            b = backend_of(t)
+            if b is not None and backend_of(m) != b and layer_of(m) == "runtimes":
+                out.append((m, t))
+    return sorted(out)
+
+
 def function_lengths() -> list[tuple[int, str]]:
     """(lines, module:qualified name) of every function, nested ones included."""
     out = []
@@ -184,7 +206,7 @@ def lines_per_folder() -> dict[str, int]:
     counts: dict[str, int] = {}
     for path in PACKAGE.rglob("*.py"):
         rel = path.relative_to(PACKAGE)
-        folder = rel.parts[0] if len(rel.parts) > 1 else "(top)"
+        folder = "/".join(rel.parts[:-1]) or "(top)"
         counts[folder] = counts.get(folder, 0) + len(path.read_text().splitlines())
     return dict(sorted(counts.items()))
 
@@ -197,6 +219,10 @@ def main() -> None:
     up = upward_imports()
     print(f"imports against the layer order ({' < '.join(LAYERS)}): {len(up)}")
     for a, b in up:
+        print(f"  {a} -> {b}")
+    across = cross_backend_imports()
+    print(f"imports of a backend ({', '.join(BACKENDS)}) from outside its folder, in runtimes/: {len(across)}")
+    for a, b in across:
         print(f"  {a} -> {b}")
     private = private_imports()
     print(f"underscore names imported from another module: {len(private)}")

@@ -30,6 +30,29 @@ def test_the_checker_finds_a_private_import(tmp_path, monkeypatch):
     assert arch.private_imports() == [("testbed.b", "testbed.a._hidden")]
 
 
+def test_no_backend_imports_another_and_the_shared_rooms_import_none():
+    assert arch.cross_backend_imports() == []
+
+
+def test_the_checker_finds_a_cross_backend_import():
+    graph = {"testbed.runtimes.swarm.runtime": {"testbed.runtimes.docker.nodes", "testbed.runtimes.swarm.hosts",
+                                                "testbed.runtimes.engine.client"},
+             "testbed.runtimes.control.hub": {"testbed.runtimes.netns.runtime"},
+             "testbed.cli.lab": {"testbed.runtimes.swarm.lab"}}
+    assert arch.cross_backend_imports(graph) == [("testbed.runtimes.control.hub", "testbed.runtimes.netns.runtime"),
+                                                 ("testbed.runtimes.swarm.runtime", "testbed.runtimes.docker.nodes")]
+
+
+def test_every_backend_is_a_folder_of_runtimes_named_as_its_entry_point():
+    from importlib import metadata
+
+    points = {e.name: e.value for e in metadata.entry_points(group="edgebed.runtimes")}
+    assert set(arch.BACKENDS) <= set(points)
+    for name in arch.BACKENDS:
+        assert (arch.PACKAGE / "runtimes" / name / "__init__.py").is_file(), name
+        assert points[name].startswith(f"testbed.runtimes.{name}."), points[name]
+
+
 def test_runtimes_import_no_role():
     graph = arch.import_graph()
     found = [(m, t) for m, ts in graph.items() if m.startswith("testbed.runtimes") for t in ts
@@ -39,7 +62,7 @@ def test_runtimes_import_no_role():
 
 def test_role_targets_name_functions_that_exist():
     from testbed.node.roles import DECENTRALIZED_ROLES, PS_ROLES, resolve_target
-    from testbed.runtimes.netns import STRESS_TARGET
+    from testbed.runtimes.netns.runtime import STRESS_TARGET
 
     for target in {*PS_ROLES.values(), *DECENTRALIZED_ROLES.values(), STRESS_TARGET}:
         assert callable(resolve_target(target)), target
