@@ -163,7 +163,7 @@ def test_data_injection_sends_samples_between_workers(tmp_path, clean_host):
     three others, who train on them beside their own; the samples' bytes are on the wire."""
     import pandas as pd
 
-    from testbed.node.injection import sharing_workers
+    from testbed.node.roles.injection import sharing_workers
 
     workload = {"model": "adacomp_cnn", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_interval": 10,
                 "partition": "labels:2", "injection": {"alpha": 0.5, "beta": 0.5}}

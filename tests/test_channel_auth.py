@@ -294,15 +294,15 @@ def test_a_docker_node_gets_its_keys_as_a_0400_file_copied_into_its_created_cont
 
 
 def test_a_supervisor_without_its_key_does_not_start(monkeypatch, tmp_path, capsys):
-    from testbed.node import launch
+    from testbed.node import supervisor
 
     monkeypatch.setattr(channel_keys, "KEY_FILE", str(tmp_path / "absent"))
     monkeypatch.delenv(channel_keys.ENV, raising=False)
-    assert launch.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
+    assert supervisor.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
     assert "no channel key for w0" in capsys.readouterr().err
     other = RunKeys().admit("w1", "worker")  # another node's key is not this node's
     monkeypatch.setenv(channel_keys.ENV, other.to_text())
-    assert launch.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
+    assert supervisor.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
 
 
 def test_only_the_ps_may_ask_for_another_node_s_trainer(hub, sockets):

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from testbed.node import control
-from testbed.node.launch import RoleSupervisor
+from testbed.node.supervisor import RoleSupervisor
 from testbed.node.untrusted import Refused
 
 EXAMPLES = [

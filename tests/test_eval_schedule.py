@@ -1,11 +1,11 @@
-"""Tests for testbed.node.eval_schedule (when the PS feeds the evaluator) and the evaluator's repeats."""
+"""Tests for testbed.node.roles.eval_schedule (when the PS feeds the evaluator) and the evaluator's repeats."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from testbed.node.eval_schedule import EvalSchedule
+from testbed.node.roles.eval_schedule import EvalSchedule
 from testbed.node.roles.evaluator import _evaluate_message, evaluate
 from testbed.node.roles.replicas import REPLICA_REFRESH, replica_schedule
 from testbed.node.wire import Message

@@ -291,7 +291,7 @@ MARKERS = itertools.count()
 
 # -- a node's supervisor ----------------------------------------------------------------------------
 def test_a_supervisor_counts_what_it_cannot_read_and_answers_the_next_request(hub):
-    from testbed.node.launch import RoleSupervisor
+    from testbed.node.supervisor import RoleSupervisor
 
     ctx = zmq.Context()
     down = ctx.socket(zmq.PUB)  # a down channel with the hub's key (no other reaches a node): whatever it publishes

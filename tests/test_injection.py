@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.node.injection import local_batch, sharing_workers
+from testbed.node.roles.injection import local_batch, sharing_workers
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import Injection
 

@@ -237,7 +237,7 @@ def test_the_runner_keeps_its_books_for_a_node_that_replays_its_rates_and_sets_i
 
 def test_a_reshape_from_the_runner_makes_a_node_s_replay_set_its_rates_again():
     from testbed.node import control
-    from testbed.node.launch import RoleSupervisor
+    from testbed.node.supervisor import RoleSupervisor
 
     reshaped = []
     n = NodeReplay("self", {"up": TraceSchedule((1e6, 2e6), 0.1)}, {"up": 2e6})

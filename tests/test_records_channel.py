@@ -277,9 +277,9 @@ def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(t
     keys = {channel_keys.ENV: hub.keys.of("w0").to_text()}  # (in a container: a file of its own)
     own = tmp_path / "supervisor.key"
     own.write_text(hub.keys.supervisor("w0").to_text())
-    supervise = ("import sys; import testbed.node.launch as launch; "
-                 f"launch.channel_keys.SUPERVISOR_KEY_FILE = {str(own)!r}; "
-                 f"launch.HEARTBEAT_TIMEOUT = {heartbeat_timeout}; sys.exit(launch.main(sys.argv))")
+    supervise = ("import sys; import testbed.node.supervisor as supervisor; "
+                 f"supervisor.channel_keys.SUPERVISOR_KEY_FILE = {str(own)!r}; "
+                 f"supervisor.HEARTBEAT_TIMEOUT = {heartbeat_timeout}; sys.exit(supervisor.main(sys.argv))")
     proc = subprocess.Popen([sys.executable, "-c", supervise, "--supervise", "w0", up, down],
                             env={**os.environ, **keys})
     try:

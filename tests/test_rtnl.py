@@ -82,7 +82,7 @@ def test_a_node_s_link_address_neighbours_and_isolated_port(two_namespaces):
 
 @needs_root
 def test_a_veth_into_a_process_s_namespace_and_a_default_route(two_namespaces):
-    """A fleet host's device (node.fleet_host): its namespace is its process's, named nowhere."""
+    """A fleet host's device (node.fleet.host): its namespace is its process's, named nowhere."""
     import subprocess
 
     sw, node = two_namespaces

@@ -241,7 +241,7 @@ def test_a_swarm_nodes_root_and_a_fleet_hosts_are_read_only():
     host = SwarmHost(id="n1", hostname="h1", address="", cpus=2, memory=1, gpus=0)
     rt.service("w0", host, [], role="worker", secret=["its keys"])
     rt.service("h1-fleet", host, [], secret=["its keys"], caps=["NET_ADMIN", "SYS_ADMIN"], command=["python"],
-               args=["-m", "testbed.node.fleet_host"])
+               args=["-m", "testbed.node.fleet"])
     node, fleet = made
     assert node["read_only"] is True
     assert {(m["Target"], m["Type"], m["TmpfsOptions"]["Mode"]) for m in node["mounts"]} == \

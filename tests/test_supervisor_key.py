@@ -15,7 +15,8 @@ from test_privileges import in_child
 from test_records_channel import loopback_hub
 
 from testbed.kernel.privileges import drop_privileges
-from testbed.node import channel_keys, launch
+from testbed.node import channel_keys
+from testbed.node import supervisor
 
 NOBODY = 65534
 
@@ -92,11 +93,11 @@ def test_what_a_supervisor_forks_closes_its_senders_end_before_anything_else(mon
         calls.append("drop")
         raise InterruptedError  # stops each entry point here
 
-    monkeypatch.setattr(launch.supervisor_sender, "forget", lambda: calls.append("forget"))
-    monkeypatch.setattr(launch, "join_cgroups", lambda procs: calls.append("join"))
-    monkeypatch.setattr(launch, "drop_privileges", drop)
-    for main, args in ((launch.role_main, ({}, None)), (launch.job_main, ("m:f", {})),
-                       (launch.stress_main, (0.5, None))):
+    monkeypatch.setattr(supervisor.supervisor_sender, "forget", lambda: calls.append("forget"))
+    monkeypatch.setattr(supervisor, "join_cgroups", lambda procs: calls.append("join"))
+    monkeypatch.setattr(supervisor, "drop_privileges", drop)
+    for main, args in ((supervisor.role_main, ({}, None)), (supervisor.job_main, ("m:f", {})),
+                       (supervisor.stress_main, (0.5, None))):
         calls.clear()
         with pytest.raises(InterruptedError):
             main(*args)
@@ -109,7 +110,7 @@ def test_a_supervisor_without_its_own_key_does_not_start(monkeypatch, tmp_path, 
     monkeypatch.setattr(channel_keys, "KEY_FILE", str(tmp_path / "absent"))
     monkeypatch.setattr(channel_keys, "SUPERVISOR_KEY_FILE", str(tmp_path / "absent too"))
     monkeypatch.setenv(channel_keys.ENV, RunKeys().admit("w0", "worker").to_text())
-    assert launch.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
+    assert supervisor.main(["launch", "--supervise", "w0", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("no supervisor key for w0 at ") and err.count("\n") == 1
 
@@ -120,9 +121,9 @@ def test_a_fleet_device_speaks_with_its_supervisors_key_and_forks_with_the_devic
     import zmq
 
     from testbed.node import channel
-    from testbed.node.fleet_device import FleetDevice, HostShare
-    from testbed.node.fleet_plan import DevicePlan
-    from testbed.node.launch import stress_main
+    from testbed.node.fleet.device import FleetDevice, HostShare
+    from testbed.node.fleet.plan import DevicePlan
+    from testbed.node.supervisor import stress_main
 
     hub = loopback_hub(tmp_path)
     handed = []

@@ -1,5 +1,5 @@
 """Runtime swarm's fleets (issue 34): a per-round fleet's devices packed into one container a host
-(node.fleet_host, runtimes.swarm.fleet). Planning without an engine; one real run on the lab."""
+(node.fleet.host, runtimes.swarm.fleet). Planning without an engine; one real run on the lab."""
 
 import ipaddress
 import json
@@ -11,7 +11,7 @@ import zmq
 
 from conftest import needs_root, run_up, write_scenario
 from testbed.node.channel_keys import ChannelKeys
-from testbed.node.fleet_plan import DevicePlan, FleetPlan, keys_from_text, keys_to_text
+from testbed.node.fleet.plan import DevicePlan, FleetPlan, keys_from_text, keys_to_text
 from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer
 from testbed.runtimes.swarm.runtime import SwarmRuntime
@@ -123,7 +123,7 @@ def test_what_a_packed_fleet_cannot_have_is_one_line_each_and_the_overlay_cap_do
 
 
 def test_a_device_reads_the_runners_address_in_its_requests_as_its_gateways():
-    from testbed.node.fleet_device import FleetDevice
+    from testbed.node.fleet.device import FleetDevice
 
     sup = FleetDevice.__new__(FleetDevice)  # no channel: only the rewrite is tried
     sup._prefixes = (b"tcp://10.201.0.254:", b"tcp://10.205.0.1:")
@@ -179,7 +179,7 @@ def check_where_i_am(netns_inode: int, node: str, hold: float = 0.0, uid: int = 
 
 @needs_root
 def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_reports_ends(job_out):
-    """A fleet host's processes come from its forkserver (node.fleet_spawner): a job runs in the
+    """A fleet host's processes come from its forkserver (node.fleet.spawner): a job runs in the
     device's namespace, with that device's keys and no capability; keys of another device are
     refused in the child; a kill comes back as -9; the forkserver's end stops what it forked; the
     device's processes run as its own uid (40001 + its index on the host) and do not see the
@@ -192,7 +192,7 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
     import uuid
 
     from testbed.kernel.netlink import NETNS_DIR, create_netns, remove_netns
-    from testbed.node.fleet_spawner import Forks, Forkserver
+    from testbed.node.fleet.spawner import Forks, Forkserver
     from testbed.node.stop_flag import StopFlag
 
     name = f"eb-fs-{uuid.uuid4().hex[:6]}"
@@ -224,7 +224,7 @@ def test_the_forkserver_forks_into_a_device_s_namespace_with_its_keys_alone_and_
         held = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", {**job, "kwargs": {**job["kwargs"], "hold": 60}},
                           keys.to_text(), (), index=7)
         time.sleep(1.0)
-        os.killpg(held.pid, signal.SIGKILL)  # the job is its process group's leader (node.launch)
+        os.killpg(held.pid, signal.SIGKILL)  # the job is its process group's leader (node.supervisor)
         held.join(timeout=10)
         assert held.exitcode == -9
         last = forks.fork("job", "d7", f"{NETNS_DIR}/{name}", {**job, "kwargs": {**job["kwargs"], "hold": 60}},

@@ -469,7 +469,7 @@ def test_the_supervisor_keeps_the_clock_and_changes_its_own_link():
     from types import SimpleNamespace
 
     from testbed.node import control
-    from testbed.node.launch import RoleSupervisor
+    from testbed.node.supervisor import RoleSupervisor
     from testbed.node.trace_replay import schedules_to_wire
 
     applied = []

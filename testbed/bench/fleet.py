@@ -81,14 +81,14 @@ def _memory(pids: list[int]) -> dict[str, int] | None:
 def fleet_host_tree() -> tuple[list[int], list[int]]:
     """The lab's fleet hosts' first processes (each serves all of its host's devices) and their
     trainers, seen from this machine (the lab's hosts share it): every process of a fleet host
-    runs `python -m testbed.node.fleet_host`; the first forks the relay and the forkserver, and
+    runs `python -m testbed.node.fleet`; the first forks the relay and the forkserver, and
     the forkserver forks the trainers."""
     parent = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
         try:
-            if b"testbed.node.fleet_host" not in Path(f"/proc/{entry}/cmdline").read_bytes():
+            if b"testbed.node.fleet.host" not in Path(f"/proc/{entry}/cmdline").read_bytes():
                 continue
             parent[int(entry)] = int(Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except (OSError, ValueError, IndexError):

@@ -2,7 +2,7 @@
 measuring job runs with, set in the process right after it is forked and before it runs anything
 of the user's.
 
-The node's supervisor (node/launch.py) and the runner keep the capabilities they shape and probe
+The node's supervisor (node/supervisor.py) and the runner keep the capabilities they shape and probe
 with; the processes they start call `drop_privileges()` first. After it the process has no
 capability in any set (effective, permitted, inheritable, ambient, bounding) and no way to gain
 one back: no_new_privs is set, so neither a set-uid program nor a file's capabilities grant

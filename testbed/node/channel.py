@@ -200,7 +200,7 @@ class Listener:
     again); -1: any. `queue`: the messages (parts) ZeroMQ holds for the caller until it reads
     them (past it, the hub's queue for this subscriber fills, then the hub drops); 0: any.
     `keys` and `ctx`: a node's keys and a ZeroMQ context of the caller's (a fleet host's one
-    process speaks for all of its devices, each with its own keys: node.fleet_device); by
+    process speaks for all of its devices, each with its own keys: node.fleet.device); by
     default the process's keys, and a context of the listener's own."""
 
     def __init__(self, address: str, topics: list[bytes], max_message: int = -1,

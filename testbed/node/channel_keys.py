@@ -7,11 +7,11 @@ that holds the hub's secret key; both directions are encrypted.
 How they reach a node (never the scenario, a command line, a service's environment or the run
 directory): netns, in the forked process's arguments (runtimes.netns.runtime); docker, a file put into
 its container alone before it starts; swarm, the node's own Docker secret; both at KEY_FILE,
-read by the container's supervisor (node.launch) and inherited by what it forks. A command
+read by the container's supervisor (node.supervisor) and inherited by what it forks. A command
 workload's program gets its node's in its own environment (ENV), for `edgebed.report`. A
 supervisor's own keys (its acks, its role's state, its counters) are apart: at
 SUPERVISOR_KEY_FILE, read by node.supervisor_sender alone; a fleet's devices' in their host's
-keys file (node.fleet_plan), never handed to a device's processes.
+keys file (node.fleet.plan), never handed to a device's processes.
 """
 
 from __future__ import annotations

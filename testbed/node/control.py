@@ -1,5 +1,5 @@
 """The control channel's requests and replies, typed: what the runner asks a node's supervisor
-(testbed.node.launch.RoleSupervisor) and what it answers.
+(testbed.node.supervisor.RoleSupervisor) and what it answers.
 
 A request is one dataclass per operation, named on the wire by its `op`; `parse_request` reads
 one from what arrived (already JSON, read with node.untrusted's checks), strictly: an unknown

@@ -93,7 +93,7 @@ def _blackhole(ipr) -> dict:
 
 class OwnLink:
     """`netns`: the named namespace the link is in (a fleet host's device, shaped by the host's
-    one process: node.fleet_device); None: the caller's own."""
+    one process: node.fleet.device); None: the caller's own."""
 
     def __init__(self, netns: Optional[str] = None):
         self.netns = netns

@@ -1,6 +1,6 @@
 """The one holder of a container supervisor's own channel key (node.channel_keys.SUPERVISOR_KEY_FILE).
 
-A node's supervisor (node.launch) forks its role, stress and jobs: they have its memory, and so
+A node's supervisor (node.supervisor) forks its role, stress and jobs: they have its memory, and so
 every key it ever read. What they run holds the node's key by design, and may send rows and
 requests as that node; the supervisor's word on the node (acks with the counters it read, the
 role's state, the link's and cgroup's counters behind traffic.csv and resources.csv) must come

@@ -220,7 +220,7 @@ class Runtime(LiveOps, ABC):
 
     @abstractmethod
     def start_node(self, node: Node, cfg, stop_event: StopEvent) -> NodeProcess:
-        """Start the node's role (`cfg.target`, module:function, a node.launch.RoleConfig) and its
+        """Start the node's role (`cfg.target`, module:function, a node.supervisor.RoleConfig) and its
         background stress; the role's process (a restart starts the next generation)."""
 
     @abstractmethod

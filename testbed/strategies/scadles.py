@@ -13,7 +13,7 @@ synchronous aggregation around it:
   the CNC ratio (compressed / all iterations) is read from steps.csv's `compressed` column.
 
 Data injection (Sec. IV-D, alpha of the devices send beta of their streamed batch to the
-others) is a workload setting, `workload.injection` (testbed/node/injection.py): the samples travel
+others) is a workload setting, `workload.injection` (testbed/node/roles/injection.py): the samples travel
 between the devices for real. Not implemented from the authors' code (NOTES.md): plain-norm
 compression decisions, error-feedback residuals for Top-k, the N/2 vote on compressing.
 """

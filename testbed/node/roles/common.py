@@ -95,7 +95,7 @@ class RoleConfig:
     # intervals in run seconds (plan/availability.py), so that it selects among those online
     offline: dict[str, list[list[float]]] = field(default_factory=dict)
     # A per-round trainer (a worker of such a run): its node outlives it, and a container's
-    # supervisor waits for the next round's start when it ends (node/launch.py)
+    # supervisor waits for the next round's start when it ends (node/supervisor.py)
     per_round: bool = False
 
     def __post_init__(self):

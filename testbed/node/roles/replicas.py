@@ -10,7 +10,7 @@ import time
 import torch
 
 from testbed.node import channel
-from testbed.node.eval_schedule import EvalSchedule
+from testbed.node.roles.eval_schedule import EvalSchedule
 from testbed.scenario.schema import Scenario
 
 REPLICA_REFRESH = 4  # with eval_seconds: replica writes per evaluation period

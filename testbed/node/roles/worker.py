@@ -37,7 +37,7 @@ class Worker:
         self.stream_log = channel.open_table(cfg, "stream.csv") if self.feeder is not None else None
         self.inject, self.own_batch = None, sc.workload.batch_size
         if sc.workload.injection is not None:
-            from testbed.node.injection import DataInjection, local_batch
+            from testbed.node.roles.injection import DataInjection, local_batch
 
             if self.feeder is None:  # Eq. 3; a stream's batch follows its rate instead
                 self.own_batch = local_batch(sc.workload.injection, sc.workload.batch_size, len(cfg.workers))

@@ -497,7 +497,7 @@ class ControlHub:
 
     def request(self, node: str, req: dict, timeout: float = 10.0,
                 gone: Callable[[], Optional[str]] = lambda: None) -> str:
-        """Hand a request to a node's supervisor (testbed.node.launch.RoleSupervisor); its answer.
+        """Hand a request to a node's supervisor (testbed.node.supervisor.RoleSupervisor); its answer.
         Repeated until answered: a supervisor that subscribes late still gets it, and answers a
         repeat it has already acted on without acting again. `gone` says why no answer can come
         (the node's container ended), or None."""

@@ -292,7 +292,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         return proc
 
     def _request(self, node: str, req: dict, timeout: float = 10.0) -> str:
-        """Hand a request to the node's supervisor (testbed.node.launch.RoleSupervisor) over the
+        """Hand a request to the node's supervisor (testbed.node.supervisor.RoleSupervisor) over the
         control channel; its answer."""
         return self.hub.request(node, req, timeout)
 

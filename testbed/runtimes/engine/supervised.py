@@ -1,5 +1,5 @@
 """What the docker and swarm runtimes share: nodes run by a supervisor in a
-container (node.launch.RoleSupervisor) that takes the runner's requests over the control
+container (node.supervisor.RoleSupervisor) that takes the runner's requests over the control
 channel (runtimes.control.hub): the run's stop told through the hub (HubStop), a role's end by its
 supervisor's word (role_ended), processes seen by polling (join_polling), and the requests
 both send the same way (SupervisedNodes)."""

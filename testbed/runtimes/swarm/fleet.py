@@ -4,7 +4,7 @@ A device as a service of its own costs about 40 MiB idle and imports torch at it
 (BENCHMARKS.md, "A fleet on the two-host lab"), and swarm books every device's CPU: a thousand do
 not fit. When the scenario's trainers start per round (`trainers: per_round`), the workers are
 devices apart from processes, and each host that holds some runs one "fleet host" service
-(node.fleet_host): the devices as namespaces and cgroups inside its container, on a LAN of its
+(node.fleet.host): the devices as namespaces and cgroups inside its container, on a LAN of its
 own whose gateway it is, each device with its own channel keys, served by the container's one
 process (no process a device while it is idle). The host's LAN is routed: every other node gets a route to it through the host's overlay address.
 
@@ -19,7 +19,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from testbed.node.fleet_plan import PLAN_FILE, DevicePlan, FleetPlan, keys_to_text
+from testbed.node.fleet.plan import PLAN_FILE, DevicePlan, FleetPlan, keys_to_text
 from testbed.plan.cluster import ClusterSpec, Node
 
 FLEET_POOL = "10.205.0.0/16"  # the hosts' device LANs: clear of the lab's pools (10.201, 10.203, 10.204)
@@ -102,14 +102,14 @@ class SwarmFleet:
         return FleetPlan(self.rt.run_id, str(fh.lan), gateway, devices, warm)
 
     def create(self, network, warm: dict) -> None:
-        """Each host's service, with its plan and, apart, its devices' channel keys (node.fleet_plan)."""
+        """Each host's service, with its plan and, apart, its devices' channel keys (node.fleet.plan)."""
         for fh in self.hosts:
             plan = self.rt.secret(f"{fh.name}-plan", self.plan(fh, warm).to_text(), PLAN_FILE)
             keys = self.rt.secret(fh.name, keys_to_text([(self.rt.keys.admit(n.name, n.role),
                                                           self.rt.keys.supervisor(n.name)) for n in fh.devices]))
             fh.service = self.rt.service(fh.name, fh.host, [(network, fh.name)], secret=[plan, keys], caps=FLEET_CAPS,
                                          sysctls={"net.ipv4.ip_forward": "1"},
-                                         command=["python", "-m", "testbed.node.fleet_host"],
+                                         command=["python", "-m", "testbed.node.fleet"],
                                          args=[fh.name, *self.rt.channel_urls()])
 
     def services(self) -> dict[str, Any]:

@@ -12,7 +12,7 @@ it through their hosts' NAT, each with its own channel keys: a Docker secret of 
 only its service references. Services get their addresses from the swarm, so the plan's
 addresses are replaced by the tasks' before any link is shaped or role configured. A per-round
 fleet's devices are not services: each host runs one fleet host holding its devices
-(runtimes.swarm.fleet, node.fleet_host).
+(runtimes.swarm.fleet, node.fleet.host).
 """
 
 from __future__ import annotations
@@ -527,7 +527,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def _to_ask(self, reported: dict) -> list[str]:
         """The nodes whose counters are read now: all but a fleet host's devices with nothing
-        running, whose own reports (every IDLE_STATS_EVERY, node.launch) stand for them: at a
+        running, whose own reports (every IDLE_STATS_EVERY, node.supervisor) stand for them: at a
         thousand devices, asking each one every sample took the runner's whole core."""
         fleet = self.fleet.of if self.fleet is not None else {}
         return [n for n, h in self.handles.items()

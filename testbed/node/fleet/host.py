@@ -1,5 +1,5 @@
 """A lab host's devices in one container (runtime swarm's fleets):
-`python -m testbed.node.fleet_host HOST UP DOWN`.
+`python -m testbed.node.fleet HOST UP DOWN`.
 
 A device on swarm used to be a container of its own: about 40 MiB while idle (its supervisor
 and shim) and a trainer that imported torch at the device's quota (40-46 s at 0.05 of a core),
@@ -8,16 +8,16 @@ host's devices the way the netns runtime holds them on one machine: each device 
 namespace with its own veth on the host's LAN (`fleet0`, the host its gateway) and its own
 cgroup inside the container's (CPU quota, memory limit), and no process while it is idle. The
 container's first process (HostAgent) serves every device's requests, each device with its
-own channel keys (the hub knows each device by its key, as any node: node.fleet_device); a
+own channel keys (the hub knows each device by its key, as any node: node.fleet.device); a
 forkserver loaded with torch and the run's dataset forks each device's trainer into its
-namespace and cgroup, with that device's keys alone (node.fleet_spawner). A supervisor process
+namespace and cgroup, with that device's keys alone (node.fleet.spawner). A supervisor process
 a device, forked warm, cost 11-14 MiB of private pages (measured: BENCHMARKS.md), which held
 the lab to 1,000 devices.
 
 Traffic: a device's default route is the host, which forwards onto the run's overlay; the other
 nodes route the host's LAN through its overlay address (runtimes.swarm.fleet gives them the
 route). The runner's hub is not on the overlay: the host relays its two ports from the LAN's
-gateway address (node.fleet_relay), and each device's requests carry the runner's address as
+gateway address (node.fleet.relay), and each device's requests carry the runner's address as
 the gateway's (what its trainer reaches); the host's process reaches the hub itself. A
 device's link is shaped and read by the host's process inside the device's namespace
 (node.own_link).
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 from testbed.node.channel_keys import KEY_FILE, ChannelKeys
-from testbed.node.fleet_plan import PLAN_FILE, DevicePlan, FleetPlan
-from testbed.node.fleet_relay import start_relay_process
+from testbed.node.fleet.plan import PLAN_FILE, DevicePlan, FleetPlan
+from testbed.node.fleet.relay import start_relay_process
 from testbed.plan.neighbours import mac_of
 
 BRIDGE = "fleet0"
@@ -165,7 +165,7 @@ class HostAgent:
     """The container's first process, and the one that speaks for every device: the LAN, the
     cgroups, the relay and the forkserver (forked before any key is read), the devices'
     namespaces and links; then it reads the devices' keys, unmounts their file (no trainer can
-    read it), and serves each device's requests (node.fleet_device) until the run's end. Its
+    read it), and serves each device's requests (node.fleet.device) until the run's end. Its
     memory holds every key: a trainer, with no capability, cannot read another process's."""
 
     def __init__(self, plan: FleetPlan, up: str, down: str):
@@ -194,7 +194,7 @@ class HostAgent:
     def _start_forkserver(self, stop):
         import socket
 
-        from testbed.node.fleet_spawner import Forks, Forkserver
+        from testbed.node.fleet.spawner import Forks, Forkserver
 
         mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.forkserver = os.fork()
@@ -209,7 +209,7 @@ class HostAgent:
         return Forks(mine)
 
     def _read_keys(self) -> dict[str, tuple[ChannelKeys, ChannelKeys]]:
-        from testbed.node.fleet_plan import keys_from_text
+        from testbed.node.fleet.plan import keys_from_text
 
         keys = keys_from_text(Path(KEY_FILE).read_text(), self.plan)
         subprocess.run(["umount", KEY_FILE], check=False)  # the file is the secret's mount
@@ -219,8 +219,8 @@ class HostAgent:
         import zmq
 
         from testbed.node import channel
-        from testbed.node.fleet_device import FleetDevice, HostShare
-        from testbed.node.launch import HEARTBEAT_TIMEOUT
+        from testbed.node.fleet.device import FleetDevice, HostShare
+        from testbed.node.supervisor import HEARTBEAT_TIMEOUT
 
         ctx = zmq.Context()
         ctx.set(zmq.MAX_SOCKETS, 2 * len(self.plan.devices) + 64)
@@ -239,7 +239,7 @@ class HostAgent:
     def _loop(self, forks, stop, active: set) -> None:
         import zmq
 
-        from testbed.node.launch import IDLE_POLL, RoleSupervisor
+        from testbed.node.supervisor import IDLE_POLL, RoleSupervisor
 
         poller = zmq.Poller()
         by_socket = {}
@@ -338,7 +338,3 @@ def main(argv: list[str]) -> int:
     agent = HostAgent(plan, argv[1], argv[2])
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())
     return agent.run()
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -2,11 +2,11 @@
 
 A device on a fleet host is a network namespace, a veth on the host's LAN and a cgroup; no
 process of its own while it is idle. Its supervisor is an object in the host's process
-(node.fleet_host's HostAgent): node.launch's RoleSupervisor, the same requests and answers, with
+(node.fleet.host's HostAgent): node.supervisor's RoleSupervisor, the same requests and answers, with
 its own channel keys on its own two sockets (the hub knows each device by its key, and takes
 its acks, states and counters only with its supervisor's), in one ZeroMQ context for the whole
 host. What it runs (its trainer, its stress, a measuring job) is forked by the host's warm
-forkserver (node.fleet_spawner) into its namespace and cgroup, with the device's keys alone. Its
+forkserver (node.fleet.spawner) into its namespace and cgroup, with the device's keys alone. Its
 link is shaped and read from the host's process, in its namespace.
 
 A supervisor process a device cost 11-14 MiB of private pages (its Python and ZeroMQ pages
@@ -23,9 +23,9 @@ import zmq
 from testbed.kernel.netlink import NETNS_DIR
 from testbed.node import channel, control
 from testbed.node.channel_keys import ChannelKeys
-from testbed.node.fleet_plan import DevicePlan
-from testbed.node.fleet_spawner import Forks
-from testbed.node.launch import MAX_REQUEST, RoleSupervisor, job_main, role_main, stress_main
+from testbed.node.fleet.plan import DevicePlan
+from testbed.node.fleet.spawner import Forks
+from testbed.node.supervisor import MAX_REQUEST, RoleSupervisor, job_main, role_main, stress_main
 
 IDLE_STATS_EVERY = 10.0  # s between an idle device's reports (the runner takes one silent 30 s for gone)
 
@@ -56,7 +56,7 @@ class FleetDevice(RoleSupervisor):
         `index`: its place on its host (what it runs takes a uid of its own from it)."""
         self.device, self.keys, self.share, self.hears_beats = device, keys, share, hears_beats
         self.index = index
-        self.netns = device.node  # (a name of node shape: node.fleet_plan checked it)
+        self.netns = device.node  # (a name of node shape: node.fleet.plan checked it)
         self.cpuset: str | None = None
         self._prefixes = (f"tcp://{share.runner}:".encode(), f"tcp://{share.gateway}:".encode())
         super().__init__(device.node, *share.urls)
@@ -95,7 +95,7 @@ class FleetDevice(RoleSupervisor):
         return process
 
     def _set_affinity(self, cpuset: str) -> None:
-        self.cpuset = cpuset  # the device's processes', not this one's (node.fleet_spawner sets it)
+        self.cpuset = cpuset  # the device's processes', not this one's (node.fleet.spawner sets it)
 
     def _join_killed(self) -> None:
         self._reap = [p for p in self._reap if p.is_alive()]  # never wait here: a thousand devices wait on this loop

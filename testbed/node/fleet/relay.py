@@ -1,4 +1,4 @@
-"""The runner's hub ports relayed from a fleet host's LAN (node.fleet_host): its devices reach
+"""The runner's hub ports relayed from a fleet host's LAN (node.fleet.host): its devices reach
 the gateway address, and the host opens each connection onward from its own namespace, which
 reaches the runner. One event loop in a process of its own (forked before the host loads torch
 or forks its devices: no thread in the process that forks them), thousands of connections

@@ -1,5 +1,5 @@
 """Entry point of a node container (docker runtime):
-`python -m testbed.node.launch --supervise NODE UP DOWN`.
+`python -m testbed.node.supervisor --supervise NODE UP DOWN`.
 
 The container's first process is the node's supervisor (RoleSupervisor). Everything it needs
 comes over the run's control channel (testbed.node.channel; UP and DOWN are the hub's URLs on
@@ -10,7 +10,7 @@ stress of the role, acting on its children and leaving the container in place. T
 heartbeats carry the stop. It speaks with its node's channel keys, which the runtime put at
 node.channel_keys.KEY_FILE for this container alone, and its acks, states and counters go up
 with its own key, apart, held by a process of its own that nothing the node runs can reach
-(node.supervisor_sender). `python -m testbed.node.launch --exec JSON`
+(node.supervisor_sender). `python -m testbed.node.supervisor --exec JSON`
 runs one function (benchmarks, link checks).
 """
 
@@ -41,7 +41,7 @@ KEPT_ANSWERS = 1000  # answers kept for repeats of a request (the runner repeats
 
 def join_cgroups(cgroup_procs: tuple) -> None:
     """Into the node's cgroup, where the supervisor is not in it (a fleet host's device:
-    node.fleet_host): before the process starts anything, and while it still may."""
+    node.fleet.host): before the process starts anything, and while it still may."""
     for path in cgroup_procs:
         with open(path, "w") as f:
             f.write(str(os.getpid()))
@@ -154,7 +154,7 @@ class RoleSupervisor:
         self.waits_for_rounds = False  # its role a per-round trainer: it outlives the role (RoleConfig.per_round)
         self.role_cfg: dict = {}
 
-    # -- what a fleet host's devices do otherwise (node.fleet_device) -------------------
+    # -- what a fleet host's devices do otherwise (node.fleet.device) -------------------
     def _listener(self, down: str) -> channel.Listener:
         return channel.Listener(down, [channel.topic("beat"), channel.topic("node", self.node)],
                                 max_message=MAX_REQUEST)
@@ -275,7 +275,7 @@ class RoleSupervisor:
 
     def own_cgroup(self):
         """The cgroup whose usage this node reports: the container's own (a device of a fleet
-        host has one of its own inside the host's container: node.fleet_host)."""
+        host has one of its own inside the host's container: node.fleet.host)."""
         from testbed.kernel.cgroups import OwnCgroup
 
         return OwnCgroup()
@@ -402,7 +402,7 @@ class RoleSupervisor:
         except untrusted.Refused as e:
             return control.Reply.failed(e.reason)
         try:
-            # by name: a subclass's handler overrides its base's (node.fleet_device)
+            # by name: a subclass's handler overrides its base's (node.fleet.device)
             return control.Reply(True, getattr(self, self.HANDLERS[type(req)].__name__)(req))
         except Exception as e:  # answer, never die: the runner waits for the answer
             return control.Reply.failed(f"{type(e).__name__}: {str(e)[:500]}")
@@ -513,7 +513,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 2 and argv[1] == "--exec":
         return _run_exec(argv[2])
     if len(argv) != 5 or argv[1] != "--supervise":
-        print("usage: python -m testbed.node.launch --supervise NODE UP DOWN | --exec JSON", file=sys.stderr)
+        print("usage: python -m testbed.node.supervisor --supervise NODE UP DOWN | --exec JSON", file=sys.stderr)
         return 2
     # the runtime put them there for this container alone (run by hand, as in tests: its environment)
     keys = channel_keys.load() or channel_keys.from_environment()

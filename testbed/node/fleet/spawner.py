@@ -2,13 +2,13 @@
 every device's trainer, stress and measuring job, warm with torch and the run's dataset, so
 each starts from shared pages in a fraction of a second.
 
-The host's one process that speaks for its devices (node.fleet_host's HostAgent) asks for a
+The host's one process that speaks for its devices (node.fleet.host's HostAgent) asks for a
 process with one message on a SOCK_SEQPACKET pair: a small JSON header (what to run, for which
 device) and three file descriptors: the device's network namespace, a memfd of the arguments
 and a memfd of that device's channel keys. The forkserver forks first and reads nothing: the
 child enters the namespace, reads its arguments and its own keys, and becomes the role (which
 joins the device's cgroup and drops every capability before it runs anything of the user's:
-node.launch). So the forkserver never holds a key, and no trainer finds another device's in the
+node.supervisor). So the forkserver never holds a key, and no trainer finds another device's in the
 memory it was forked with. Answers on the same socket: {"pid": P} for each request, in order,
 and {"exited": P, "code": C} when a child ends (C as multiprocessing gives it: -9 for SIGKILL).
 """
@@ -49,7 +49,7 @@ def _child(header: dict, fds: list[int], stop, hidden: tuple[str, ...] = ()) -> 
     from testbed.kernel.mounts import hide_mounts
     from testbed.node import channel_keys, supervisor_sender
     from testbed.node.channel_keys import ChannelKeys
-    from testbed.node.launch import job_main, join_cgroups, role_main, stress_main
+    from testbed.node.supervisor import job_main, join_cgroups, role_main, stress_main
 
     netns, args_fd, key_fd = fds
     if ctypes.CDLL(None, use_errno=True).setns(netns, CLONE_NEWNET) != 0:
