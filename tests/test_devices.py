@@ -12,7 +12,7 @@ from testbed.plan.cluster import build_cluster
 from testbed.run import devices as run_devices
 from testbed.scenario.checks import ScenarioError, validate_schema
 from testbed.scenario.devices import catalog as cat
-from testbed.scenario.loading import read_scenario_file, scenario_to_yaml
+from testbed.scenario.scenario_file import read_scenario_file, scenario_to_yaml
 
 
 def errors(data) -> list[str]:

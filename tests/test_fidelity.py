@@ -1,6 +1,6 @@
 """The fidelity monitor's rules on synthetic counters (records.fidelity), its records (resources.csv
 -> summary, fidelity.csv, the figure), the cgroup readers on fake cgroup files, and the pre-start
-warning when a host's nodes are promised more CPU than it has (run.fidelity)."""
+warning when a host's nodes are promised more CPU than it has (run.cpu_fit)."""
 
 import json
 from pathlib import Path
@@ -210,7 +210,7 @@ def spec_of(cpus: list, stress=None):
 
 
 def test_four_workers_at_0_8_cores_on_two_cores_are_warned_with_host_sum_and_cores():
-    from testbed.run.fidelity import oversubscription_warnings
+    from testbed.run.cpu_fit import oversubscription_warnings
 
     spec = spec_of([0.1] + [0.8] * 4)
     lines = oversubscription_warnings(spec, {HERE: 2})
@@ -221,7 +221,7 @@ def test_four_workers_at_0_8_cores_on_two_cores_are_warned_with_host_sum_and_cor
 
 
 def test_quotas_that_fit_are_not_warned_and_stress_counts_without_a_quota():
-    from testbed.run.fidelity import oversubscription_warnings, promised_cpus
+    from testbed.run.cpu_fit import oversubscription_warnings, promised_cpus
 
     spec = spec_of([0.5, 0.3, 0.2])  # ps and evaluator 0.5 each, workers 0.8: 1.8 of 2 cores
     assert oversubscription_warnings(spec, {HERE: 2}) == []
@@ -232,7 +232,7 @@ def test_quotas_that_fit_are_not_warned_and_stress_counts_without_a_quota():
 
 
 def test_a_promise_source_added_first_wins():
-    from testbed.run import fidelity as R
+    from testbed.run import cpu_fit as R
 
     spec = spec_of([0.5, 0.5])
     R.PROMISE_SOURCES.insert(0, lambda n: 1.5 if n.role == "worker" else None)
@@ -277,7 +277,7 @@ def test_a_swarm_node_reports_its_quota_and_waiting_with_its_stats():
 
 
 def test_a_calibrated_device_quota_is_what_a_node_is_promised():
-    from testbed.run.fidelity import oversubscription_warnings, promised_cpus
+    from testbed.run.cpu_fit import oversubscription_warnings, promised_cpus
 
     spec = spec_of([0.1, 0.1, 0.1])  # ps and evaluator 0.1 each, two workers
     assert oversubscription_warnings(spec, {HERE: 2}) == []

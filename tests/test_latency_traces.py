@@ -20,7 +20,7 @@ from testbed.runtimes.live import LiveOps
 from testbed.runtimes.replay import replays_of, start_replay
 from testbed.scenario.latency_traces import read_delay_rows, read_trace_delays
 from testbed.scenario.links import Direction
-from testbed.scenario.loading import read_scenario_file
+from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import TraceSchedule
 from conftest import needs_root, netns_cluster, write_scenario

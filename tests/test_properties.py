@@ -4,7 +4,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from testbed.node.wire import MAGIC, WireError, decode
 from testbed.plan import parse_scenario
-from testbed.scenario.loader import LoadError, load_yaml_text
+from testbed.scenario.safe_yaml import LoadError, load_yaml_text
 from testbed.scenario.schema import ScenarioError
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

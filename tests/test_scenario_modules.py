@@ -1,10 +1,10 @@
-"""The scenario layer in rooms of its own (models, profiles, workload, streaming, checks, loading)
+"""The scenario layer in rooms of its own (document, profiles, workload, streaming, checks, scenario_file)
 with testbed.scenario.schema still offering every name its importers use, and the cross-checks
 still reporting their lines in the order of the fields."""
 
 import pytest
 
-from testbed.scenario import checks, loading, models, profiles, schema, streaming, workload
+from testbed.scenario import checks, document, profiles, scenario_file, schema, streaming, workload
 from testbed.scenario.schema import ScenarioError, validate_schema
 
 # What schema.py defined before it was split (the ~40 importers use a part of it).
@@ -19,7 +19,7 @@ BEFORE = ["MAX_WORKERS", "FIXED_SPLIT_DATASETS", "ScenarioError", "Stress", "MIN
 
 @pytest.mark.parametrize("name", BEFORE)
 def test_schema_still_offers_every_name_and_it_is_the_one_object(name):
-    rooms = (models, profiles, workload, streaming, checks, loading)
+    rooms = (document, profiles, workload, streaming, checks, scenario_file)
     obj = getattr(schema, name)
     assert name in schema.__all__
     assert any(vars(m).get(name) is obj for m in rooms)

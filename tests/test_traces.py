@@ -14,7 +14,7 @@ from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.node.trace_replay import GilbertElliott, LinkGone, NodeReplay, TraceReplay
 from testbed.runtimes.replay import replays_of
-from testbed.scenario.loading import read_scenario_file
+from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import (CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates,
                                      trace_file)

@@ -12,7 +12,7 @@ import typer
 from testbed.runtimes import runtime_names
 
 if TYPE_CHECKING:
-    from testbed.scenario.models import Scenario
+    from testbed.scenario.document import Scenario
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:

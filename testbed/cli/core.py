@@ -16,7 +16,7 @@ from testbed.cli.common import (DOCKER_HOST, SCENARIO_RUNTIMES, TRACE_DIRS, chec
                                 runtime_option, use_docker_host)
 
 if TYPE_CHECKING:
-    from testbed.scenario.models import Scenario
+    from testbed.scenario.document import Scenario
 
 
 def validate(scenario: Path = typer.Argument(..., help="scenario YAML file"),
@@ -78,7 +78,7 @@ def _overridden(sc: Scenario, runtime: Optional[str], algorithm: Optional[str], 
     import yaml
 
     from testbed.plan import parse_scenario
-    from testbed.scenario.loading import scenario_data
+    from testbed.scenario.scenario_file import scenario_data
 
     data = scenario_data(sc)
     if runtime is not None:

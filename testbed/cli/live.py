@@ -11,7 +11,7 @@ from testbed.cli.common import RUN, fail
 
 
 def _control(target: str, action: str, fields: dict, run: Optional[str]) -> None:
-    from testbed.run.control import ControlError, request
+    from testbed.run.live import ControlError, request
 
     try:
         for line in request(target, action, fields, run):

@@ -4,7 +4,7 @@ topology of sites and WAN links.
 `parse_scenario`/`load_scenario` are the whole validation: the schema's field checks, then
 what only a plan can tell (do the sites' subnets fit, is the WAN connected, when are the
 workers online). They live here,
-not in testbed.scenario.loading, because that second half is planning (a lower layer may not
+not in testbed.scenario.scenario_file, because that second half is planning (a lower layer may not
 import it)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any, Sequence, Union
 from testbed.plan.availability import availability_problems
 from testbed.plan.topology import topology_problems
 from testbed.scenario.checks import ScenarioError, validate_schema
-from testbed.scenario.loading import read_scenario_file
-from testbed.scenario.models import Scenario
+from testbed.scenario.scenario_file import read_scenario_file
+from testbed.scenario.document import Scenario
 
 
 def parse_scenario(data: Any) -> Scenario:

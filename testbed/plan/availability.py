@@ -24,7 +24,7 @@ from typing import Mapping, Optional, Sequence
 from testbed.data.plain_pickle import load_plain
 from testbed.data.textfile import MAX_TRACE_BYTES, bounded_json, capped_bytes, capped_text
 from testbed.scenario.checks import resolve_target
-from testbed.scenario.models import Availability, Scenario
+from testbed.scenario.document import Availability, Scenario
 
 # With no stop.seconds the model is drawn over this horizon; a run past it keeps its workers online.
 DEFAULT_HORIZON_S = 3600.0

@@ -25,7 +25,7 @@ import pandas as pd
 
 from testbed.plan import load_scenario, parse_scenario
 from testbed.records.reader import RunRecords, load_run
-from testbed.scenario.loading import scenario_data
+from testbed.scenario.scenario_file import scenario_data
 from testbed.scenario.schema import Scenario
 
 Changes = Optional[dict[str, Any]]

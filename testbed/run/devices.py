@@ -43,7 +43,7 @@ from typing import Any, Callable, Optional
 
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
-from testbed.run.fidelity import local_cores
+from testbed.run.cpu_fit import local_cores
 from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
 from testbed.scenario.schema import Scenario

@@ -31,7 +31,7 @@ from testbed.records import metrics
 from testbed.run import devices as run_devices
 from testbed.run import meta as run_meta
 from testbed.run.events import Events
-from testbed.run.fidelity import oversubscription_warnings
+from testbed.run.cpu_fit import oversubscription_warnings
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.progress import FleetProgress

@@ -10,8 +10,8 @@ from typing import Any, Iterable, Optional
 from pydantic import ValidationError
 
 from testbed.scenario.devices.catalog import catalog, unknown_device_line
-from testbed.scenario.loader import excerpt
-from testbed.scenario.models import Scenario
+from testbed.scenario.safe_yaml import excerpt
+from testbed.scenario.document import Scenario
 from testbed.scenario.profiles import Profile, cpu_quota_problem
 from testbed.scenario.streaming import split_host_port
 from testbed.scenario.trace_checks import trace_problems

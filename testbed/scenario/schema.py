@@ -6,8 +6,8 @@ every problem is reported as `ScenarioError` with lines like
 `workers[1].profile.bandwidth: '-5mbit' is not a rate`.
 
 This module gathers the names callers import; each lives in a room of its own: the models in
-`models` (with `profiles`, `workload` and `streaming`), cross-checks and error lines in
-`checks`, reading and writing scenario files in `loading`.
+`document` (with `profiles`, `workload` and `streaming`), cross-checks and error lines in
+`checks`, reading and writing scenario files in `scenario_file`.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 from testbed.scenario.checks import (FIXED_SPLIT_DATASETS, KAFKA_NEEDS, MAX_MESSAGE, MAX_WORKERS, ScenarioError,
                                      gpu_fields, gpu_profiles, profile_refs, resolve_target, uses_kafka_image,
                                      validate_schema)
-from testbed.scenario.loading import read_scenario_file, scenario_to_yaml, traces_outside
-from testbed.scenario.models import EVENT_ACTIONS, Event, Faults, Network, Scenario
+from testbed.scenario.scenario_file import read_scenario_file, scenario_to_yaml, traces_outside
+from testbed.scenario.document import EVENT_ACTIONS, Event, Faults, Network, Scenario
 from testbed.scenario.profiles import (DEFAULT_CPU_PERIOD_S, MAX_CPU_PERIOD_S, MIN_CPU_PERIOD_S, MIN_CPU_QUOTA_S,
                                        LinkShape, NodeLink, NodeSpec, Profile, Site, Stress, Wan, WanLink,
                                        WorkerGroup, cpu_quota_problem)

@@ -8,7 +8,7 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from testbed.scenario.fields import StrictModel
-from testbed.scenario.loader import excerpt
+from testbed.scenario.safe_yaml import excerpt
 from testbed.scenario.profiles import Profile
 
 

@@ -27,7 +27,7 @@ from pydantic import Field, ValidationError, field_validator, model_validator
 
 from testbed.data.textfile import capped_text
 from testbed.scenario.fields import Bytes, StrictModel
-from testbed.scenario.loader import LoadError, load_yaml_text
+from testbed.scenario.safe_yaml import LoadError, load_yaml_text
 
 ENTRY_POINT_GROUP = "edgebed.devices"
 NAME = re.compile(r"[a-z0-9][a-z0-9.-]{0,39}")

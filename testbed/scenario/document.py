@@ -1,7 +1,7 @@
 """The scenario file's model: a `Scenario` of profiles, nodes, workload, algorithm, network,
 faults and a timeline of events, with defaults (pydantic). Its parts live beside it:
 `profiles` (the cluster's shape), `workload` (what is trained, and until when), `streaming`.
-Checks across fields are `checks`; reading a file is `loading`."""
+Checks across fields are `checks`; reading a file is `scenario_file`."""
 
 from __future__ import annotations
 

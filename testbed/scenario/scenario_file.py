@@ -1,4 +1,4 @@
-"""A scenario file on disk: its fields read without trusting them (`loader`'s caps), its
+"""A scenario file on disk: its fields read without trusting them (`safe_yaml`'s caps), its
 relative trace paths taken from its folder and kept inside it, and the resolved scenario
 written back as YAML. Validating the fields is `checks.validate_schema`; the whole check,
 plan included, is `testbed.plan.parse_scenario`/`load_scenario`."""
@@ -13,8 +13,8 @@ import yaml
 
 from testbed.scenario.checks import ScenarioError
 from testbed.scenario.devices.catalog import read_device_file
-from testbed.scenario.loader import LoadError, excerpt, load_yaml_file
-from testbed.scenario.models import Scenario
+from testbed.scenario.safe_yaml import LoadError, excerpt, load_yaml_file
+from testbed.scenario.document import Scenario
 from testbed.scenario.latency_traces import LATENCY_CATALOG
 from testbed.scenario.traces import is_library_ref
 
