@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 def stream(runtime: str) -> list[tuple[str, float, bool]]:
     """Two devices at 50 samples/s of 3 KB through the embedded broker: each within 5% of the rate
     (was tests/test_broker.py); nothing lost."""
-    from testbed.bench.fidelity import stream_benchmark
+    from testbed.bench.stream import stream_benchmark
 
     res = stream_benchmark(2, 50.0, seconds=10.0, warmup=2.0, say=lambda s: None)
     out = [(f"stream {t['topic']} samples/s (50 +/- 5%)", t["achieved"], abs(t["achieved"] / 50.0 - 1) <= 0.05)
@@ -33,7 +33,7 @@ def stream(runtime: str) -> list[tuple[str, float, bool]]:
 def topology(runtime: str) -> list[tuple[str, float, bool]]:
     """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: goodput 95% +/- 5 points of the rate on each path
     and direction (was tests/test_topology_runtime.py)."""
-    from testbed.bench.fidelity import topology_benchmark
+    from testbed.bench.links import topology_benchmark
 
     res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.10,
                              runtime=runtime)

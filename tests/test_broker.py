@@ -82,7 +82,7 @@ def test_stream_benchmark_holds_a_modest_rate(clean_host):
     """Two devices at 50 samples/s of 3 KB through the embedded broker: both topics carry about the
     rate (a loose bound: a producer not paced or a broker not delivering fails it; the 5% bound is
     benchmarks/timing_bounds.py --only stream)."""
-    from testbed.bench.fidelity import stream_benchmark
+    from testbed.bench.stream import stream_benchmark
     from testbed.data.streaming.broker import tansu_binary
 
     if tansu_binary() is None:

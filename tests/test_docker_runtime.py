@@ -89,7 +89,7 @@ def test_engine_limits_and_labels(cluster):
 
 @pytest.mark.serial  # it measures the cores a quota gives: beside another lane's load one read 0.449 of 0.5
 def test_cpu_quota_benchmark_in_docker(image, clean_host):
-    from testbed.bench.fidelity import cpu_benchmark
+    from testbed.bench.cpu import cpu_benchmark
 
     res = cpu_benchmark(0.5, seconds=3, say=lambda s: None, runtime="docker")
     assert res["achieved_cores"] == pytest.approx(0.5, abs=0.05)
@@ -97,7 +97,7 @@ def test_cpu_quota_benchmark_in_docker(image, clean_host):
 
 @pytest.mark.serial  # it measures the cores a quota gives: beside another lane's load one read 0.449 of 0.5
 def test_cpu_period_in_docker(image, clean_host):
-    from testbed.bench.fidelity import cpu_benchmark
+    from testbed.bench.cpu import cpu_benchmark
 
     res = cpu_benchmark(0.5, seconds=2, say=lambda s: None, runtime="docker", cpu_period=0.02)
     assert res["cpu_period_s"] == pytest.approx(0.02)  # read back from the container's cgroup
@@ -105,7 +105,7 @@ def test_cpu_period_in_docker(image, clean_host):
 
 
 def test_link_benchmark_in_docker(image, clean_host):
-    from testbed.bench.fidelity import link_benchmark
+    from testbed.bench.links import link_benchmark
 
     res = link_benchmark("10mbit", seconds=4, say=lambda s: None, runtime="docker")
     for r in res["results"]:

@@ -116,7 +116,7 @@ def test_cpu_period_kept_when_the_quota_changes(tmp_path, clean_host):
 
 @pytest.mark.serial  # it measures the cores a quota gives: another lane's load takes some
 def test_cpu_benchmark_over_a_short_period(clean_host):
-    from testbed.bench.fidelity import cpu_benchmark
+    from testbed.bench.cpu import cpu_benchmark
 
     res = cpu_benchmark(0.3, seconds=2, say=lambda s: None, cpu_period=0.01)
     assert res["cpu_period_s"] == pytest.approx(0.01)
@@ -186,7 +186,7 @@ def test_connectivity_with_host_forward_drop(host_forward_drop, cluster, job_out
 
 def test_loss_is_measured_where_a_mechanism_exists(clean_host):
     """20% configured loss on an uplink drops 20% of paced UDP datagrams (netem or the eBPF fallback)."""
-    from testbed.bench.fidelity import loss_benchmark
+    from testbed.bench.links import loss_benchmark
     from testbed.kernel.shaping import probe_kernel
 
     caps = probe_kernel()

@@ -30,7 +30,7 @@ def test_lan_transfers_stay_off_the_wan_and_wan_transfers_run_at_its_rate(clean_
     """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: measured TCP transfers, both directions. Loose
     bounds (60-105% of the rate: a path shaped by the other link's rate, or not at all, fails); the
     95% +/- 5 points bound is benchmarks/timing_bounds.py --only topology."""
-    from testbed.bench.fidelity import topology_benchmark
+    from testbed.bench.links import topology_benchmark
 
     _docker_or_skip(runtime)
     res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.40,

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.bench import fidelity
+from testbed.bench import cpu, links, startup
 from testbed.bench.harness import save_result
 from testbed.bench.overhead import overhead_benchmark, stress_benchmark
 from testbed.bench.side_by_side import FLOWER_VENV, flower_benchmark, mininet_benchmark
@@ -43,19 +43,19 @@ def _quick_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
     # Links: goodput sits 4.4% under the rate (headers); a busy CI host once took 100 Mbit/s to
     # 90.6% over 3 s. A broken shaper is off by far more (an unshaped veth: Gbit/s; bits as bytes: 8x).
     items = [
-        ("link 10mbit", fidelity.link_benchmark, {"rate": "10mbit", "seconds": 5.0, "tolerance": 0.12}),
-        ("link 100mbit", fidelity.link_benchmark, {"rate": "100mbit", "seconds": 5.0, "tolerance": 0.12}),
-        ("cpu 0.25", fidelity.cpu_benchmark, {"cpus": 0.25, "seconds": 3.0, "tolerance": 0.05}),
-        ("loss 10%", fidelity.loss_benchmark, {"loss": "10%", "packets": 5000}),
-        ("delay 20ms", fidelity.delay_benchmark, {"latency": "20ms", "count": 20}),
+        ("link 10mbit", links.link_benchmark, {"rate": "10mbit", "seconds": 5.0, "tolerance": 0.12}),
+        ("link 100mbit", links.link_benchmark, {"rate": "100mbit", "seconds": 5.0, "tolerance": 0.12}),
+        ("cpu 0.25", cpu.cpu_benchmark, {"cpus": 0.25, "seconds": 3.0, "tolerance": 0.05}),
+        ("loss 10%", links.loss_benchmark, {"loss": "10%", "packets": 5000}),
+        ("delay 20ms", links.delay_benchmark, {"latency": "20ms", "count": 20}),
         ("update 1M params, 100mbit", update_benchmark, {"params": 1_000_000, "rate": "100mbit", "repeats": 2,
                                                          "tolerance": 0.15}),
-        ("startup 4 workers", fidelity.startup_benchmark, {"workers": 4}),
+        ("startup 4 workers", startup.startup_benchmark, {"workers": 4}),
     ]
     if docker:
-        items += [("link 10mbit docker", fidelity.link_benchmark,
+        items += [("link 10mbit docker", links.link_benchmark,
                    {"rate": "10mbit", "seconds": 5.0, "tolerance": 0.12, "runtime": "docker"}),
-                  ("cpu 0.5 docker", fidelity.cpu_benchmark,
+                  ("cpu 0.5 docker", cpu.cpu_benchmark,
                    {"cpus": 0.5, "seconds": 3.0, "tolerance": 0.05, "runtime": "docker"})]
     return items
 
@@ -63,16 +63,16 @@ def _quick_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
 def _full_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
     items = []
     for rate in ("1mbit", "10mbit", "100mbit", "1gbit"):
-        items.append((f"link {rate}", fidelity.link_benchmark,
+        items.append((f"link {rate}", links.link_benchmark,
                       {"rate": rate, "seconds": 20.0 if rate == "1mbit" else 8.0}))
     for rate in ("10mbit", "100mbit"):
-        items.append((f"link {rate} 4 flows", fidelity.link_benchmark, {"rate": rate, "seconds": 8.0, "flows": 4}))
+        items.append((f"link {rate} 4 flows", links.link_benchmark, {"rate": rate, "seconds": 8.0, "flows": 4}))
     for c in (0.1, 0.25, 0.5, 1.0, 1.5, 2.0):
-        items.append((f"cpu {c:g}", fidelity.cpu_benchmark, {"cpus": c, "seconds": 8.0}))
+        items.append((f"cpu {c:g}", cpu.cpu_benchmark, {"cpus": c, "seconds": 8.0}))
     for loss in ("1%", "10%"):
-        items.append((f"loss {loss}", fidelity.loss_benchmark, {"loss": loss}))
+        items.append((f"loss {loss}", links.loss_benchmark, {"loss": loss}))
     for lat, jit, n in (("0ms", "0ms", 200), ("20ms", "0ms", 200), ("20ms", "5ms", 200), ("50ms", "0ms", 100)):
-        items.append((f"delay {lat} jitter {jit}", fidelity.delay_benchmark,
+        items.append((f"delay {lat} jitter {jit}", links.delay_benchmark,
                       {"latency": lat, "jitter": jit, "count": n}))
     for rate, sizes in (("10mbit", (200_000, 1_000_000, 5_000_000)),
                         ("100mbit", (200_000, 1_000_000, 5_000_000, 25_000_000))):
@@ -83,28 +83,28 @@ def _full_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
     items.append(("stress 0.5 of 1 CPU", stress_benchmark, {"cpus": 1.0, "stress": 0.5}))
     items.append(("stress 0.25 of 0.5 CPU", stress_benchmark, {"cpus": 0.5, "stress": 0.25}))
     for c in (0.25, 0.5, 1.0):
-        items.append((f"cpu {c:g}, another node busy", fidelity.cpu_benchmark, {"cpus": c, "seconds": 8.0,
+        items.append((f"cpu {c:g}, another node busy", cpu.cpu_benchmark, {"cpus": c, "seconds": 8.0,
                                                                         "others_busy": True}))
     for n in (8, 32):
         items.append((f"mininet side by side, {n} hosts", mininet_benchmark, {"hosts": n, "rate": "10mbit"}))
     for n in (4, 16):  # needs .venv-flower (make flower-venv); without it, an error row, the rest still run
         items.append((f"flower side by side, {n} clients", flower_benchmark, {"clients": n}))
     for n in (1, 8, 16, 32, 64, 128, 256):  # 256: the most tried here (9.6 GiB); the goal is 64
-        items.append((f"startup {n} workers", fidelity.startup_benchmark, {"workers": n}))
+        items.append((f"startup {n} workers", startup.startup_benchmark, {"workers": n}))
     from testbed.strategies import strategies
 
     for name in sorted(strategies()):
         items.append((f"wire {name}", wire_benchmark, {"algorithm": name}))
-    items.append(("topology 1gbit/100mbit", fidelity.topology_benchmark, {"lan": "1gbit", "wan": "100mbit"}))
+    items.append(("topology 1gbit/100mbit", links.topology_benchmark, {"lan": "1gbit", "wan": "100mbit"}))
     if docker:
         for rate in ("10mbit", "100mbit"):
-            items.append((f"link {rate} docker", fidelity.link_benchmark,
+            items.append((f"link {rate} docker", links.link_benchmark,
                           {"rate": rate, "seconds": 8.0, "runtime": "docker"}))
         for c in (0.25, 0.5, 1.0):
-            items.append((f"cpu {c:g} docker", fidelity.cpu_benchmark,
+            items.append((f"cpu {c:g} docker", cpu.cpu_benchmark,
                           {"cpus": c, "seconds": 8.0, "runtime": "docker"}))
         for n in (1, 8, 16, 32):
-            items.append((f"startup {n} workers docker", fidelity.startup_benchmark,
+            items.append((f"startup {n} workers docker", startup.startup_benchmark,
                           {"workers": n, "runtime": "docker"}))
     return items
 

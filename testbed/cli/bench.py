@@ -34,7 +34,7 @@ def bench_link(rate: str = typer.Option("10mbit", help="configured rate"),
                                                                      "(network.encrypt)"),
                out: Path = typer.Option(Path("benchmarks/results"), help="where to write JSON")) -> None:
     """Achieved vs configured throughput of a shaped access link, both directions."""
-    from testbed.bench.fidelity import link_benchmark
+    from testbed.bench.links import link_benchmark
     from testbed.scenario import units
     from testbed.scenario.schema import ScenarioError
 
@@ -55,7 +55,7 @@ def bench_loss(loss: str = typer.Option("1%", help="configured loss (uplink of w
                runtime: str = runtime_option("netns", ONE_HOST),
                out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Measured vs configured packet loss (netem, or the eBPF fallback)."""
-    from testbed.bench.fidelity import loss_benchmark
+    from testbed.bench.links import loss_benchmark
 
     res = loss_benchmark(loss, packets=packets, out_dir=out, say=typer.echo, runtime=runtime)
     exit_unless_ok(res)
@@ -68,7 +68,7 @@ def bench_delay(latency: str = typer.Option("20ms", help="one-way latency of w0'
                 runtime: str = runtime_option("netns", ONE_HOST),
                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Round-trip time of training messages vs configured latency (netem, or the transport fallback)."""
-    from testbed.bench.fidelity import delay_benchmark
+    from testbed.bench.links import delay_benchmark
 
     res = delay_benchmark(latency, jitter=jitter, count=count, out_dir=out, say=typer.echo, runtime=runtime)
     exit_unless_ok(res)
@@ -81,7 +81,7 @@ def bench_startup(workers: int = typer.Option(4, help="number of workers"),
                   window: float = typer.Option(0.0, help="seconds of training (default 10 + 0.3 a worker)"),
                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Seconds from `up` to the first training step (and teardown) for N workers."""
-    from testbed.bench.fidelity import startup_benchmark
+    from testbed.bench.startup import startup_benchmark
 
     res = startup_benchmark(workers, runtime=runtime, out_dir=out, say=typer.echo, cpus=cpus, window=window)
     exit_unless_ok(res)
@@ -147,7 +147,7 @@ def bench_stream(topics: int = typer.Option(4, help="topics = devices, one produ
                  sample_bytes: int = typer.Option(3072, help="bytes per sample (3072 = a CIFAR image)"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Sustained samples/s of the embedded broker with one producer per topic (ScaDLES Fig. 5)."""
-    from testbed.bench.fidelity import stream_benchmark
+    from testbed.bench.stream import stream_benchmark
 
     stream_benchmark(topics, rate, seconds=seconds, sample_bytes=sample_bytes, out_dir=out, say=typer.echo)
 
@@ -159,7 +159,7 @@ def bench_topology(lan: str = typer.Option("1gbit", help="LAN rate of both sites
                    runtime: str = runtime_option("netns", ONE_HOST),
                    out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Two sites: a transfer inside a site runs at the LAN rate, across sites at the WAN rate."""
-    from testbed.bench.fidelity import topology_benchmark
+    from testbed.bench.links import topology_benchmark
 
     res = topology_benchmark(lan=lan, wan=wan, seconds=seconds, out_dir=out, say=typer.echo, runtime=runtime)
     exit_unless_ok(res)
@@ -173,7 +173,7 @@ def bench_cpu(cpus: float = typer.Option(0.25, help="CPU quota in cores"),
               period: Optional[str] = typer.Option(None, help="the node's CFS period, e.g. 10ms (default 100ms)"),
               out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Achieved vs configured CPU share of a node's cgroup under a busy loop."""
-    from testbed.bench.fidelity import cpu_benchmark
+    from testbed.bench.cpu import cpu_benchmark
 
     period_s = None
     if period is not None:

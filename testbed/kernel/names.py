@@ -12,7 +12,7 @@ import re
 import sys
 from typing import Optional
 
-# secrets.token_hex(3): run/runner.py and bench/fidelity.py make every run id so
+# secrets.token_hex(3): run/runner.py and bench/harness.py make every run id so
 RUN_ID = r"[0-9a-f]{6}"
 # a node (ps, eval, broker, producer, <group><i>: a group is [a-z][a-z0-9]{0,5}, i < 10000) or a site
 NODE = r"[a-z][a-z0-9]{0,15}"
