@@ -13,11 +13,13 @@ import importlib
 from importlib import metadata
 from typing import Any
 
+from testbed.errors import BadInput
+
 GROUPS = {"algorithm": "edgebed.strategies", "model": "edgebed.models", "dataset": "edgebed.datasets"}
 IMPORT_HINT = "install its package (pip install -e DIR) or put its folder on PYTHONPATH"
 
 
-class PluginError(ValueError):
+class PluginError(BadInput):
     pass
 
 

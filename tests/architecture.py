@@ -103,7 +103,7 @@ def cycles(graph: dict[str, set[str]] | None = None) -> list[list[str]]:
 
 
 # The layers of testbed/, lowest first: a module imports only its own layer and those below.
-LAYERS = ["kernel", "plugins", "records", "strategies", "data", "scenario", "plan", "node", "runtimes", "run",
+LAYERS = ["errors", "kernel", "plugins", "records", "strategies", "data", "scenario", "plan", "node", "runtimes", "run",
           "bench", "reproduce", "cli", "(top)"]
 RANK = {layer: i for i, layer in enumerate(LAYERS)}
 RANK["reproduce"] = RANK["bench"]  # siblings: neither imports the other

@@ -65,16 +65,24 @@ def test_exit_unless_ok_exits_1_on_any_result_out_of_bounds():
 
 def test_a_benchmark_out_of_bounds_exits_1_and_a_refusal_2(monkeypatch):
     import testbed.bench.suite as suite
+    from testbed.errors import HostCannot, RunFailed
 
     monkeypatch.setattr(suite, "mininet_benchmark", lambda *a, **k: {"ok": False})
     assert runner.invoke(app, ["bench", "mininet"]).exit_code == 1
 
     def refuse(*a, **k):
-        raise RuntimeError("no mininet here")
+        raise HostCannot("no mininet here")
 
     monkeypatch.setattr(suite, "mininet_benchmark", refuse)
     res = runner.invoke(app, ["bench", "mininet"])
     assert res.exit_code == 2 and "error: no mininet here" in res.output
+
+    def fail_midway(*a, **k):
+        raise RunFailed("the probe ended\nwith two lines")
+
+    monkeypatch.setattr(suite, "mininet_benchmark", fail_midway)
+    res = runner.invoke(app, ["bench", "mininet"])
+    assert res.exit_code == 1 and "error: the probe ended\nerror: with two lines" in res.output
 
 
 def test_python_dash_m_is_the_edgebed_command():

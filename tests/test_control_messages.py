@@ -79,8 +79,8 @@ def test_the_supervisor_answers_each_request_with_a_typed_reply():
     assert clock.ok and abs(float(clock.detail) - time.time()) < 5
     assert sup._handle({"op": "reboot"}) == control.Reply.failed("unknown request 'reboot'")
     assert sup._handle({"op": "counters"}) == control.Reply.failed(
-        "RuntimeError: counters before the node's link was shaped")
-    assert sup._handle({"op": "wan_counters"}).error == "RuntimeError: wan_counters before the node was made a router"
+        "RunFailed: counters before the node's link was shaped")
+    assert sup._handle({"op": "wan_counters"}).error == "RunFailed: wan_counters before the node was made a router"
     assert sup._handle({"op": "go", "idle": True}) == control.Reply(True, "idle")
     assert sup._handle({"op": "pause"}) == control.Reply(True, "paused 0 process group(s)")
     assert sup._handle({"op": "start", "gen": 2}) == control.Reply.failed("ValueError: start without a cfg")

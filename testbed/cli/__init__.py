@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from testbed.cli import bench, core, lab, live
+from testbed.cli.common import one_line_errors
 from testbed.cli.live import link  # noqa: F401  (its parameters are the link properties: tests read them)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -20,16 +21,17 @@ for _command in (core.validate, core.up, core.build, core.plot, core.reproduce, 
                  live.resume):
     app.command()(_command)
 
+# edgebed's errors are caught in one place: around every command, of every app.
+for _info in (*app.registered_commands, *bench.bench_app.registered_commands, *lab.lab_app.registered_commands):
+    _info.callback = one_line_errors(_info.callback) if _info.callback else None
+
 
 def main() -> None:
+    from testbed.errors import EXIT_INTERRUPTED
     from testbed.run.interrupts import Interrupted
-    from testbed.runtimes.engine.client import EngineAddressError
 
     try:
         app()
-    except EngineAddressError as e:  # DOCKER_HOST of a shape not used, wherever an engine is first asked
-        typer.echo(f"error: {e}", err=True)
-        raise SystemExit(2) from None
     except Interrupted as e:  # SIGTERM/SIGHUP in a command that tore down on the way out (a benchmark)
         typer.echo(f"interrupted ({e}): stopped and torn down", err=True)
-        raise SystemExit(130) from None
+        raise SystemExit(EXIT_INTERRUPTED) from None

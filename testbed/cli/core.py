@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from testbed.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED
 from testbed.cli.common import (DOCKER_HOST, SCENARIO_RUNTIMES, TRACE_DIRS, checked, fail, load_checked,
                                 runtime_option, use_docker_host)
 
@@ -40,7 +41,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
                                                    "scalars to this folder while the run goes")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     from testbed.run import api
-    from testbed.run.runner import EXIT_STOPPED, default_run_dir
+    from testbed.run.runner import default_run_dir
     from testbed.runtimes import RuntimeUnavailable
 
     use_docker_host(docker_host)
@@ -52,14 +53,14 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     try:
         summary = api.run(sc, run_dir, say=say, scenario_path=str(scenario), tensorboard=tensorboard,
                           bars=not quiet and sys.stdout.isatty()).summary
-    except RuntimeUnavailable as e:
-        fail(f"error: {e}")
+    except RuntimeUnavailable:
+        raise  # refused before anything ran: one line, exit 2 (cli.common.one_line_errors)
     except FileExistsError as e:
         fail(f"error: {e}")
     except Exception as e:  # already torn down by the runner; records and summary.json are written
         if os.environ.get("EDGEBED_DEBUG"):
             raise
-        fail(f"error: the run failed: {type(e).__name__}: {e} (EDGEBED_DEBUG=1 for the traceback)", 1)
+        fail(f"error: the run failed: {type(e).__name__}: {e} (EDGEBED_DEBUG=1 for the traceback)", EXIT_FAILED)
     typer.echo(_outcome(summary, sc.stop.target_accuracy))
     if summary.get("fidelity"):
         from testbed.records.fidelity import one_line
@@ -67,9 +68,9 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         typer.echo(one_line(summary["fidelity"]))
     typer.echo(summary["run_dir"])
     if summary["status"] == "failed":
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
     if summary["status"] == "stopped":  # interrupted, or a condition the scenario set (on_worker_loss: stop)
-        raise typer.Exit(130 if "interrupted" in str(summary["reason"]) else EXIT_STOPPED)
+        raise typer.Exit(EXIT_INTERRUPTED if "interrupted" in str(summary["reason"]) else EXIT_STOPPED)
 
 
 def _overridden(sc: Scenario, runtime: Optional[str], algorithm: Optional[str], param: list[str],
@@ -113,16 +114,12 @@ def build(source: str = typer.Option("auto", help="auto | offline | registry (au
           mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base (default: the host's)")) -> None:
     """Build the docker runtime's node image (offline: debootstrap base + host wheelhouse)."""
     from testbed.runtimes.engine.client import docker_client
-    from testbed.runtimes.engine.images import ImageError, build_node_image
+    from testbed.runtimes.engine.images import build_node_image
 
     client = docker_client()
     if client is None:
         fail("error: no Docker engine answers (start dockerd)")
-    try:
-        tag = build_node_image(client, source=source, say=typer.echo, mirror=mirror)
-    except ImageError as e:
-        fail(f"error: {e}")
-    typer.echo(tag)
+    typer.echo(build_node_image(client, source=source, say=typer.echo, mirror=mirror))
 
 
 def plot(run_dir: Path = typer.Argument(..., help="a run directory (with --figure: the experiment's runs folder)"),
@@ -133,7 +130,6 @@ def plot(run_dir: Path = typer.Argument(..., help="a run directory (with --figur
          scale: str = typer.Option("ci", help="with --figure: ci | paper")) -> None:
     """Draw a run: accuracy vs time and steps, loss, per-node traffic (or a paper's figure)."""
     from testbed.records.plotting import plot_run
-    from testbed.records.reader import RunNotFound
 
     if figure is not None:
         from testbed.reproduce import analyze, get_experiment, runs_of
@@ -145,14 +141,10 @@ def plot(run_dir: Path = typer.Argument(..., help="a run directory (with --figur
                 fail(f"error: no runs of {figure} under {run_dir} "
                      f"(expected {run_dir}/{figure}/{scale}/seed-<S>/<series>)")
             analyze(exp, runs, out or Path("figures"), scale, say=typer.echo)
-        except (KeyError, RunNotFound) as e:
+        except KeyError as e:
             fail(f"error: {e}")
         return
-    try:
-        files = plot_run(run_dir, out)
-    except RunNotFound as e:
-        fail(f"error: {e}")
-    for f in files:
+    for f in plot_run(run_dir, out):
         typer.echo(str(f))
 
 
@@ -200,18 +192,15 @@ def reproduce(name: Optional[str] = typer.Argument(None, help="a figure or table
         typer.echo(f"{n}: {report['verdict']} at {scale} scale over {len(report['seeds'])} seed(s) "
                    f"(see {figure_dir(out, scale) / n}.json)")
     if failed:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 def status() -> None:
     """What edgebed has running or left on this machine."""
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import StateDirError, leftovers
+    from testbed.runtimes.state import leftovers
 
     load_backends()
-    try:
-        lines = leftovers()
-    except StateDirError as e:
-        fail(f"error: {e}")
+    lines = leftovers()
     if not lines:
         typer.echo("nothing of edgebed is up")
     for line in lines:
@@ -246,14 +235,11 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
     use_docker_host(docker_host)
 
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import StateDirError, cleanup_run, engine_runs, known_runs, labelled_runs
+    from testbed.runtimes.state import cleanup_run, engine_runs, known_runs, labelled_runs
 
     load_backends()
-    try:
-        labelled = labelled_runs()
-        runs = known_runs(labelled)
-    except StateDirError as e:
-        fail(f"error: {e}")
+    labelled = labelled_runs()
+    runs = known_runs(labelled)
     if os.geteuid() != 0:  # a user's runs are swarm runs; namespaces and cgroups are root's to remove
         runs = engine_runs(runs, labelled)
     if run_id is not None:
@@ -270,7 +256,7 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
     if not runs:
         typer.echo("nothing to remove")
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def _remove_run(run_id: str, st) -> list[str]:
@@ -312,10 +298,7 @@ def tensorboard(run_dir: Path = typer.Argument(..., help="a run's folder"),
 
     if not (run_dir / "meta.json").is_file():
         fail(f"error: {run_dir}: not an edgebed run directory (no meta.json)")
-    try:
-        n = write_run(run_dir, out or run_dir / "tensorboard")
-    except RuntimeError as e:
-        fail(f"error: {e}")
+    n = write_run(run_dir, out or run_dir / "tensorboard")
     typer.echo(f"{n} rows -> {out or run_dir / 'tensorboard'}")
 
 

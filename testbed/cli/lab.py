@@ -9,6 +9,7 @@ from typing import Optional
 import typer
 
 from testbed.cli.common import DOCKER_HOST, TRACE_DIRS, fail, load_checked, use_docker_host
+from testbed.errors import EXIT_FAILED
 
 lab_app = typer.Typer(no_args_is_help=True, help="A swarm of N emulated hosts on this machine (for runtime swarm).")
 
@@ -24,10 +25,7 @@ def lab_up(hosts: int = typer.Option(2, "--hosts", help="how many hosts (dockerd
 
     if os.geteuid() != 0:
         fail("error: edgebed lab needs root (it starts dockerds in network namespaces)")
-    try:
-        lab.lab_up(hosts, say=typer.echo, gpus=gpus)
-    except (RuntimeError, ValueError) as e:
-        fail(f"error: {e}")
+    lab.lab_up(hosts, say=typer.echo, gpus=gpus)
 
 
 @lab_app.command("down")
@@ -39,7 +37,7 @@ def lab_down() -> None:
     for p in problems:
         typer.echo(f"problem: {p}", err=True)
     if problems:
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_FAILED)
 
 
 def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the format `edgebed place --hosts` reads"),
@@ -48,11 +46,7 @@ def hosts(as_yaml: bool = typer.Option(False, "--yaml", help="as YAML, the forma
     use_docker_host(docker_host)
     from testbed.runtimes.swarm.hosts import describe_hosts, hosts_to_yaml, swarm_client, swarm_hosts
 
-    try:
-        client = swarm_client()
-    except RuntimeError as e:
-        fail(f"error: {e}")
-    found = swarm_hosts(client)
+    found = swarm_hosts(swarm_client())
     for line in (hosts_to_yaml(found).splitlines() if as_yaml else describe_hosts(found)):
         typer.echo(line)
 
@@ -74,7 +68,7 @@ def place(scenario: Path = typer.Argument(..., help="scenario YAML file"),
         placer = SwarmPlacer(found, sc)
         spec = place_nodes(build_cluster(sc, "place"), placer)
         routers = placer.router_hosts(spec)
-    except (OSError, RuntimeError, ValueError) as e:
+    except OSError as e:  # the --hosts file
         fail(f"error: {e}")
     for line in describe_placement(spec, found, routers):
         typer.echo(line)

@@ -11,13 +11,10 @@ from testbed.cli.common import RUN, fail
 
 
 def _control(target: str, action: str, fields: dict, run: Optional[str]) -> None:
-    from testbed.run.live import ControlError, request
+    from testbed.run.live import request
 
-    try:
-        for line in request(target, action, fields, run):
-            typer.echo(line)
-    except ControlError as e:
-        fail(f"error: {e}")
+    for line in request(target, action, fields, run):
+        typer.echo(line)
 
 
 def link(target: str = typer.Argument(..., help="node, worker group or 'workers'"),

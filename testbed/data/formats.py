@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from testbed.errors import BadInput
 from testbed.data.textfile import capped_bytes, gunzip_capped
 
 __all__ = [
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-class DatasetError(ValueError):
+class DatasetError(BadInput):
     """A dataset spec is invalid or its files are missing or malformed."""
 
 

@@ -13,6 +13,8 @@ import copy
 import torch
 from torch import nn
 
+from testbed.errors import BadInput
+
 __all__ = ["ModelError", "build_model", "check_model", "count_parameters", "initial_model", "keep_initial_model",
            "model_names"]
 
@@ -21,7 +23,7 @@ __all__ = ["ModelError", "build_model", "check_model", "count_parameters", "init
 _INITIAL: dict[tuple, tuple[nn.Module, torch.Tensor]] = {}
 
 
-class ModelError(ValueError):
+class ModelError(BadInput):
     """Unknown model name or an input shape the model cannot take."""
 
 

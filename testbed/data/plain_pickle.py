@@ -18,6 +18,8 @@ import pickle
 import re
 from typing import Any, Optional
 
+from testbed.errors import MessageRefused
+
 # An argument: a fixed number of bytes, a line, or a little-endian length of 1, 4 or 8 bytes and that many.
 _LINE, _LEN1, _LEN4, _LEN8 = -1, -2, -3, -4
 _LENGTHS = {_LEN1: 1, _LEN4: 4, _LEN8: 8}
@@ -61,7 +63,7 @@ for _code in b"JKMG":
     _RUNS[_code] = (re.compile(b"(?:%c[\\s\\S]{%d})+" % (_code, _size - 1)), _size, _cost)
 
 
-class _NotPlain(ValueError):
+class _NotPlain(MessageRefused):
     pass
 
 

@@ -16,6 +16,8 @@ import os
 import platform
 import struct
 
+from testbed.errors import HostCannot
+
 BPF_PROG_LOAD = 5
 BPF_PROG_TYPE_SCHED_CLS = 3
 _NR_BPF = {"x86_64": 321, "aarch64": 280, "armv7l": 386, "ppc64le": 361, "s390x": 351, "riscv64": 280}
@@ -24,7 +26,7 @@ TC_ACT_SHOT = 2
 RESOLUTION = 1 << 16
 
 
-class BpfError(OSError):
+class BpfError(OSError, HostCannot):
     pass
 
 

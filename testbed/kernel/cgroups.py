@@ -17,6 +17,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Optional
 
+from testbed.errors import HostCannot
 from testbed.kernel import names
 
 ROOT = Path(os.environ.get("EDGEBED_CGROUP_ROOT", "/sys/fs/cgroup"))
@@ -27,7 +28,7 @@ MIN_PERIOD_US, MAX_PERIOD_US, MIN_QUOTA_US = 1_000, 1_000_000, 1_000
 V1_CONTROLLERS = ("cpu", "cpuacct", "memory", "cpuset", "freezer")
 
 
-class CgroupError(RuntimeError):
+class CgroupError(HostCannot):
     pass
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from testbed.errors import HostCannot
 from testbed.kernel.parent_death import die_with_parent, parent_death_signal
 
 BASE = 1 << 31  # above every account and subordinate range a distribution hands out
@@ -23,7 +24,7 @@ BLOCK = 1 << 16  # uids a run: one a node
 BLOCKS = 1 << 14  # runs' blocks: BASE + BLOCKS * BLOCK stays under 2**32 - 1 (the invalid uid)
 
 
-class IdentityError(RuntimeError):
+class IdentityError(HostCannot):
     pass
 
 

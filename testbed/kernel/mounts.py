@@ -24,6 +24,8 @@ import errno
 import os
 import stat
 
+from testbed.errors import HostCannot
+
 CLONE_NEWNS = 0x00020000
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REMOUNT, MS_BIND, MS_REC, MS_SLAVE = 1, 2, 4, 8, 32, 4096, 16384, 1 << 19
 KEPT_FLAGS = 2 | 4 | 8  # nosuid, nodev, noexec: the same bits in statvfs's f_flag and mount's flags
@@ -31,7 +33,7 @@ READ_ONLY = ("/sys/fs/cgroup", "/proc/sys")
 MNT_DETACH, UMOUNT_NOFOLLOW = 2, 8
 
 
-class MountError(RuntimeError):
+class MountError(HostCannot):
     pass
 
 

@@ -20,6 +20,8 @@ from collections import OrderedDict
 from contextlib import contextmanager
 from typing import Iterator, Optional
 
+from testbed.errors import RunFailed
+
 CLONE_NEWNET = 0x40000000
 NETNS_DIR = "/run/netns"
 LOOPBACK_INDEX = 1  # lo's in every network namespace (the kernel's LOOPBACK_IFINDEX)
@@ -86,7 +88,7 @@ class NetnsSockets:
 
         with self._lock:
             if self._closed:
-                raise RuntimeError("the run's netlink sockets are closed (it is being torn down)")
+                raise RunFailed("the run's netlink sockets are closed (it is being torn down)")
             ipr = ns_iproute(netns) if netns is not None else IPRoute()
             self._open.add(ipr)
         cache[netns] = ipr

@@ -23,6 +23,7 @@ import os
 from pathlib import Path
 from typing import Optional
 
+from testbed.errors import HostCannot
 from testbed.kernel.identity import NodeIdentity, become
 
 PR_CAPBSET_DROP = 24
@@ -38,7 +39,7 @@ SECUREBITS = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE 
 CAP_SETS = ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")
 
 
-class PrivilegeError(RuntimeError):
+class PrivilegeError(HostCannot):
     pass
 
 

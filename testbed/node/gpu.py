@@ -13,6 +13,8 @@ from typing import Optional
 
 import torch
 
+from testbed.errors import RunFailed
+
 GPU_MEMORY_ENV = "EDGEBED_GPU_MEMORY"  # bytes
 GPU_SHARE_ENV = "EDGEBED_GPU_SHARE"  # fraction in (0, 1]
 GPU_SHARE_BY_ENV = "EDGEBED_GPU_SHARE_BY"  # "pace" (steps are paced here) or "mps" (the driver's cap alone)
@@ -30,7 +32,7 @@ def program_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
-class GpuMemoryCapExceeded(RuntimeError):
+class GpuMemoryCapExceeded(RunFailed):
     """A node went past its profile's gpu_memory."""
 
 

@@ -12,6 +12,7 @@ import ipaddress
 from contextlib import contextmanager
 from typing import Optional
 
+from testbed.errors import HostCannot, RunFailed
 from testbed.kernel.netlink import disable_offloads
 from testbed.kernel.shaping import HTB_CLASS, HTB_HANDLE, DirectionPlan, PeerPlan, apply_direction, htb_burst, reshape
 
@@ -34,7 +35,7 @@ def iface_with(ipr, address: str) -> int:
     for a in ipr.get_addr(family=2):
         if a.get_attr("IFA_ADDRESS") == address:
             return a["index"]
-    raise RuntimeError(f"no interface holds {address}")
+    raise HostCannot(f"no interface holds {address}")
 
 
 def _ifb(ipr, ifindex: int) -> int:
@@ -60,7 +61,7 @@ def _bpf_permission():
         yield
     except BpfError as e:
         if e.errno == errno.EPERM:
-            raise RuntimeError("loss without netem is an eBPF filter, which needs CAP_SYS_ADMIN in the node: runtime "
+            raise HostCannot("loss without netem is an eBPF filter, which needs CAP_SYS_ADMIN in the node: runtime "
                                "swarm grants it to nodes whose links have loss from the start") from None
         raise
 
@@ -131,7 +132,7 @@ class OwnLink:
 
     def reshape(self, which: str, old: dict, new: dict) -> str:
         if self.ifindex is None:
-            raise RuntimeError("the link is not shaped yet")
+            raise RunFailed("the link is not shaped yet")
         with self._iproute() as ipr, _bpf_permission():
             reshape(ipr, self.ifindex if which == "up" else self.ifb, plan_from_dict(old), plan_from_dict(new))
         return f"{which} reshaped"
@@ -142,7 +143,7 @@ class OwnLink:
         from testbed.kernel.rtnl import Rtnl
 
         if self.ifindex is None or self.ifb is None:
-            raise RuntimeError("the link is not shaped yet")
+            raise RunFailed("the link is not shaped yet")
         with Rtnl(self.netns) as rt:
             for which, rate in rates.items():
                 rt.add_htb_class(self.ifindex if which == "up" else self.ifb, HTB_CLASS, HTB_HANDLE, int(rate),
@@ -152,7 +153,7 @@ class OwnLink:
         """Drop everything to and from `addresses` (cut), or stop dropping it (heal): u32 filters
         on the interface's clsact hooks, ahead of shaping; the rest of the traffic is untouched."""
         if self.ifindex is None:
-            raise RuntimeError("the link is not shaped yet")
+            raise RunFailed("the link is not shaped yet")
         with self._iproute() as ipr:
             for address in addresses:
                 if cut and address not in self.cuts:
@@ -171,7 +172,7 @@ class OwnLink:
         the addresses that are not spared as a few u32 prefixes (at most 32 a spared address),
         one filter each way each; whatever the cluster's size."""
         if self.ifindex is None:
-            raise RuntimeError("the link is not shaped yet")
+            raise RunFailed("the link is not shaped yet")
         with self._iproute() as ipr:
             if cut and not self.everyone:
                 self.everyone_kind = "bpf" if self._cut_everyone_bpf(ipr, spare) else "u32"

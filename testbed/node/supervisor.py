@@ -24,6 +24,7 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
+from testbed.errors import RunFailed
 from testbed.kernel.identity import NodeIdentity, container_identity
 from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel, channel_keys, control, supervisor_sender, untrusted
@@ -329,7 +330,7 @@ class RoleSupervisor:
     def _made(req: control.Request, thing, what: str):
         """`thing` (the node's own link or router), or an error: the request came before `what`."""
         if thing is None:
-            raise RuntimeError(f"{req.op} before {what}")
+            raise RunFailed(f"{req.op} before {what}")
         return thing
 
     def _own_link(self, req: control.Request):

@@ -20,6 +20,7 @@ import threading
 import time
 from typing import Optional
 
+from testbed.errors import HostCannot
 from testbed.node import channel, channel_keys
 
 MAX_MESSAGE = 4 << 20  # bytes: the longest a supervisor hands over (an ack: runtimes.control.hub_rules.KIND_LIMITS)
@@ -30,7 +31,7 @@ LENGTH = 4  # bytes of a message's length on the socket pair
 _held: list[socket.socket] = []  # this process's supervisor's end, while it has one
 
 
-class SupervisorKeyError(RuntimeError):
+class SupervisorKeyError(HostCannot):
     pass
 
 

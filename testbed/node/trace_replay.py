@@ -34,10 +34,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.errors import RunFailed
 from testbed.scenario.traces import TraceSchedule
 
 
-class LinkGone(Exception):
+class LinkGone(RunFailed):
     """A node's link no longer exists because the node ended and took it along (a docker
     container that exits removes its veth pair). Raised by a runtime's `set_rates`: the replay
     stops for that node (counted as `ended`), since there is nothing left to shape."""

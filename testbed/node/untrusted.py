@@ -18,6 +18,8 @@ import sys
 from itertools import accumulate
 from typing import Any, Callable, Optional
 
+from testbed.errors import MessageRefused
+
 MAX_BYTES = 1 << 20  # a control message or a header: kilobytes
 MAX_DEPTH = 64  # a RoleConfig (its scenario inside) nests about a dozen levels
 INT_LIMIT = 1 << 63  # int64: counters, steps, seeds, sequence numbers all fit
@@ -29,7 +31,7 @@ _DELTA[ord("[")] = _DELTA[ord("{")] = 1
 _DELTA[ord("]")] = _DELTA[ord("}")] = -1
 
 
-class Refused(ValueError):
+class Refused(MessageRefused):
     """A message that is not one: `reason` says why in a few words (a drop counter's key)."""
 
     def __init__(self, reason: str):

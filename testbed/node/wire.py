@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
+from testbed.errors import MessageRefused
 from testbed.node import untrusted
 
 MAGIC = b"EB1"
@@ -38,7 +39,7 @@ if sys.byteorder != "little":  # pragma: no cover - every supported host is litt
     raise ImportError("edgebed's wire format assumes a little-endian host")
 
 
-class WireError(ValueError):
+class WireError(MessageRefused):
     pass
 
 

@@ -17,6 +17,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Optional
 
+from testbed.errors import BadInput
 from testbed.scenario.links import Direction
 from testbed.scenario.schema import Scenario
 
@@ -124,7 +125,7 @@ class Topology:
         return all(self.path(first, s.name) for s in self.sites)
 
 
-class TopologyError(ValueError):
+class TopologyError(BadInput):
     def __init__(self, lines: list[str]):
         super().__init__("\n".join(lines))
         self.lines = lines

@@ -36,6 +36,7 @@ __all__ = [
 
 # --- the contract (imported by the writer; keep at module top) ----------------------------
 
+from testbed.errors import BadInput
 from testbed.records.columns import EVAL_COLUMNS, EVENT_COLUMNS, ROUND_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
 
 SCENARIO_FILE = "scenario.yaml"
@@ -84,7 +85,7 @@ assert list(TRAFFIC_SCHEMA) == TRAFFIC_COLUMNS and list(EVENT_SCHEMA) == EVENT_C
 _NAN_TEXT = frozenset({"", "nan", "-nan", "+nan", "none", "null"})
 
 
-class RunNotFound(FileNotFoundError):
+class RunNotFound(FileNotFoundError, BadInput):
     """The path is not an edgebed run directory."""
 
 

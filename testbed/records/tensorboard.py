@@ -17,6 +17,8 @@ import threading
 from pathlib import Path
 from typing import Any, Optional
 
+from testbed.errors import HostCannot
+
 TABLES = ("eval.csv", "steps.csv", "traffic.csv", "buffer.csv", "events.csv")
 
 
@@ -32,7 +34,7 @@ class TensorBoardFollower:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError as e:  # torch's writer needs the tensorboard package
-            raise RuntimeError(f"--tensorboard needs the tensorboard package (pip install tensorboard): {e}") from None
+            raise HostCannot(f"--tensorboard needs the tensorboard package (pip install tensorboard): {e}") from None
         self.run_dir, self.logdir = Path(run_dir), Path(logdir)
         self.writer = SummaryWriter(str(self.logdir))
         self._offsets: dict[str, int] = {}

@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional, Union
 
 import yaml
 
+from testbed.errors import RunFailed
 from testbed.reproduce.provenance import changed_files, code_digest
 from testbed.reproduce.seeds import Panel
 from testbed.reproduce.verdict import NOT_JUDGED, Criterion, combine, judge
@@ -179,13 +180,13 @@ def _run_one(exp: Experiment, s: Series, data: dict, run_dir: Path, scale: str, 
     scenario_file.write_text(yaml.safe_dump(data, sort_keys=False))
     say(f"{exp.name} [{s.label}, seed {seed}]: edgebed up {_rel(scenario_file)}")
     t0 = time.time()
-    from testbed.run.runner import EXIT_STOPPED
+    from testbed.errors import EXIT_STOPPED
 
     # the series' copy names the base scenario's traces, in the base's folder
     r = subprocess.run([sys.executable, "-m", "testbed.cli", "up", str(scenario_file), "--out", str(run_dir), "-q",
                         "--trace-dir", str(exp.scenario_path(scale).parent)], cwd=REPO, capture_output=True, text=True)
     if r.returncode not in (0, EXIT_STOPPED) or not (run_dir / "summary.json").exists():  # a stopped run is data
-        raise RuntimeError(f"{exp.name} [{s.label}, seed {seed}]: edgebed up failed ({r.returncode}): "
+        raise RunFailed(f"{exp.name} [{s.label}, seed {seed}]: edgebed up failed ({r.returncode}): "
                            f"{(r.stderr or r.stdout)[-1500:]}")
     seconds = time.time() - t0
     (run_dir / "reproduce.json").write_text(json.dumps({"experiment": exp.name, "series": s.label, "scale": scale,

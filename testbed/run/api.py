@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable, Optional, Union
 
 import pandas as pd
 
+from testbed.errors import RunFailed
 from testbed.plan import load_scenario, parse_scenario
 from testbed.records.reader import RunRecords, load_run
 from testbed.scenario.scenario_file import scenario_data
@@ -129,7 +130,7 @@ def _run_isolated(sc: Scenario, run_dir: Path, say: Callable[[str], None],
     import sys
     import tempfile
 
-    from testbed.run.runner import EXIT_STOPPED
+    from testbed.errors import EXIT_STOPPED
     from testbed.scenario.schema import scenario_to_yaml
 
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix=f"{sc.name}-", delete=False) as f:
@@ -146,7 +147,7 @@ def _run_isolated(sc: Scenario, run_dir: Path, say: Callable[[str], None],
         Path(f.name).unlink(missing_ok=True)
     summary_file = run_dir / "summary.json"
     if p.returncode not in (0, EXIT_STOPPED) or not summary_file.exists():
-        raise RuntimeError(f"edgebed up failed ({p.returncode}): " + "\n".join(lines[-20:]))
+        raise RunFailed(f"edgebed up failed ({p.returncode}): " + "\n".join(lines[-20:]))
     summary = json.loads(summary_file.read_text())
     return RunResult(Path(summary.get("run_dir", run_dir)), summary)
 

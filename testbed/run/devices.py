@@ -41,6 +41,7 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
+from testbed.errors import HostCannot, RunFailed
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.run.cpu_fit import local_cores
@@ -62,7 +63,7 @@ PACE_HEADROOM = 2.0
 PACE_FILL = 0.8
 
 
-class DeviceRefused(RuntimeError):
+class DeviceRefused(HostCannot):
     """A device faster than its host can give (one line)."""
 
 
@@ -194,7 +195,7 @@ class Job:
         """Wait for the job (CALIBRATION_TIMEOUT_S at most) and read its answer."""
         self.proc.join(CALIBRATION_TIMEOUT_S)
         if not self.slot.arrived():
-            raise RuntimeError(f"{self.node.name}: {what} did not report (exit code {self.proc.exitcode})")
+            raise RunFailed(f"{self.node.name}: {what} did not report (exit code {self.proc.exitcode})")
         return untrusted.loads(self.slot.read_text())
 
 
@@ -224,7 +225,7 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
                       cpu_s=[float(x) for x in r["cpu_s"]], host_cpus=max(1, int(r["cpus"])),
                       batch_size=int(r.get("batch_size") or 0), calibrated_threads=job.threads)
     if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
-        raise RuntimeError(f"{node.name}: the calibration measured no work (model {cal.model})")
+        raise RunFailed(f"{node.name}: the calibration measured no work (model {cal.model})")
     return plan_quota(cal, speed, paced=node.profile.paces_steps())
 
 

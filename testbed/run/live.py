@@ -14,6 +14,7 @@ from typing import Optional
 
 import yaml
 
+from testbed.errors import BadInput
 from testbed.kernel.files import replace_text
 from testbed.plan import parse_scenario
 from testbed.records.columns import CONTROL_DIR
@@ -21,7 +22,7 @@ from testbed.runtimes.state import known_runs, runner_alive
 from testbed.scenario.schema import ScenarioError, resolve_target
 
 
-class ControlError(RuntimeError):
+class ControlError(BadInput, RuntimeError):
     pass
 
 

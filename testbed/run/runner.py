@@ -45,10 +45,6 @@ from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class, make_strategy
 
-# `edgebed up`'s exit code for a run stopped by a condition its scenario set (on_worker_loss: stop);
-# completed is 0, failed 1, interrupted 130.
-EXIT_STOPPED = 3
-
 PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles.ps", "testbed.node.roles.worker", "testbed.node.roles.peer",
            "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets", "testbed.data.models",
            "testbed.data.partition", "testbed.strategies", "testbed.data.preload", "testbed.data.plugin_preload"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from testbed.errors import RunFailed
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.scenario.schema import Scenario
 
@@ -19,7 +20,7 @@ def relay_external_broker(sc: Scenario, runtime, say: Callable[[str], None]):
     broker = sc.streaming.broker
     (gateway, port), upstream = split_host_port(broker.bootstrap), split_host_port(broker.upstream)
     if not wait_for_port(*upstream, 20.0):  # the relay would accept and close: say it here
-        raise RuntimeError(f"the streams did not come up: the external broker at {broker.upstream} (upstream of "
+        raise RunFailed(f"the streams did not come up: the external broker at {broker.upstream} (upstream of "
                            f"{broker.bootstrap}) did not accept connections within 20 s")
     relay = PortRelay(runtime.gateway_netns(), gateway, port, upstream)
     say(f"relaying {gateway}:{port} on the run's network to the external broker at {broker.upstream} (that port only)")
@@ -49,9 +50,9 @@ def _wait_ready(stream: dict, broker, source, procs: dict, ready: set) -> None:
     while source.name not in ready:
         dead = [n.name for n in (broker, source) if n is not None and not procs[n.name].is_alive()]
         if dead:
-            raise RuntimeError(f"the streams did not come up: node(s) {', '.join(dead)} exited "
+            raise RunFailed(f"the streams did not come up: node(s) {', '.join(dead)} exited "
                                f"(its error is above; with docker in RUN/logs/{dead[0]}.log)")
         if time.time() > deadline:
-            raise RuntimeError(f"the streams did not come up within {limit} s "
+            raise RunFailed(f"the streams did not come up within {limit} s "
                                f"(broker {stream['bootstrap']})")
         time.sleep(0.05)

@@ -9,6 +9,7 @@ import os
 import signal
 from typing import Iterable, Optional
 
+from testbed.errors import HostCannot
 from testbed.runtimes.live import LiveOps
 
 
@@ -64,7 +65,7 @@ class LocalNodeOps(LiveOps):
         import subprocess
 
         if shutil.which("iptables-restore") is None:
-            raise RuntimeError("partition/heal need iptables (apt install iptables)")
+            raise HostCannot("partition/heal need iptables (apt install iptables)")
         if not addresses:
             return
         # one iptables-restore for every rule (a process per rule took seconds for a node cut

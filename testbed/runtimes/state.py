@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.errors import HostCannot
 from testbed.kernel import cgroups, names
 from testbed.kernel.files import replace_text
 from testbed.runtimes.ticks import Tick, no_ticks
@@ -30,7 +31,7 @@ OWNER_LABEL = "edgebed.owner"  # <euid>@<hostname> of the runner
 RUNNER_LABEL = "edgebed.runner"  # <pid>:<start>, as a state file's runner_pid and runner_start
 
 
-class StateDirError(RuntimeError):
+class StateDirError(HostCannot):
     """The state dir is not this user's alone: its files could have been planted."""
 
 

@@ -9,6 +9,7 @@ from typing import Any, Iterable, Optional
 
 from pydantic import ValidationError
 
+from testbed.errors import BadInput
 from testbed.scenario.devices.catalog import catalog, unknown_device_line
 from testbed.scenario.safe_yaml import excerpt
 from testbed.scenario.document import Scenario
@@ -24,7 +25,7 @@ MAX_WORKERS = 10_000
 FIXED_SPLIT_DATASETS = ("mnist", "fashion_mnist", "idx", "cifar10")
 
 
-class ScenarioError(ValueError):
+class ScenarioError(BadInput):
     """Invalid scenario. `lines` holds one 'field.path: message' line per problem."""
 
     def __init__(self, lines: list[str]):

@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from testbed.errors import BadInput
 from testbed.data.textfile import capped_text
 
 MAX_BYTES = 1 << 20  # a scenario is a page of YAML; traces and data live in files of their own
@@ -18,7 +19,7 @@ MAX_NODES = 100_000  # values in the document with every alias expanded
 EXCERPT = 60  # characters of the input an error may quote
 
 
-class LoadError(ValueError):
+class LoadError(BadInput):
     """A scenario file that is not a readable YAML mapping; the message is one line."""
 
 

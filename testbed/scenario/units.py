@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import re
 
+from testbed.errors import BadInput
+
 _NUM = r"(?P<num>[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)"
 
 _RATE_UNITS = {
@@ -32,7 +34,7 @@ _SIZE_UNITS = {
 _TIME_UNITS = {"us": 1e-6, "ms": 1e-3, "s": 1.0, "sec": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0}
 
 
-class UnitError(ValueError):
+class UnitError(BadInput):
     """A quantity that cannot be parsed; the message says what was expected."""
 
 

@@ -25,10 +25,12 @@ from typing import ClassVar, Optional
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from testbed.errors import BadInput
+
 Tensors = dict[str, torch.Tensor]
 
 
-class StrategyError(ValueError):
+class StrategyError(BadInput):
     pass
 
 

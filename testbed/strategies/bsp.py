@@ -12,6 +12,7 @@ from typing import Optional
 
 import torch
 
+from testbed.errors import RunFailed
 from testbed.strategies.base import ServerState, Strategy, Tensors
 from testbed.strategies.compressors import Compressible, Compressing
 
@@ -60,7 +61,7 @@ class BSP(Compressing, Strategy):
 
     def server_on_push(self, server: ServerState, worker: str, payload: Tensors, base_version: int) -> list[str]:
         if worker in self._pending:
-            raise RuntimeError(f"BSP: {worker} pushed twice in step {server.version}")
+            raise RunFailed(f"BSP: {worker} pushed twice in step {server.version}")
         self._pending[worker] = self.dense_update(server, payload, fill_missing=True)
         return self._complete(server)
 

@@ -48,6 +48,7 @@ from typing import Literal, Optional
 
 from pydantic import Field, model_validator
 
+from testbed.errors import RunFailed
 from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
 from testbed.strategies.local_sgd import LocalSGD
 
@@ -159,7 +160,7 @@ class FedAvg(LocalSGD):
             return [worker]  # its round closed without it (dropped, or an unselected check-in)
         selected = worker in self._round(server)
         if bool(payload) != selected:
-            raise RuntimeError(f"fedavg: {worker} {'pushed an update' if payload else 'sat out'} in round "
+            raise RunFailed(f"fedavg: {worker} {'pushed an update' if payload else 'sat out'} in round "
                                f"{server.version}, where it is {'' if selected else 'not '}selected")
         if selected:
             self._pending[worker] = self.dense_update(server, payload, fill_missing=True)

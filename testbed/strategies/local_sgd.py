@@ -33,6 +33,7 @@ from typing import Optional
 import torch
 from pydantic import Field
 
+from testbed.errors import RunFailed
 from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
 from testbed.strategies.bsp import BSP
 
@@ -98,7 +99,7 @@ class LocalSGD(BSP):
         if base_version < server.version and not (payload and selected):
             return [worker]  # late: the round it trained or sat out in closed without it
         if bool(payload) != selected:
-            raise RuntimeError(f"local_sgd: {worker} {'pushed an update' if payload else 'sat out'} in round "
+            raise RunFailed(f"local_sgd: {worker} {'pushed an update' if payload else 'sat out'} in round "
                                f"{server.version}, where it is {'' if selected else 'not '}selected")
         if selected:
             return super().server_on_push(server, worker, payload, base_version)

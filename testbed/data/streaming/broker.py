@@ -17,12 +17,13 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.errors import HostCannot
 from testbed.kernel.parent_death import die_with_parent
 
 KAFKA_PORT = 9092
 
 
-class BrokerError(RuntimeError):
+class BrokerError(HostCannot):
     pass
 
 

@@ -6,6 +6,7 @@ import threading
 import time
 from typing import Callable, Optional
 
+from testbed.errors import RunFailed
 from testbed.data.streaming.broker import BrokerWatch, consumer_config
 from testbed.data.streaming.buffer import BatchPolicy, FixedBatch, StreamBuffer
 from testbed.data.streaming.rates import RateSchedule
@@ -55,7 +56,7 @@ class StreamFeeder(threading.Thread):
                     watch.alive()
                 problem = watch.failed()
                 if problem:
-                    raise RuntimeError(problem)
+                    raise RunFailed(problem)
                 with self.lock:
                     if not self.rate_schedule.is_constant:  # a trace: the truncation window follows it
                         self.buffer.rate = self.rate_schedule.rate_at(self.now())

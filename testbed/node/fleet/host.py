@@ -38,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 
+from testbed.errors import HostCannot
 from testbed.node.channel_keys import KEY_FILE, ChannelKeys
 from testbed.node.fleet.plan import PLAN_FILE, DevicePlan, FleetPlan
 from testbed.node.fleet.relay import start_relay_process
@@ -57,7 +58,7 @@ def say(line: str) -> None:
 def _mount(*args: str) -> None:
     r = subprocess.run(["mount", *args], capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"mount {' '.join(args)}: {r.stderr.strip()}")
+        raise HostCannot(f"mount {' '.join(args)}: {r.stderr.strip()}")
 
 
 def mount_own_cgroups(proc_cgroup: str = "/proc/self/cgroup") -> Path:

@@ -26,6 +26,8 @@ import time
 import traceback
 from typing import Callable, Optional
 
+from testbed.errors import RunFailed
+
 CLONE_NEWNET = 0x40000000
 HEADER_MAX = 4096
 KINDS = ("role", "stress", "job")
@@ -217,10 +219,10 @@ class Forks:
         while True:
             answer = self._read(timeout=30.0)
             if answer is None:
-                raise RuntimeError("the forkserver did not answer in 30 s")
+                raise RunFailed("the forkserver did not answer in 30 s")
             if "pid" in answer:
                 if answer["pid"] < 0:
-                    raise RuntimeError("the forkserver refused the request")
+                    raise RunFailed("the forkserver refused the request")
                 return RemoteProcess(self, int(answer["pid"]))
 
     def pump(self, wait: float = 0.0) -> None:
@@ -229,7 +231,7 @@ class Forks:
         while (answer := self._read(timeout)) is not None:
             timeout = 0.0
             if "pid" in answer:
-                raise RuntimeError(f"the forkserver answered a request that was not asked: {answer}")
+                raise RunFailed(f"the forkserver answered a request that was not asked: {answer}")
 
     def _read(self, timeout: float) -> Optional[dict]:
         """One answer (an end is taken in passing and None returned after `timeout` s with none)."""
@@ -239,7 +241,7 @@ class Forks:
         except (BlockingIOError, socket.timeout):
             return None
         if not data:
-            raise RuntimeError("the forkserver ended")
+            raise RunFailed("the forkserver ended")
         answer = json.loads(data)
         if "exited" in answer:
             self.exits[int(answer["exited"])] = int(answer["code"])

@@ -9,6 +9,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from testbed.errors import RunFailed
 from testbed.node import channel
 from testbed.node.roles.common import RoleConfig
 
@@ -74,7 +75,7 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
                                   + _tail(log.name))
             dead = [p.name for p in producers if not p.is_alive()]
             if dead:
-                raise RuntimeError(f"{', '.join(dead)} exited")
+                raise RunFailed(f"{', '.join(dead)} exited")
             time.sleep(0.2)
     finally:
         for p in producers:

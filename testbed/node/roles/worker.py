@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 import zmq
 
+from testbed.errors import RunFailed
 from testbed.node import channel, transport
 from testbed.node.roles.common import RoleConfig, device_step, load_params, setup_torch, worker_setup
 from testbed.node.wire import Message
@@ -231,7 +232,7 @@ def stream_batch(feeder, cfg: RoleConfig, step: int, stream_log, stop_event):
     want, at_least = feeder.next_take()  # follows the device's rate (constant, or a trace)
     samples, waited = feeder.take(want, at_least, stop_event)
     if feeder.error:
-        raise RuntimeError(f"stream of {cfg.node}: {feeder.error}")
+        raise RunFailed(f"stream of {cfg.node}: {feeder.error}")
     if not samples:
         return None, None
     xb = torch.from_numpy(np.stack([s[0] for s in samples]).astype(np.float32, copy=False))

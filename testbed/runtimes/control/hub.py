@@ -53,6 +53,7 @@ from typing import Callable, Optional
 
 import zmq
 
+from testbed.errors import RunFailed
 from testbed.kernel.files import replace_text
 from testbed.kernel.netlink import entered_netns
 from testbed.node import untrusted
@@ -411,7 +412,7 @@ class ControlHub:
         whose queue is full loses them (True all the same); with it they go to none then (False)."""
         with self._pub_lock:
             if self._pub.closed:  # closed by close() while another thread still asked
-                raise RuntimeError("the control channel is closed: the run has ended")
+                raise RunFailed("the control channel is closed: the run has ended")
             if not wait:
                 self._pub.send_multipart(frames)  # (a lossy XPUB never blocks)
                 return True
@@ -504,11 +505,11 @@ class ControlHub:
         answers, why = self._exchange([node], req, timeout, gone)
         detail = answers[node]
         if detail is None and why:
-            raise RuntimeError(f"{node}: no answer to a {req['op']} request: {why}")
+            raise RunFailed(f"{node}: no answer to a {req['op']} request: {why}")
         if detail is None:
-            raise RuntimeError(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
+            raise RunFailed(f"{node}: its container did not answer a {req['op']} request in {timeout:.0f} s")
         if detail.startswith("failed:"):
-            raise RuntimeError(f"{node}: {detail}")
+            raise RunFailed(f"{node}: {detail}")
         return detail
 
     def ask_all(self, nodes: list[str], req: dict, timeout: float = 1.0) -> dict[str, Optional[str]]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 from typing import Any, Callable, Iterator
 
+from testbed.errors import HostCannot
 from testbed.plan.cluster import ClusterSpec
 
 MAX_MOVES = 64  # blocks of the subnet's size tried after it before giving up
@@ -75,7 +76,7 @@ def create_run_network(client, spec: ClusterSpec, create: Callable[[str, str], A
                         "(name a subnet in the scenario to choose it)")
                 return network
         if spec.subnet_fixed:
-            raise RuntimeError(f"network.subnet: {wanted} overlaps the Docker engine's network {holder}; name a "
+            raise HostCannot(f"network.subnet: {wanted} overlaps the Docker engine's network {holder}; name a "
                                "free subnet, or leave network.subnet out and edgebed picks one")
-    raise RuntimeError(f"network.subnet: no free /{spec.prefixlen} among the {MAX_MOVES} after {wanted} on this "
+    raise HostCannot(f"network.subnet: no free /{spec.prefixlen} among the {MAX_MOVES} after {wanted} on this "
                        "Docker engine; name a free subnet")

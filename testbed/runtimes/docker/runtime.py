@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
+from testbed.errors import HostCannot
 from testbed.kernel import names
 from testbed.kernel.cgroups import period_us_of, quota_us
 from testbed.kernel.netlink import NetnsSockets, attach_netns, disable_offloads, ns_iproute
@@ -120,7 +121,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         super().__init__(state, caps)
         self.client = client or docker_client()
         if self.client is None:
-            raise RuntimeError("no Docker engine answers")
+            raise HostCannot("no Docker engine answers")
         self.image = image
         self.network = None
         self._host_ipr = None
@@ -148,7 +149,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         from pyroute2 import IPRoute
 
         if self.image is None:
-            raise RuntimeError("no node image: run `edgebed build`")
+            raise HostCannot("no node image: run `edgebed build`")
         for node in spec.nodes:  # before anything is made: a missing image leaves nothing half-started
             if node.image is not None:
                 self._ensure_foreign_image(node)
@@ -194,7 +195,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
         try:
             self.client.images.pull(node.image)
         except Exception as e:
-            raise RuntimeError(f"streaming.broker.image: {node.image} is not in the local Docker engine and "
+            raise HostCannot(f"streaming.broker.image: {node.image} is not in the local Docker engine and "
                                f"could not be pulled ({str(e).splitlines()[0][:200]}); `docker pull` or "
                                "`docker load` it, or use broker kind tansu") from None
 
@@ -336,7 +337,7 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
     def kill_node(self, node: str) -> str:
         """SIGKILL the node's role and stress (the container stays, like a netns node's namespace)."""
         if self.handles[node].node.image is not None:
-            raise RuntimeError(f"{node} runs a foreign image: kill its container with docker")
+            raise HostCannot(f"{node} runs a foreign image: kill its container with docker")
         return self._request(node, control.Kill().to_wire())
 
     def start(self, node: str, target, kwargs: dict, label: str = "") -> "ExecProcess":

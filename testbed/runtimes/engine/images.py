@@ -13,6 +13,7 @@ import zipfile
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.errors import HostCannot
 from testbed.runtimes.engine.wheel_lock import LockError, check_wheelhouse, file_sha256, read_lock
 
 REPO = Path(__file__).resolve().parents[3]
@@ -42,7 +43,7 @@ LABELS = {"edgebed": "1"}
 KEYRING_LABEL = "edgebed.keyring"  # on the offline base: debootstrap checked it against this keyring
 
 
-class ImageError(RuntimeError):
+class ImageError(HostCannot):
     pass
 
 

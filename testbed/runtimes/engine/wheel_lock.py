@@ -10,10 +10,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from testbed.errors import BadInput
+
 PIN = re.compile(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)((?:\s+--hash=sha256:[0-9a-f]{64})+)")
 
 
-class LockError(ValueError):
+class LockError(BadInput):
     """A lock line, or a wheel measured against a lock, that does not match (one line, naming it)."""
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from testbed.errors import HostCannot
 from testbed.kernel import cgroups, pid_namespace
 from testbed.kernel.gpus import host_gpus
 from testbed.kernel.files import open_nofollow
@@ -190,7 +191,7 @@ class NetnsRuntime(LocalNodeOps, Runtime):
     def create(self, spec: ClusterSpec) -> None:
         for node in spec.nodes:
             if node.image is not None:
-                raise RuntimeError(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
+                raise HostCannot(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
         grants = self._grant_gpus(spec)
         # read by the forkserver as it starts (the first node's start): an MPS daemon's clients stay
         # in its PID namespace, untried apart; so do per-round trainers, whose namespaces made a

@@ -19,6 +19,7 @@ import ipaddress
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from testbed.errors import HostCannot
 from testbed.node.fleet.plan import PLAN_FILE, DevicePlan, FleetPlan, keys_to_text
 from testbed.plan.cluster import ClusterSpec, Node
 
@@ -55,7 +56,7 @@ def device_lans(counts: dict[str, int], pool: str = FLEET_POOL) -> dict[str, ipa
         size = 1 << max(2, (counts[host] + 2).bit_length())  # devices + gateway + network + broadcast
         cursor = -(-cursor // size) * size  # aligned
         if cursor + size > int(net.broadcast_address) + 1:
-            raise RuntimeError(f"runtime swarm: {sum(counts.values())} devices do not fit the fleet pool {pool}")
+            raise HostCannot(f"runtime swarm: {sum(counts.values())} devices do not fit the fleet pool {pool}")
         out[host] = ipaddress.IPv4Network((cursor, 32 - size.bit_length() + 1))
         cursor += size
     return out
@@ -83,7 +84,7 @@ class SwarmFleet:
         overlay = ipaddress.IPv4Network(spec.subnet)
         clash = [str(lan) for lan in lans.values() if lan.overlaps(overlay)]
         if clash:
-            raise RuntimeError(f"network.subnet: {spec.subnet} overlaps the fleet hosts' LANs ({', '.join(clash)}); "
+            raise HostCannot(f"network.subnet: {spec.subnet} overlaps the fleet hosts' LANs ({', '.join(clash)}); "
                                f"choose a subnet outside {FLEET_POOL}")
         hosts = {h.hostname: h for h in rt.hosts}
         self.hosts = [FleetHostService(hosts[h], f"fh-{k}", lans[h], ns)

@@ -14,6 +14,8 @@ from collections import Counter
 from typing import Any, Callable, Optional
 from dataclasses import dataclass, field
 
+from testbed.errors import BadInput, HostCannot
+
 GPU_KINDS = ("gpu", "nvidia-gpu")  # a host's generic resources that are GPUs (dockerd --node-generic-resource)
 ENGINE_LABEL = "edgebed.engine"  # a swarm node's label: its engine's address (image loads, live CPU changes)
 
@@ -82,7 +84,7 @@ def swarm_client(required: bool = True):
             return client
         seen.append(f"{where}: not a swarm manager")
     if required:
-        raise RuntimeError("runtime swarm: no swarm manager answers (" + "; ".join(seen) + "); `docker swarm init`, "
+        raise HostCannot("runtime swarm: no swarm manager answers (" + "; ".join(seen) + "); `docker swarm init`, "
                            "or `edgebed lab up --hosts 2` for a swarm of emulated hosts on this machine")
     return None
 
@@ -124,18 +126,18 @@ def hosts_from_yaml(text: str) -> list[SwarmHost]:
 
     data = yaml.safe_load(text)
     if not isinstance(data, list) or not data:
-        raise ValueError("--hosts: a YAML list of hosts ({hostname, cpus, memory, gpus, labels})")
+        raise BadInput("--hosts: a YAML list of hosts ({hostname, cpus, memory, gpus, labels})")
     hosts = []
     for i, h in enumerate(data):
         if not isinstance(h, dict) or not h.get("hostname"):
-            raise ValueError(f"--hosts: host {i}: needs a hostname")
+            raise BadInput(f"--hosts: host {i}: needs a hostname")
         try:
             hosts.append(SwarmHost(id=str(h["hostname"]), hostname=str(h["hostname"]), address="",
                                    cpus=float(h.get("cpus", 0)), memory=parse_size(h.get("memory", 0)),
                                    gpus=int(h.get("gpus", 0)), labels={str(k): str(v) for k, v in
                                                                        (h.get("labels") or {}).items()}))
         except (TypeError, ValueError) as e:
-            raise ValueError(f"--hosts: host {h['hostname']}: {e}") from None
+            raise BadInput(f"--hosts: host {h['hostname']}: {e}") from None
     return hosts
 
 
@@ -172,7 +174,7 @@ class SwarmPlacer:
         # a fleet host's device (runtimes.swarm.fleet): no CPU booked, dealt out to the hosts fewest first
         self.packed = packed
         if not self.hosts:
-            raise RuntimeError("runtime swarm: the swarm has no ready, active host")
+            raise HostCannot("runtime swarm: the swarm has no ready, active host")
 
     def _matching(self, key: str, value: str) -> list[SwarmHost]:
         if value.startswith("label:"):
@@ -182,7 +184,7 @@ class SwarmPlacer:
             found = [h for h in self.hosts if h.hostname == value]
         if not found:
             names = ", ".join(h.hostname for h in self.hosts)
-            raise RuntimeError(f"placement.{key}: no ready host is {value} (hosts: {names})")
+            raise HostCannot(f"placement.{key}: no ready host is {value} (hosts: {names})")
         return found
 
     def _pins(self, spec) -> dict[str, tuple[str, list[SwarmHost]]]:
@@ -224,7 +226,7 @@ class SwarmPlacer:
             need = [0.0, 0, 0] if self.packed(node) else _needs(node)
             fits = [h for h in allowed if _fits(left[h.hostname], need)]
             if not fits:
-                raise RuntimeError(_no_fit(node, key, allowed, left, need))
+                raise HostCannot(_no_fit(node, key, allowed, left, need))
             if self.packed(node):
                 best = min(fits, key=lambda h: (devices[h.hostname], h.hostname))
                 devices[best.hostname] += 1

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+from testbed.errors import BadInput, HostCannot
 from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
 
 STATE_DIR = Path("/run/edgebed-lab")
@@ -150,7 +151,7 @@ def _wait_engine(h: LabHost, timeout: float = 60.0):
                 break
             time.sleep(0.3)
     tail = (h.dir / "dockerd.log").read_text(errors="replace")[-600:] if (h.dir / "dockerd.log").exists() else ""
-    raise RuntimeError(f"lab host {h.name}: its dockerd did not answer within {timeout:.0f} s: {tail}")
+    raise HostCannot(f"lab host {h.name}: its dockerd did not answer within {timeout:.0f} s: {tail}")
 
 
 def _alive(pid: int) -> bool:
@@ -177,7 +178,7 @@ def _form_swarm(hosts: list[LabHost]) -> None:
         if len(ready) == len(hosts):
             break
         if time.monotonic() > deadline:
-            raise RuntimeError(f"lab: {len(ready)} of {len(hosts)} hosts ready after 60 s")
+            raise HostCannot(f"lab: {len(ready)} of {len(hosts)} hosts ready after 60 s")
         time.sleep(0.5)
     for n in nodes:  # the engine's address: how the runtime loads images onto the host
         h = by_name[n.attrs["Description"]["Hostname"]]
@@ -190,12 +191,12 @@ def lab_up(n: int, say: Callable[[str], None] = lambda s: None, gpus: int = 0) -
     """Bring up a lab of `n` hosts (each advertising `gpus` GPUs to the swarm's scheduler, for
     placement; no device is behind them); on any error, nothing of it is left."""
     if not 1 <= n <= MAX_HOSTS:
-        raise ValueError(f"--hosts: 1 to {MAX_HOSTS}, not {n}")
+        raise BadInput(f"--hosts: 1 to {MAX_HOSTS}, not {n}")
     if lab_hosts():
-        raise RuntimeError("a lab is up already (`edgebed lab down` removes it)")
+        raise HostCannot("a lab is up already (`edgebed lab down` removes it)")
     for tool in ("dockerd", "nsenter", "unshare"):
         if shutil.which(tool) is None:
-            raise RuntimeError(f"the lab needs {tool} (apt install docker.io util-linux)")
+            raise HostCannot(f"the lab needs {tool} (apt install docker.io util-linux)")
     try:
         hosts = _underlay(n)
         _save(hosts)  # recorded before anything runs: `lab down` finds it all should we fail next

@@ -21,6 +21,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Optional
 
+from testbed.errors import HostCannot, RunFailed
 from testbed.kernel.cgroups import period_us_of
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import control, untrusted
@@ -142,7 +143,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def placer_for_sites(self) -> SwarmPlacer:  # the placement's, for the sites' routers
         if self._placer is None:
-            raise RuntimeError("runtime swarm: no placement was made (Runtime.placer) before bring-up")
+            raise RunFailed("runtime swarm: no placement was made (Runtime.placer) before bring-up")
         return self._placer
 
     def channel_urls(self) -> tuple[str, str]:
@@ -155,11 +156,11 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
         foreign = [n.name for n in spec.nodes if n.image is not None]
         if foreign:
-            raise RuntimeError(f"runtime swarm: {', '.join(foreign)} run a foreign image (kafka), not supported yet; "
+            raise HostCannot(f"runtime swarm: {', '.join(foreign)} run a foreign image (kafka), not supported yet; "
                                "use broker kind tansu")
         problems = gpu_runtime_problems(spec, {h.hostname: h for h in self.hosts})
         if problems:
-            raise RuntimeError("; ".join(problems))
+            raise HostCannot("; ".join(problems))
         self._open_hub()
         used = {n.host for n in spec.nodes}
         if spec.topology is not None:
@@ -236,7 +237,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         self.say(f"network.encrypt: trying the IPsec of {len(hosts)} host(s)' kernels")
         problems = encryption_problems(self, hosts, latest_task)
         if problems:
-            raise RuntimeError(problems[0])
+            raise HostCannot(problems[0])
         self.encrypt = True
 
     def overlay(self, name: str, subnet: Optional[str]):
@@ -342,7 +343,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         for att in task.get("NetworksAttachments", []):
             if att["Network"]["ID"] == network.id:
                 return att["Addresses"][0].split("/")[0]
-        raise RuntimeError(f"runtime swarm: a task of {task.get('ServiceID')} has no address on {network.name}")
+        raise RunFailed(f"runtime swarm: a task of {task.get('ServiceID')} has no address on {network.name}")
 
     def _shape(self, spec: ClusterSpec) -> None:
         """Each node shapes its own link (the first request it gets: it may still be starting) and
@@ -390,7 +391,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         try:
             return KernelCaps(**untrusted.loads(answer))
         except (ValueError, TypeError):
-            raise RuntimeError(f"runtime swarm: {name} could not try its host's kernel: {answer}") from None
+            raise HostCannot(f"runtime swarm: {name} could not try its host's kernel: {answer}") from None
 
     def caps_of(self, node: str) -> KernelCaps:
         return self.handles[node].caps or self.caps
@@ -542,7 +543,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
         """Read now by the node itself (its periodic report may be STATS_EVERY old)."""
         value = untrusted.loads(self._request(node, control.Counters().to_wire()))
         if not isinstance(value, dict) or type(value.get(key)) is not int:
-            raise RuntimeError(f"{node}: its link counters came back malformed")
+            raise RunFailed(f"{node}: its link counters came back malformed")
         return value[key]
 
     def node_meta(self) -> dict:

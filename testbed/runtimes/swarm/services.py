@@ -9,6 +9,7 @@ import socket
 import time
 from typing import Any, Callable, Optional
 
+from testbed.errors import HostCannot, RunFailed
 from testbed.kernel import names
 from testbed.kernel.cgroups import CgroupUsage, quota_us
 from testbed.plan.cluster import ClusterSpec
@@ -155,7 +156,7 @@ def runner_address(hosts: list[SwarmHost]) -> str:
             src = route.get_attr("RTA_PREFSRC")
             if src:
                 return src
-    raise RuntimeError("runtime swarm: no route from this machine to any host of the swarm")
+    raise HostCannot("runtime swarm: no route from this machine to any host of the swarm")
 
 
 def measure_offset(ask_time: Callable[[], str], samples: int = 5) -> tuple[float, float]:
@@ -205,7 +206,7 @@ def set_container_quota(node: str, host: SwarmHost, container: str, period: Opti
     period/quota pair where the profile has its own period (the two exclude each other)."""
     engine = host.engine_client()
     if engine is None:
-        raise RuntimeError(f"runtime swarm: the CPUs of {node} are set by host {host.hostname}'s engine, and "
+        raise HostCannot(f"runtime swarm: the CPUs of {node} are set by host {host.hostname}'s engine, and "
                            "it has no node label edgebed.engine")
     if period is None:
         data = {"NanoCpus": int((cpus or 0) * 1e9)}
@@ -242,12 +243,12 @@ def tasks_running(services: dict[str, Any], hostname: Callable[[dict], str],
                 services[name].force_update()  # a new task; the failed one never ran the node
                 continue
             if st["State"] in ENDED:
-                raise RuntimeError(f"runtime swarm: {name} on host {hostname(task)}: task {st['State']}: "
+                raise RunFailed(f"runtime swarm: {name} on host {hostname(task)}: task {st['State']}: "
                                    f"{st.get('Err') or st.get('Message')}")
             if st["State"] == "running":
                 running[name] = task
         if len(running) < len(services) and time.monotonic() > deadline:
-            raise RuntimeError(f"runtime swarm: {', '.join(sorted(set(services) - set(running)))} not running "
+            raise RunFailed(f"runtime swarm: {', '.join(sorted(set(services) - set(running)))} not running "
                                f"after {TASK_TIMEOUT:.0f} s")
         time.sleep(0.3)
     return running
