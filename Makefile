@@ -46,9 +46,7 @@ demo: setup
 # Two lanes side by side (pytest-xdist; most real tests wait on timelines and containers, not
 # CPU): the lab's files one lane's unit of work, the rest shared out, then the tests marked
 # `serial` (they check the whole host or time something) alone: the default, `LANES=1` for one
-# plain pytest. Clean-clone `.ci/run`s in two lanes (2026-11-29): passed in 41.6 min (27.8 + 4.5
-# min of tests), failed two tests, failed one (a lane collision: all mended), passed in 43.7 min
-# (28.6 + 5.2 min of tests) against 75 in one lane (README, "Tests").
+# plain pytest. Two lanes take little more than half of one lane's time (README, "Tests").
 # Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 PYTEST_CI ?= --durations=25 --timeout=1200
 LANES ?= 2

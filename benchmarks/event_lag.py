@@ -1,4 +1,4 @@
-"""How late a run's timeline acted (issue 34: availability on runtime swarm): from a run's
+"""How late a run's timeline acted (availability on runtime swarm): from a run's
 events.csv, each action's lag (time applied - time scheduled), by action, over the whole run and
 in windows of its schedule. Reads only the run directory.
 

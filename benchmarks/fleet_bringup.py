@@ -1,4 +1,4 @@
-"""Past one bridge (issue 34): bring up N workers (plus ps and evaluator) on the netns runtime with
+"""Past one bridge: bring up N workers (plus ps and evaluator) on the netns runtime with
 no processes (namespaces, veths, HTB, cgroups, the control network), and report the seconds to make
 and to tear down, each bridge's port count, and two checks across leaves of the trees: a TCP
 connection from w0 to the last worker over the data network (it must connect), and one between the

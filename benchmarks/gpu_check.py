@@ -1,4 +1,4 @@
-"""The GPU check (issue 35), for a machine lent with a GPU and no network; the same script on a
+"""The GPU check, for a machine lent with a GPU and no network; the same script on a
 machine without one runs its CPU parts and says which GPU steps it skipped and why.
 
     bash benchmarks/gpu_check.sh [OUT.json]        (installs `make gpu-wheels`' wheels first)

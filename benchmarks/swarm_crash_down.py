@@ -1,4 +1,4 @@
-"""`edgebed down` after `kill -9` of a runner on the two-host lab (issue 34): a fleet scenario on
+"""`edgebed down` after `kill -9` of a runner on the two-host lab: a fleet scenario on
 runtime swarm (`edgebed lab up --hosts 2` first), the runner killed `--after` seconds past its
 first closed round, then `edgebed down` timed, and each lab host's engine asked once a second
 for containers labelled edgebed's until none is left (down waits for them since it removes the

@@ -1,4 +1,4 @@
-"""What an idle device costs on runtime swarm (issue 34): a `bench fleet` scenario on the lab
+"""What an idle device costs on runtime swarm: a `bench fleet` scenario on the lab
 (`edgebed lab up` first), and when its run starts, the memory in use (MemTotal - MemAvailable)
 against before, and each container's supervisor and containerd shim from smaps_rollup (RSS, PSS,
 private pages: what one more device adds). The lab's hosts share this machine, so their

@@ -1,4 +1,4 @@
-"""How much of a gradient's squared L2 norm its largest entries hold (issue 36, ScaDLES Table V).
+"""How much of a gradient's squared L2 norm its largest entries hold (ScaDLES Table V).
 
 ScaDLES' adaptive compression (testbed/strategies/compressors.AdaptiveTopC) sends a step's update
 compressed when the top CR of its entries, chosen over the whole flattened update (all tensors at

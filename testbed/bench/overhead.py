@@ -101,8 +101,8 @@ def overhead_benchmark(*, cpus: float = 1.0, model: str = "adacomp_cnn", batch_s
                        tolerance: float = 0.05) -> dict:
     """A worker's compute step in an edgebed run (ASGD, one worker at `cpus`, steps.csv's
     compute_seconds) against the same step in a bare PyTorch loop in a node with the same CPU quota
-    and threads. The two alternate `repeats` times (single runs differ by up to 15% here); the first
-    10 steps of each are warm-up; the overhead compares the medians of the runs' medians."""
+    and threads. The two alternate `repeats` times (one run alone varies by more than `tolerance`);
+    the first 10 steps of each are warm-up; the overhead compares the medians of the runs' medians."""
     from testbed.plan.cluster import build_cluster
 
     runs_edgebed, runs_bare, statuses = [], [], []

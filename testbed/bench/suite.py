@@ -40,8 +40,8 @@ def suite(quick: bool, *, docker: bool | None = None) -> list[tuple[str, Callabl
 
 
 def _quick_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
-    # Links: goodput sits 4.4% under the rate (headers); a busy CI host once took 100 Mbit/s to
-    # 90.6% over 3 s. A broken shaper is off by far more (an unshaped veth: Gbit/s; bits as bytes: 8x).
+    # Links: goodput sits 4.4% under the rate (headers), a busy host a few points lower still; a
+    # broken shaper is off by far more (an unshaped veth: Gbit/s; bits as bytes: 8x).
     items = [
         ("link 10mbit", links.link_benchmark, {"rate": "10mbit", "seconds": 5.0, "tolerance": 0.12}),
         ("link 100mbit", links.link_benchmark, {"rate": "100mbit", "seconds": 5.0, "tolerance": 0.12}),
@@ -89,7 +89,7 @@ def _full_suite(docker: bool) -> list[tuple[str, Callable[..., dict], dict]]:
         items.append((f"mininet side by side, {n} hosts", mininet_benchmark, {"hosts": n, "rate": "10mbit"}))
     for n in (4, 16):  # needs .venv-flower (make flower-venv); without it, an error row, the rest still run
         items.append((f"flower side by side, {n} clients", flower_benchmark, {"clients": n}))
-    for n in (1, 8, 16, 32, 64, 128, 256):  # 256: the most tried here (9.6 GiB); the goal is 64
+    for n in (1, 8, 16, 32, 64, 128, 256):  # 64 the aim, 256 the most tried
         items.append((f"startup {n} workers", startup.startup_benchmark, {"workers": n}))
     from testbed.strategies import strategies
 

@@ -1,12 +1,11 @@
 """Imported by the netns runtime's forkserver (runner.PRELOAD) before any node forks from it: the
 plugin registries read once (every installed distribution's entry points) and the run's own
 algorithm, model and dataset loaded there when they are edgebed's own, so a per-round trainer
-forked from it does neither as it starts. A py-spy profile of a 100-device FedAvg fleet (10 a
-round, the machine saturated) found 13% of the trainers' CPU in those lookups at each start
+forked from it does neither as it starts: those lookups are a sizeable share of each start's CPU
 (BENCHMARKS.md, "Where a fleet's round goes").
 
 A plugin of a user's package is not imported here: the forkserver keeps the runtime's powers,
-and a user's code runs in the nodes only (each node imports it as it starts, as before).
+and a user's code runs in the nodes only (each node imports it as it starts).
 """
 
 import json

@@ -1,7 +1,7 @@
-"""A switch past one bridge: a Linux bridge holds at most 1,023 ports (the 1,024th fails
-with "Exchange full", measured here, as Docker's default bridge does), so a switch with more
-ports becomes a tree inside its namespace: the switch's own bridge at the root, leaf bridges of
-at most LEAF_PORTS ports each, each leaf joined to the root by a veth pair.
+"""A switch past one bridge: a Linux bridge holds at most 1,023 ports (the kernel numbers them 1
+to BR_MAX_PORTS - 1: the 1,024th fails with "Exchange full", on Docker's default bridge too), so
+a switch with more ports becomes a tree inside its namespace: the switch's own bridge at the
+root, leaf bridges of at most LEAF_PORTS ports each, each leaf joined to the root by a veth pair.
 
     <root>-<k>   leaf k (k = 1, 2, ...): ports j with j // LEAF_PORTS = k - 1
     <root>-<k>u  its end of the veth to the root, on the leaf
@@ -9,7 +9,7 @@ at most LEAF_PORTS ports each, each leaf joined to the root by a veth pair.
 
 The names carry a '-', which a node's name never does, so they cannot meet a port named after a
 node. A switch that fits on one bridge (ports plus `extra`, e.g. a site's router) stays one
-bridge, as before. With `isolated` (the control switch: a node reaches the runner, never another
+bridge. With `isolated` (the control switch: a node reaches the runner, never another
 node) the root's ends are isolated too, so two leaves cannot reach each other through the root,
 while the runner, the root bridge's own address, is still reached from every leaf.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-BRIDGE_PORTS = 1023  # a Linux bridge's most ports (measured: the 1,024th fails with "Exchange full")
+BRIDGE_PORTS = 1023  # a Linux bridge's most ports: the kernel's BR_MAX_PORTS (1,024) less port 0
 LEAF_PORTS = 1000  # ports on one leaf; the root then holds the leaves' ends and a router or two
 
 

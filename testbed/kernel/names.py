@@ -21,8 +21,8 @@ SHAPES = {
     "node": re.compile(NODE),
     # eb-<run>-<node> (netns.netns_name), eb-<run>-ctl (control_net), eb-<run>-sw[-<site>], eb-<run>-rt-<site> (fabric)
     "netns": re.compile(rf"eb-(?P<run>{RUN_ID})-(?:(?:sw|rt)-)?{NODE}"),
-    # eb<run><index:04x><x|y> (state.temp_link_name; :03x before 2026-11-28): a veth end left in the
-    # root namespace by an edgebed before 2026-11-28, which made veths there and moved them
+    # eb<run><index:04x><x|y> (state.temp_link_name; :03x in older names): a veth end left in the
+    # root namespace by an older edgebed, which made veths there and moved them
     "veth": re.compile(rf"eb(?P<run>{RUN_ID})[0-9a-f]{{3,4}}[xy]"),
     # <euid>@<hostname>: whose run an engine's labels say it is
     "owner": re.compile(r"(?P<uid>[0-9]{1,10})@(?P<host>[A-Za-z0-9][A-Za-z0-9._-]{0,252})"),

@@ -227,8 +227,8 @@ def add_veth(ipr, ifname: str, peer_netns: str, peer_ifname: str, **attrs) -> in
     """A veth made with its end `ifname` in `ipr`'s namespace (with `attrs`, such as master= and
     state="up") and its peer `peer_ifname` in netns `peer_netns`, each under its final name;
     returns the ifindex of `ifname`. Nothing passes through the root namespace and nothing moves:
-    a veth moved between namespaces costs about 5x one made in place (300 nodes: 15.4 s against
-    0.7 s, measured while changing benchmarks/fleet_bringup.py's bring-up)."""
+    a veth moved between namespaces costs many times one made in place
+    (benchmarks/fleet_bringup.py)."""
     fd = os.open(os.path.join(NETNS_DIR, peer_netns), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         ipr.link("add", ifname=ifname, kind="veth", peer={"ifname": peer_ifname, "net_ns_fd": fd}, **attrs)
@@ -259,8 +259,8 @@ def create_netns(name: str, ipv6: bool = True) -> None:
     unshare(CLONE_NEWNET) moves only the calling thread, so the runner's own
     threads stay in the host namespace. `ipv6=False`: the interfaces made in it later get no
     IPv6 (lo keeps ::1). A cluster's networks are IPv4, and on a bridge each new port's IPv6
-    autoconfiguration (DAD, MLD, router solicitations) floods every other port: 1,000 nodes
-    plugged into one bridge took 54.8 s with it and 24.8 s without (benchmarks/fleet_bringup.py).
+    autoconfiguration (DAD, MLD, router solicitations) floods every other port, which more than
+    doubles the time to plug 1,000 nodes into one bridge (benchmarks/fleet_bringup.py).
     """
     import threading
 

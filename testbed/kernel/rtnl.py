@@ -1,14 +1,13 @@
 """A few rtnetlink requests, encoded by hand: what a fleet's bring-up sends for every node.
 
 pyroute2 (0.9) spends about 1.4 ms of Python on a request (its asyncio loop run for each call,
-its message classes' encoding and decoding), against some 0.1 ms the kernel takes: at 1,000
-devices, 14 of the 19 s of bring-up went to its links and control links, about 20 requests a
-node (BENCHMARKS.md, "A fleet up and down"). These are the link, address and neighbour requests
-of those, an HTB root and class (a shaped access link's two, and a trace's rate changes; netem,
-loss filters and peer classes stay with pyroute2), and the reads a node's own link makes every
-few seconds (its qdiscs' and classes' counters: `tc_objects`). Each request waits for its
-acknowledgement; an error comes back as OSError with the kernel's errno (pyroute2 raised its
-NetlinkError; nothing caught those here).
+its message classes' encoding and decoding), against some 0.1 ms the kernel takes; at about 20
+requests a node, that is most of a 1,000-device bring-up (BENCHMARKS.md, "A fleet up and down").
+These are the link, address and neighbour requests of those, an HTB root and class (a shaped
+access link's two, and a trace's rate changes; netem, loss filters and peer classes stay with
+pyroute2), and the reads a node's own link makes every few seconds (its qdiscs' and classes'
+counters: `tc_objects`). Each request waits for its acknowledgement; an error comes back as
+OSError with the kernel's errno (pyroute2 raised its NetlinkError; nothing caught those here).
 Formats: linux/netlink.h, rtnetlink.h, if_link.h, veth.h, neighbour.h, pkt_sched.h.
 """
 
@@ -236,7 +235,7 @@ class Rtnl:
     def tc_objects(self, index: int, classes: bool = False) -> list[TcObject]:
         """The qdiscs (or classes) of interface `index` with their kind, counters and HTB rate:
         what a node's own link reads every few seconds (pyroute2's get_qdiscs and get_classes
-        left some 5 MiB of written pages in each of a fleet's thousand supervisors, measured)."""
+        leave MiBs of written pages in each of a fleet's thousand supervisors)."""
         body = _TCMSG.pack(socket.AF_UNSPEC, index, 0, 0, 0)
         found = []
         for payload in self.dump(RTM_GETTCLASS if classes else RTM_GETQDISC, body):

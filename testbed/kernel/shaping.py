@@ -35,7 +35,7 @@ MTU = 1500
 HTB_HANDLE = 0x10000  # 1:
 HTB_CLASS = 0x10010  # 1:10
 NETEM_HANDLE = 0x100000  # 10:
-UNLIMITED_BPS = 100e9  # HTB class that never limits (a veth carries ~16 Gbit/s here)
+UNLIMITED_BPS = 100e9  # HTB class that never limits: above what a veth carries
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ one from what arrived (already JSON, read with node.untrusted's checks), strictl
 op, a missing or unknown field, or a field of the wrong type is `untrusted.Refused`, never a
 KeyError in a handler. The runner builds the same dataclasses and sends `to_wire()`, so both
 ends share one definition. A reply is `Reply(ok, detail, error)`; on the wire (the "ack"
-message) a failed reply's `detail` is "failed: ERROR" as before, so a hub that reads only
+message) a failed reply's `detail` is "failed: ERROR", so a hub that reads only
 `detail` still sees the failure.
 
     wire down   {"op": "stress", "load": 0.5, "seq": 7}

@@ -32,7 +32,7 @@ class SealedStopFlag:
     """The runner's stop for processes that are not its own (netns nodes, each its own uid): set()
     by its maker only. It is a byte in a memfd sealed against future writes once the maker has
     mapped it: a node maps it read-only and the kernel refuses any writable mapping or write
-    (before, every node mapped the runner's one shared arena writable and could stop the run)."""
+    (a flag in a shared arena every node maps writable would let any node stop the run)."""
 
     def __init__(self) -> None:
         import fcntl

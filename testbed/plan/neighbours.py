@@ -1,11 +1,11 @@
 """Each LAN's permanent ARP entries, planned before anything runs (Mininet's `--arp`, staticArp()).
 
 Why: an ARP request is a broadcast, and a LAN's bridge (or tree of bridges) copies it to every
-port. At 1,000 devices a trainer's first packet to the PS put 1,000 copies into the CPU's input
-backlog (`net.core.netdev_max_backlog`, 1,000 by default), which then dropped packets: 2,259 ARP
-copies in a 60-s FedAvg run (the kernel's kfree_skb reason CPU_BACKLOG), and every lost ARP
-exchange held a trainer's connection a second (ARP's and TCP's first retry), so rounds waited
-1.7-4.1 s for their slowest start (BENCHMARKS.md, "Where a fleet's round goes"). With each
+port. At 1,000 devices a trainer's first packet to the PS puts 1,000 copies into the CPU's input
+backlog (`net.core.netdev_max_backlog`, 1,000 by default), which then drops packets (the kernel's
+kfree_skb reason CPU_BACKLOG), and every lost ARP exchange holds a trainer's connection a second
+(ARP's and TCP's first retry), so a round waits seconds for its slowest start (BENCHMARKS.md,
+"Where a fleet's round goes"). With each
 interface's MAC made from its address, every entry is known before the nodes exist.
 
 Which pairs: every node and the LAN's hubs (the nodes that are not workers: PS, evaluator,

@@ -1,6 +1,6 @@
 """Sites (LANs) joined by WAN links: addresses, the WAN graph, routes and path delays.
 
-A scenario without `sites` is one LAN: every node on one switch, as before. With sites,
+A scenario without `sites` is one LAN: every node on one switch. With sites,
 each site gets its own subnet (a /24 of `network.subnet` where it fits), its own switch and
 a router (the site's first address) that the site's nodes use as their default gateway.
 Routers are joined pairwise by point-to-point WAN links (a /30 each, from the subnet's last

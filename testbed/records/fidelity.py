@@ -21,7 +21,7 @@ its queue was full, so more was offered than the rate lets through (a sustained 
 the queue until it drops). A saturated interval in which the link carried under LINK_SHARE of its
 rate is a "shortfall" (the host could not move the bytes the link should have). Overlimits with a
 backlog at both ~1 s samples are not enough: bursty pushes with idle gaps between them look like
-that and flagged 19-27 of 55 intervals of a healthy BSP uplink (BENCHMARKS.md, fidelity monitor).
+that, and a healthy BSP uplink would be flagged (BENCHMARKS.md, fidelity monitor).
 A saturated link whose queue never overflows (a short burst into a long queue) goes unjudged.
 """
 
@@ -45,7 +45,7 @@ WANT_WAIT = 0.10
 # Samples closer than this (a late sample followed by a prompt one) are too short to judge.
 MIN_INTERVAL_S = 0.5
 # A saturated link "fell short" under 90% of its rate: HTB's wire rate runs within about 5% of its
-# setting here (19.1 of 20 Mbit/s with iperf3), so 10% is past the shaper's own error.
+# setting, so 10% is past the shaper's own error.
 LINK_SHARE = 0.9
 
 FIDELITY_FILE = "fidelity.csv"

@@ -61,7 +61,7 @@ class Experiment:
     scenario: str  # path with {scale}, relative to the repository
     series: "list[Series] | Callable[[str], list[Series]]"  # or per scale
     analyze: Callable[["list[tuple[Series, Any]]", Path, str], dict]  # one seed: (series, records), out, scale -> headline
-    expect: str = ""  # the effect ci scale must show (the wording)
+    expect: str = ""  # the effect ci scale must show, in words
     # decided before the run: what each seed's headline is judged by (verdict.py), and how to read it
     criteria: "tuple[Criterion, ...]" = ()
     metrics: Callable[[dict, str], dict] = lambda result, scale: {}  # one seed's headline -> {criterion key: value}

@@ -10,7 +10,7 @@ from testbed.reproduce.common import fmt, time_to_accuracy_figure
 from testbed.reproduce.verdict import Criterion
 
 TARGETS = {"ci": [0.9], "paper": [0.7]}
-# Fig. 3a (from 2026-11-27): Fashion-MNIST's 0.85 at ci scale, read on the 3-evaluation moving
+# Fig. 3a: Fashion-MNIST's 0.85 at ci scale, read on the 3-evaluation moving
 # average of 1-s evaluations (one lucky evaluation must not decide a 10% bar); the time to it spans
 # 12+ check periods. The check-period count to the target is reported beside the verdict.
 FIG3_TARGETS = {"ci": [0.85], "paper": [0.7]}

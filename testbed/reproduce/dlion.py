@@ -10,10 +10,10 @@ from testbed.reproduce.common import fmt, ratio, time_to_accuracy_figure
 from testbed.reproduce.verdict import Criterion
 
 FIG6_TARGETS = {"ci": [0.7, 0.8], "paper": [0.6, 0.7]}
-# From 2026-11-27: Fig. 6's crossings on the 3-evaluation moving average, over 8 seeds: the 0.8
-# target falls on a plateau (0.766-0.803 from 26 to 42 s) where one evaluation decided a seed.
+# Fig. 6's crossings on the 3-evaluation moving average, over 8 seeds: the 0.8 target falls on a
+# plateau, where one evaluation alone would decide a seed.
 FIG6_WINDOW, FIG6_SEEDS = 3, 8
-FIG7_AT = {"ci": 300.0, "paper": 1800.0}  # ci: 60 s with adacomp_cnn until 2026-11-28 (REPRODUCTION.md change log)
+FIG7_AT = {"ci": 300.0, "paper": 1800.0}  # s: the paper reads Fig. 7 after 30 min
 
 
 def _fig6(pairs, out: Path, scale: str) -> dict:

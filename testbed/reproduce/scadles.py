@@ -267,7 +267,7 @@ def _table5_metrics(result: dict, scale: str) -> dict:
     return out
 
 
-# Extra series on the sets where ScaDLES does not hold (from 2026-11-27): ScaDLES with its linear
+# Extra series on the sets where ScaDLES does not hold: ScaDLES with its linear
 # learning-rate rule (Eq. 4c) off, and with its adaptive compression off, each alone -- which of
 # the two makes it slower than DDL there. No criterion judges them.
 ABLATIONS: dict[str, dict] = {"no lr rule": {"algorithm": {"params": {"lr_scaling": False}}},

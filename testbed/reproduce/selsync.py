@@ -62,9 +62,9 @@ TABLE1_CRITERIA = tuple(
                   "higher", -0.01, -0.01)))
 
 
-# The paper's other claim (Table I): FedAvg with C = 0.5 misses BSP's accuracy. Judged from
-# 2026-11-27 on the better of the two C = 0.5 settings: BSP's best accuracy minus theirs, at least
-# 1 point; within half a point a tie. (Every series stops at the scenario's target or its cap, so
+# The paper's other claim (Table I): FedAvg with C = 0.5 misses BSP's accuracy. Judged on the
+# better of the two C = 0.5 settings: BSP's best accuracy minus theirs, at least 1 point; within
+# half a point a tie. (Every series stops at the scenario's target or its cap, so
 # a FedAvg run that stops at the target while BSP is still below it counts against the claim.)
 FEDAVG_HALF = ("FedAvg C=0.5 E=0.25", "FedAvg C=0.5 E=0.125")
 TABLE1_CRITERIA += (Criterion("fedavg_c0.5_misses", "BSP's best accuracy minus FedAvg C=0.5's (the better E; the "

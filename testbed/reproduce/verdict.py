@@ -6,7 +6,7 @@ no-effect value, the size the mean must clear, and the band around no effect tha
 the worst of its criteria's. The rules (REPRODUCTION.md, "How a verdict is decided"):
 
 - tie: the mean is within `tie` of the no-effect value (never, for a limit with no tie band);
-  a ratio's mean (`ratio=True`) is the geometric mean of its seeds (from 2026-11-27);
+  a ratio's mean (`ratio=True`) is the geometric mean of its seeds;
 - does not hold: the mean is on the wrong side of it (or on it);
 - holds: every seed is on the right side (beyond the tie band), and the mean clears `bar`;
 - weak: otherwise (the mean's direction is right, but a seed's is not, a seed has no value, or

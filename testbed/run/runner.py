@@ -232,8 +232,8 @@ class Run:
         started = time.time()
         delays = {n.name: self.delays(n) for n in self.spec.nodes}
         # (a container waits for its role's first request meanwhile; the measurements run as exec jobs)
-        # Flows run together only in namespaces: in containers 4 at once read 60-100% of their rates
-        # (each exec'd measuring process under its container's quota), one at a time 91-100%.
+        # Flows run together only in namespaces: in containers, flows at once read well under their
+        # rates (each exec'd measuring process runs under its container's quota).
         rows = verify.verify_links(runtime, self.spec, delays, runtime.mailbox("link_check"), tolerance=tolerance,
                                    say=say, together=runtime.features.concurrent_flows)
         verify.write(rows, self.run_dir)

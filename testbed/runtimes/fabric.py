@@ -197,9 +197,9 @@ class Fabric(WanLinks):
     def _plug(self, sw: str, s, br: int, node: Node, netns: str, prefixlen: int,
               gateway: Optional[str] = None) -> tuple[DirectionPlan, DirectionPlan]:
         """A veth from the node's netns (eth0, its address, uplink shaping) to the switch (downlink
-        shaping). Links, addresses, neighbours and an HTB rate by kernel.rtnl (a fleet's bring-up: a
-        node's requests through pyroute2 took about 25 ms); routes, netem, loss filters and peer
-        classes by pyroute2."""
+        shaping). Links, addresses, neighbours and an HTB rate by kernel.rtnl (pyroute2's cost a
+        request adds up over a fleet's bring-up); routes, netem, loss filters and peer classes by
+        pyroute2."""
         pidx = self._switch_rtnl[sw].add_veth(node.name, netns, "eth0", master=br, up=True)
         up = plan_direction(node.link.uplink, self.caps, node.link.uplink_peers)
         down = plan_direction(node.link.downlink, self.caps, node.link.downlink_peers)

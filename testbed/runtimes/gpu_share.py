@@ -9,9 +9,9 @@ Mechanisms, recorded per node in meta.json:
   (CUDA_MPS_PINNED_DEVICE_MEM_LIMIT), which holds for any code in the node;
 - gpu_share: edgebed's roles pace their steps to 1/share of their busy time; a command workload's
   program, which nothing paces, gets MPS's active-thread percentage where an MPS daemon runs.
-  Measured on an H100 (BENCHMARKS.md): paced steps follow the share within 8%; MPS's percentage
-  left a small model's step time unchanged and slowed a compute-bound one by less than the share
-  says (0.56x-0.30x of it), and with pacing on top it overshot at small shares."""
+  Pacing is the roles' way because paced steps follow the share, while MPS's percentage leaves a
+  small model's step time unchanged, slows a compute-bound one by less than the share says, and
+  with pacing on top overshoots at small shares (BENCHMARKS.md)."""
 
 from __future__ import annotations
 

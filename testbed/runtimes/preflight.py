@@ -137,9 +137,9 @@ def plugin_problems(sc: Scenario) -> list[str]:
 # training process (a worker, the PS, the evaluator: torch, its data, the model) and the runner's
 # open files for it (its control connections, its netns handles).
 NODE_PROCESS_MIB = 37.0
-IDLE_NODE_MIB = 0.6  # a node with no process (namespace, veths, qdiscs, cgroup): 0.53 MiB measured
+IDLE_NODE_MIB = 0.6  # a node with no process (namespace, veths, qdiscs, cgroup), rounded up
 NODE_FILES = 8
-IDLE_NODE_FILES = 1  # a node with no process: a 1,002-node per-round fleet's runner held 897 files at most
+IDLE_NODE_FILES = 1  # a node with no process: under one of the runner's files each
 RESERVE_MIB = 1024.0  # the runner, the page cache a run reads its data through
 RESERVE_FILES = 256
 

@@ -115,8 +115,8 @@ def register_sweeper(sweeper: Sweeper) -> None:
 
 def temp_link_name(run_id: str, index: int, end: str) -> str:
     """Name of a veth end while it was still in the root namespace (<= 15 chars: 2 + 6 + 4 + 1).
-    Runs since 2026-11-28 make their veths in place (kernel.netlink.add_veth); `down` still
-    removes what a crashed run of an older edgebed left under these names."""
+    Runs make their veths in place now (kernel.netlink.add_veth); `down` still removes what a
+    crashed run of an older edgebed left under these names."""
     if not 0 <= index <= 0xFFFF:
         raise ValueError(f"veth index {index} out of range")
     return f"eb{run_id}{index:04x}{end}"
@@ -421,7 +421,7 @@ def _remove_namespaces(netns_names: list[str], progress: Tick = no_ticks) -> lis
 
 
 def _remove_temp_links(run_id: str) -> list[str]:
-    """Temporary veth ends left in the root namespace by a crash mid-creation (editions before 2026-11-28)."""
+    """Temporary veth ends left in the root namespace by a crash mid-creation (an older edgebed's)."""
     from pyroute2 import IPRoute
 
     problems = []

@@ -133,8 +133,8 @@ class Profile(BothDirections):
 
     def paces_steps(self) -> bool:
         """Whether a device node's steps are paced (node/pacing.py): by default, unless pace_steps is false.
-        Paced, a step took its device's time within 2.5% on two hosts; by the quota alone, within
-        24% (BENCHMARKS.md, "Device profiles")."""
+        Paced, a step keeps its device's time far more closely than by the quota alone
+        (BENCHMARKS.md, "Device profiles")."""
         return self.is_device() and self.pace_steps is not False
 
     def has_gpus(self) -> bool:

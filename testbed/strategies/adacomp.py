@@ -13,7 +13,7 @@ and the parameter moves with its own learning rate (Eq. 4, 5):
 
     Theta_k(i+1) = Theta_k(i) - alpha_k(i) dTheta_k(i),   alpha_k = alpha / sigma_k (alpha if sigma_k = 0)
 
-The PS keeps the indices of the last `history` updates only (the issue's d): a push older than
+The PS keeps the indices of the last `history` updates only (d): a push older than
 that counts the touches it still has (a lower bound on sigma_k). Pulls are the dense model; no
 error feedback (NOTES.md).
 

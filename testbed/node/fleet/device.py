@@ -9,8 +9,8 @@ host. What it runs (its trainer, its stress, a measuring job) is forked by the h
 forkserver (node.fleet.spawner) into its namespace and cgroup, with the device's keys alone. Its
 link is shaped and read from the host's process, in its namespace.
 
-A supervisor process a device cost 11-14 MiB of private pages (its Python and ZeroMQ pages
-written after the fork, measured: BENCHMARKS.md), which held the lab to 1,000 devices.
+A supervisor process a device would cost 11-14 MiB of private pages (its Python and ZeroMQ pages
+written after the fork: BENCHMARKS.md), which would hold the lab to 1,000 devices.
 """
 
 from __future__ import annotations

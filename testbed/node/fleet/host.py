@@ -1,9 +1,9 @@
 """A lab host's devices in one container (runtime swarm's fleets):
 `python -m testbed.node.fleet HOST UP DOWN`.
 
-A device on swarm used to be a container of its own: about 40 MiB while idle (its supervisor
-and shim) and a trainer that imported torch at the device's quota (40-46 s at 0.05 of a core),
-so a thousand did not fit the lab (BENCHMARKS.md). Here one container a host holds all of that
+A container a device would cost about 40 MiB while idle (its supervisor and shim) and a
+trainer that imports torch at the device's quota (most of a minute at 0.05 of a core), so a
+thousand would not fit the lab (BENCHMARKS.md). Here one container a host holds all of that
 host's devices the way the netns runtime holds them on one machine: each device a network
 namespace with its own veth on the host's LAN (`fleet0`, the host its gateway) and its own
 cgroup inside the container's (CPU quota, memory limit), and no process while it is idle. The
@@ -11,8 +11,8 @@ container's first process (HostAgent) serves every device's requests, each devic
 own channel keys (the hub knows each device by its key, as any node: node.fleet.device); a
 forkserver loaded with torch and the run's dataset forks each device's trainer into its
 namespace and cgroup, with that device's keys alone (node.fleet.spawner). A supervisor process
-a device, forked warm, cost 11-14 MiB of private pages (measured: BENCHMARKS.md), which held
-the lab to 1,000 devices.
+a device, even forked warm, would cost 11-14 MiB of private pages (BENCHMARKS.md), which would
+hold the lab to 1,000 devices.
 
 Traffic: a device's default route is the host, which forwards onto the run's overlay; the other
 nodes route the host's LAN through its overlay address (runtimes.swarm.fleet gives them the

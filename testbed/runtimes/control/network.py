@@ -57,14 +57,14 @@ class ControlNetwork:
         with ns_iproute(self.netns) as c:
             # A bridge's own MAC is its lowest port's unless set: it would change as ports are
             # plugged in, and a container that resolved the runner's address before that sends
-            # to the old one, which the bridge drops, until its ARP entry ages (measured: 20-30 s
-            # without an answer, one run in three).
+            # to the old one, which the bridge drops, until its ARP entry ages (tens of seconds
+            # without an answer).
             c.link("add", ifname=BRIDGE, kind="bridge", address=local_mac())
             br = c.link_lookup(ifname=BRIDGE)[0]
             c.addr("add", index=br, address=RUNNER_ADDRESS, prefixlen=CONTROL_SUBNET.prefixlen)
             c.link("set", index=br, state="up")
             tree = BridgeTree(c, br, BRIDGE, len(node_netns), isolated=True)  # its leaves made as they fill
-            with Rtnl(self.netns) as rt:  # a node's control link by kernel.rtnl: pyroute2 took 8 ms a node
+            with Rtnl(self.netns) as rt:  # kernel.rtnl: pyroute2's cost a request adds up over a fleet
                 for i, (node, netns) in enumerate(node_netns.items()):
                     self.addresses[node] = str(next(hosts))
                     self._plug(rt, tree.bridge_for(i), i, netns, self.addresses[node])

@@ -27,7 +27,7 @@ def _import_main() -> None:
     try:  # module's own start of a process (unguarded) fails instead of forking from here
         spawn.prepare({k: v for k, v in json.loads(wanted).items() if k in MAIN_KEYS})
     except BaseException:  # never break the forkserver (a script's sys.exit included): each node
-        pass  # then imports the main module itself, as before
+        pass  # then imports the main module itself as it starts
     finally:
         delattr(me, "_inheriting")
 

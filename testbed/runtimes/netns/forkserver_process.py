@@ -6,8 +6,8 @@ is_alive, and multiprocessing's own _cleanup that every Process.start runs over 
 per-round trainers start from the runner's trainer thread) can both see the sentinel readable;
 the first reads the status, the second reads end-of-file and sets the return code to 255, "the
 forkserver itself got killed". A node that ended with 0 then reads as one that failed, and the
-run fails with it (measured: 4 threads polling an ended process together read 255 in 64 of 200
-tries). Here the read is made under a lock, once."""
+run fails with it (threads that poll an ended process together hit this often). Here the read
+is made under a lock, once."""
 
 from __future__ import annotations
 

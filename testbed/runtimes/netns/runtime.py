@@ -194,8 +194,8 @@ class NetnsRuntime(LocalNodeOps, Runtime):
                 raise HostCannot(f"node {node.name} runs the image {node.image}: that needs the docker runtime")
         grants = self._grant_gpus(spec)
         # read by the forkserver as it starts (the first node's start): an MPS daemon's clients stay
-        # in its PID namespace, untried apart; so do per-round trainers, whose namespaces made a
-        # large fleet's rounds slower than the seal may cost (BENCHMARKS.md, "A sealed node")
+        # in its PID namespace, untried apart; so do per-round trainers, whose namespaces would make
+        # a large fleet's rounds slower than the seal may cost (BENCHMARKS.md, "A sealed node")
         apart = self.mps is None and not spec.trainers_per_round
         os.environ[PID_NAMESPACES_ENV] = "1" if apart else "0"
         computes = {}

@@ -347,7 +347,7 @@ class SwarmRuntime(SupervisedNodes, Runtime):
 
     def _shape(self, spec: ClusterSpec) -> None:
         """Each node shapes its own link (the first request it gets: it may still be starting) and
-        has its clock read; all nodes at once (one by one took 1-2 s a node at 32 nodes)."""
+        has its clock read; all nodes at once (one by one would cost a second or more a node)."""
         from concurrent.futures import ThreadPoolExecutor
 
         firsts = self.fleet.first_devices() if self.fleet is not None else set()

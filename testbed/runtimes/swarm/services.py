@@ -17,7 +17,7 @@ from testbed.runtimes.engine.supervised import join_polling, role_ended
 from testbed.runtimes.swarm.hosts import SwarmHost, swarm_client, swarm_hosts
 from testbed.runtimes.state import LABEL, RUN_LABEL
 
-CONTAINERS_GONE_S = 90.0  # s to wait: 1,000 devices' fleet hosts were gone 23 s into a down (BENCHMARKS)
+CONTAINERS_GONE_S = 90.0  # s to wait: a few times what a 1,000-device fleet's hosts take (BENCHMARKS)
 
 
 class HubCgroup(CgroupUsage):
@@ -218,7 +218,7 @@ def set_container_quota(node: str, host: SwarmHost, container: str, period: Opti
 
 TASK_TIMEOUT = 180.0  # s for every task to run (an image load on a slow host included)
 # new tasks for a container the engine failed to start: it races with itself at times ("unable to
-# remount dir as readonly ... secrets: device or resource busy", moby#48783, open; once in CI)
+# remount dir as readonly ... secrets: device or resource busy", moby#48783)
 START_RETRIES = 2
 ENDED = ("rejected", "failed", "shutdown", "complete", "orphaned")
 
