@@ -7,7 +7,7 @@ import os
 import pytest
 
 import edgebed
-from conftest import REPO, needs_root
+from helpers import REPO, needs_root
 from edgebed import ScenarioError
 
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root
+from helpers import REPO, edgebed_cmd, needs_root
 
 
 def test_quick_suite_is_small_and_the_full_one_covers_the_goals():

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import edgebed_cmd, write_scenario
+from helpers import edgebed_cmd, write_scenario
 
 from testbed.plan import parse_scenario
 from testbed.plan.availability import MAX_INTERVALS, model_offline, plan_offline

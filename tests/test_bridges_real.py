@@ -8,7 +8,7 @@ import os
 
 import pytest
 import yaml
-from conftest import REPO, needs_root, run_up, write_scenario
+from helpers import REPO, needs_root, run_up, write_scenario
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

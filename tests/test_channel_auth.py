@@ -8,8 +8,7 @@ import time
 
 import pytest
 import zmq
-from conftest import until
-from test_records_channel import _free_port, loopback_hub
+from helpers import HANDSHAKE, _free_port, at_handshake, loopback_hub, until
 
 from testbed.node import channel, channel_keys
 from testbed.node.channel_keys import ChannelKeys
@@ -17,13 +16,6 @@ from testbed.records import metrics
 from testbed.records.columns import EVAL_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
 from testbed.runtimes.channel_auth import RunKeys
 
-HANDSHAKE = "handshake failed (no CURVE, or not the hub's key)"
-
-
-def at_handshake(drops) -> int:
-    """Clients stopped at the handshake: refused by it, or cut off in it (a plain client may close
-    first, having seen the hub's CURVE greeting: the hub then sees EPIPE)."""
-    return sum(n for why, n in drops.items() if why == HANDSHAKE or why.startswith("handshake cut off"))
 NODES = {"w0": "worker", "w1": "worker", "ps": "ps", "eval": "evaluator"}
 
 

@@ -5,7 +5,7 @@ import subprocess
 import time
 
 import pytest
-from conftest import needs_root
+from helpers import needs_root
 from typer.testing import CliRunner
 
 from testbed.runtimes import state

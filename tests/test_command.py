@@ -2,8 +2,6 @@
 addresses handed over as placeholders and torch.distributed's environment, their reports in the
 records; a DDP program (torchrun, gloo) whose all-reduce follows the shaped links."""
 
-import base64
-import errno
 import json
 import subprocess
 import sys
@@ -11,7 +9,8 @@ import sys
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root, run_up, write_scenario
+from helpers import (REPO, _client, assert_shaping_held, edgebed_cmd, needs_root, run_up, undo_shaping_scenario,
+                     write_scenario)
 from testbed.node.roles.command import environment, placeholders
 from testbed.node.roles.common import RoleConfig
 from testbed.plan import parse_scenario
@@ -161,8 +160,6 @@ def test_a_command_workload_runs_across_docker_containers(tmp_path, clean_host):
     """The docker runtime: each worker's program (here inline, with the image's torch) joins a
     gloo process group across the containers from the placeholders' environment, all-reduces,
     reports, and prints to its container's log, saved as logs/<node>.log; each has its own HOME."""
-    from test_docker_runtime import _client
-
     _client()  # skips without an engine
     program = ("{python} -c \"import os, torch, torch.distributed as d, edgebed; d.init_process_group('gloo'); "
                "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); edgebed.report(step=1, allreduce_sum=t.item()); "
@@ -182,43 +179,12 @@ def test_a_command_workload_runs_across_docker_containers(tmp_path, clean_host):
 
 
 # -- user code without the node's powers (SECURITY.md) -----------------------------------------
-UNDO_RATE_MBIT = 20  # each worker's uplink, its only shaped direction: rank 1's own qdisc holds its sending rate
-
-
-def undo_shaping_scenario(runtime: str) -> dict:
-    """Two workers running tests/undo_shaping.py, inline (a container has none of this repository's
-    files): each tries to delete its root qdisc and take an address, then w1 sends to w0."""
-    code = base64.b64encode((REPO / "tests" / "undo_shaping.py").read_bytes()).decode()
-    program = f"{{python}} -c \"import base64; exec(base64.b64decode('{code}'))\" {{address}} {{master_addr}} {{rank}}"
-    return {"runtime": runtime, "stop": {"seconds": 120}, "workload": {"command": {"worker": program}},
-            "profiles": {"edge": {"cpus": 0.5, "uplink": f"{UNDO_RATE_MBIT}mbit"}},
-            "workers": [{"count": 2, "profile": "edge"}]}
-
-
-def assert_shaping_held(run_dir) -> float:
-    """Both programs were refused (EPERM; the tc and ip programs failed where the node has them),
-    the qdisc and the addresses stayed, and w0 received at the shaped rate; that rate."""
-    summary = json.loads((run_dir / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["reason"] == "commands", summary
-    rep = pd.read_csv(run_dir / "report.csv")
-    got = {(row.node, row.key): row.value for row in rep.itertuples()}
-    for node in ("w0", "w1"):
-        assert (got[(node, "tc_del_errno")], got[(node, "addr_add_errno")]) == (errno.EPERM, errno.EPERM), got
-        assert got[(node, "tc_program_status")] != 0 and got[(node, "ip_program_status")] != 0, got  # -1: none there
-        assert (got[(node, "root_is_htb")], got[(node, "holds_stolen_address")]) == (1.0, 0.0), got
-    rate = got[("w0", "received_mbit")]
-    assert 0.5 * UNDO_RATE_MBIT <= rate <= 1.2 * UNDO_RATE_MBIT, rate  # unshaped: Gbit/s (loose: a loaded host)
-    return rate
-
-
 @needs_root
 @pytest.mark.parametrize("runtime", ["netns", "docker"])
 def test_a_command_cannot_remove_its_shaping_or_take_an_address(tmp_path, clean_host, runtime):
     """A program in a node runs without capabilities: `tc qdisc del ... root` and `ip addr add`
     fail with EPERM, and its link still measures its rate afterwards."""
     if runtime == "docker":
-        from test_docker_runtime import _client
-
         _client()  # skips without an engine
     r, run_dir = _up(tmp_path, undo_shaping_scenario(runtime))
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

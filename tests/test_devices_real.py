@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import needs_root, start_up, write_scenario
+from helpers import needs_root, start_up, write_scenario
 from testbed.kernel import cgroups
 
 SCENARIO = {

@@ -3,18 +3,9 @@
 import os
 
 import pytest
-from conftest import needs_root, our_netns
+from helpers import _client, needs_root, our_netns
 
 pytestmark = [needs_root, pytest.mark.root]
-
-
-def _client():
-    from testbed.runtimes.docker import docker_client
-
-    c = docker_client(timeout=3)
-    if c is None:
-        pytest.skip("no Docker engine answers (CI starts dockerd; elsewhere start it to run these)")
-    return c
 
 
 @pytest.fixture(scope="module")

@@ -3,7 +3,7 @@
 import json
 
 import pytest
-from conftest import needs_root, run_up
+from helpers import needs_root, run_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

@@ -7,7 +7,7 @@ import stat
 import subprocess
 
 import pytest
-from conftest import needs_root
+from helpers import needs_root
 from typer.testing import CliRunner
 
 from testbed.kernel import cgroups, names

@@ -8,32 +8,13 @@ import time
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up, start_up, write_scenario
+from helpers import REPO, _docker_or_skip, _rates, edgebed_cmd, needs_root, our_netns, run_up, start_up, write_scenario
 
 from testbed.records.columns import LINK_RATES_FILE
 from testbed.records.fidelity import FIDELITY_FILE
 from testbed.records.metrics import TABLES
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
-
-
-def _rates(traffic: pd.DataFrame, node: str, direction: str, window: int = 3) -> pd.DataFrame:
-    """Bit rates of a node's access link over `window` consecutive samples (~1 s apart) of
-    traffic.csv (one sample's interval is too short to judge: counters and clock are read apart)."""
-    t = traffic[(traffic.node == node) & (traffic.link == "access") & (traffic.direction == direction)]
-    t = t.sort_values("time").reset_index(drop=True)
-    bps = t.delta_bytes.rolling(window).sum() * 8 / t.time.diff(window)
-    return pd.DataFrame({"time": t.time, "bps": bps}).dropna()
-
-
-def _docker_or_skip() -> None:
-    from testbed.runtimes.docker import docker_client
-    from testbed.runtimes.images import ensure_node_image
-
-    client = docker_client(timeout=3)
-    if client is None:
-        pytest.skip("no Docker engine answers (CI starts dockerd; elsewhere start it to run this)")
-    ensure_node_image(client, say=lambda s: None)
 
 
 def _leftovers(run_dir) -> list[str]:

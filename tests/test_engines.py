@@ -185,7 +185,7 @@ def test_this_machines_engine_is_still_reached_over_its_socket(monkeypatch):
 def test_the_cli_says_a_refused_docker_host_in_one_line():
     import subprocess
 
-    from conftest import edgebed_cmd
+    from helpers import edgebed_cmd
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("DOCKER_")}
     for args in (["build"], ["hosts"]):

@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from conftest import needs_root, run_up, write_scenario
+from helpers import needs_root, run_up, write_scenario
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import yaml
-from conftest import REPO, run_up, write_scenario
+from helpers import REPO, run_up, write_scenario
 
 
 def test_two_hundred_devices_that_come_and_go_reach_the_target_with_per_round_trainers(tmp_path, clean_host):

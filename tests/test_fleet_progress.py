@@ -4,7 +4,7 @@ in a log and as bars on a terminal."""
 import io
 
 import pytest
-from conftest import needs_root
+from helpers import needs_root
 
 from testbed.run.progress import FleetProgress
 

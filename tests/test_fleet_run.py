@@ -6,7 +6,7 @@ import json
 import pandas as pd
 import pytest
 import yaml
-from conftest import REPO, edgebed_cmd, needs_root, run_up, write_scenario
+from helpers import REPO, edgebed_cmd, needs_root, run_up, write_scenario
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, needs_root, run_up
+from helpers import REPO, needs_root, run_up
 
 FLOWER = REPO / ".venv-flower" / "bin" / "flower-superlink"
 ROUNDS = 3

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import yaml
-from conftest import REPO, needs_root, start_up
+from helpers import REPO, needs_root, start_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

@@ -5,7 +5,7 @@ import time
 
 import pytest
 import torch
-from conftest import needs_root, netns_cluster
+from helpers import needs_root, netns_cluster
 from env_probe import write_environment
 
 from testbed.kernel.gpus import HostGpu, parse_nvidia_smi

@@ -12,8 +12,7 @@ import pytest
 import torch
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
-from conftest import until
-from test_records_channel import _free_port, _speak_as, loopback_hub
+from helpers import _free_port, _speak_as, loopback_hub, until
 
 from testbed.node import channel, channel_keys, transport, untrusted
 from testbed.node.untrusted import Refused

@@ -23,7 +23,7 @@ from testbed.records import metrics
 from testbed.runtimes import hub_rules
 from testbed.runtimes.hub import PUB_QUEUE, ControlHub, Shares
 
-from conftest import REPO, until
+from helpers import REPO, until
 
 HELPER = REPO / "tests" / "hub_process.py"
 STUCK_SUBSCRIBER_MIB = PUB_QUEUE * channel.CHUNK / (1 << 20)  # the hub's bound: 16 MiB

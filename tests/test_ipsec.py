@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, is_root, run_up, write_scenario
+from helpers import REPO, _engine, _run, is_root, run_up, write_scenario
 
 from testbed.kernel import ipsec
 from testbed.plan import parse_scenario
@@ -222,9 +222,6 @@ def test_the_probe_command_exits_with_what_it_found():
 
 
 # -- on the lab of two hosts (test_swarm's fixture) ----------------------------------------------
-from test_swarm import _engine, _run  # noqa: E402 (the lab fixture: conftest.py)
-
-
 def _this_kernel() -> int:
     """What the lab hosts' kernel (this machine's) can do, tried in a scratch namespace."""
     r = subprocess.run(["unshare", "--net", sys.executable, "-c",

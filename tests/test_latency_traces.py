@@ -23,7 +23,7 @@ from testbed.scenario.links import Direction
 from testbed.scenario.loading import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import TraceSchedule
-from conftest import needs_root, netns_cluster, write_scenario
+from helpers import make_run, needs_root, netns_cluster, write_scenario
 
 PING = """PING 10.0.0.1 (10.0.0.1) 56(84) bytes of data.
 [1700000000.000000] 64 bytes from 10.0.0.1: icmp_seq=1 ttl=64 time=40.0 ms
@@ -284,8 +284,6 @@ def test_plot_draws_the_delay_a_trace_set_on_its_own_axis(tmp_path):
     from testbed.records.plot_network import link_rates_figure
     from testbed.records.plot_style import style_for
     from testbed.records.reader import load_run
-    from test_records_plotting import make_run
-
     run = make_run(tmp_path)
     rows = [f"{t / 10},w0,up,,{t / 10},{0.01 * (1 + t % 2)}" for t in range(50)]  # a delay trace alone
     rows += ["0.0,w1,up,5000000,0,", "2.0,w1,up,2000000,2,"]  # a rate trace alone: no delay axis

@@ -8,7 +8,7 @@ import time
 
 import pytest
 import yaml
-from conftest import edgebed_cmd, needs_root, our_netns, our_processes, run_up, start_up
+from helpers import edgebed_cmd, needs_root, our_netns, our_processes, run_up, start_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.serial]  # counts every namespace and process on the host
 

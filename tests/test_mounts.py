@@ -4,8 +4,7 @@ import errno
 import secrets
 
 import pytest
-from conftest import needs_root
-from test_privileges import in_child
+from helpers import in_child, needs_root
 
 from testbed.kernel import cgroups
 from testbed.kernel.mounts import mount_points, read_only_host_controls

@@ -9,7 +9,7 @@ import subprocess
 import threading
 
 import pytest
-from conftest import needs_root, netns_cluster
+from helpers import needs_root, netns_cluster
 
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import needs_root, netns_cluster
+from helpers import needs_root, netns_cluster
 
 pytestmark = [needs_root, pytest.mark.root]
 

@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import needs_root
+from helpers import needs_root
 
 from testbed.kernel import files
 from testbed.kernel.netlink import NETNS_DIR, remove_netns

@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import REPO, needs_root
+from helpers import REPO, needs_root
 
 SHAPED = textwrap.dedent("""
     import socket, sys

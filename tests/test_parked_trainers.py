@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import torch
 import zmq
-from conftest import needs_root, run_up, write_scenario
+from helpers import _docker_or_skip, needs_root, run_up, write_scenario
 
 from testbed.node.roles.common import RoleConfig
 from testbed.node.roles.parking import ParkedTrainers
@@ -156,8 +156,6 @@ def test_a_fleet_with_parked_trainers_starts_each_device_once_and_trains(tmp_pat
     round's clients train on its model, and the model learns. Docker: the trainer is a role its
     container's supervisor keeps while it waits."""
     if runtime == "docker":
-        from test_dynamics_run import _docker_or_skip
-
         _docker_or_skip()
     data = {"name": "parked", "seed": 1, "runtime": runtime,
             "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 2},

@@ -10,7 +10,7 @@ import threading
 import time
 
 import pytest
-from conftest import needs_root, netns_cluster, until
+from helpers import needs_root, netns_cluster, until
 
 from testbed.kernel import pid_namespace
 from testbed.kernel.parent_death import ParentWatch

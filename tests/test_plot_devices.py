@@ -6,7 +6,7 @@ import json
 
 import pandas as pd
 import pytest
-from test_records_plotting import WORKER_SPEED, make_run
+from helpers import WORKER_SPEED, make_run
 
 from testbed.records.plot_devices import devices_figure, node_devices, step_rates
 from testbed.records.reader import load_run

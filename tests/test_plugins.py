@@ -11,7 +11,7 @@ import textwrap
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd, needs_root, run_up, write_scenario
+from helpers import REPO, _client, edgebed_cmd, needs_root, run_up, write_scenario
 from testbed import plugins
 from testbed.plan import parse_scenario
 from testbed.runtimes.preflight import plugin_problems
@@ -204,8 +204,6 @@ def test_the_example_plugin_trains_on_the_docker_runtime_from_its_package(instal
     """`packages: [examples/plugin]`: installed into a layer over the node image, used by every
     container (the runner, too, needs it: the same package installed here)."""
     import yaml
-    from test_docker_runtime import _client
-
     _client()  # skips without an engine
 
     data = yaml.safe_load((EXAMPLE / "scenario.yaml").read_text())

@@ -3,7 +3,6 @@ its node's powers (nothing), checked in forked children: the sets the kernel rep
 changes refused as root, and no way back through exec (root's, or a file with capabilities)."""
 
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -11,31 +10,10 @@ import threading
 
 import pytest
 
-from conftest import needs_root
+from helpers import in_child, needs_root
 from testbed.kernel.privileges import PrivilegeError, drop_privileges, process_status
 
 CLONE_NEWNET = 0x40000000
-
-
-def in_child(fn) -> dict:
-    """fn() in a forked child; what it returned (a JSON-able dict), or its error as {"error": ...}."""
-    r, w = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(r)
-            try:
-                out = fn()
-            except BaseException as e:
-                out = {"error": f"{type(e).__name__}: {e}"}
-            os.write(w, json.dumps(out, default=repr).encode())
-        finally:
-            os._exit(0)  # never back into pytest from a forked child
-    os.close(w)
-    with os.fdopen(r) as f:
-        data = f.read()
-    os.waitpid(pid, 0)
-    return json.loads(data)
 
 
 def _status_of(argv: list[str]) -> dict:

@@ -4,7 +4,6 @@ requests, delays and replicas reach the nodes. Each node here speaks with its ow
 (test_channel_auth.py: what happens without them)."""
 import json
 import os
-import socket
 import threading
 import time
 
@@ -17,18 +16,12 @@ from testbed.records import metrics
 from testbed.records.columns import STEP_COLUMNS
 from testbed.runtimes.hub import ControlHub
 
-from conftest import until
+from helpers import _free_port, _speak_as, until
 
 
 def _cfg(run_dir, records=""):
     return RoleConfig(node="w0", role="worker", rank=0, run_dir=str(run_dir), t0=time.time(), scenario={},
                       ps_address="127.0.0.1", threads=1, records=records)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _hub(tmp_path) -> tuple[ControlHub, str, str]:
@@ -37,23 +30,6 @@ def _hub(tmp_path) -> tuple[ControlHub, str, str]:
     hub = ControlHub(None, "127.0.0.1", up, down, tmp_path)
     _speak_as(hub, "w0", "worker")
     return hub, f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}"
-
-
-def loopback_hub(tmp_path) -> ControlHub:
-    """A hub on 127.0.0.1 with the run's tables in tmp_path; its (up, down) URLs in `.urls`."""
-    metrics.init_tables(tmp_path)
-    up, down = _free_port(), _free_port()
-    hub = ControlHub(None, "127.0.0.1", up, down, tmp_path)
-    hub.urls = (f"tcp://127.0.0.1:{up}", f"tcp://127.0.0.1:{down}")
-    return hub
-
-
-def _speak_as(hub, name: str, role: str) -> channel_keys.ChannelKeys:
-    """This process's channel sockets from now on speak for node `name` of the hub's run."""
-    channel.flush()
-    keys = hub.keys.admit(name, role)
-    channel_keys.use(keys)
-    return keys
 
 
 @pytest.fixture(autouse=True)

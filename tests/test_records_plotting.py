@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 import pytest
+from helpers import DURATION, STEP_BYTES, WORKER_SPEED, _write_csv, make_run
 
 from testbed.records.plotting import PLOT_FILES, plot_compare, plot_run
 from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS, RunNotFound, load_run,
@@ -19,92 +18,6 @@ from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, T
 
 REPO = Path(__file__).resolve().parents[1]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-
-WORKER_SPEED = {"w0": 2.0, "w1": 1.0, "w2": 0.25}  # steps/s: w2 is the straggler
-DURATION = 40
-STEP_BYTES = 40_000
-TRAFFIC_NODES = ["ps", "eval", "w0", "w1", "w2"]
-
-
-def _write_csv(path: Path, columns: list[str], rows: list[list[Any]]) -> None:
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(columns)
-        w.writerows(rows)
-
-
-def _step_rows() -> list[list[Any]]:
-    rows = []
-    for node, speed in WORKER_SPEED.items():
-        n = int(DURATION * speed)
-        for i in range(1, n + 1):
-            t = round(i / speed, 3)
-            loss = 2.3 * math.exp(-t / 15) + 0.1
-            rows.append([t, node, i, loss, 32, 0.05, STEP_BYTES, STEP_BYTES, 0.8 / speed, 0.2 / speed, i - 1])
-    return sorted(rows, key=lambda r: r[0])
-
-
-def _eval_rows() -> list[list[Any]]:
-    rows = []
-    for k, t in enumerate(range(5, DURATION + 1, 5), start=1):
-        acc = 0.95 - 0.8 * math.exp(-t / 12)
-        rows.append([float(t), 14 * k, 14 * k, acc, 2.3 * math.exp(-t / 15) + 0.1, 1000])
-    return rows
-
-
-def _traffic_rows() -> list[list[Any]]:
-    rows = []
-    totals = {(n, d): 0 for n in TRAFFIC_NODES for d in ("up", "down")}
-    for t in range(1, DURATION + 1):
-        for node in TRAFFIC_NODES:
-            for direction in ("up", "down"):
-                if node == "ps":
-                    delta = 125_000 * 3 if direction == "down" else 125_000 * 2  # ingress 3 Mbit/s
-                else:
-                    delta = 125_000 if direction == "up" else 60_000
-                totals[(node, direction)] += delta
-                rows.append([float(t), node, "access", direction, totals[(node, direction)], delta, t * 10])
-    return rows
-
-
-def make_run(
-    root: Path,
-    name: str = "run-a",
-    *,
-    steps: bool = True,
-    evals: bool = True,
-    traffic: bool = True,
-    events: bool = True,
-    target: float | None = 0.9,
-) -> Path:
-    run = root / name
-    run.mkdir(parents=True)
-    nodes = {
-        "ps": {"role": "ps", "profile": {"cpus": 2.0}, "address": "10.0.0.2"},
-        "eval": {"role": "evaluator", "profile": {}, "address": "10.0.0.3"},
-        **{
-            w: {"role": "worker", "profile": {"cpus": s}, "address": f"10.0.0.{10 + i}"}
-            for i, (w, s) in enumerate(WORKER_SPEED.items())
-        },
-    }
-    (run / "meta.json").write_text(json.dumps({"run_id": name, "nodes": nodes, "links": {}}))
-    stop = {"seconds": DURATION} | ({"target_accuracy": target} if target is not None else {})
-    (run / "scenario.yaml").write_text(json.dumps({"name": "synthetic", "stop": stop}))  # JSON is YAML
-    if steps:
-        _write_csv(run / "steps.csv", STEP_COLUMNS, _step_rows())
-    if evals:
-        _write_csv(run / "eval.csv", EVAL_COLUMNS, _eval_rows())
-    if traffic:
-        _write_csv(run / "traffic.csv", TRAFFIC_COLUMNS, _traffic_rows())
-    if events:
-        _write_csv(run / "events.csv", EVENT_COLUMNS, [[20.02, 20.0, "w2", "set_link", "rate=1mbit"]])
-    summary = {
-        "final_accuracy": _eval_rows()[-1][3], "best_accuracy": _eval_rows()[-1][3],
-        "steps": 112, "wall_seconds": DURATION, "ps_ingress_bytes": 125_000 * 3 * DURATION,
-        "workers": 3, "status": "completed", "reason": "seconds",
-    }  # fmt: skip
-    (run / "summary.json").write_text(json.dumps(summary))
-    return run
 
 
 # --- records ------------------------------------------------------------------------------

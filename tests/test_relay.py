@@ -6,7 +6,7 @@ import sys
 import threading
 
 import pytest
-from conftest import needs_root
+from helpers import needs_root
 
 from testbed.runtimes.relay import PortRelay
 

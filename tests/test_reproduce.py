@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from conftest import REPO, edgebed_cmd
+from helpers import REPO, edgebed_cmd
 
 
 def _fake_run(path: Path, evals: list[tuple[float, int, float]], ingress_per_update: float = 0.0,

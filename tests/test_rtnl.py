@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from conftest import needs_root
+from helpers import needs_root
 from testbed.kernel import rtnl
 from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
 from testbed.kernel.shaping import change_rate, htb_burst

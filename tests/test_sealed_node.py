@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import needs_root, netns_cluster
+from helpers import needs_root, netns_cluster
 
 from testbed.kernel.identity import run_block
 from testbed.node import mailbox, reach

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import needs_root
+from helpers import needs_root
 
 from testbed.kernel.shaping import KernelCaps, htb_burst, plan_direction
 from testbed.scenario.links import Direction

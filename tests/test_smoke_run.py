@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up
+from helpers import REPO, edgebed_cmd, needs_root, our_netns, run_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

@@ -4,8 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import needs_root, run_up, start_up
-from test_records_channel import _free_port
+from helpers import _free_port, needs_root, run_up, start_up
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
 

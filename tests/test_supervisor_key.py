@@ -10,9 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO, needs_root, until
-from test_privileges import in_child
-from test_records_channel import loopback_hub
+from helpers import REPO, in_child, loopback_hub, needs_root, until
 
 from testbed.kernel.privileges import drop_privileges
 from testbed.node import channel_keys, launch

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from conftest import REPO, edgebed_cmd, run_up, start_up, write_scenario
-from test_channel_auth import at_handshake
+from helpers import (REPO, _engine, _ours_on, _rates, _run, assert_shaping_held, at_handshake, edgebed_cmd, run_up,
+                     start_up, undo_shaping_scenario, write_scenario)
 
 from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.hosts import SwarmHost, SwarmPlacer
@@ -299,29 +299,6 @@ def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_t
 
 
 # -- on a lab of two hosts (the `lab` fixture: tests/conftest.py, one lab for the whole session) -----
-def _engine(url):
-    import docker
-
-    return docker.DockerClient(base_url=url, timeout=30)
-
-
-def _ours_on(host) -> dict:
-    c = _engine(host.socket)
-    out = {"containers": [x.name for x in c.containers.list(all=True, filters={"label": "edgebed"})],
-           "networks": [n.name for n in c.networks.list(filters={"label": "edgebed"})]}
-    if host.name.endswith("h1"):
-        out["services"] = [s.name for s in c.services.list(filters={"label": "edgebed"})]
-    return out
-
-
-def _run(tmp_path, sc: dict, *extra: str, env=None):
-    """`edgebed up` of scenario dict `sc` (plus options); the run directory, after checking it ran."""
-    path = write_scenario(tmp_path, sc)
-    run_dir = tmp_path / "run"
-    run_up(path, run_dir, *extra, "-q", timeout=900, env=env)
-    return run_dir
-
-
 @pytest.mark.serial  # lab down acts on the machine's lab: never beside a lane whose lab is up
 @pytest.mark.root
 def test_lab_down_removes_the_veth_of_a_bring_up_that_failed_before_its_namespace():
@@ -512,8 +489,6 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     workers' profile has its own CPU period (set by the host's engine once the task runs). w2's
     link follows a rate trace (the node's own clock) and a latency trace (the runner's reshapes):
     a delay change must never set the node's trace rate back."""
-    from test_dynamics_run import _rates
-
     sc = yaml.safe_load((REPO / "scenarios" / "dynamics-smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
     sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"}, {"at": "34s", "target": "w2", "action": "resume"},
@@ -744,8 +719,6 @@ def test_a_command_cannot_remove_its_shaping_or_take_an_address_on_swarm(tmp_pat
     """Where the node's container has NET_ADMIN (its supervisor shapes its link), the role's
     program has none: deleting the root qdisc and adding an address fail with EPERM, and w1's
     link (on the second host) still measures its rate into w0 afterwards."""
-    from test_command import assert_shaping_held, undo_shaping_scenario
-
     sc = undo_shaping_scenario("swarm")
     sc["placement"] = {"ps": "eb-lab-h1", "eval": "eb-lab-h1", "w0": "eb-lab-h1", "w1": "eb-lab-h2"}
     run_dir = _run(tmp_path, sc)

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import zmq
 
-from conftest import needs_root, run_up, write_scenario
+from helpers import _ours_on, needs_root, run_up, write_scenario
 from testbed.node.channel_keys import ChannelKeys
 from testbed.node.fleet_plan import DevicePlan, FleetPlan, keys_from_text, keys_to_text
 from testbed.plan import parse_scenario as scenario_from_dict
@@ -246,8 +246,6 @@ def test_a_per_round_fleet_trains_from_one_container_a_host(tmp_path, lab, clean
     and quota inside its host's container, FedAvg selecting 5 a round; the records show rounds
     that finished, the devices on both hosts, their own links and cgroups counted, and nothing of
     the run left on either host."""
-    from test_swarm import _ours_on
-
     sc = {"name": "fleet-swarm", "seed": 1, "runtime": "swarm",
           "workload": {"model": "mlp", "dataset": "mnist5k", "batch_size": 32, "lr": 0.05, "eval_seconds": 5},
           "stop": {"seconds": 45},

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import REPO, needs_root, start_up, write_scenario
+from helpers import REPO, needs_root, start_up, write_scenario
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator  # noqa: E402

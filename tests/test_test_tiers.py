@@ -4,7 +4,7 @@ the ones it says (a stuck test or lane ends CI with a summary, not with CI's own
 import re
 import subprocess
 
-from conftest import REPO
+from helpers import REPO
 
 
 def _make_test_commands() -> list[str]:

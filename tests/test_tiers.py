@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from helpers import REPO
 
 
 # run inside the collecting pytest: each test in the order it runs, with its tier marks (one

@@ -147,7 +147,7 @@ def test_engine_thread_applies_within_100ms_of_schedule():
 
 def test_shipped_trace_loads():
     """scenarios/traces/lte-synthetic.up (Mahimahi format): 30 one-second rows, a 2 s outage."""
-    from conftest import REPO
+    from helpers import REPO
 
     rows = read_link_trace(REPO / "scenarios" / "traces" / "lte-synthetic.up")
     assert len(rows) == 30 and [t for t, _, _ in rows] == [float(i) for i in range(30)]
@@ -187,7 +187,7 @@ def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
 
 def test_wan_link_targets():
     import yaml
-    from conftest import REPO
+    from helpers import REPO
 
     from testbed.plan import load_scenario
     from testbed.scenario.schema import resolve_target

@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 import torch
 
-from conftest import REPO
+from helpers import REPO
 from testbed.strategies.compressors import AdaptiveTopC
 
 

@@ -4,7 +4,7 @@ import json
 import subprocess
 
 import pytest
-from conftest import REPO, edgebed_cmd, needs_root, our_netns, run_up, write_scenario
+from helpers import REPO, edgebed_cmd, needs_root, our_netns, run_up, write_scenario
 
 pytestmark = [needs_root, pytest.mark.root]
 

@@ -9,7 +9,7 @@ import tomllib
 
 import torch
 
-from conftest import REPO
+from helpers import REPO
 
 SAFE_FLOOR = (2, 10)
 

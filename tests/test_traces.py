@@ -18,7 +18,7 @@ from testbed.scenario.loading import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import (CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates,
                                      trace_file)
-from conftest import needs_root, netns_cluster, write_scenario
+from helpers import make_run, needs_root, netns_cluster, write_scenario
 
 
 def _write(tmp_path: Path, name: str, text: str) -> Path:
@@ -407,8 +407,6 @@ def test_plot_shows_configured_beside_measured_per_traced_link(tmp_path):
     from testbed.records.plot_style import style_for
     from testbed.records.plotting import plot_run
     from testbed.records.reader import load_run
-    from test_records_plotting import make_run
-
     run = make_run(tmp_path)
     rows = [(t / 10, "w0", "up", 1e6 * (1 + t % 3), t / 10) for t in range(0, 400)]
     rows += [(0.0, "w1", "down", 5e6, 3.0), (20.0, "w1", "down", 2e6, 23.0)]
