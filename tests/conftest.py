@@ -173,7 +173,7 @@ def is_real(item) -> bool:
 
 # the test files whose tests use the lab (a session fixture): `make test`'s lanes give each file's
 # tests to one lane together, so one lab is brought up, once
-LAB_FILES = ("tests/test_swarm.py", "tests/test_ipsec.py", "tests/test_swarm_fleet.py")
+LAB_FILES = ("tests/lab/test_swarm.py", "tests/lab/test_ipsec.py", "tests/lab/test_swarm_fleet.py")
 
 
 def pytest_collection_modifyitems(config, items):

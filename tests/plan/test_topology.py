@@ -11,7 +11,7 @@ from testbed.plan.cluster import build_cluster
 from testbed.plan.topology import plan_topology
 from testbed.scenario.schema import ScenarioError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def two_sites(**extra) -> dict:

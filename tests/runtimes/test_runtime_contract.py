@@ -12,7 +12,7 @@ import pytest
 from testbed import runtimes
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable
 
-PACKAGE = Path(__file__).resolve().parent.parent / "testbed"
+PACKAGE = Path(__file__).resolve().parents[2] / "testbed"
 # Branches the lead removes when scenario/schema.py moves its runtime checks to the runtimes
 # (runtimes.scenario_problems): network.encrypt needs swarm, kafka's image needs docker.
 PENDING: dict[str, int] = {}

@@ -12,7 +12,7 @@ from testbed.plan import load_scenario, parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.scenario.schema import KAFKA_IMAGE, ScenarioError
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def scenario(**streaming) -> dict:

@@ -16,7 +16,7 @@ from testbed.records.plotting import PLOT_FILES, plot_compare, plot_run
 from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS, RunNotFound, load_run,
                                     traffic_rates)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 

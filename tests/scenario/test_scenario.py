@@ -12,7 +12,7 @@ from testbed.cli import app
 from testbed.plan import load_scenario, parse_scenario
 from testbed.scenario.schema import Profile, Scenario, ScenarioError, scenario_to_yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 SMOKE = REPO / "scenarios" / "smoke.yaml"
 
 
