@@ -49,7 +49,7 @@ demo: setup
 # plain pytest. Clean-clone `.ci/run`s in two lanes (2026-11-29): passed in 41.6 min (27.8 + 4.5
 # min of tests), failed two tests, failed one (a lane collision: all mended), passed in 43.7 min
 # (28.6 + 5.2 min of tests) against 75 in one lane (README, "Tests").
-# Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
+# Flower for tests/runs/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 PYTEST_CI ?= --durations=25 --timeout=1200
 LANES ?= 2
 # Each pytest is interrupted (SIGINT: it prints its summary) past these: a stuck lane ends CI with

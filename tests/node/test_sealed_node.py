@@ -199,7 +199,7 @@ def test_a_docker_nodes_code_runs_as_its_own_uid_and_reaches_nothing_of_its_supe
 
 def test_a_node_keeps_its_parent_death_signal_as_its_own_uid():
     """The kernel clears the parent-death signal when a process's ids change: a netns node would
-    outlive a killed runner (tests/test_lifecycle.py's kill -9 test found it)."""
+    outlive a killed runner (tests/runs/test_lifecycle.py's kill -9 test found it)."""
     from testbed.kernel.identity import node_identity
     from testbed.kernel.parent_death import die_with_parent, parent_death_signal
     from testbed.kernel.privileges import drop_privileges

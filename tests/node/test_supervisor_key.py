@@ -1,6 +1,6 @@
 """A node's supervisor speaks with a key of its own that nothing the node runs holds
 (node.supervisor_sender): the counters behind traffic.csv and resources.csv, its acks and its
-role's state come with it (the hub takes them with no other key: tests/test_channel_auth.py).
+role's state come with it (the hub takes them with no other key: tests/runtimes/test_channel_auth.py).
 Its file is readable only with CAP_DAC_OVERRIDE; a forked sender reads it, removes it where it
 can and sends what the supervisor hands it; what the supervisor forks closes its end first."""
 

@@ -262,7 +262,7 @@ def test_a_supervisor_answers_the_hub_and_stops_by_itself_when_the_runner_goes(t
         assert hub.request("w0", {"op": "go", "idle": True}, timeout=30) == "idle"
         assert not own.exists() and not hub.drops
         # the answer to 'reboot' after a kill twice never came on a loaded CI machine: the killed stress
-        # process had held the stop Event's lock (node.stop_flag, tests/test_stop_flag.py)
+        # process had held the stop Event's lock (node.stop_flag, tests/node/test_stop_flag.py)
         assert hub.request("w0", {"op": "stress", "load": 0.1}, timeout=30).startswith("stress 0.1 cores in 1 ")
         assert hub.request("w0", {"op": "kill"}, timeout=30).startswith("killed")
         with pytest.raises(RuntimeError, match="w0: failed: unknown request 'reboot'"):  # a typed error

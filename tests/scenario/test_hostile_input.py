@@ -67,7 +67,7 @@ def test_a_long_bad_value_is_not_echoed():
     ({"seed": 10 ** 29}, "seed", "less than or equal to 2147483647"),
     ({"workers": [{"count": 10_000, "name": f"g{chr(97 + i // 26)}{chr(97 + i % 26)}"} for i in range(6)]}, "workers",
      "60000 workers in all; a run takes at most 10000"),
-    # (1,023 workers on one bridge: runtime docker's and swarm's refusal, tests/test_bridges.py)
+    # (1,023 workers on one bridge: runtime docker's and swarm's refusal, tests/kernel/test_bridges.py)
     ({"workload": {"dataset": "synthetic_cifar:1000000000000"}}, "workload.dataset", "at most 1,000,000"),
     ({"network": {"subnet": "10.9.0.0/29"}, "workers": [{"count": 3}], "streaming": {"broker": {"kind": "tansu"}}},
      "network.subnet", "too few addresses for 6 nodes"),  # ps, eval, 3 workers and the broker
