@@ -1,8 +1,9 @@
-"""What more than one test file uses, in one module (no test file imports another): the
-repository's path, the root check, waiting, `edgebed up` as a subprocess, a netns cluster, what a
-run leaves on the host, a control hub on loopback, a forked child, a Docker engine, the lab's
-engines and runs, and a synthetic run's records. Imported as `helpers` (pyproject.toml's pytest
-`pythonpath`); tests/conftest.py holds the fixtures and the tiers."""
+"""What more than one test file uses, in one module (no test file imports another, or conftest:
+tests/repo/test_layout.py): the repository's path, the root check, waiting, `edgebed up` as a
+subprocess, a netns cluster, what a run leaves on the host, a control hub on loopback, a forked
+child, a Docker engine, the lab's engines and runs, and a synthetic run's records. Imported as
+`helpers` (pyproject.toml's pytest `pythonpath`); tests/conftest.py holds the fixtures and the
+tiers."""
 
 import base64
 import csv
