@@ -47,7 +47,7 @@ demo: setup
 # CPU): the lab's files one lane's unit of work, the rest shared out, then the tests marked
 # `serial` (they check the whole host or time something) alone: the default, `LANES=1` for one
 # plain pytest. Two lanes take little more than half of one lane's time (README, "Tests").
-# Flower for tests/test_flower_app.py; where PyPI is out of reach its test says so and skips.
+# Flower for tests/runs/test_flower_app.py; where PyPI is out of reach its test says so and skips.
 PYTEST_CI ?= --durations=25 --timeout=1200
 LANES ?= 2
 # Each pytest is interrupted (SIGINT: it prints its summary) past these: a stuck lane ends CI with

@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def stream(runtime: str) -> list[tuple[str, float, bool]]:
     """Two devices at 50 samples/s of 3 KB through the embedded broker: each within 5% of the rate
-    (was tests/test_broker.py); nothing lost."""
+    (was tests/data/test_broker.py); nothing lost."""
     from testbed.bench.stream import stream_benchmark
 
     res = stream_benchmark(2, 50.0, seconds=10.0, warmup=2.0, say=lambda s: None)
@@ -32,7 +32,7 @@ def stream(runtime: str) -> list[tuple[str, float, bool]]:
 
 def topology(runtime: str) -> list[tuple[str, float, bool]]:
     """Two sites, 200 Mbit/s LANs, a 20 Mbit/s WAN: goodput 95% +/- 5 points of the rate on each path
-    and direction (was tests/test_topology_runtime.py)."""
+    and direction (was tests/runs/test_topology_runtime.py)."""
     from testbed.bench.links import topology_benchmark
 
     res = topology_benchmark(lan="200mbit", wan="20mbit", seconds=3.0, say=lambda s: None, tolerance=0.10,
@@ -43,7 +43,7 @@ def topology(runtime: str) -> list[tuple[str, float, bool]]:
 
 def peer_classes(runtime: str) -> list[tuple[str, float, bool]]:
     """w0's 40 Mbit/s access link with its traffic to w1 held to 8 Mbit/s (16 back): goodput 95% +/- 6
-    points of each class's rate (was tests/test_topology_runtime.py)."""
+    points of each class's rate (was tests/runs/test_topology_runtime.py)."""
     from testbed.bench.harness import Bench, measure_transfer
 
     scenario = {"name": "bench", "runtime": "netns", "profiles": {"edge": {"bandwidth": "40mbit", "loss": 0.0001}},
@@ -86,14 +86,14 @@ def _rtt_bounds(name: str, rows: list[dict]) -> list[tuple[str, float, bool]]:
 
 def smoke_rtt(runtime: str) -> list[tuple[str, float, bool]]:
     """scenarios/smoke.yaml with --verify-links: each worker's measured round trip at most 8 ms over
-    the configured one (was tests/test_smoke_run.py); 15 s of training is enough for the check."""
+    the configured one (was tests/runs/test_smoke_run.py); 15 s of training is enough for the check."""
     rows = _link_check(runtime, stop={"seconds": 15})
     return [("smoke run exit code", rows, False)] if isinstance(rows, int) else _rtt_bounds("smoke", rows)
 
 
 def swarm_links(runtime: str) -> list[tuple[str, float, bool]]:
     """The smoke scenario on the lab of two hosts (made here if none is up, removed after), workers
-    on the second: every cross-host rate within 3% (was tests/test_swarm.py), round trips as smoke-rtt."""
+    on the second: every cross-host rate within 3% (was tests/lab/test_swarm.py), round trips as smoke-rtt."""
     from testbed.runtimes.swarm import lab
 
     made = not lab.lab_hosts()
@@ -113,7 +113,7 @@ def swarm_links(runtime: str) -> list[tuple[str, float, bool]]:
 
 def timeline(runtime: str) -> list[tuple[str, float, bool]]:
     """The timeline's thread on the wall clock: each change applied within 100 ms of its time (was
-    tests/test_timeline.py). No root needed."""
+    tests/run/test_timeline.py). No root needed."""
     from testbed.run.timeline import Change, Timeline
 
     got: list[tuple[float, float]] = []

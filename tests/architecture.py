@@ -1,6 +1,6 @@
 """The import graph and function lengths of testbed/ (issue 19's measures).
 
-`python tests/architecture.py` prints the report; tests/test_architecture.py asserts on it.
+`python tests/architecture.py` prints the report; tests/repo/test_architecture.py asserts on it.
 Lazy imports inside functions count: a cycle closed by one still couples the modules."""
 from __future__ import annotations
 

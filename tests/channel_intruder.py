@@ -1,4 +1,4 @@
-"""A neighbour on the hosts' network trying a run's control channel (tests/test_swarm.py runs it in
+"""A neighbour on the hosts' network trying a run's control channel (tests/lab/test_swarm.py runs it in
 a lab host's own namespace, which is no node of the run):
 `python channel_intruder.py UP DOWN SECONDS SERVER_KEY [STOLEN_KEYS]`.
 

@@ -1,94 +1,11 @@
 import inspect
 import os
 import re
-import subprocess
-import sys
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
-
-
-def is_root() -> bool:
-    return os.geteuid() == 0
-
-
-needs_root = pytest.mark.skipif(not is_root(), reason="needs root: namespaces, veth, tc and cgroups")
-
-
-def until(cond, limit: float = 30.0) -> bool:
-    """Whether `cond()` became true within `limit` seconds (asked every 20 ms)."""
-    deadline = time.monotonic() + limit
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.02)
-    return False
-
-
-def edgebed_cmd() -> list[str]:
-    exe = Path(sys.executable).with_name("edgebed")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "testbed.cli"]
-
-
-def write_scenario(tmp_path: Path, data: dict, name: str = "s.yaml") -> Path:
-    """Scenario dict `data` as a YAML file in tmp_path; its path."""
-    import yaml
-
-    path = tmp_path / name
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def _up_args(scenario, run_dir, extra) -> list[str]:
-    return edgebed_cmd() + ["up", str(scenario), *([] if run_dir is None else ["--out", str(run_dir)]), *extra]
-
-
-def run_up(scenario, run_dir=None, *extra: str, expect: int | None = 0, timeout: float = 600, env=None,
-           cwd=REPO) -> subprocess.CompletedProcess:
-    """`edgebed up SCENARIO --out RUN_DIR EXTRA...` as a subprocess (in the repository, so relative
-    scenario paths work); asserts its exit code is `expect` (None: not checked), the output's tails
-    in the message. A test that calls it is a real run (auto-marked `real` and `slow`)."""
-    r = subprocess.run(_up_args(scenario, run_dir, extra), cwd=cwd, capture_output=True, text=True,
-                       timeout=timeout, env=env)
-    if expect is not None:
-        assert r.returncode == expect, f"exit {r.returncode}, not {expect}\n" + r.stdout[-3000:] + r.stderr[-3000:]
-    return r
-
-
-def start_up(scenario, run_dir=None, *extra: str, env=None, cwd=REPO, **popen) -> subprocess.Popen:
-    """`edgebed up` started in the background (stdout and stderr together in a pipe unless `popen`
-    says otherwise), for a test that acts on the run while it runs."""
-    opts = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, **popen}
-    return subprocess.Popen(_up_args(scenario, run_dir, extra), cwd=cwd, env=env, **opts)
-
-
-def our_netns() -> list[str]:
-    d = Path("/run/netns")
-    return sorted(p.name for p in d.iterdir() if p.name.startswith("eb-")) if d.is_dir() else []
-
-
-def our_processes() -> list[str]:
-    """Processes of edgebed's runs left on the host, as "pid args" lines.
-
-    Not the heavy lock's waiters nor the lab's engines (edgebed-heavy.lock, edgebed-lab in their
-    args), and not this process's own children: a netns cluster made in the test process
-    (netns_cluster) leaves its forkserver here until pytest exits, and its args carry the
-    editable install's "__editable__.edgebed-0.1.0" path hook, not a run's name.
-    """
-    out = subprocess.run(["ps", "-eo", "pid,ppid,args"], capture_output=True, text=True).stdout
-    mine, lines = str(os.getpid()), []
-    for line in out.splitlines()[1:]:
-        pid, ppid, args = (line.split(None, 2) + ["", ""])[:3]
-        named = args.replace("__editable__.edgebed-", "")
-        if ppid == mine or "ps -eo" in args or "edgebed-heavy.lock" in args or "edgebed-lab" in args:
-            continue
-        if "edgebed-" in named:
-            lines.append(f"{pid} {args}")
-    return lines
+from helpers import is_root, our_netns
 
 
 def _descends_from_me(pid) -> bool:
@@ -183,31 +100,6 @@ def _lab_answers(hosts) -> bool:
         return False
 
 
-@contextmanager
-def netns_cluster(run_dir, scenario: dict):
-    """A netns cluster made from a scenario dict; torn down (and checked) on exit."""
-    import secrets
-
-    from testbed.plan import parse_scenario
-    from testbed.plan.cluster import build_cluster
-    from testbed.runtimes.netns.runtime import NetnsRuntime
-    from testbed.runtimes.state import RunState
-
-    sc = parse_scenario(scenario)
-    run_id = secrets.token_hex(3)
-    state = RunState(run_id=run_id, runner_pid=os.getpid(), run_dir=str(run_dir), scenario=sc.name)
-    state.save()
-    rt = NetnsRuntime(state)
-    rt.set_preload([])
-    spec = build_cluster(sc, run_id)
-    try:
-        rt.create(spec)
-        yield rt, spec
-    finally:
-        assert rt.teardown() == []
-        assert not [n for n in our_netns() if run_id in n]
-
-
 @pytest.fixture
 def job_out():
     """A folder a netns node's job may write its result into: a node runs as its own uid, to which
@@ -240,7 +132,8 @@ def _calls(src: str, names: set[str]) -> bool:
 
 
 def _real_helpers(module) -> set[str]:
-    """The module's own functions that (transitively) bring something real up."""
+    """The module's own functions, and those it takes from helpers.py, that (transitively) bring
+    something real up."""
     if module is None:
         return set()
     cached = module.__dict__.get("_edgebed_real_helpers")
@@ -248,7 +141,7 @@ def _real_helpers(module) -> set[str]:
         return cached
     funcs = {}
     for name, f in vars(module).items():
-        if inspect.isfunction(f) and f.__module__ == module.__name__ and not name.startswith("test_"):
+        if inspect.isfunction(f) and f.__module__ in (module.__name__, "helpers") and not name.startswith("test_"):
             try:
                 funcs[name] = inspect.getsource(f)
             except (OSError, TypeError):
@@ -280,7 +173,7 @@ def is_real(item) -> bool:
 
 # the test files whose tests use the lab (a session fixture): `make test`'s lanes give each file's
 # tests to one lane together, so one lab is brought up, once
-LAB_FILES = ("tests/test_swarm.py", "tests/test_ipsec.py", "tests/test_swarm_fleet.py")
+LAB_FILES = ("tests/lab/test_swarm.py", "tests/lab/test_ipsec.py", "tests/lab/test_swarm_fleet.py")
 
 
 def pytest_collection_modifyitems(config, items):

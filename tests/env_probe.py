@@ -1,4 +1,4 @@
-"""A node job for tests/test_gpus.py, in a module without torch: a job's module is imported in the
+"""A node job for tests/runtimes/test_gpus.py, in a module without torch: a job's module is imported in the
 node before it drops its capabilities, which needs the process to have one thread (torch's import
 can start one)."""
 import json

@@ -1,5 +1,5 @@
 """A control hub, or a coordinator's replica board, in a process of its own, so that its memory
-is its alone (tests/test_hub_bytes.py).
+is its alone (tests/runtimes/test_hub_bytes.py).
 
 `python hub_process.py hub RUN_DIR`: its first line on stdout is JSON: the up and down URLs, and
 the whole keys of its run's nodes (w0 and w1 workers, ps, eval). Then, for each line on stdin:

@@ -1,7 +1,7 @@
 """What a node's code can reach, tried from inside a node as its code would try it (a measuring
 job: `runtime.start(node, "testbed.node.reach:probe", {...})`): the answer for each attempt is
 "ok" or the error the kernel gave. SECURITY.md's promises for each runtime are these answers
-(tests/test_sealed_node.py asks them on netns, docker and the lab's swarm).
+(tests/node/test_sealed_node.py asks them on netns, docker and the lab's swarm).
 
 Nothing here changes what it reaches: a file is opened for writing and closed unwritten, a
 signal is 0 (a permission check), a link planted or a file made where it is allowed is removed
