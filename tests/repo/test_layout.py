@@ -9,8 +9,8 @@ import architecture as arch
 
 TESTS = Path(__file__).resolve().parents[1]
 # beside conftest.py and helpers.py, the modules at the top are run or read by path, not collected
-TOP = {"conftest.py", "helpers.py", "architecture.py", "channel_intruder.py", "env_probe.py", "hub_process.py",
-       "undo_shaping.py"}
+TOP = {"conftest.py", "helpers.py", "architecture.py", "comment_history.py", "channel_intruder.py", "env_probe.py",
+       "hub_process.py", "undo_shaping.py"}
 FOLDERS = {layer for layer in arch.LAYERS if layer != "(top)"} | {"lab", "runs", "repo"}
 
 

@@ -4,7 +4,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def layout_rows(text: str | None = None) -> dict[str, str]:

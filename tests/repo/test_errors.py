@@ -9,7 +9,7 @@ import pytest
 from testbed import errors
 from testbed.errors import BadInput, EdgebedError, HostCannot, MessageRefused, RunFailed
 
-PACKAGE = Path(__file__).resolve().parent.parent / "testbed"
+PACKAGE = Path(__file__).resolve().parents[2] / "testbed"
 NOT_ERRORS = {"testbed.run.interrupts.Interrupted"}  # a signal that the run was torn down, not an error
 
 

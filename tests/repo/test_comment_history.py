@@ -7,7 +7,7 @@ import sys
 import pytest
 
 import comment_history as ch
-from conftest import REPO
+from helpers import REPO
 
 
 def test_testbed_and_the_makefile_carry_no_history():

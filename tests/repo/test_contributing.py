@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from helpers import REPO
 
 HOOK = REPO / "hooks" / "commit-msg"
 TEMPLATE = REPO / ".gitmessage"
