@@ -3,7 +3,11 @@ tests/repo/test_layout.py): the repository's path, the root check, waiting, `edg
 subprocess, a netns cluster, what a run leaves on the host, a control hub on loopback, a forked
 child, a Docker engine, the lab's engines and runs, and a synthetic run's records. Imported as
 `helpers` (pyproject.toml's pytest `pythonpath`); tests/conftest.py holds the fixtures and the
-tiers."""
+tiers.
+
+Nothing it imports at its top starts a thread (pandas and numpy do: imported inside the functions
+that use them): a node process that unpickles a test's function imports its test file and this
+module, then drops its privileges, which a second thread would refuse."""
 
 import base64
 import csv
@@ -19,12 +23,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 import pytest
 
 from testbed.node import channel, channel_keys
 from testbed.records import metrics
-from testbed.records.reader import EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
+from testbed.records.columns import EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
 from testbed.runtimes.control.hub import ControlHub
 
 REPO = Path(__file__).resolve().parent.parent
@@ -233,9 +236,11 @@ def _run(tmp_path, sc: dict, *extra: str, env=None):
 
 
 # -- what runs measure ---------------------------------------------------------------------------
-def _rates(traffic: pd.DataFrame, node: str, direction: str, window: int = 3) -> pd.DataFrame:
+def _rates(traffic: "pd.DataFrame", node: str, direction: str, window: int = 3) -> "pd.DataFrame":
     """Bit rates of a node's access link over `window` consecutive samples (~1 s apart) of
     traffic.csv (one sample's interval is too short to judge: counters and clock are read apart)."""
+    import pandas as pd
+
     t = traffic[(traffic.node == node) & (traffic.link == "access") & (traffic.direction == direction)]
     t = t.sort_values("time").reset_index(drop=True)
     bps = t.delta_bytes.rolling(window).sum() * 8 / t.time.diff(window)
@@ -260,6 +265,8 @@ def assert_shaping_held(run_dir) -> float:
     the qdisc and the addresses stayed, and w0 received at the shaped rate; that rate."""
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["reason"] == "commands", summary
+    import pandas as pd
+
     rep = pd.read_csv(run_dir / "report.csv")
     got = {(row.node, row.key): row.value for row in rep.itertuples()}
     for node in ("w0", "w1"):

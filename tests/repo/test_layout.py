@@ -70,3 +70,14 @@ def test_the_checks_find_a_borrowed_helper_and_a_stray_file(tmp_path):
     (tmp_path / "test_d.py").write_text("")
     assert borrowed(tmp_path) == [("attic/test_c.py", "conftest"), ("kernel/test_b.py", "test_a")]
     assert misplaced(tmp_path) == ["test_d.py", "attic/test_c.py"]
+
+
+def test_importing_the_helpers_starts_no_thread():
+    """A node process that unpickles a test's function imports its file and tests/helpers.py, then
+    drops its privileges, which needs a process of one thread (kernel.privileges)."""
+    import subprocess
+    import sys
+
+    code = "import os, helpers; print(len(os.listdir('/proc/self/task')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=TESTS, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "1", out.stderr[-2000:]
