@@ -26,8 +26,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from testbed.errors import RunFailed
 from testbed.bench.harness import Bench, save_result
+from testbed.errors import RunFailed
 from testbed.node import untrusted
 from testbed.plan import parse_scenario
 from testbed.run import devices as run_devices

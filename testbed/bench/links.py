@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import RunFailed
 from testbed.bench.harness import Bench, measure_transfer, save_result
+from testbed.errors import RunFailed
 from testbed.node import mailbox
 from testbed.run.flows import BENCH_PORT, ping_client, ping_server
 from testbed.runtimes import runtime_class

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import HostCannot, RunFailed
 from testbed.bench.harness import Bench, measure_transfer, mem_available, run_for_records, save_result
 from testbed.bench.overhead import bare_process
+from testbed.errors import HostCannot, RunFailed
 from testbed.scenario import units
 
 

@@ -166,8 +166,7 @@ def soak_benchmark(*, minutes: int = 30, workers: int = 4, seed: int = 1, runtim
                    run_dir: Optional[Path] = None, say: Callable[[str], None] = print) -> dict:
     import yaml
 
-    from testbed.bench.harness import save_result
-    from testbed.bench.harness import run_child
+    from testbed.bench.harness import run_child, save_result
 
     if minutes < 2:
         raise ValueError("--minutes: at least 2 (the first minute has no fault)")

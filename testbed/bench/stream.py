@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import HostCannot, RunFailed
 from testbed.bench.harness import Bench, save_result
+from testbed.errors import HostCannot, RunFailed
 from testbed.node import mailbox
 
 

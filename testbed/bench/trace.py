@@ -31,8 +31,8 @@ from typing import Callable, Optional
 
 from testbed.bench.harness import Bench, save_result
 from testbed.bench.links import udp_sink
-from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
 from testbed.node.trace_replay import TraceReplay, schedules_to_wire
+from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
 from testbed.runtimes.replay import replays_of
 
 # (label, the trace w0's uplink replays): a library path picks that direction's file

@@ -12,9 +12,17 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from testbed.cli.common import (
+    DOCKER_HOST,
+    SCENARIO_RUNTIMES,
+    TRACE_DIRS,
+    checked,
+    fail,
+    load_checked,
+    runtime_option,
+    use_docker_host,
+)
 from testbed.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED
-from testbed.cli.common import (DOCKER_HOST, SCENARIO_RUNTIMES, TRACE_DIRS, checked, fail, load_checked,
-                                runtime_option, use_docker_host)
 
 if TYPE_CHECKING:
     from testbed.scenario.document import Scenario
@@ -235,7 +243,7 @@ def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default:
     use_docker_host(docker_host)
 
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import cleanup_run, engine_runs, known_runs, labelled_runs
+    from testbed.runtimes.state import engine_runs, known_runs, labelled_runs
 
     load_backends()
     labelled = labelled_runs()

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+
 @dataclass(frozen=True)
 class Panel:
     """One panel of an experiment's band figure: y against x from the seeds' curves (NAME.csv),

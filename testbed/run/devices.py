@@ -45,8 +45,8 @@ from testbed.errors import HostCannot, RunFailed
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.run.cpu_fit import local_cores
-from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
+from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.schema import Scenario
 
 CALIBRATE_TARGET = "testbed.node.calibrate:run_calibration"

@@ -28,10 +28,9 @@ from testbed.plan.delays import transport_delays
 from testbed.plan.placement import place
 from testbed.plan.streams import stream_config
 from testbed.records import metrics
-from testbed.run import devices as run_devices
-from testbed.run import meta as run_meta
-from testbed.run.events import Events
+from testbed.run import devices as run_devices, meta as run_meta
 from testbed.run.cpu_fit import oversubscription_warnings
+from testbed.run.events import Events
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.progress import FleetProgress

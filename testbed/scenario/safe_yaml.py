@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import BadInput
 from testbed.data.textfile import capped_text
+from testbed.errors import BadInput
 
 MAX_BYTES = 1 << 20  # a scenario is a page of YAML; traces and data live in files of their own
 MAX_DEPTH = 32

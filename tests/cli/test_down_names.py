@@ -7,11 +7,12 @@ import stat
 import subprocess
 
 import pytest
-from helpers import needs_root
 from typer.testing import CliRunner
 
 from testbed.kernel import cgroups, names
 from testbed.runtimes import state
+
+from helpers import needs_root
 
 DEAD_PID = 2 ** 22 - 3  # above any pid this machine hands out (pid_max 2**22 at most)
 

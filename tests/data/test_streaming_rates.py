@@ -7,9 +7,22 @@ import math
 import numpy as np
 import pytest
 
-from testbed.data.streaming.rates import (DEFAULT_FLOOR, PAPER_RANGE, RATE_SETS, ConstantRate, NormalRate, RateSchedule,
-                                          TraceRate, UniformRate, device_schedules, paced, parse_rate_spec,
-                                          read_rate_trace, sample_device_rates, schedule_for)
+from testbed.data.streaming.rates import (
+    DEFAULT_FLOOR,
+    PAPER_RANGE,
+    RATE_SETS,
+    ConstantRate,
+    NormalRate,
+    RateSchedule,
+    TraceRate,
+    UniformRate,
+    device_schedules,
+    paced,
+    parse_rate_spec,
+    read_rate_trace,
+    sample_device_rates,
+    schedule_for,
+)
 
 N_DRAWS = 200_000
 

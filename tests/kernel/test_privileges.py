@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
-from helpers import in_child, needs_root
 from testbed.kernel.privileges import PrivilegeError, drop_privileges, process_status
+
+from helpers import in_child, needs_root
 
 CLONE_NEWNET = 0x40000000
 

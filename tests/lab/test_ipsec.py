@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from helpers import REPO, _engine, _run, is_root, run_up, write_scenario
-
 from testbed.kernel import ipsec
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
+
+from helpers import REPO, _engine, _run, is_root, run_up, write_scenario
 
 
 # -- the scenario field --------------------------------------------------------------------------

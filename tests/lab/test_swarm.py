@@ -14,12 +14,24 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import (REPO, _engine, _ours_on, _rates, _run, assert_shaping_held, at_handshake, edgebed_cmd, run_up,
-                     start_up, undo_shaping_scenario, write_scenario)
-
 from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer
 from testbed.runtimes.swarm.services import measure_offset
+
+from helpers import (
+    REPO,
+    _engine,
+    _ours_on,
+    _rates,
+    _run,
+    assert_shaping_held,
+    at_handshake,
+    edgebed_cmd,
+    run_up,
+    start_up,
+    undo_shaping_scenario,
+    write_scenario,
+)
 
 
 # -- placement, without an engine ------------------------------------------------------------
@@ -121,7 +133,7 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 
     from testbed.kernel.shaping import KernelCaps
     from testbed.runtimes.live import LiveOps
-    from testbed.runtimes.swarm.runtime import SwarmHandle, SwarmRuntime, UNPROBED
+    from testbed.runtimes.swarm.runtime import UNPROBED, SwarmHandle, SwarmRuntime
 
     kernels = {"a": KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=False),
                "b": KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=False)}
@@ -156,8 +168,8 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an_error():
     """moby#48783: an engine fails now and then to start a container (the node never ran); a new task
     follows, at most twice, and meta.json's warnings say so. Any other end of a task is an error."""
-    from testbed.runtimes.swarm import services as swarm_api
     from testbed.runtimes.live import LiveOps
+    from testbed.runtimes.swarm import services as swarm_api
     from testbed.runtimes.swarm.runtime import SwarmRuntime
 
     race = "starting container failed: unable to remount dir as readonly: mount tmpfs:/x/mounts/secrets: busy"
@@ -279,7 +291,6 @@ def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_t
     from pathlib import Path
 
     from testbed.runtimes import state
-
     from testbed.runtimes.engine import images
 
     monkeypatch.setattr(state.os, "geteuid", lambda: 1000)  # os itself: images reads it too

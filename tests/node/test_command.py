@@ -9,12 +9,21 @@ import sys
 import pandas as pd
 import pytest
 
-from helpers import (REPO, _client, assert_shaping_held, edgebed_cmd, needs_root, run_up, undo_shaping_scenario,
-                     write_scenario)
 from testbed.node.roles.command import environment, placeholders
 from testbed.node.roles.common import RoleConfig
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
+
+from helpers import (
+    REPO,
+    _client,
+    assert_shaping_held,
+    edgebed_cmd,
+    needs_root,
+    run_up,
+    undo_shaping_scenario,
+    write_scenario,
+)
 
 
 def _lines(command: dict) -> list[str]:

@@ -12,12 +12,13 @@ import pytest
 import torch
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
-from helpers import _free_port, _speak_as, loopback_hub, until
 
 from testbed.node import channel, channel_keys, transport, untrusted
 from testbed.node.untrusted import Refused
 from testbed.node.wire import MAGIC, Message, WireError, decode, encode
 from testbed.run.timeline import Change, Timeline
+
+from helpers import _free_port, _speak_as, loopback_hub, until
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEEP = b"[" * 10_000 + b"]" * 10_000

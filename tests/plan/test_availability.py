@@ -9,8 +9,8 @@ from testbed.plan import parse_scenario
 from testbed.plan.availability import model_offline, plan_offline, read_trace, trace_offline
 from testbed.run.timeline import expand_events
 from testbed.scenario.checks import ScenarioError
-from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.document import Availability
+from testbed.scenario.scenario_file import read_scenario_file
 
 
 def _sc(availability, workers=None, seconds=600, **extra):

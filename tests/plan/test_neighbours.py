@@ -9,11 +9,12 @@ import subprocess
 import threading
 
 import pytest
-from helpers import needs_root, netns_cluster
 
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.plan.neighbours import MESH_UP_TO, mac_of, static_neighbours
+
+from helpers import needs_root, netns_cluster
 
 
 def _spec(workers: int, **extra):

@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
 
+from helpers import REPO
 
 # run inside the collecting pytest: each test in the order it runs, with its tier marks (one
 # collection of the whole suite, about 16 s here, instead of one a tier)

@@ -7,8 +7,9 @@ import os
 import pytest
 
 import edgebed
-from helpers import REPO, needs_root
 from edgebed import ScenarioError
+
+from helpers import REPO, needs_root
 
 
 def test_a_scenario_from_a_file_or_a_dict_with_changes_is_validated():

@@ -187,10 +187,11 @@ def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
 
 def test_wan_link_targets():
     import yaml
-    from helpers import REPO
 
     from testbed.plan import load_scenario
     from testbed.scenario.schema import resolve_target
+
+    from helpers import REPO
 
     data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
     sc = load_scenario(REPO / "scenarios/topologies/dlion-p-network.yaml")

@@ -5,14 +5,15 @@ import time
 
 import pytest
 import torch
-from helpers import needs_root, netns_cluster
-from env_probe import write_environment
 
 from testbed.kernel.gpus import HostGpu, parse_nvidia_smi
 from testbed.plan import parse_scenario
 from testbed.runtimes import preflight as pf
 from testbed.runtimes.gpu_share import grant
 from testbed.scenario.schema import Profile, ScenarioError
+
+from env_probe import write_environment
+from helpers import needs_root, netns_cluster
 
 TWO_H100 = [HostGpu(0, "NVIDIA H100", 80 << 30), HostGpu(1, "NVIDIA H100", 80 << 30)]
 

@@ -4,8 +4,8 @@ import os
 import pytest
 
 from testbed.plan import parse_scenario
-from testbed.runtimes.docker import runtime as docker_runtime
 from testbed.runtimes import preflight as pf
+from testbed.runtimes.docker import runtime as docker_runtime
 from testbed.scenario.schema import ScenarioError
 
 GPU = {"runtime": "docker", "profiles": {"gpu": {"gpus": 1}}, "workers": [{"count": 1, "profile": "gpu"}]}

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from testbed.node.trace_replay import GilbertElliott, LinkGone, NodeReplay, TraceReplay
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.node.trace_replay import GilbertElliott, LinkGone, NodeReplay, TraceReplay
 from testbed.runtimes.replay import replays_of
 from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.schema import ScenarioError
-from testbed.scenario.traces import (CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates,
-                                     trace_file)
+from testbed.scenario.traces import CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates, trace_file
+
 from helpers import make_run, needs_root, netns_cluster, write_scenario
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any, Callable, Optional
 from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from testbed.errors import BadInput, HostCannot
 
@@ -57,8 +57,8 @@ def engine_at(url: Optional[str] = None, timeout: int = 30):
 def swarm_client(required: bool = True):
     """The engine of a swarm manager: DOCKER_HOST's, else this machine's if it manages a swarm,
     else the lab's (runtimes.swarm.lab). None (or an error, when required) if none answers."""
-    from testbed.runtimes.swarm import lab
     from testbed.runtimes.engine.client import EngineAddressError
+    from testbed.runtimes.swarm import lab
 
     candidates = []
     if os.environ.get("DOCKER_HOST"):

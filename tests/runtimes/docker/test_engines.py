@@ -77,11 +77,12 @@ def test_a_plain_tcp_docker_host_is_refused_not_taken_for_a_missing_engine(monke
 # -- a TLS engine: a server that demands a client certificate signed by the CA -----------------
 def _certificates(folder):
     """ca.pem, cert.pem/key.pem (the client's) and server.pem/server-key.pem (127.0.0.1) in `folder`."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     now = datetime.datetime.now(datetime.timezone.utc)
 
