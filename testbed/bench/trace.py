@@ -167,7 +167,8 @@ def _one_section(bench: Bench, rt, spec, replay: TraceReplay, flow: str, seconds
     try:
         got = json.loads(result.read_text())
         # UDP: what the sink got over the whole flow (it sends for seconds + warm + 3 s)
-        good = got["received"] * PAYLOAD * 8 / (seconds + warm + 3) if flow == "udp" else got["bytes"] * 8 / got["seconds"]
+        good = (got["received"] * PAYLOAD * 8 / (seconds + warm + 3) if flow == "udp"
+                else got["bytes"] * 8 / got["seconds"])
         out["goodput_bps"] = good
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
         out["goodput_bps"] = None

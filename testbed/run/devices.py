@@ -152,8 +152,8 @@ def floor_line(cal: Calibration) -> Optional[str]:
     least = MIN_CPU_QUOTA_S / DEFAULT_CPU_PERIOD_S
     if cal.quota_cores >= least:
         return None
-    return (f"{cal.node}: device {cal.device} is too slow to emulate on host {cal.host}: it needs {cal.quota_cores:.4f} "
-            f"cores, under the kernel's least quota ({least:g} cores)")
+    return (f"{cal.node}: device {cal.device} is too slow to emulate on host {cal.host}: "
+            f"it needs {cal.quota_cores:.4f} cores, under the kernel's least quota ({least:g} cores)")
 
 
 def oversubscribed_lines(cals: list[Calibration]) -> list[str]:

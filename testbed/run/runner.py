@@ -45,8 +45,9 @@ from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class, make_strategy
 
 PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles.ps", "testbed.node.roles.worker", "testbed.node.roles.peer",
-           "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets", "testbed.data.models",
-           "testbed.data.partition", "testbed.strategies", "testbed.data.preload", "testbed.data.plugin_preload"]
+           "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets",
+           "testbed.data.models", "testbed.data.partition", "testbed.strategies", "testbed.data.preload",
+           "testbed.data.plugin_preload"]
 
 
 def default_run_dir(sc: Scenario) -> Path:

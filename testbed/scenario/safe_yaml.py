@@ -111,5 +111,6 @@ def load_yaml_file(path: Path) -> Any:
     try:
         text = capped_text(path, MAX_BYTES)
     except ValueError as e:
-        raise LoadError(f"{e}{': a scenario refers to traces and data by path' if 'larger' in str(e) else ''}") from None
+        why = ": a scenario refers to traces and data by path" if "larger" in str(e) else ""
+        raise LoadError(f"{e}{why}") from None
     return load_yaml_text(text)

@@ -135,7 +135,8 @@ def parse_batch_policy(value: object) -> BatchPolicy:
             if not isinstance(body, Mapping) or not set(body) <= {"b_min", "b_max"}:
                 raise ValueError(f"stream batch takes only b_min and b_max, got {body!r}")
             return StreamBatch(**body)
-    raise ValueError(f"batch must be an integer >= 1, 'stream', {{fixed: b}} or {{stream: {{b_min, b_max}}}}; got {value!r}")
+    raise ValueError(f"batch must be an integer >= 1, 'stream', {{fixed: b}} or {{stream: {{b_min, b_max}}}}; "
+                     f"got {value!r}")
 
 
 # --------------------------------------------------------------------------- the buffer

@@ -71,7 +71,8 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
             return root
         client = docker_client()
         if client is None:
-            return Unavailable("no Docker engine answers", "runtime docker: no Docker engine answers (is dockerd running?)")
+            return Unavailable("no Docker engine answers",
+                               "runtime docker: no Docker engine answers (is dockerd running?)")
         why = image_unavailable(client)
         return None if why is None else Unavailable(why, f"runtime docker: {why} (`edgebed build` makes the image)")
 
@@ -111,7 +112,8 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
                     + ([f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime, and no Docker engine "
                         "answers"] if kafka else []))
         if gpus and not nvidia_runtime_available(client):
-            return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
+            return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have"
+                    for w in gpus]
         return []
 
     @classmethod
@@ -441,7 +443,8 @@ def docker_labels() -> list[tuple[str, dict]]:
         return []
     found = [(f"container {c.name}", c.labels or {})
              for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)]
-    found += [(f"network {n.name}", n.attrs.get("Labels") or {}) for n in client.networks.list(filters={"label": LABEL})]
+    found += [(f"network {n.name}", n.attrs.get("Labels") or {})
+              for n in client.networks.list(filters={"label": LABEL})]
     found += [(f"volume {v.name}", v.attrs.get("Labels") or {}) for v in client.volumes.list(filters={"label": LABEL})]
     return found
 

@@ -249,8 +249,8 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         request_main()
         # the runner's main module and this one (whose _bootstrap every node unpickles) imported
         # once there, not again in every node as it starts (forkserver_main.py)
-        self._ctx.set_forkserver_preload(["testbed.runtimes.netns.forkserver_guard", "testbed.runtimes.netns.forkserver_main",
-                                          __name__, *modules])
+        self._ctx.set_forkserver_preload(["testbed.runtimes.netns.forkserver_guard",
+                                          "testbed.runtimes.netns.forkserver_main", __name__, *modules])
 
     def make_stop_event(self) -> StopEvent:
         self._stop_event = SealedStopFlag()  # lock-free, and the runner's alone to set
