@@ -189,8 +189,10 @@ def sleeper():
 
 def _fake_engine(monkeypatch, labelled: dict[str, dict]):
     removed = []
-    found = [(f"container eb-{rid}", {state.LABEL: "1", state.RUN_LABEL: rid, **extra}) for rid, extra in labelled.items()]
-    monkeypatch.setitem(state.SWEEPERS, "fake", state.Sweeper("fake", lambda: found, lambda rid: removed.append(rid) or []))
+    found = [(f"container eb-{rid}", {state.LABEL: "1", state.RUN_LABEL: rid, **extra})
+             for rid, extra in labelled.items()]
+    monkeypatch.setitem(state.SWEEPERS, "fake",
+                        state.Sweeper("fake", lambda: found, lambda rid: removed.append(rid) or []))
     return removed
 
 

@@ -25,7 +25,7 @@ def test_encrypt_off_swarm_is_refused_in_one_line_naming_the_field(runtime):
     from testbed import runtimes
 
     sc = parse_scenario({"runtime": runtime, "network": {"encrypt": True}})  # the schema takes it; the runtime not
-    lines = [l for l in runtimes.scenario_problems(sc) if "encrypt" in l]
+    lines = [line for line in runtimes.scenario_problems(sc) if "encrypt" in line]
     assert len(lines) == 1 and "network.encrypt: " in lines[0] and "runtime: swarm" in lines[0]
 
 

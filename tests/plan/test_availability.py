@@ -122,7 +122,8 @@ def test_a_relative_trace_is_read_from_the_scenario_s_folder(tmp_path):
     (outside / "sc.yaml").write_text("workers: [{count: 1}]\navailability: [{trace: ../avail.csv}]\n")
     with pytest.raises(ScenarioError) as e:
         read_scenario_file(outside / "sc.yaml")
-    assert e.value.lines[0].startswith("availability[0].trace: ") and "outside the scenario's folder" in e.value.lines[0]
+    assert e.value.lines[0].startswith("availability[0].trace: ")
+    assert "outside the scenario's folder" in e.value.lines[0]
 
 
 # --- a daily cycle, FedScale's traces, time_scale ------------------------------------------------

@@ -91,7 +91,7 @@ def test_a_device_reaches_its_ps_with_no_arp_asked(tmp_path):
 
     scenario = {"profiles": {"edge": {"cpus": 0.1}}, "workers": [{"count": 2, "profile": "edge"}]}
     with netns_cluster(tmp_path, scenario) as (rt, spec):
-        ps, w0 = spec.ps, spec.node("w0")
+        ps = spec.ps
         ps_ns, w0_ns = netns_name(spec.run_id, "ps"), netns_name(spec.run_id, "w0")
         before = _neighbours(w0_ns), _neighbours(ps_ns)
         assert before[0][ps.address]["lladdr"] == mac_of(ps.address) and before[0][ps.address]["state"] == ["PERMANENT"]

@@ -116,7 +116,8 @@ class _Engine(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         _Engine.clients.append(self.connection.getpeercert())
-        body = b"OK" if self.path.endswith("/_ping") else json.dumps({"ApiVersion": "1.41", "Version": "20.10"}).encode()
+        body = (b"OK" if self.path.endswith("/_ping")
+                else json.dumps({"ApiVersion": "1.41", "Version": "20.10"}).encode())
         self.send_response(200)
         self.send_header("Content-Type", "text/plain" if self.path.endswith("/_ping") else "application/json")
         self.send_header("Content-Length", str(len(body)))
