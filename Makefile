@@ -5,7 +5,7 @@ TORCH   ?= torch==2.13.0
 BIN     := $(VENV)/bin
 RUN     ?= runs/smoke-$(shell date +%Y%m%d-%H%M%S)
 
-.PHONY: setup sysdeps demo test test-fast typecheck bench flower-venv images clean down figures fig-scadles-5 $(FIGURES) gpu-wheels gpu-check
+.PHONY: setup sysdeps demo test test-fast typecheck lint bench flower-venv images clean down figures fig-scadles-5 $(FIGURES) gpu-wheels gpu-check
 SOURCE  ?= auto
 
 setup: sysdeps $(VENV)/.installed
@@ -38,11 +38,11 @@ demo: setup
 	$(BIN)/edgebed up scenarios/smoke.yaml --out $(RUN)
 	$(BIN)/edgebed plot $(RUN)
 
-# The test tiers (README, "Tests"). `make test`: the type check, then every test, real runs included
-# (root and a Docker engine for those; they skip without), the 25 slowest listed, a real one stopped
-# past 20 min (the longest, a two-host swarm run, may take the lab's bring-up plus its 15-min run
-# limit), one without a real run past 5 min (tests/conftest.py). `make test-fast`: no real run
-# (tests/conftest.py marks real ones `slow` from what they use).
+# The test tiers (README, "Tests"). `make test`: the type check and the lint, then every test, real
+# runs included (root and a Docker engine for those; they skip without), the 25 slowest listed, a
+# real one stopped past 20 min (the longest, a two-host swarm run, may take the lab's bring-up plus
+# its 15-min run limit), one without a real run past 5 min (tests/conftest.py). `make test-fast`: no
+# real run (tests/conftest.py marks real ones `slow` from what they use).
 # Two lanes side by side (pytest-xdist; most real tests wait on timelines and containers, not
 # CPU): the lab's files one lane's unit of work, the rest shared out, then the tests marked
 # `serial` (they check the whole host or time something) alone: the default, `LANES=1` for one
@@ -54,7 +54,7 @@ LANES ?= 2
 # what it ran, inside CI's 90 minutes, instead of with nothing.
 LANES_LIMIT ?= 55m
 SERIAL_LIMIT ?= 15m
-test: setup typecheck
+test: setup typecheck lint
 	-$(MAKE) --no-print-directory flower-venv
 	@if [ "$(LANES)" = 1 ]; then $(BIN)/pytest -q -rs $(PYTEST_CI); else \
 	  status=0; \
@@ -69,6 +69,12 @@ test-fast: setup
 # mypy over testbed/ at the level pyproject.toml's [tool.mypy] sets.
 typecheck: setup
 	$(BIN)/mypy
+
+# ruff over every folder with Python in it, with the rules pyproject.toml's [tool.ruff] selects:
+# names that are never used or never defined, imports out of order, lines past 120 and bugbear's
+# traps (a closure that reads a loop's variable, a mutable default) fail the check before the tests.
+lint: setup
+	$(BIN)/ruff check testbed tests benchmarks analysis edgebed examples images
 
 bench: setup
 	$(BIN)/edgebed bench link --rate 10mbit

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""fig-adacomp-3 from existing records: python analysis/fig_adacomp_3.py [RUNS] [--scale ci|paper] [--out figures] (see paper_figure.py)."""
+"""fig-adacomp-3 from existing records: python analysis/fig_adacomp_3.py [RUNS] [--scale ci|paper] [--out figures]
+(see paper_figure.py)."""
 
 import sys
 

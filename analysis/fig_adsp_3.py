@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""fig-adsp-3 from existing records: python analysis/fig_adsp_3.py [RUNS] [--scale ci|paper] [--out figures] (see paper_figure.py)."""
+"""fig-adsp-3 from existing records: python analysis/fig_adsp_3.py [RUNS] [--scale ci|paper] [--out figures]
+(see paper_figure.py)."""
 
 import sys
 

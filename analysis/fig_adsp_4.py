@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""fig-adsp-4 from existing records: python analysis/fig_adsp_4.py [RUNS] [--scale ci|paper] [--out figures] (see paper_figure.py)."""
+"""fig-adsp-4 from existing records: python analysis/fig_adsp_4.py [RUNS] [--scale ci|paper] [--out figures]
+(see paper_figure.py)."""
 
 import sys
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""fig-dlion-6 from existing records: python analysis/fig_dlion_6.py [RUNS] [--scale ci|paper] [--out figures] (see paper_figure.py)."""
+"""fig-dlion-6 from existing records: python analysis/fig_dlion_6.py [RUNS] [--scale ci|paper] [--out figures]
+(see paper_figure.py)."""
 
 import sys
 

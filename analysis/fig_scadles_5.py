@@ -129,11 +129,13 @@ def rejudge(out: Path) -> str:
     path = out / "fig-scadles-5.json"
     report, per_topic = json.loads(path.read_text()), pd.read_csv(out / "fig-scadles-5.csv")
     means = per_topic.groupby(["rep", "rate", "topics"]).achieved.mean().reset_index()
-    rows = {rep: [{"target per topic": r.rate, "topics": r.topics, "mean per topic": r.achieved} for r in g.itertuples()]
+    rows = {rep: [{"target per topic": r.rate, "topics": r.topics, "mean per topic": r.achieved}
+                  for r in g.itertuples()]
             for rep, g in means.groupby("rep")}
     verdict, js = judge_reps(rows)
     lines = [x for x in report["lines"] if not x.startswith(("over ", "  -> ", "verdict: "))]
-    report.update(lines=lines + _criteria_lines(js, len(rows)) + [f"verdict: {verdict}"], verdict=verdict, holds=verdict == "holds",
+    report.update(lines=lines + _criteria_lines(js, len(rows)) + [f"verdict: {verdict}"], verdict=verdict,
+                  holds=verdict == "holds",
                   rejudged={"date": time.strftime("%Y-%m-%d"), "verdict_before": report.get("verdict")},
                   criteria=[{"rule": c.rule(), **j.as_dict()} for c, j in zip((CRITERION, ABSOLUTE), js)])
     path.write_text(json.dumps(report, indent=1))
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
               "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, runtime netns",
               "command": "make fig-scadles-5", "minutes": round(minutes, 1), "series": table.to_dict("records"),
               "criteria": [{"rule": c.rule(), **j.as_dict()} for c, j in zip((CRITERION, ABSOLUTE), js)],
-              "verdict": verdict, "holds": verdict == "holds", "lines": lines, "written": time.strftime("%Y-%m-%d %H:%M:%S")}
+              "verdict": verdict, "holds": verdict == "holds", "lines": lines,
+              "written": time.strftime("%Y-%m-%d %H:%M:%S")}
     out.with_suffix(".json").write_text(json.dumps(report, indent=1))
     print("\n".join(lines))
     return 0

@@ -98,7 +98,8 @@ def rejudge_all(figures: Path) -> None:
         new = rejudge(report)
         if new is not report:
             p.write_text(json.dumps(new, indent=1, default=str))
-            print(f"{p}: {report.get('verdict')} -> {new['verdict']} ({', '.join(f'{k} {v} -> {c}' for k, v, c in _moved(report, new))})")
+            moved = ", ".join(f"{k} {v} -> {c}" for k, v, c in _moved(report, new))
+            print(f"{p}: {report.get('verdict')} -> {new['verdict']} ({moved})")
 
 
 def _moved(before: dict, after: dict) -> list[tuple]:
@@ -121,13 +122,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     text = args.update.read_text()
     for marker, block in (("summary", summary(reports)), ("criteria", criteria_block())):
-        text = re.sub(rf"(<!-- {marker} -->\n)(?:.*?\n)?(<!-- /{marker} -->)", lambda m: m.group(1) + block + "\n"
-                      + m.group(2), text, flags=re.S)
+        text = re.sub(rf"(<!-- {marker} -->\n)(?:.*?\n)?(<!-- /{marker} -->)",
+                      lambda m, block=block: m.group(1) + block + "\n" + m.group(2), text, flags=re.S)
     for name, r in reports.items():
         pat = re.compile(rf"(<!-- measured:{re.escape(name)} -->\n)(?:.*?\n)?(<!-- /measured:{re.escape(name)} -->)",
                          re.S)
         if pat.search(text):
-            text = pat.sub(lambda m: m.group(1) + section(r) + "\n" + m.group(2), text)
+            text = pat.sub(lambda m, r=r: m.group(1) + section(r) + "\n" + m.group(2), text)
         else:
             print(f"{args.update} has no markers for {name}: skipped", file=sys.stderr)
     args.update.write_text(text)

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pandas as pd
-
 from emit import emit
 
 ACTIONS = ("partition", "heal", "pause", "resume")

@@ -102,7 +102,8 @@ def crash(workers: int) -> dict:
                           cwd=Path(__file__).resolve().parents[1])
     down_s = time.time() - t1
     left = [x for x in leftovers() if x.startswith(run_id)]
-    namespaces = [n for n in os.listdir("/run/netns") if n.startswith(f"eb-{run_id}-")] if os.path.isdir("/run/netns") else []
+    namespaces = ([n for n in os.listdir("/run/netns") if n.startswith(f"eb-{run_id}-")]
+                  if os.path.isdir("/run/netns") else [])
     return {"benchmark": "fleet-crash", "workers": workers, "nodes": workers + 2, "up_seconds": round(up_s, 1),
             "down_after_kill_seconds": round(down_s, 1), "down_exit": down.returncode,
             "down_output_lines": len(down.stdout.splitlines()), "left_after": left, "namespaces_after": len(namespaces),
@@ -120,7 +121,8 @@ def sampling(rt, run_dir: Path, samples: int = 10) -> dict:
             fn()
         return round((time.perf_counter() - t) / n, 4)
 
-    parts = {"counters": timed(rt.counters), "usage": timed(rt.usage), "link_stats_every_class": timed(rt.link_stats, 1)}
+    parts = {"counters": timed(rt.counters), "usage": timed(rt.usage),
+             "link_stats_every_class": timed(rt.link_stats, 1)}
     run_dir.mkdir(exist_ok=True)
     metrics.init_tables(run_dir)
     sampler = Sampler(rt, run_dir, time.time(), {})
@@ -177,10 +179,12 @@ def main() -> int:
         t1 = time.time()
     down_s = time.time() - t1
     down_stages.close()
-    out = {"benchmark": "fleet-bringup", "workers": args.workers, "nodes": len(spec.nodes), "up_seconds": round(up_s, 1),
+    out = {"benchmark": "fleet-bringup", "workers": args.workers, "nodes": len(spec.nodes),
+           "up_seconds": round(up_s, 1),
            "up_stage_seconds": {k: round(v, 1) for k, v in up_stages.stages.items()},
            "teardown_seconds": round(down_s, 1),
-           "teardown_stage_seconds": {k: round(v, 1) for k, v in down_stages.stages.items()}, "data_bridge_ports": data, "control_bridge_ports": control,
+           "teardown_stage_seconds": {k: round(v, 1) for k, v in down_stages.stages.items()},
+           "data_bridge_ports": data, "control_bridge_ports": control,
            "data_w0_to_last": data_check, "control_w0_to_last": control_check,
            **({"sampling": sampled} if sampled else {}),
            "ok": data_check == "connected" and control_check != "connected"

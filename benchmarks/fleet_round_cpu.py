@@ -127,7 +127,8 @@ def main() -> None:
     t0 = _t0(lines)
     opened, closed = t0 + float((rounds.time - rounds.open_seconds).min()), t0 + float(rounds.time.max())
     out = {"devices": args.devices, "per_round": args.per_round, "parked": args.parked, "status": summary["status"],
-           "reason": summary.get("reason"), "trainers": summary.get("trainers"), "last_lines": [line for _, line in lines[-8:]], "cores": os.cpu_count(),
+           "reason": summary.get("reason"), "trainers": summary.get("trainers"),
+           "last_lines": [line for _, line in lines[-8:]], "cores": os.cpu_count(),
            "round_seconds": [float(x) for x in rounds.open_seconds], "whole_run_s": ended - started,
            "before_rounds": window(samples, started, opened), "rounds": window(samples, opened, closed)}
     print(json.dumps({k: out[k] for k in ("status", "reason", "round_seconds", "rounds")}, indent=1))

@@ -258,7 +258,8 @@ def smoke(timeout: float = 240) -> dict:
     if p is None:
         return {"status": "failed", "reason": f"timed out after {timeout:g} s"}
     summary = json.loads((run_dir / "summary.json").read_text()) if (run_dir / "summary.json").exists() else {}
-    named = sorted({line.split(":")[0] for line in p.stdout.splitlines() + p.stderr.splitlines() if ": training on" in line})
+    named = sorted({line.split(":")[0] for line in p.stdout.splitlines() + p.stderr.splitlines()
+                    if ": training on" in line})
     steps = _median_compute(run_dir)
     return {"status": "ran" if p.returncode == 0 else "failed", "exit": p.returncode,
             "accuracy": summary.get("final_accuracy"), "summary": summary, "nodes_naming_the_gpu": named,
@@ -274,7 +275,8 @@ def edgebed_up(sc: dict, timeout: float):
     path.write_text(yaml.safe_dump(sc))
     cmd = [sys.executable, "-c", "from testbed.cli import main; main()", "up", str(path), "--out", str(run_dir)]
     try:
-        return subprocess.run(cmd, env=child_env({}), capture_output=True, text=True, timeout=timeout, cwd=ROOT), run_dir
+        return (subprocess.run(cmd, env=child_env({}), capture_output=True, text=True, timeout=timeout, cwd=ROOT),
+                run_dir)
     except subprocess.TimeoutExpired:
         return None, run_dir
 
@@ -340,7 +342,8 @@ def _ddp_pair(backend: str, timeout: float) -> dict:
             p.kill()
             outs.append(p.communicate()[0] + "\n(timed out)")
     ok = all(p.returncode == 0 for p in procs)
-    ar = [float(line.split("all-reduce ")[1].split()[0]) for o in outs for line in o.splitlines() if "all-reduce" in line]
+    ar = [float(line.split("all-reduce ")[1].split()[0]) for o in outs for line in o.splitlines()
+          if "all-reduce" in line]
     return {"status": "ran" if ok else "failed", "exits": [p.returncode for p in procs],
             "median_allreduce_s": statistics.median(ar) if ar else None,
             "tail": "" if ok else "\n".join(o[-600:] for o in outs)}

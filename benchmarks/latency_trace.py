@@ -234,8 +234,9 @@ def main() -> None:
             r["verdict"] = verdict(r, recorded=bool(args.trace))
             results.append(r)
             print(f"rep {rep}: {r['pings']} pings, {r['changes']} changes, {r['steady']} steady pings: median error "
-                  f"{r['steady_median_ms']} ms, p95 |error| {r['steady_p95_abs_ms']} ms; pickups {r['pickups']}: median "
-                  f"{r['pickup_median_s']} s, max {r['pickup_max_s']} s, {r['pickups_unjudged']} unjudged, within {PICKUP_S} s: "
+                  f"{r['steady_median_ms']} ms, p95 |error| {r['steady_p95_abs_ms']} ms; "
+                  f"pickups {r['pickups']}: median {r['pickup_median_s']} s, max {r['pickup_max_s']} s, "
+                  f"{r['pickups_unjudged']} unjudged, within {PICKUP_S} s: "
                   f"{r['pickup_within_share']}; all pings: MAE {r['mae_ms']:.2f} ms on a mean RTT of "
                   f"{r['asked_mean_ms']:.1f} ms, r = {r['pearson']} -> {r['verdict']}")
     out = {"trace": str(args.trace) if args.trace else f"synthetic (seed {args.seed})", "seconds": args.seconds,

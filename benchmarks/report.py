@@ -27,7 +27,8 @@ print("| runtime | link | flows | direction | goodput Mbit/s | goodput / rate | 
 print("|---|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "link"), key=lambda r: (rt(r), r["configured_bps"], r["flows"])):
     for d in r["results"]:
-        print(f"| {rt(r)} | {r['configured_bps'] / 1e6:g} Mbit/s | {r['flows']} | {d['direction']} | {d['goodput_bps'] / 1e6:.3f} | "
+        print(f"| {rt(r)} | {r['configured_bps'] / 1e6:g} Mbit/s | {r['flows']} | {d['direction']} | "
+              f"{d['goodput_bps'] / 1e6:.3f} | "
               f"{100 * d['goodput_ratio']:.1f}% | {d.get('wire_bps', float('nan')) / 1e6:.3f} | "
               f"{100 * d.get('wire_ratio', float('nan')):.1f}% |")
 print()
@@ -45,18 +46,22 @@ for r in sorted((r for r in rows if r["benchmark"] == "stress"), key=lambda r: (
     print(f"| {r['model']} | {r['cpus']:g} | {r['stress']:g} | {1000 * r['calm_mean_s']:.1f} ms | "
           f"{1000 * r['stressed_mean_s']:.1f} ms | {r['slowdown']:.2f}x | {r['expected_slowdown']:.2f}x |")
 print()
-print("| hosts | link | CPU each | tool | up | stop | memory in use | goodput | edgebed / Mininet (up, stop, goodput) |")
+print("| hosts | link | CPU each | tool | up | stop | memory in use | goodput "
+      "| edgebed / Mininet (up, stop, goodput) |")
 print("|---|---|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "mininet"), key=lambda r: (r["configured_bps"], r["hosts"])):
     for tool in ("mininet", "edgebed"):
         d = r[tool]
         q = r["ratios"]
-        last = (f"{q['up_seconds']:.2f}x, {q['stop_seconds']:.2f}x, {q['goodput_bps']:.3f}x" if tool == "edgebed" else "")
-        print(f"| {r['hosts']} | {r['configured_bps'] / 1e6:g} Mbit/s | {r['cpus']:g} | {tool} | {d['up_seconds']:.2f} s | "
+        last = (f"{q['up_seconds']:.2f}x, {q['stop_seconds']:.2f}x, {q['goodput_bps']:.3f}x" if tool == "edgebed"
+                else "")
+        print(f"| {r['hosts']} | {r['configured_bps'] / 1e6:g} Mbit/s | {r['cpus']:g} | {tool} | "
+              f"{d['up_seconds']:.2f} s | "
               f"{d['stop_seconds']:.2f} s | {d['memory_used_bytes'] / 2**20:.0f} MiB | "
               f"{(d['goodput_bps'] or 0) / 1e6:.3f} Mbit/s | {last} |")
 print()
-print("| clients | steps a round | tool | round | ideal round | overhead a round | whole run | edgebed / Flower (round, overhead, whole run) |")
+print("| clients | steps a round | tool | round | ideal round | overhead a round | whole run "
+      "| edgebed / Flower (round, overhead, whole run) |")
 print("|---|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "flower"), key=lambda r: r["clients"]):
     for tool in ("flower", "edgebed"):
@@ -89,7 +94,8 @@ def mib(v):
     return "-" if v is None else f"{v / 2**20:.0f} MiB"
 
 
-print("| runtime | workers | up -> first training step | up -> every worker stepping | teardown | workers trained | host memory in use | a worker's peak |")
+print("| runtime | workers | up -> first training step | up -> every worker stepping | teardown | workers trained "
+      "| host memory in use | a worker's peak |")
 print("|---|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "startup"), key=lambda r: (rt(r), r["workers"])):
     every = r.get("all_workers_stepping_seconds")
@@ -97,20 +103,25 @@ for r in sorted((r for r in rows if r["benchmark"] == "startup"), key=lambda r: 
           f"{r['teardown_seconds']:.1f} s | {r.get('workers_trained', '-')} | {gib(r.get('host_memory_used_bytes'))} | "
           f"{mib(r.get('worker_peak_memory_bytes'))} |")
 print()
-print("| runtime | parameters | message | link | measured | ideal 32P/B + RTT | vs ideal | vs ideal with TCP/IP/Ethernet framing |")
+print("| runtime | parameters | message | link | measured | ideal 32P/B + RTT | vs ideal "
+      "| vs ideal with TCP/IP/Ethernet framing |")
 print("|---|---|---|---|---|---|---|---|")
-for r in sorted((r for r in rows if r["benchmark"] == "update"), key=lambda r: (rt(r), r["configured_bps"], r["params"])):
-    print(f"| {rt(r)} | {r['params'] / 1e6:g}M | {r['message_bytes'] / 1e6:.2f} MB | {r['configured_bps'] / 1e6:g} Mbit/s | "
+for r in sorted((r for r in rows if r["benchmark"] == "update"),
+                key=lambda r: (rt(r), r["configured_bps"], r["params"])):
+    print(f"| {rt(r)} | {r['params'] / 1e6:g}M | {r['message_bytes'] / 1e6:.2f} MB | "
+          f"{r['configured_bps'] / 1e6:g} Mbit/s | "
           f"{r['median_s']:.3f} s | {r['ideal_s']:.3f} s | {100 * (r['ratio'] - 1):+.1f}% | "
           f"{100 * (r['ratio_to_framed'] - 1):+.1f}% |")
 print()
 print("| model | batch | CPU quota | threads | compute step in edgebed | bare PyTorch loop | overhead |")
 print("|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "overhead"), key=lambda r: (r["model"], r["cpus"])):
-    print(f"| {r['model']} | {r['batch_size']} | {r['cpus']:g} | {r['threads']} | {1000 * r['edgebed_median_s']:.1f} ms | "
+    print(f"| {r['model']} | {r['batch_size']} | {r['cpus']:g} | {r['threads']} | "
+          f"{1000 * r['edgebed_median_s']:.1f} ms | "
           f"{1000 * r['bare_median_s']:.1f} ms | {100 * r['overhead']:+.1f}% |")
 print()
-print("| topics | target samples/s per topic | aggregate samples/s | per topic min / median | topics holding the rate | broker node CPU |")
+print("| topics | target samples/s per topic | aggregate samples/s | per topic min / median | topics holding the rate "
+      "| broker node CPU |")
 print("|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "stream"), key=lambda r: (r["rate"], r["topics"])):
     a = sorted(t["achieved"] for t in r["per_topic"])
@@ -126,13 +137,15 @@ for r in sorted((r for r in rows if r["benchmark"] == "topology"), key=lambda r:
               f"{x['direction']} | {x['goodput_bps'] / 1e6:.2f} Mbit/s | {100 * x['goodput_ratio']:.1f}% | "
               f"{x['wan_bytes'] / 1e6:.2f} MB |")
 print()
-print("| strategy | params | steps | payload sent a step | wire beyond it a step | up: payload | up: wire | wire / payload | down: payload | down: wire | wire / payload |")
+print("| strategy | params | steps | payload sent a step | wire beyond it a step | up: payload | up: wire "
+      "| wire / payload | down: payload | down: wire | wire / payload |")
 print("|---|---|---|---|---|---|---|---|---|---|---|")
 for r in sorted((r for r in rows if r["benchmark"] == "wire"), key=lambda r: r["algorithm"]):
     params = ", ".join(f"{k}={v}" for k, v in r["params"].items())
     print(f"| {r['algorithm']} | {params} | {r['steps']} | {r['payload_up_per_step_bytes'] / 1e3:.1f} KB | "
           f"{r['wire_overhead_up_per_step_bytes'] / 1e3:.1f} KB | "
-          f"{r['payload_up_bytes'] / 1e6:.2f} MB | {r['wire_up_bytes'] / 1e6:.2f} MB | {r['wire_over_payload_up']:.3f} | "
+          f"{r['payload_up_bytes'] / 1e6:.2f} MB | {r['wire_up_bytes'] / 1e6:.2f} MB | "
+          f"{r['wire_over_payload_up']:.3f} | "
           f"{r['payload_down_bytes'] / 1e6:.2f} MB | {r['wire_down_bytes'] / 1e6:.2f} MB | "
           f"{r['wire_over_payload_down']:.3f} |")
 dates = sorted(r["date"] for r in rows if r.get("date"))
@@ -162,7 +175,8 @@ def draw(rows, where: Path) -> None:
         for (runtime, flows), marker in zip(sorted({(rt(r), r["flows"]) for r in of("link")}), "osd^v"):
             pts = [(r["configured_bps"] / 1e6, d["wire_ratio"], d["goodput_ratio"]) for r in of("link")
                    if rt(r) == runtime and r["flows"] == flows for d in r["results"]]
-            ax.scatter([p[0] for p in pts], [100 * p[1] for p in pts], marker=marker, label=f"{runtime}, {flows} flow(s): wire")
+            ax.scatter([p[0] for p in pts], [100 * p[1] for p in pts], marker=marker,
+                       label=f"{runtime}, {flows} flow(s): wire")
             ax.scatter([p[0] for p in pts], [100 * p[2] for p in pts], marker=marker, facecolors="none",
                        edgecolors="0.4", label=f"{runtime}, {flows} flow(s): TCP goodput")
         ax.axhspan(97, 103, color="tab:green", alpha=0.1, label="goal: within 3%")
@@ -191,8 +205,8 @@ def draw(rows, where: Path) -> None:
         ax.boxplot([[1000 * x for x in r["rtts_s"]] for r in data], showfliers=False)
         ax.scatter(range(1, len(data) + 1), [1000 * r["expected_rtt_s"] for r in data], color="tab:red", zorder=3,
                    label="configured RTT")
-        ax.set_xticks(range(1, len(data) + 1), [f"{1000 * r['latency_s']:g}+-{1000 * r['jitter_s']:g} ms" for r in data],
-                      fontsize=8)
+        ax.set_xticks(range(1, len(data) + 1),
+                      [f"{1000 * r['latency_s']:g}+-{1000 * r['jitter_s']:g} ms" for r in data], fontsize=8)
         ax.set_ylabel("round trip (ms)")
         ax.legend()
         ax.set_title("latency (" + data[0]["mechanism"].split(" (")[0] + ")")
@@ -219,9 +233,12 @@ def draw(rows, where: Path) -> None:
     if of("update"):
         fig, ax = plt.subplots(figsize=(5.5, 4))
         for rate in sorted({r["configured_bps"] for r in of("update")}):
-            pts = sorted((r["params"], r["median_s"], r["ideal_s"]) for r in of("update") if r["configured_bps"] == rate)
-            line, = ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o-", label=f"{rate / 1e6:g} Mbit/s measured")
-            ax.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts], ":", color=line.get_color(), label="ideal 32P/B + RTT")
+            pts = sorted((r["params"], r["median_s"], r["ideal_s"]) for r in of("update")
+                         if r["configured_bps"] == rate)
+            line, = ax.plot([p[0] / 1e6 for p in pts], [p[1] for p in pts], "o-",
+                            label=f"{rate / 1e6:g} Mbit/s measured")
+            ax.plot([p[0] / 1e6 for p in pts], [p[2] for p in pts], ":", color=line.get_color(),
+                    label="ideal 32P/B + RTT")
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("parameters (millions)")
@@ -260,7 +277,8 @@ def draw(rows, where: Path) -> None:
         ax.bar([i + 0.2 for i in x], [r["wire_over_payload_down"] for r in data], 0.4, label="down (pulls)")
         ax.axhline(1514 / 1448, color="k", ls=":", lw=0.8, label="TCP/IP/Ethernet headers alone (1514/1448)")
         ax.set_xticks(list(x), [r["algorithm"] for r in data], rotation=30, fontsize=8)
-        ax.set_ylim(0.95, max(1.3, max(max(r["wire_over_payload_up"], r["wire_over_payload_down"]) for r in data) + 0.05))
+        ax.set_ylim(0.95, max(1.3, max(max(r["wire_over_payload_up"], r["wire_over_payload_down"])
+                                       for r in data) + 0.05))
         ax.set_ylabel("wire bytes / payload bytes (workers' links)")
         ax.legend(fontsize=7)
         ax.set_title("what each strategy puts on the wire beyond its payload")

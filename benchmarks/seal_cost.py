@@ -68,7 +68,8 @@ def main() -> None:
     result = {"bridges": [f for f, _ in plan]}
     for name, sealed in (("before", False), ("after", True), ("before again", False), ("after again", True)):
         ms = [1000 * s for s in timed(sealed, plan, args.children)]
-        result[name] = {"median_ms": round(statistics.median(ms), 3), "p90_ms": round(sorted(ms)[int(0.9 * len(ms))], 3)}
+        result[name] = {"median_ms": round(statistics.median(ms), 3),
+                        "p90_ms": round(sorted(ms)[int(0.9 * len(ms))], 3)}
         print(f"{name:>13}: median {result[name]['median_ms']:.3f} ms, p90 {result[name]['p90_ms']:.3f} ms "
               f"({args.children} children)")
     print(f"bridged: {', '.join(result['bridges']) or 'nothing'}")

@@ -134,7 +134,8 @@ CHECKS = {"timeline": timeline, "stream": stream, "topology": topology, "peer-cl
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--only", default=",".join(c for c in CHECKS if c != "swarm-links"), help="checks, comma-separated: " + ", ".join(CHECKS) + " (all but swarm-links by default)")
+    ap.add_argument("--only", default=",".join(c for c in CHECKS if c != "swarm-links"),
+                    help="checks, comma-separated: " + ", ".join(CHECKS) + " (all but swarm-links by default)")
     ap.add_argument("--runtime", default="netns", choices=["netns", "docker"],
                     help="for topology and smoke-rtt (the others are netns only)")
     ap.add_argument("--out", type=Path, default=REPO / "benchmarks" / "results")

@@ -187,7 +187,7 @@ def function_lengths() -> list[tuple[int, str]]:
     for name, path in modules().items():
         tree = ast.parse(path.read_text(), str(path))
 
-        def walk(node: ast.AST, prefix: str) -> None:
+        def walk(node: ast.AST, prefix: str, name: str = name) -> None:
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
                     qual = f"{prefix}{child.name}"

@@ -19,8 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 # A figure with a unit: what a measurement reads.
-_FIGURE = (r"\d[\d,]*(?:\.\d+)?(?:\s?[-–]\s?\d[\d,]*(?:\.\d+)?)?\s?(?:ns|µs|us|ms|s|sec|min|h|%|x|[KMG]i?B|[KMG]B/s|[kKMG]bit/s|"
-           r"[kKMG]bit|Mbps|Gbps)(?![\w/])")
+_FIGURE = (r"\d[\d,]*(?:\.\d+)?(?:\s?[-–]\s?\d[\d,]*(?:\.\d+)?)?\s?"
+           r"(?:ns|µs|us|ms|s|sec|min|h|%|x|[KMG]i?B|[KMG]B/s|[kKMG]bit/s|[kKMG]bit|Mbps|Gbps)(?![\w/])")
 # One character of the same sentence: not a full stop that ends one, nor a semicolon.
 _SAME = r"(?:(?!\.\s)[^;])"
 _MONTH = (r"(?:Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|"

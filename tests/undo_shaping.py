@@ -15,9 +15,10 @@ import subprocess
 import sys
 import time
 
-import edgebed
 from pyroute2 import IPRoute
 from pyroute2.netlink.exceptions import NetlinkError
+
+import edgebed
 
 PORT, SECONDS, WARM = 29501, 5.0, 1.5
 TC_H_ROOT = 0xFFFFFFFF

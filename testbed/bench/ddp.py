@@ -55,7 +55,8 @@ def ddp_benchmark(rates: list[str], *, workers: int = 2, steps: int = 20, tolera
         row = ddp_run(rate, workers=workers, steps=steps)
         row["ok"] = row["status"] == "completed" and abs(row["ratio"] - 1) <= tolerance
         say(f"ddp {workers} workers at {rate}: all-reduce median {row['allreduce_median_s']:.3f} s over "
-            f"{row['steps_measured']} steps, ring bound {row['ring_bound_s']:.3f} s ({row['model_bytes'] / 1e6:.2f} MB), "
+            f"{row['steps_measured']} steps, ring bound {row['ring_bound_s']:.3f} s "
+            f"({row['model_bytes'] / 1e6:.2f} MB), "
             f"ratio {row['ratio']:.3f} {'ok' if row['ok'] else 'OFF'}")
         rows.append(row)
     out = {"benchmark": "ddp", "workers": workers, "tolerance": tolerance, "rows": rows,

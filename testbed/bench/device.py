@@ -3,11 +3,12 @@ host, and keep that speed when the host gets slower, where a `cpus:` node does n
 
 One cluster per host condition, every node pinned to CPU 0 (cpuset "0"): a node per catalog
 device and one `cpus: 1.0` node (a whole host core, host-relative). Per device and per
-calibration model the node is calibrated as at bring-up (testbed/run/devices.py: measured unthrottled, quota set, checked
-under the quota and corrected once), then a job in the node times training steps of each model (repetitions of whole steps, each at
-least `min_rep_s`): the measured step time against the device's target for that model (FLOPs /
-device speed). The calibration model's own row is the 5% criterion; the other rows are the
-error of a calibration made on another model.
+calibration model the node is calibrated as at bring-up (testbed/run/devices.py: measured
+unthrottled, quota set, checked under the quota and corrected once), then a job in the node
+times training steps of each model (repetitions of whole steps, each at least `min_rep_s`): the
+measured step time against the device's target for that model (FLOPs / device speed). The
+calibration model's own row is the 5% criterion; the other rows are the error of a calibration
+made on another model.
 
 Host conditions: `idle`, and `slow`: a busy neighbour process in the host's own cgroup (not any
 node's) pinned to the nodes' CPU, so every node gets at most about half of that CPU. `device:`
@@ -26,8 +27,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from testbed.errors import RunFailed
 from testbed.bench.harness import Bench, save_result
+from testbed.errors import RunFailed
 from testbed.node import untrusted
 from testbed.plan import parse_scenario
 from testbed.run import devices as run_devices
@@ -120,7 +121,8 @@ class DeviceBench:
                 for model in self.models:
                     m = _measure(bench, rt, host.name, self.sc, model, self.repetitions, self.min_rep_s)
                     rows.append({**_row("cpus: 1.0", None, m, None), "condition": condition})
-                    self.say(f"{condition:5} cpus: 1.0        {model:13} step {rows[-1]['step_s_median'] * 1e3:7.1f} ms")
+                    self.say(f"{condition:5} cpus: 1.0        {model:13} "
+                             f"step {rows[-1]['step_s_median'] * 1e3:7.1f} ms")
             finally:
                 if neighbour is not None:
                     neighbour.__exit__()

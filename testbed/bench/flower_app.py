@@ -55,7 +55,7 @@ def round_costs(report, traffic, rate_bps: float) -> dict:
     per_way = {}
     for direction in ("down", "up"):
         per_worker = []
-        for node, t in traffic[(traffic.direction == direction) & (traffic.node.str.match(r"w\d+$"))].groupby("node"):
+        for _node, t in traffic[(traffic.direction == direction) & (traffic.node.str.match(r"w\d+$"))].groupby("node"):
             t = t.sort_values("time")
             at = np.interp([times[1], times[-1]], t.time.to_numpy(), t.bytes.to_numpy().astype(float))
             per_worker.append((at[1] - at[0]) / (len(times) - 2))

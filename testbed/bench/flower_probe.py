@@ -68,7 +68,8 @@ def make_client(cid: int, cfg: dict):
                 F.cross_entropy(net(x[idx]), y[idx]).backward()
                 opt.step()
             metrics = {"compute_s": time.monotonic() - t, "cpu_s": time.thread_time() - cpu}
-            return [v.detach().numpy().copy() for v in net.state_dict().values()], cfg["batch_size"] * cfg["local_steps"], metrics
+            return ([v.detach().numpy().copy() for v in net.state_dict().values()],
+                    cfg["batch_size"] * cfg["local_steps"], metrics)
 
     return Trainer().to_client()
 

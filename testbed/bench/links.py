@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import RunFailed
 from testbed.bench.harness import Bench, measure_transfer, save_result
+from testbed.errors import RunFailed
 from testbed.node import mailbox
 from testbed.run.flows import BENCH_PORT, ping_client, ping_server
 from testbed.runtimes import runtime_class
@@ -75,7 +75,8 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
             results.append({"direction": direction, "goodput_bps": goodput, "wire_bps": wire,
                             "goodput_ratio": goodput / configured, "wire_ratio": wire / configured})
             say(f"{direction:4s} configured {units.format_rate(configured):>8s}  goodput {goodput / 1e6:8.3f} Mbit/s "
-                f"({100 * goodput / configured:5.1f}%)  wire {wire / 1e6:8.3f} Mbit/s ({100 * wire / configured:5.1f}%)")
+                f"({100 * goodput / configured:5.1f}%)  wire {wire / 1e6:8.3f} Mbit/s "
+                f"({100 * wire / configured:5.1f}%)")
     problems = bench.problems
     ok = all(abs(1 - r["goodput_ratio"]) <= tolerance for r in results) and not problems
     out = {"benchmark": "link", "runtime": runtime, "configured_bps": configured, "flows": flows, "seconds": seconds,
@@ -92,7 +93,7 @@ def link_benchmark(rate: str, *, seconds: float = 5.0, flows: int = 1, out_dir: 
 
 def _udp_rcvbuf_errors() -> int:
     """UDP datagrams this namespace dropped for a full socket buffer (not the link's loss)."""
-    lines = [l.split() for l in Path("/proc/net/snmp").read_text().splitlines() if l.startswith("Udp:")]
+    lines = [line.split() for line in Path("/proc/net/snmp").read_text().splitlines() if line.startswith("Udp:")]
     return int(dict(zip(lines[0][1:], lines[1][1:]))["RcvbufErrors"])
 
 
@@ -120,7 +121,8 @@ def udp_sink(port: int, seconds: float, result_path: str, ready_path: str = "", 
         if data == b"END":
             break
         got += 1
-    mailbox.write_text(result_path, json.dumps({"received": got, "rcvbuf_errors": _udp_rcvbuf_errors() - errors_before}))
+    mailbox.write_text(result_path, json.dumps({"received": got,
+                                                "rcvbuf_errors": _udp_rcvbuf_errors() - errors_before}))
 
 
 def _udp_source(addr: str, port: int, packets: int, rate_pps: float, probe_path: str = "") -> None:
@@ -181,8 +183,8 @@ def loss_benchmark(loss: str, *, packets: int = 20000, out_dir: Path | None = No
     ok = abs(measured - p) <= tol and not problems and not mech.startswith("not-applied")
     say(f"loss configured {100 * p:.2f}%  measured {100 * measured:.2f}% over {packets} datagrams  "
         f"(mechanism: {mech}, tolerance +/-{100 * tol:.2f} points)")
-    out = {"benchmark": "loss", "runtime": runtime, "configured": p, "measured": measured, "packets": packets, "received": received,
-           "receiver_buffer_drops": host_drops,
+    out = {"benchmark": "loss", "runtime": runtime, "configured": p, "measured": measured, "packets": packets,
+           "received": received, "receiver_buffer_drops": host_drops,
            "mechanism": mech, "ok": ok, "tolerance": tol, "kernel": os.uname().release,
            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     return save_result(out, out_dir, f"loss-{runtime}-{p:g}.json", say)

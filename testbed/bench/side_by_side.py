@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import HostCannot, RunFailed
 from testbed.bench.harness import Bench, measure_transfer, mem_available, run_for_records, save_result
 from testbed.bench.overhead import bare_process
+from testbed.errors import HostCannot, RunFailed
 from testbed.scenario import units
 
 
@@ -207,7 +207,8 @@ def flower_benchmark(clients: int = 4, *, rounds: int = 11, local_steps: int = 1
     ok = s_fl["rounds_done"] == s_eb["rounds_done"] == rounds and eb["status"] == "completed"
     who = f"{per_round} of {clients} clients" if per_round else f"{clients} clients"
     say(f"FedAvg, {who} x {local_steps} steps of {batch_size} ({model}, {dataset}) a round, {rounds} rounds, "
-        f"{cores} cores{', edgebed links ' + bandwidth if bandwidth else ''}; ideal round (the steps alone) {ideal:.2f} s")
+        f"{cores} cores{', edgebed links ' + bandwidth if bandwidth else ''}; "
+        f"ideal round (the steps alone) {ideal:.2f} s")
     for name, s in (("flower", s_fl), ("edgebed", s_eb)):
         say(f"  {name:8s} round {s['round_s']:.2f} s (overhead {s['overhead_s']:+.2f} s), first round "
             f"{s['first_round_s']:.2f} s, whole run {s['total_s']:.1f} s")

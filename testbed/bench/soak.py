@@ -97,7 +97,8 @@ def check_soak_run(run_dir: Path, scenario: dict) -> dict:
         w = steps[(steps.node == fault["target"]) & (steps.time > a + 1.0) & (steps.time < b)]
         silent.append(len(w))
         if len(w) > 1:  # one step may have been on its way
-            problems.append(f"steps: {fault['target']} made {len(w)} steps during its {fault['action']} {a:.0f}-{b:.0f} s")
+            problems.append(f"steps: {fault['target']} made {len(w)} steps during its "
+                            f"{fault['action']} {a:.0f}-{b:.0f} s")
     last_undo: dict[str, float] = {}
     for e in planned[1::2]:
         last_undo[e["target"]] = max(last_undo.get(e["target"], 0.0), float(e["at"][:-1]))
@@ -166,8 +167,7 @@ def soak_benchmark(*, minutes: int = 30, workers: int = 4, seed: int = 1, runtim
                    run_dir: Optional[Path] = None, say: Callable[[str], None] = print) -> dict:
     import yaml
 
-    from testbed.bench.harness import save_result
-    from testbed.bench.harness import run_child
+    from testbed.bench.harness import run_child, save_result
 
     if minutes < 2:
         raise ValueError("--minutes: at least 2 (the first minute has no fault)")

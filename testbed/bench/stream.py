@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from testbed.errors import HostCannot, RunFailed
 from testbed.bench.harness import Bench, save_result
+from testbed.errors import HostCannot, RunFailed
 from testbed.node import mailbox
 
 
@@ -110,7 +110,8 @@ def stream_benchmark(topics: int, rate: float, *, seconds: float = 12.0, sample_
         if not created.arrived():
             raise RunFailed(f"could not create the topics within 60 s of the broker at {bootstrap} being ready")
         consumers = [rt.start(w.name, _stream_consumer, {"bootstrap": bootstrap, "topic": t, "seconds": seconds,
-                                                          "warmup": warmup, "result_path": str(bench.result(f"c-{t}.json"))})
+                                                          "warmup": warmup,
+                                                          "result_path": str(bench.result(f"c-{t}.json"))})
                      for w, t in zip(spec.workers, names)]
         producers = [rt.start("ps", _stream_producer, {"bootstrap": bootstrap, "topic": t, "rate": rate,
                                                         "seconds": seconds, "sample_bytes": sample_bytes,

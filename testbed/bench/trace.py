@@ -31,8 +31,8 @@ from typing import Callable, Optional
 
 from testbed.bench.harness import Bench, save_result
 from testbed.bench.links import udp_sink
-from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
 from testbed.node.trace_replay import TraceReplay, schedules_to_wire
+from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
 from testbed.runtimes.replay import replays_of
 
 # (label, the trace w0's uplink replays): a library path picks that direction's file
@@ -167,7 +167,8 @@ def _one_section(bench: Bench, rt, spec, replay: TraceReplay, flow: str, seconds
     try:
         got = json.loads(result.read_text())
         # UDP: what the sink got over the whole flow (it sends for seconds + warm + 3 s)
-        good = got["received"] * PAYLOAD * 8 / (seconds + warm + 3) if flow == "udp" else got["bytes"] * 8 / got["seconds"]
+        good = (got["received"] * PAYLOAD * 8 / (seconds + warm + 3) if flow == "udp"
+                else got["bytes"] * 8 / got["seconds"])
         out["goodput_bps"] = good
     except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError):
         out["goodput_bps"] = None

@@ -92,7 +92,8 @@ def update_benchmark(params: int, rate: str, *, repeats: int = 3, out_dir: Path 
     framed = 8 * res["message_bytes"] / (configured * FRAME_EFFICIENCY) + res["rtt"]
     ratio = measured / ideal
     ok = abs(ratio - 1) <= tolerance and not bench.problems
-    say(f"{params / 1e6:g}M parameters ({res['message_bytes'] / 1e6:.2f} MB message) over {units.format_rate(configured)}: "
+    say(f"{params / 1e6:g}M parameters ({res['message_bytes'] / 1e6:.2f} MB message) "
+        f"over {units.format_rate(configured)}: "
         f"{measured:.3f} s; ideal 32P/B + RTT {ideal:.3f} s ({100 * (ratio - 1):+.1f}%), with TCP/IP/Ethernet "
         f"framing {framed:.3f} s ({100 * (measured / framed - 1):+.1f}%)")
     out = {"benchmark": "update", "runtime": runtime, "params": params, "configured_bps": configured,

@@ -10,7 +10,6 @@ from typing import Callable
 
 from testbed.bench.harness import run_for_records, save_result
 
-
 # Each strategy as the papers' experiments run it, made short: parameters that would leave a
 # 20-s run without any exchange (ADSP's 60-s check period) are scaled down.
 WIRE_PARAMS: dict[str, dict] = {

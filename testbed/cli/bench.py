@@ -68,7 +68,8 @@ def bench_delay(latency: str = typer.Option("20ms", help="one-way latency of w0'
 @bench_app.command("startup")
 def bench_startup(workers: int = typer.Option(4, help="number of workers"),
                   runtime: str = runtime_option("netns", EVERY_RUNTIME),
-                  cpus: float = typer.Option(0.5, help="each worker's CPU quota, 0 for none (a swarm's hosts must hold all quotas)"),
+                  cpus: float = typer.Option(0.5, help="each worker's CPU quota, 0 for none "
+                                                       "(a swarm's hosts must hold all quotas)"),
                   window: float = typer.Option(0.0, help="seconds of training (default 10 + 0.3 a worker)"),
                   out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Seconds from `up` to the first training step (and teardown) for N workers."""

@@ -12,9 +12,17 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from testbed.cli.common import (
+    DOCKER_HOST,
+    SCENARIO_RUNTIMES,
+    TRACE_DIRS,
+    checked,
+    fail,
+    load_checked,
+    runtime_option,
+    use_docker_host,
+)
 from testbed.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_STOPPED
-from testbed.cli.common import (DOCKER_HOST, SCENARIO_RUNTIMES, TRACE_DIRS, checked, fail, load_checked,
-                                runtime_option, use_docker_host)
 
 if TYPE_CHECKING:
     from testbed.scenario.document import Scenario
@@ -111,7 +119,8 @@ def _outcome(summary: dict, target: Optional[float]) -> str:
 
 def build(source: str = typer.Option("auto", help="auto | offline | registry (auto: registry if python:3.11-slim is "
                                                   "already local, else offline)"),
-          mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base (default: the host's)")) -> None:
+          mirror: Optional[str] = typer.Option(None, help="Debian mirror for the offline base "
+                                                          "(default: the host's)")) -> None:
     """Build the docker runtime's node image (offline: debootstrap base + host wheelhouse)."""
     from testbed.runtimes.engine.client import docker_client
     from testbed.runtimes.engine.images import build_node_image
@@ -227,15 +236,17 @@ def _runs_to_remove(runs: dict, labelled: dict, named: bool, all_runs: bool) -> 
     return keep
 
 
-def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: every run of yours whose runner is gone)"),
-         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going, and others' runs"),
+def down(run_id: Optional[str] = typer.Argument(None, help="one run id (default: every run of yours whose runner "
+                                                            "is gone)"),
+         all_runs: bool = typer.Option(False, "--all", help="also stop the runs that are still going, and "
+                                                             "others' runs"),
          docker_host: Optional[str] = DOCKER_HOST) -> None:
     """Remove everything edgebed made: processes, namespaces, links, cgroups (also after a crash).
     Only names of edgebed's own shapes are touched; another owner's run (uid@host) needs --all."""
     use_docker_host(docker_host)
 
     from testbed.runtimes import load_backends
-    from testbed.runtimes.state import cleanup_run, engine_runs, known_runs, labelled_runs
+    from testbed.runtimes.state import engine_runs, known_runs, labelled_runs
 
     load_backends()
     labelled = labelled_runs()

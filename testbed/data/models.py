@@ -116,23 +116,23 @@ def _downsampled(name: str, input_shape: tuple[int, int, int]) -> tuple[int, int
 
 # edgebed's models, registered in pyproject.toml's `edgebed.models` like any plugin's.
 def adacomp_cnn(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """AdaComp paper's MNIST CNN: 2x (conv3x3 32 + ReLU + maxpool2), dense 128, dense classes; 211,690 params for 1x28x28/10"""
+    """AdaComp paper's MNIST CNN: 2x (conv3x3 32 + ReLU + maxpool2), dense 128, dense classes; 211,690 params for 1x28x28/10"""  # noqa: E501  (one line: `edgebed models` shows it)
     return AdaCompCNN(*_downsampled("adacomp_cnn", input_shape), num_classes)
 
 
 def mlp(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """flatten, dense 200 + ReLU, dense 200 + ReLU, dense classes; 199,210 params for 1x28x28/10, 656,810 for 3x32x32/10"""
+    """flatten, dense 200 + ReLU, dense 200 + ReLU, dense classes; 199,210 params for 1x28x28/10, 656,810 for 3x32x32/10"""  # noqa: E501  (one line: `edgebed models` shows it)
     c, h, w = input_shape
     return MLP(c * h * w, num_classes)
 
 
 def resnet_small(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """ResNet-8: conv16 stem, 3 stages (16/32/64 ch, one basic block each), GroupNorm, global avg pool; 78,042 params for 3x32x32/10"""
+    """ResNet-8: conv16 stem, 3 stages (16/32/64 ch, one basic block each), GroupNorm, global avg pool; 78,042 params for 3x32x32/10"""  # noqa: E501  (one line: `edgebed models` shows it)
     return ResNetSmall(_downsampled("resnet_small", input_shape)[0], num_classes)
 
 
 def dlion_cnn(input_shape: tuple[int, int, int], num_classes: int) -> nn.Module:
-    """DLion's CNN: conv5x5 32 + pool2, conv5x5 64 + pool2, dense 1024, dense classes; 4,259,274 params for 3x32x32/10"""
+    """DLion's CNN: conv5x5 32 + pool2, conv5x5 64 + pool2, dense 1024, dense classes; 4,259,274 params for 3x32x32/10"""  # noqa: E501  (one line: `edgebed models` shows it)
     return DLionCNN(*_downsampled("dlion_cnn", input_shape), num_classes)
 
 

@@ -186,19 +186,21 @@ class Rtnl:
         """A bridge port that forwards to the bridge's other ports only if they are not isolated
         (`bridge link set dev X isolated on`)."""
         protinfo = attr(IFLA_BRPORT_ISOLATED, b"\1")
-        self.request(RTM_SETLINK, 0, _ifinfo(index, family=socket.AF_BRIDGE) + attr(IFLA_PROTINFO | NLA_F_NESTED, protinfo))
+        self.request(RTM_SETLINK, 0,
+                     _ifinfo(index, family=socket.AF_BRIDGE) + attr(IFLA_PROTINFO | NLA_F_NESTED, protinfo))
 
     # -- addresses and neighbours ----------------------------------------------------------
     def add_address(self, index: int, address: str, prefixlen: int) -> None:
         """An IPv4 address on interface `index` (no broadcast address: as pyroute2 made it)."""
         packed = ipaddress.IPv4Address(address).packed
-        body = _IFADDR.pack(socket.AF_INET, prefixlen, 0, 0, index) + attr(IFA_LOCAL, packed) + attr(IFA_ADDRESS, packed)
+        body = _IFADDR.pack(socket.AF_INET, prefixlen, 0, 0, index) + attr(IFA_LOCAL, packed) \
+            + attr(IFA_ADDRESS, packed)
         self.request(RTM_NEWADDR, NLM_F_CREATE | NLM_F_EXCL, body)
 
     def add_neighbour(self, index: int, address: str, mac: str) -> None:
         """A permanent IPv4 neighbour (ARP) entry on interface `index` (`ip neigh replace`)."""
-        body = _NDMSG.pack(socket.AF_INET, index, NUD_PERMANENT, 0, 0) + attr(NDA_DST, ipaddress.IPv4Address(address).packed) \
-            + attr(NDA_LLADDR, _mac(mac))
+        body = _NDMSG.pack(socket.AF_INET, index, NUD_PERMANENT, 0, 0) \
+            + attr(NDA_DST, ipaddress.IPv4Address(address).packed) + attr(NDA_LLADDR, _mac(mac))
         self.request(RTM_NEWNEIGH, NLM_F_CREATE | NLM_F_REPLACE, body)
 
     def add_default_route(self, gateway: str) -> None:

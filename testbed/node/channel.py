@@ -16,8 +16,9 @@ lets the last messages leave before the process exits.
 
 Down (runner -> nodes): the hub publishes on RoleConfig.control; a node subscribes to the topics
 meant for it (`Listener`): heartbeats and the stop, its supervisor's requests, its link delays,
-the replicas (the coordinator, each on a topic naming the worker whose key sent it). Without a records address (a role started outside a runner's run,
-as in some tests) a table is appended to in the run directory itself.
+the replicas (the coordinator, each on a topic naming the worker whose key sent it). Without a
+records address (a role started outside a runner's run, as in some tests) a table is appended to
+in the run directory itself.
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def pick_device(node: str = "", say=print) -> torch.device:
         torch.cuda.set_per_process_memory_fraction(min(1.0, cap / props.total_memory), dev)
     host_index = os.environ.get("CUDA_VISIBLE_DEVICES", "all")
     limits = [f"memory cap {cap / 2**30:.2f} GiB" if cap else "", share_text()]
-    say(f"{node + ': ' if node else ''}training on {props.name} (host GPU {host_index}{''.join(', ' + x for x in limits if x)})", flush=True)
+    say(f"{node + ': ' if node else ''}training on {props.name} "
+        f"(host GPU {host_index}{''.join(', ' + x for x in limits if x)})", flush=True)
     return dev
 
 

@@ -245,7 +245,8 @@ def schedules_from_wire(data: dict) -> dict[str, TraceSchedule]:
         if not isinstance(rates, list) or not 0 < len(rates) <= MAX_TICKS or \
                 not all(type(r) in (int, float) and 0 <= r <= MAX_RATE_BPS for r in rates):
             raise ValueError(f"schedules.{which}.rates: not a list of 1-{MAX_TICKS} rates in bit/s")
-        if not isinstance(res, (int, float)) or isinstance(res, bool) or not MIN_RESOLUTION_S <= res <= MAX_RESOLUTION_S:
+        if (not isinstance(res, (int, float)) or isinstance(res, bool)
+                or not MIN_RESOLUTION_S <= res <= MAX_RESOLUTION_S):
             raise ValueError(f"schedules.{which}.resolution: not within {MIN_RESOLUTION_S}-{MAX_RESOLUTION_S} s")
         if not isinstance(offset, (int, float)) or isinstance(offset, bool) or not 0 <= offset <= len(rates) * res:
             raise ValueError(f"schedules.{which}.offset: not within the trace")

@@ -15,8 +15,8 @@ from typing import Any, Sequence, Union
 from testbed.plan.availability import availability_problems
 from testbed.plan.topology import topology_problems
 from testbed.scenario.checks import ScenarioError, validate_schema
-from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.document import Scenario
+from testbed.scenario.scenario_file import read_scenario_file
 
 
 def parse_scenario(data: Any) -> Scenario:

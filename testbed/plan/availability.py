@@ -3,11 +3,11 @@
 From the scenario's `availability` entries: a seeded two-state model (online and offline
 durations drawn from exponentials of the given means, each worker with its own stream of draws,
 so adding a worker does not move the others'; optionally a daily cycle), or a trace of online
-intervals (CSV `node,start,end`, seconds since the nodes started, FedScale's
-client_behave_trace or FLASH's state traces), sped up or slowed down by `time_scale`. The timeline turns each offline interval into
-changes (run/timeline.py): the worker cut off from every node and frozen at its start, healed and
-thawed at its end; the PS then treats it as it treats a worker that stopped answering and came
-back (lost, rejoined).
+intervals (CSV `node,start,end`, seconds since the nodes started, FedScale's client_behave_trace
+or FLASH's state traces), sped up or slowed down by `time_scale`. The timeline turns each
+offline interval into changes (run/timeline.py): the worker cut off from every node and frozen
+at its start, healed and thawed at its end; the PS then treats it as it treats a worker that
+stopped answering and came back (lost, rejoined).
 """
 
 from __future__ import annotations
@@ -297,7 +297,8 @@ def trace_offline(online: list[Interval], until: float) -> list[Interval]:
     return [(a, b) for a, b in out if b > a]
 
 
-def plan_offline(sc: Scenario, traces: Optional[dict[int, dict[str, list[Interval]]]] = None) -> dict[str, list[Interval]]:
+def plan_offline(sc: Scenario,
+                 traces: Optional[dict[int, dict[str, list[Interval]]]] = None) -> dict[str, list[Interval]]:
     """Every worker's offline intervals (workers always online are left out). `traces`: the
     entries' read traces by index (read here when not given). A plan past MAX_INTERVALS is cut
     short just past it (validation refuses it), so that drawing it takes bounded time."""

@@ -76,7 +76,8 @@ class ClusterSpec:
     prefixlen: int
     gateway: str = ""
     nodes: list[Node] = field(default_factory=list)
-    relay_gateway: bool = False  # the gateway address on the run's switch, where the relay to an external broker listens
+    # the gateway address on the run's switch, where the relay to an external broker listens
+    relay_gateway: bool = False
     topology: Optional[Topology] = None  # sites and WAN links; None: one LAN
     encrypt: bool = False  # the run's networks encrypted between hosts (runtime swarm's overlays)
     subnet_fixed: bool = True  # False: the scenario left network.subnet to edgebed, and a runtime may move it

@@ -15,10 +15,20 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from testbed.kernel.files import open_nofollow, replace_text
-
-from testbed.records.columns import (BUFFER_COLUMNS, EVAL_COLUMNS, EVENT_COLUMNS, PEER_COLUMNS, REPORT_COLUMNS,
-                                     RESOURCE_COLUMNS, ROUND_COLUMNS, SERVER_COLUMNS, SHAPING_COLUMNS, STEP_COLUMNS,
-                                     STREAM_STEP_COLUMNS, TRAFFIC_COLUMNS)
+from testbed.records.columns import (
+    BUFFER_COLUMNS,
+    EVAL_COLUMNS,
+    EVENT_COLUMNS,
+    PEER_COLUMNS,
+    REPORT_COLUMNS,
+    RESOURCE_COLUMNS,
+    ROUND_COLUMNS,
+    SERVER_COLUMNS,
+    SHAPING_COLUMNS,
+    STEP_COLUMNS,
+    STREAM_STEP_COLUMNS,
+    TRAFFIC_COLUMNS,
+)
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,

@@ -21,7 +21,8 @@ def online_over_time(events: pd.DataFrame, workers: int) -> pd.DataFrame:
     detail = events["detail"].astype(str)
     off = events[(events["action"] == "partition") & detail.str.startswith(OFFLINE)]["time"]
     on = events[(events["action"] == "heal") & detail.str.startswith(ONLINE)]["time"]
-    changes = pd.concat([pd.Series(-1, index=off.to_numpy()), pd.Series(1, index=on.to_numpy())]).sort_index(kind="stable")
+    changes = pd.concat([pd.Series(-1, index=off.to_numpy()),
+                         pd.Series(1, index=on.to_numpy())]).sort_index(kind="stable")
     times = np.concatenate([[0.0], changes.index.to_numpy(dtype=float)])
     online = workers + np.concatenate([[0], np.cumsum(changes.to_numpy())])
     return pd.DataFrame({"time": times, "online": online})

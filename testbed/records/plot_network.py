@@ -164,7 +164,8 @@ def link_rates_figure(rec: RunRecords, style: Style) -> Figure | None:
     path = rec.run_dir / LINK_RATES_FILE
     if not path.exists():
         return None
-    set_rates = read_csv_records(path, {c: ("str" if c in ("node", "direction") else "float") for c in LINK_RATE_COLUMNS})
+    set_rates = read_csv_records(path, {c: ("str" if c in ("node", "direction") else "float")
+                                        for c in LINK_RATE_COLUMNS})
     if set_rates.empty:
         return None
     carried = traffic_rates(rec.traffic)

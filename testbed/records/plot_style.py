@@ -15,7 +15,6 @@ from matplotlib.axes import Axes
 
 from testbed.records.reader import RunRecords, finite_float
 
-
 DPI = 110
 PS_COLOR = "black"
 _EVENT_COLOR = "0.45"

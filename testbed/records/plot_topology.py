@@ -55,7 +55,8 @@ def topology_figure(rec: RunRecords, style: Any) -> Optional[Figure]:
     degree = {name: sum(name in e["between"] for e in wan_links) for name in sites}
     hub = next((name for name, d in degree.items() if n > 2 and d == n - 1 == len(wan_links)), None)
     ring = [name for name in sites if name != hub]  # a star's hub sits in the middle
-    centers = {name: (big * math.cos(2 * math.pi * i / len(ring) + start), big * math.sin(2 * math.pi * i / len(ring) + start))
+    centers = {name: (big * math.cos(2 * math.pi * i / len(ring) + start),
+                      big * math.sin(2 * math.pi * i / len(ring) + start))
                for i, name in enumerate(ring)}
     if hub is not None:
         centers[hub] = (0.0, 0.0)
@@ -63,7 +64,8 @@ def topology_figure(rec: RunRecords, style: Any) -> Optional[Figure]:
         (x0, y0), (x1, y1) = centers[e["between"][0]], centers[e["between"][1]]
         ax.plot([x0, x1], [y0, y1], color="tab:red", lw=2.5, zorder=1)
         fwd, rev = _shape(e["forward"]), _shape(e["reverse"])
-        text = fwd if fwd == rev else f"{e['between'][0]}→{e['between'][1]} {fwd}\n{e['between'][1]}→{e['between'][0]} {rev}"
+        text = fwd if fwd == rev else (f"{e['between'][0]}→{e['between'][1]} {fwd}\n"
+                                       f"{e['between'][1]}→{e['between'][0]} {rev}")
         ax.text((x0 + x1) / 2, (y0 + y1) / 2, text, ha="center", va="center", fontsize=8, color="tab:red",
                 bbox=dict(boxstyle="round", fc="white", ec="tab:red", alpha=0.9), zorder=4)
     for site, members in sites.items():

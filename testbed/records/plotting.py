@@ -22,8 +22,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from testbed.records.plot_devices import devices_figure
-from testbed.records.plot_fleet import fleet_figure
 from testbed.records.plot_fidelity import fidelity_figure
+from testbed.records.plot_fleet import fleet_figure
 from testbed.records.plot_network import link_check_figure, link_rates_figure, links_figure, traffic_figure
 from testbed.records.plot_style import DPI, Style, profile_labels, run_dir_labels, sorted_nodes, style_for
 from testbed.records.plot_topology import topology_figure, wan_figure

@@ -1,9 +1,9 @@
 """Reader side of the run-record contract: RUN/ -> DataFrames and dicts.
 
-Column names and order come from columns.py, shared with the writer (metrics.py). Readers must cope with crashed runs: a CSV may be
-missing, hold only a header, or end in a half-written line, so every table is
-returned with its full set of columns and malformed rows are dropped instead of
-raising.
+Column names and order come from columns.py, shared with the writer (metrics.py). Readers must
+cope with crashed runs: a CSV may be missing, hold only a header, or end in a half-written line,
+so every table is returned with its full set of columns and malformed rows are dropped instead
+of raising.
 """
 
 from __future__ import annotations

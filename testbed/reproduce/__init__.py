@@ -60,12 +60,14 @@ class Experiment:
     claim: str  # the paper's number and its conditions
     scenario: str  # path with {scale}, relative to the repository
     series: "list[Series] | Callable[[str], list[Series]]"  # or per scale
-    analyze: Callable[["list[tuple[Series, Any]]", Path, str], dict]  # one seed: (series, records), out, scale -> headline
+    # one seed: (series, records), out, scale -> headline
+    analyze: Callable[["list[tuple[Series, Any]]", Path, str], dict]
     expect: str = ""  # the effect ci scale must show, in words
     # decided before the run: what each seed's headline is judged by (verdict.py), and how to read it
     criteria: "tuple[Criterion, ...]" = ()
     metrics: Callable[[dict, str], dict] = lambda result, scale: {}  # one seed's headline -> {criterion key: value}
-    panels: "tuple[Panel, ...] | Callable[[str], tuple]" = ()  # the band figure (or per scale); default accuracy vs seconds
+    # the band figure (or per scale); default accuracy vs seconds
+    panels: "tuple[Panel, ...] | Callable[[str], tuple]" = ()
     seeds: int = DEFAULT_SEEDS  # how many seeds its verdict is decided over, where --seeds does not say
 
     def scenario_path(self, scale: str) -> Path:

@@ -8,8 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from testbed.reproduce import Experiment, Panel, Series, register
-from testbed.reproduce.common import (accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, fmt,
-                                      ratio)
+from testbed.reproduce.common import accuracy_curve, bytes_at, cumulative_bytes, final_accuracy, fmt, ratio
 from testbed.reproduce.verdict import Criterion
 
 # the fixed accuracy the ingress is compared at (paper: 97%; paper-200 runs a fraction of its updates)

@@ -82,7 +82,8 @@ def _fig3(pairs, out: Path, scale: str) -> dict:
     res["check_periods_to_target"] = [round(t / period, 1) if t and period else None for t in times]
     res["lines"].append(f"check periods to the target: {res['check_periods_to_target']}")
     res["lines"].append(f"fastest: {res['best_commit_rate']}; slowest end over the fastest middle rate: "
-                        f"{fmt(res['falling_side'], '.2f')}x (fewest commits), {fmt(res['rising_side'], '.2f')}x (most)")
+                        f"{fmt(res['falling_side'], '.2f')}x (fewest commits), "
+                        f"{fmt(res['rising_side'], '.2f')}x (most)")
     return res
 
 

@@ -75,9 +75,10 @@ def _fig7_metrics(result: dict, scale: str) -> dict:
 
 
 register(Experiment(
-    name="fig-dlion-6", paper="dlion", title="P-compute: time to accuracy vs Gaia and Ako, with/without capacity-aware batching",
-    claim="DLion reaches 60% accuracy 73%/74% faster than Gaia/Ako; capacity-aware batching cuts the time to 70% by 34% "
-          "(CIFAR-10, 1 x 24 + 3 x 8 CPUs)",
+    name="fig-dlion-6", paper="dlion",
+    title="P-compute: time to accuracy vs Gaia and Ako, with/without capacity-aware batching",
+    claim="DLion reaches 60% accuracy 73%/74% faster than Gaia/Ako; capacity-aware batching cuts the time to 70% "
+          "by 34% (CIFAR-10, 1 x 24 + 3 x 8 CPUs)",
     expect="DLion first to the accuracy targets; without capacity-aware batching slower",
     scenario="scenarios/dlion/p-compute.{scale}.yaml", criteria=FIG6_CRITERIA, metrics=_fig6_metrics, seeds=FIG6_SEEDS,
     series=[Series("DLion", {}),
@@ -88,7 +89,8 @@ register(Experiment(
 
 register(Experiment(
     name="fig-dlion-7", paper="dlion", title="P-network: accuracy after a fixed time vs Gaia and Ako",
-    claim="after 30 min DLion's accuracy is 42% above Gaia's and 25% above Ako's (CIFAR-10, 3+1 workers, 100 Mbit/s WAN)",
+    claim="after 30 min DLion's accuracy is 42% above Gaia's and 25% above Ako's "
+          "(CIFAR-10, 3+1 workers, 100 Mbit/s WAN)",
     expect="DLion's accuracy at the fixed time above Gaia's and Ako's",
     scenario="scenarios/dlion/p-network.{scale}.yaml", criteria=FIG7_CRITERIA, metrics=_fig7_metrics,
     series=[Series("DLion", {}), Series("Gaia", {"algorithm": {"name": "gaia"}}),

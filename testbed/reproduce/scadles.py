@@ -184,7 +184,8 @@ def _table4(pairs, out: Path, scale: str) -> dict:
     table.to_csv(out.with_name(out.name + "-table.csv"), index=False)
     notes = [f"{r['set']} {w}: did not reach {target}; its buffer is read at the end ({r.get(f'{w} at s') or 0:.0f} s)"
              for r in rows for w in T4_SERIES if r.get(f"{w} reached") is False]
-    return {"target_accuracy": target, "sets": rows, "notes": notes, "lines": table_markdown(table).splitlines() + notes}
+    return {"target_accuracy": target, "sets": rows, "notes": notes,
+            "lines": table_markdown(table).splitlines() + notes}
 
 
 # Per set: truncation holds at least 10x less than persistence when each reaches the target (the
@@ -194,13 +195,14 @@ def _table4(pairs, out: Path, scale: str) -> dict:
 TABLE4_CRITERIA = tuple(c for rs in SETS for c in (
     Criterion(f"truncation {rs}", f"{rs}: DDL's buffer at the target, persistence / truncation", "higher",
               1.0, 10.0, 0.1, ratio=True),
-    Criterion(f"fig7 {rs}", f"{rs}: buffer at the target under persistence, DDL / ScaDLES", "higher", 1.0, 2.0, 0.1, ratio=True)))
+    Criterion(f"fig7 {rs}", f"{rs}: buffer at the target under persistence, DDL / ScaDLES", "higher",
+              1.0, 2.0, 0.1, ratio=True)))
 
 
 def _table4_metrics(result: dict, scale: str) -> dict:
     out = {}
     for r in result.get("sets", []):
-        both = lambda a, b: r.get(f"{a} reached") and r.get(f"{b} reached")  # noqa: E731
+        both = lambda a, b, r=r: r.get(f"{a} reached") and r.get(f"{b} reached")  # noqa: E731
         out[f"truncation {r['set']}"] = r.get("reduction") if both("DDL persistence", "DDL truncation") else EXCLUDED
         out[f"fig7 {r['set']}"] = r.get("DDL / ScaDLES (persistence)") \
             if both("DDL persistence", "ScaDLES persistence") else EXCLUDED
@@ -257,7 +259,8 @@ def _table5(pairs, out: Path, scale: str) -> dict:
 # within 0.02 a tie) and the volume the devices send falls (by at least 10%; within 2% a tie).
 TABLE5_CRITERIA = tuple(c for cr in ("0.1", "0.01") for c in (
     Criterion(f"cnc rise CR={cr}", f"CR={cr}: CNC ratio at delta 0.4 minus at 0.1", "higher", 0.0, 0.1, 0.02),
-    Criterion(f"volume fall CR={cr}", f"CR={cr}: volume sent at delta 0.1 / at 0.4", "higher", 1.0, 1.1, 0.02, ratio=True)))
+    Criterion(f"volume fall CR={cr}", f"CR={cr}: volume sent at delta 0.1 / at 0.4", "higher", 1.0, 1.1, 0.02,
+              ratio=True)))
 
 
 def _table5_metrics(result: dict, scale: str) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+
 @dataclass(frozen=True)
 class Panel:
     """One panel of an experiment's band figure: y against x from the seeds' curves (NAME.csv),
@@ -154,7 +155,7 @@ def _draw_criteria(ax, criteria, judgements) -> None:
     for i, (c, j) in enumerate(zip(criteria, judgements)):
         span = abs(c.bar - c.neutral) or abs(c.neutral) or 1.0
         sign = 1 if c.better == "higher" else -1
-        rel = lambda v: sign * (v - c.neutral) / span  # noqa: E731
+        rel = lambda v, sign=sign, c=c, span=span: sign * (v - c.neutral) / span  # noqa: E731
         vals = [v for v in j.values if v is not None]
         ax.scatter([i] * len(vals), [rel(v) for v in vals], color="k", s=12, zorder=3)
         if j.mean is not None:

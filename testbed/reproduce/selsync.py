@@ -84,7 +84,8 @@ def _table1_metrics(result: dict, scale: str) -> dict:
 
 
 register(Experiment(
-    name="table-selsync-1", paper="selsync", title="SelSync vs BSP, FedAvg and SSP: iterations, LSSR, accuracy, speed-up",
+    name="table-selsync-1", paper="selsync",
+    title="SelSync vs BSP, FedAvg and SSP: iterations, LSSR, accuracy, speed-up",
     claim="16 workers: SelSync reaches BSP's accuracy on every model with LSSR 0.72-0.97, 1.67x-13.75x faster than BSP "
           "(e.g. AlexNet delta=0.3: +1.57% accuracy, 4.62x); FedAvg with C=0.5 misses it on all four models, SSP on "
           "two (ResNet101, VGG11)",
@@ -95,7 +96,8 @@ register(Experiment(
             Series("FedAvg C=1 E=0.25", {"algorithm": {"name": "local_sgd", "params": {"period": 8}}}),
             Series("FedAvg C=1 E=0.125", {"algorithm": {"name": "local_sgd", "params": {"period": 4}}}),
             # C = 0.5: half the workers, drawn anew each round, take part (the paper's other FedAvg setting)
-            Series("FedAvg C=0.5 E=0.25", {"algorithm": {"name": "local_sgd", "params": {"period": 8, "fraction": 0.5}}}),
+            Series("FedAvg C=0.5 E=0.25",
+                   {"algorithm": {"name": "local_sgd", "params": {"period": 8, "fraction": 0.5}}}),
             Series("FedAvg C=0.5 E=0.125",
                    {"algorithm": {"name": "local_sgd", "params": {"period": 4, "fraction": 0.5}}}),
             Series("SSP s=100", {"algorithm": {"name": "ssp", "params": {"staleness": 100}}}),

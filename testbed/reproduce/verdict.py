@@ -104,7 +104,8 @@ def judge(criterion: Criterion, values: Sequence) -> Judgement:
         wrong = [v for v in vals if v is None or s * (v - criterion.neutral) <= criterion.tie]
         short = s * (mean - criterion.bar) < 0
         if not wrong and not short:
-            verdict, why = "holds", f"every seed beyond {criterion.neutral:g}, the {mean_is} {mean:.4g} clears {criterion.bar:g}"
+            verdict, why = "holds", (f"every seed beyond {criterion.neutral:g}, "
+                                     f"the {mean_is} {mean:.4g} clears {criterion.bar:g}")
         else:
             edge = f"{criterion.neutral:g}" + (f" +- {criterion.tie:g}" if criterion.tie else "")
             parts = ([f"{len(wrong)} of {len(vals)} seeds not beyond {edge}"] if wrong else []) + \

@@ -45,8 +45,8 @@ from testbed.errors import HostCannot, RunFailed
 from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.run.cpu_fit import local_cores
-from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
+from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.schema import Scenario
 
 CALIBRATE_TARGET = "testbed.node.calibrate:run_calibration"
@@ -152,8 +152,8 @@ def floor_line(cal: Calibration) -> Optional[str]:
     least = MIN_CPU_QUOTA_S / DEFAULT_CPU_PERIOD_S
     if cal.quota_cores >= least:
         return None
-    return (f"{cal.node}: device {cal.device} is too slow to emulate on host {cal.host}: it needs {cal.quota_cores:.4f} "
-            f"cores, under the kernel's least quota ({least:g} cores)")
+    return (f"{cal.node}: device {cal.device} is too slow to emulate on host {cal.host}: "
+            f"it needs {cal.quota_cores:.4f} cores, under the kernel's least quota ({least:g} cores)")
 
 
 def oversubscribed_lines(cals: list[Calibration]) -> list[str]:

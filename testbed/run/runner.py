@@ -28,10 +28,9 @@ from testbed.plan.delays import transport_delays
 from testbed.plan.placement import place
 from testbed.plan.streams import stream_config
 from testbed.records import metrics
-from testbed.run import devices as run_devices
-from testbed.run import meta as run_meta
-from testbed.run.events import Events
+from testbed.run import devices as run_devices, meta as run_meta
 from testbed.run.cpu_fit import oversubscription_warnings
+from testbed.run.events import Events
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.progress import FleetProgress
@@ -46,8 +45,9 @@ from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class, make_strategy
 
 PRELOAD = ["torch", "numpy", "zmq", "testbed.node.roles.ps", "testbed.node.roles.worker", "testbed.node.roles.peer",
-           "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets", "testbed.data.models",
-           "testbed.data.partition", "testbed.strategies", "testbed.data.preload", "testbed.data.plugin_preload"]
+           "testbed.node.roles.coordinator", "testbed.node.roles.evaluator", "testbed.data.datasets",
+           "testbed.data.models", "testbed.data.partition", "testbed.strategies", "testbed.data.preload",
+           "testbed.data.plugin_preload"]
 
 
 def default_run_dir(sc: Scenario) -> Path:

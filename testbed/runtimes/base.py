@@ -25,9 +25,9 @@ from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
 
 if TYPE_CHECKING:  # types only: the runtime makes them where it has them
+    from testbed.runtimes.control.hub import ControlHub
     from testbed.runtimes.control.network import ControlNetwork
     from testbed.runtimes.fabric import WanLinks
-    from testbed.runtimes.control.hub import ControlHub
 
 
 @dataclass(frozen=True)

@@ -16,13 +16,21 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Any, Optional
 
-from testbed.kernel.netlink import (LOOPBACK_INDEX, NetnsSockets, add_veth, create_netns,
-                                    disable_offloads, link_counters, ns_iproute, set_sysctl)
+from testbed.kernel.bridges import BridgeTree
+from testbed.kernel.netlink import (
+    LOOPBACK_INDEX,
+    NetnsSockets,
+    add_veth,
+    create_netns,
+    disable_offloads,
+    link_counters,
+    ns_iproute,
+    set_sysctl,
+)
 from testbed.kernel.rtnl import Rtnl
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction, rate_alone, reshape
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.plan.neighbours import mac_of, static_neighbours
-from testbed.kernel.bridges import BridgeTree
 from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
 from testbed.scenario.links import Direction, inherit

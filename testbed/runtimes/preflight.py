@@ -6,10 +6,10 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from testbed.kernel.gpus import HostGpu, host_gpus
 from testbed import runtimes
-from testbed.scenario.units import parse_cpuset
+from testbed.kernel.gpus import HostGpu, host_gpus
 from testbed.scenario.schema import Profile, Scenario, ScenarioError, gpu_profiles, profile_refs
+from testbed.scenario.units import parse_cpuset
 
 
 def engine_problems(sc: Scenario) -> list[str]:

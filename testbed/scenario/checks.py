@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from testbed.errors import BadInput
 from testbed.scenario.devices.catalog import catalog, unknown_device_line
-from testbed.scenario.safe_yaml import excerpt
 from testbed.scenario.document import Scenario
 from testbed.scenario.profiles import Profile, cpu_quota_problem
+from testbed.scenario.safe_yaml import excerpt
 from testbed.scenario.streaming import split_host_port
 from testbed.scenario.trace_checks import trace_problems
 from testbed.scenario.traces import read_link_trace

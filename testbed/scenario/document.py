@@ -88,7 +88,8 @@ class Event(Direction):
         else:
             extra = link_fields + (["trace"] if self.trace is not None else []) + \
                 (["direction"] if self.direction != "both" else [])
-            extra += [f for f in ("cpus", "load") if getattr(self, f) is not None and self.action != {"cpus": "cpu", "load": "stress"}[f]]
+            extra += [f for f in ("cpus", "load")
+                      if getattr(self, f) is not None and self.action != {"cpus": "cpu", "load": "stress"}[f]]
             extra += ["peers"] if self.peers and self.action not in ("partition", "heal") else []
             if extra:
                 raise ValueError(f"{', '.join(extra)} do not apply to a {self.action} event")
@@ -205,7 +206,8 @@ class Scenario(StrictModel):
     def _sites(cls, v: dict[str, Site]) -> dict[str, Site]:
         for name in v:
             if not re.fullmatch(r"[a-z][a-z0-9]{0,7}", name):
-                raise ValueError(f"'{name}' is not a site name (lowercase letters/digits, at most 8, starting with a letter)")
+                raise ValueError(f"'{name}' is not a site name "
+                                 "(lowercase letters/digits, at most 8, starting with a letter)")
         return v
 
     @field_validator("name")

@@ -26,9 +26,22 @@ from pathlib import Path
 from typing import Any, Optional
 
 from testbed.scenario import units
-from testbed.scenario.traces import (CATALOG, DEFAULT_RESOLUTION_S, LIBRARY, MAX_TRACE_SECONDS, TraceSchedule,
-                                     check_ticks, is_number, node_offset, read_link_trace, read_trace_text,
-                                     sample_steps, steps_duration, trace_file, trace_kind)
+from testbed.scenario.traces import (
+    CATALOG,
+    DEFAULT_RESOLUTION_S,
+    LIBRARY,
+    MAX_TRACE_SECONDS,
+    TraceSchedule,
+    check_ticks,
+    is_number,
+    node_offset,
+    read_link_trace,
+    read_trace_text,
+    sample_steps,
+    steps_duration,
+    trace_file,
+    trace_kind,
+)
 
 PING_SUFFIX = ".ping"
 # short name -> a recorded latency trace in the library (testbed/traces/README.md: sources, licences)

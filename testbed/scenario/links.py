@@ -38,9 +38,11 @@ class Direction(StrictModel):
     latency_trace: Optional[str] = Field(default=None, min_length=1, max_length=300, description="a latency "
                                          "catalog name, `ping -D` output (half of each RTT), a CICV5G table or "
                                          "time,latency rows; replaces `latency`")
-    trace_loop: Optional[bool] = Field(default=None, description="at the trace's end: start over (default) or hold its last rate")
-    trace_offset: Union[Literal["random"], Seconds] = Field(default=None, description="where in the trace a node starts: "
-                                                            "seconds, or random (per node, from the scenario's seed)")
+    trace_loop: Optional[bool] = Field(default=None, description="at the trace's end: start over (default) "
+                                                                 "or hold its last rate")
+    trace_offset: Union[Literal["random"], Seconds] = Field(default=None, description="where in the trace a node "
+                                                            "starts: seconds, or random (per node, from the scenario's "
+                                                            "seed)")
     trace_resolution: Seconds = Field(default=None, description="how often the rate changes (default 100ms)")
     burst_loss: Optional[BurstLoss] = Field(default=None, description="Gilbert-Elliott loss, its state stepped "
                                             "every trace_resolution (replaces `loss`)")

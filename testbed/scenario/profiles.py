@@ -11,8 +11,15 @@ from pydantic import Field, field_validator, model_validator
 from testbed.kernel import cgroups
 from testbed.scenario.devices.catalog import Speed, check_name
 from testbed.scenario.fields import Bytes, Seconds, StrictModel
-from testbed.scenario.links import (TRACE_FIELDS, BothDirections, BurstLoss, Direction, as_direction, inherit,
-                                   trace_resolution)
+from testbed.scenario.links import (
+    TRACE_FIELDS,
+    BothDirections,
+    BurstLoss,
+    Direction,
+    as_direction,
+    inherit,
+    trace_resolution,
+)
 
 
 class Stress(StrictModel):

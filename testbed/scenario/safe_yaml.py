@@ -9,8 +9,8 @@ from typing import Any
 
 import yaml
 
-from testbed.errors import BadInput
 from testbed.data.textfile import capped_text
+from testbed.errors import BadInput
 
 MAX_BYTES = 1 << 20  # a scenario is a page of YAML; traces and data live in files of their own
 MAX_DEPTH = 32
@@ -111,5 +111,6 @@ def load_yaml_file(path: Path) -> Any:
     try:
         text = capped_text(path, MAX_BYTES)
     except ValueError as e:
-        raise LoadError(f"{e}{': a scenario refers to traces and data by path' if 'larger' in str(e) else ''}") from None
+        why = ": a scenario refers to traces and data by path" if "larger" in str(e) else ""
+        raise LoadError(f"{e}{why}") from None
     return load_yaml_text(text)

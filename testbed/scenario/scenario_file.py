@@ -13,9 +13,9 @@ import yaml
 
 from testbed.scenario.checks import ScenarioError
 from testbed.scenario.devices.catalog import read_device_file
-from testbed.scenario.safe_yaml import LoadError, excerpt, load_yaml_file
 from testbed.scenario.document import Scenario
 from testbed.scenario.latency_traces import LATENCY_CATALOG
+from testbed.scenario.safe_yaml import LoadError, excerpt, load_yaml_file
 from testbed.scenario.traces import is_library_ref
 
 

@@ -12,14 +12,37 @@ This module gathers the names callers import; each lives in a room of its own: t
 
 from __future__ import annotations
 
-from testbed.scenario.checks import (FIXED_SPLIT_DATASETS, KAFKA_NEEDS, MAX_MESSAGE, MAX_WORKERS, ScenarioError,
-                                     gpu_fields, gpu_profiles, profile_refs, resolve_target, uses_kafka_image,
-                                     validate_schema)
-from testbed.scenario.scenario_file import read_scenario_file, scenario_to_yaml, traces_outside
+from testbed.scenario.checks import (
+    FIXED_SPLIT_DATASETS,
+    KAFKA_NEEDS,
+    MAX_MESSAGE,
+    MAX_WORKERS,
+    ScenarioError,
+    gpu_fields,
+    gpu_profiles,
+    profile_refs,
+    resolve_target,
+    uses_kafka_image,
+    validate_schema,
+)
 from testbed.scenario.document import EVENT_ACTIONS, Event, Faults, Network, Scenario
-from testbed.scenario.profiles import (DEFAULT_CPU_PERIOD_S, MAX_CPU_PERIOD_S, MIN_CPU_PERIOD_S, MIN_CPU_QUOTA_S,
-                                       LinkShape, NodeLink, NodeSpec, Profile, Site, Stress, Wan, WanLink,
-                                       WorkerGroup, cpu_quota_problem)
+from testbed.scenario.profiles import (
+    DEFAULT_CPU_PERIOD_S,
+    MAX_CPU_PERIOD_S,
+    MIN_CPU_PERIOD_S,
+    MIN_CPU_QUOTA_S,
+    LinkShape,
+    NodeLink,
+    NodeSpec,
+    Profile,
+    Site,
+    Stress,
+    Wan,
+    WanLink,
+    WorkerGroup,
+    cpu_quota_problem,
+)
+from testbed.scenario.scenario_file import read_scenario_file, scenario_to_yaml, traces_outside
 from testbed.scenario.streaming import KAFKA_IMAGE, BrokerSpec, Streaming, split_host_port
 from testbed.scenario.workload import COMMAND_PLACEHOLDERS, Algorithm, Injection, Stop, Workload, command_problem
 

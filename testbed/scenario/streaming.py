@@ -8,9 +8,8 @@ from typing import Any, Literal, Optional, Union
 from pydantic import Field, field_validator, model_validator
 
 from testbed.scenario.fields import StrictModel
-from testbed.scenario.safe_yaml import excerpt
 from testbed.scenario.profiles import Profile
-
+from testbed.scenario.safe_yaml import excerpt
 
 KAFKA_IMAGE = "apache/kafka:3.9.0"
 """Apache Kafka's official image (KRaft, single node) for `broker: {kind: kafka}`."""

@@ -48,7 +48,8 @@ class ADSPParams(StrategyParams):
     check_period: float = Field(60.0, gt=0, description="Gamma: seconds between checkpoints")
     commits_per_period: int = Field(1, ge=1, description="k: C_target grows by k every checkpoint")
     global_lr: Optional[float] = Field(None, gt=0, description="eta at the PS (default 1/M for M workers)")
-    search: Literal["increment", "literal", "off"] = Field("increment", description="Alg. 1's online commit rate search")
+    search: Literal["increment", "literal", "off"] = Field("increment",
+                                                           description="Alg. 1's online commit rate search")
     trial_seconds: float = Field(60.0, gt=0, description="how long each candidate is evaluated online")
     epoch_seconds: float = Field(1200.0, gt=0, description="scheduler epoch: the search restarts at each")
     target_loss: Optional[float] = Field(None, gt=0, description="l* of the reward (default: see above)")
@@ -153,7 +154,8 @@ class CommitRateSearch:
         length = now - self.trial_start
         if self.previous is None:
             self.previous = (self.candidate, fit, length)
-            self.log.append({"time": now - self.origin, "candidate": self.candidate, "fit": fit, "decision": "try next"})
+            self.log.append({"time": now - self.origin, "candidate": self.candidate, "fit": fit,
+                             "decision": "try next"})
             self.candidate += 1
             self._start_trial(now)
             return True

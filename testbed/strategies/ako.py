@@ -8,9 +8,9 @@ link: the smallest P such that one partition (4 bytes an entry, a contiguous sli
 peer behind that rate fits `link_share` * rate * (this worker's smoothed compute time per
 step) -- peers at the same slowest rate are taken to share it (a site's WAN link). P is
 re-chosen every `resize_every` steps as the compute time settles (what a partition change
-leaves unsent stays accumulated); unshaped links give P = 1. `partitions` fixes P instead. Workers apply whatever partitions have arrived
-(each 1/k) and never wait, except that edgebed bounds how far a worker may run ahead of a
-peer (`max_lead` steps) so queues stay finite.
+leaves unsent stays accumulated); unshaped links give P = 1. `partitions` fixes P instead.
+Workers apply whatever partitions have arrived (each 1/k) and never wait, except that edgebed
+bounds how far a worker may run ahead of a peer (`max_lead` steps) so queues stay finite.
 """
 
 from __future__ import annotations

@@ -179,7 +179,8 @@ class Strategy(ABC):
         return None
 
     # -- server side --------------------------------------------------------------------
-    def server_on_vote(self, server: ServerState, worker: Optional[str], flag: bool) -> Optional[tuple[list[str], bool]]:
+    def server_on_vote(self, server: ServerState, worker: Optional[str],
+                       flag: bool) -> Optional[tuple[list[str], bool]]:
         """Collect a vote (worker None: only check, e.g. after a worker left); once every active
         worker voted, return (workers to tell, outcome)."""
         return None
@@ -199,7 +200,7 @@ class Strategy(ABC):
         """Extra meta for the model the PS sends `worker` (e.g. ADSP's commit rate)."""
         return {}
 
-    def worker_on_model(self, meta: dict) -> None:
+    def worker_on_model(self, meta: dict) -> None:  # noqa: B027  (an optional hook)
         """A worker received the model with this meta (see server_reply_meta)."""
 
     def trainers_at_once(self, n_workers: int) -> int:
@@ -229,7 +230,7 @@ class Strategy(ABC):
         """A worker stopped; return workers to answer now (a barrier may complete)."""
         return []
 
-    def server_on_join(self, server: ServerState, worker: str) -> None:
+    def server_on_join(self, server: ServerState, worker: str) -> None:  # noqa: B027  (an optional hook)
         """A worker that left (or was lost) is back: count it in again."""
 
     def round_open(self) -> bool:

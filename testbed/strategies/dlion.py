@@ -59,7 +59,8 @@ class DLionParams(StrategyParams):
     tuning: list[Tuning] = Field(["warmup_lr", "speedup_bs", "decay_lr"], description="adaptive tuning")
     warmup_epochs: float = Field(0.5, ge=0, description="WarmUpLR: lr from eta to eta*k over these epochs")
     warmup_to: Optional[float] = Field(None, gt=0, description="WarmUpLR's final lr (default eta*k)")
-    initial_batch_fraction: float = Field(0.5, gt=0, le=1, description="SpeedUpBS/IncreaseBS start at this share of T_bs")
+    initial_batch_fraction: float = Field(0.5, gt=0, le=1,
+                                          description="SpeedUpBS/IncreaseBS start at this share of T_bs")
     speedup_epoch: float = Field(1.0, ge=0, description="SpeedUpBS: T_bs from here (IncreaseBS: reached here)")
     decay_epoch: float = Field(5.0, ge=0, description="DecayLR: from this epoch on")
     decay_factor: float = Field(0.1, gt=0, le=1, description="DecayLR: lr multiplier")

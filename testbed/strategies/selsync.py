@@ -90,7 +90,8 @@ class SelSync(BSP):
                 for n, w in ctx.model_params.items() if n in grads}
 
     # -- server --------------------------------------------------------------------------
-    def server_on_vote(self, server: ServerState, worker: Optional[str], flag: bool) -> Optional[tuple[list[str], bool]]:
+    def server_on_vote(self, server: ServerState, worker: Optional[str],
+                       flag: bool) -> Optional[tuple[list[str], bool]]:
         if worker is not None:
             self._votes[worker] = flag
         expected = server.n_workers - len(self._left)

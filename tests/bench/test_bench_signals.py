@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import pytest
+
 from helpers import REPO, edgebed_cmd, needs_root, our_netns, our_processes
 
 # A benchmark's cluster on a runtime that makes nothing real: SIGTERM arrives while the runtime

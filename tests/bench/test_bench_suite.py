@@ -4,6 +4,7 @@ import json
 import subprocess
 
 import pytest
+
 from helpers import REPO, edgebed_cmd, needs_root
 
 

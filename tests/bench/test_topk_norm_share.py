@@ -7,8 +7,9 @@ import importlib.util
 import pytest
 import torch
 
-from helpers import REPO
 from testbed.strategies.compressors import AdaptiveTopC
+
+from helpers import REPO
 
 
 def _bench():

@@ -5,10 +5,11 @@ import subprocess
 import time
 
 import pytest
-from helpers import needs_root
 from typer.testing import CliRunner
 
 from testbed.runtimes import state
+
+from helpers import needs_root
 
 
 class Orphan:

@@ -18,8 +18,8 @@ runner = CliRunner()
 TOP = ["validate", "up", "build", "plot", "reproduce", "hosts", "place", "status", "down", "algorithms",
        "tensorboard", "models", "datasets", "kernel", "link", "cpu", "stress", "kill", "restart", "pause",
        "partition", "heal", "resume", "bench", "lab"]
-BENCH = ["link", "loss", "delay", "startup", "fleet", "ddp", "flower-app", "stream", "topology", "cpu", "update", "overhead",
-         "mininet", "flower", "stress", "wire", "all", "soak", "trace", "device"]
+BENCH = ["link", "loss", "delay", "startup", "fleet", "ddp", "flower-app", "stream", "topology", "cpu", "update",
+         "overhead", "mininet", "flower", "stress", "wire", "all", "soak", "trace", "device"]
 
 
 def _commands(group) -> list[str]:
@@ -46,13 +46,14 @@ def test_runtime_help_names_every_registered_runtime(args):
     text = _help(*args)
     names = runtime_names()
     assert len(names) >= 3
-    line = next(l for l in text.splitlines() if "--runtime" in l)
+    line = next(line for line in text.splitlines() if "--runtime" in line)
     assert all(n in line for n in names), line
 
 
 def test_runtime_option_keeps_its_defaults():
-    assert "[default: netns]" in next(l for l in _help("bench", "loss").splitlines() if "--runtime" in l)
-    assert f"({', '.join(['auto', *runtime_names()])})" in next(l for l in _help("up").splitlines() if "--runtime" in l)
+    assert "[default: netns]" in next(line for line in _help("bench", "loss").splitlines() if "--runtime" in line)
+    assert f"({', '.join(['auto', *runtime_names()])})" in next(line for line in _help("up").splitlines()
+                                                                 if "--runtime" in line)
 
 
 def test_exit_unless_ok_exits_1_on_any_result_out_of_bounds():

@@ -7,11 +7,12 @@ import stat
 import subprocess
 
 import pytest
-from helpers import needs_root
 from typer.testing import CliRunner
 
 from testbed.kernel import cgroups, names
 from testbed.runtimes import state
+
+from helpers import needs_root
 
 DEAD_PID = 2 ** 22 - 3  # above any pid this machine hands out (pid_max 2**22 at most)
 
@@ -188,8 +189,10 @@ def sleeper():
 
 def _fake_engine(monkeypatch, labelled: dict[str, dict]):
     removed = []
-    found = [(f"container eb-{rid}", {state.LABEL: "1", state.RUN_LABEL: rid, **extra}) for rid, extra in labelled.items()]
-    monkeypatch.setitem(state.SWEEPERS, "fake", state.Sweeper("fake", lambda: found, lambda rid: removed.append(rid) or []))
+    found = [(f"container eb-{rid}", {state.LABEL: "1", state.RUN_LABEL: rid, **extra})
+             for rid, extra in labelled.items()]
+    monkeypatch.setitem(state.SWEEPERS, "fake",
+                        state.Sweeper("fake", lambda: found, lambda rid: removed.append(rid) or []))
     return removed
 
 

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers import needs_root, netns_cluster
 
 pytestmark = [needs_root, pytest.mark.root]

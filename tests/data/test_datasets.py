@@ -15,9 +15,16 @@ import numpy as np
 import pytest
 
 from testbed.data import datasets as ds
+from testbed.data.datasets import (
+    DATASET_NAMES,
+    Dataset,
+    DatasetError,
+    load_dataset,
+    parse_idx,
+    read_idx_file,
+    validate_dataset_spec,
+)
 from testbed.data.formats import NumpyOnlyUnpickler
-from testbed.data.datasets import (DATASET_NAMES, Dataset, DatasetError, load_dataset, parse_idx, read_idx_file,
-                                   validate_dataset_spec)
 
 MNIST_MEAN, MNIST_STD = 0.1307, 0.3081
 

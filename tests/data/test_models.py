@@ -103,8 +103,7 @@ def test_a_kept_initial_model_is_a_copy_of_the_seeded_build_and_leaves_torch_whe
     generator state a build after torch.manual_seed(seed) gives: a node's run does not change with it."""
     import importlib
 
-    from testbed.data import models
-    from testbed.data import preload as dataset_preload
+    from testbed.data import models, preload as dataset_preload
 
     monkeypatch.setattr(models, "_INITIAL", {})
     built = models.initial_model("adacomp_cnn", (1, 28, 28), 10, 7)

@@ -6,9 +6,20 @@ import math
 
 import pytest
 
-from testbed.data.streaming.buffer import (CIFAR_SAMPLE_BYTES, STREAM_COLUMNS, FixedBatch, StreamBatch, StreamBuffer,
-                                           backlog_bytes, batch_size_for, eq2_backlog, eq3_backlog, parse_batch_policy,
-                                           simulate_buffer, truncation_backlog)
+from testbed.data.streaming.buffer import (
+    CIFAR_SAMPLE_BYTES,
+    STREAM_COLUMNS,
+    FixedBatch,
+    StreamBatch,
+    StreamBuffer,
+    backlog_bytes,
+    batch_size_for,
+    eq2_backlog,
+    eq3_backlog,
+    parse_batch_policy,
+    simulate_buffer,
+    truncation_backlog,
+)
 from testbed.data.streaming.rates import RateSchedule
 
 

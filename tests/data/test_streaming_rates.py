@@ -2,14 +2,28 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
 import pytest
 
-from testbed.data.streaming.rates import (DEFAULT_FLOOR, PAPER_RANGE, RATE_SETS, ConstantRate, NormalRate, RateSchedule,
-                                          TraceRate, UniformRate, device_schedules, paced, parse_rate_spec,
-                                          read_rate_trace, sample_device_rates, schedule_for)
+from testbed.data.streaming.rates import (
+    DEFAULT_FLOOR,
+    PAPER_RANGE,
+    RATE_SETS,
+    ConstantRate,
+    NormalRate,
+    RateSchedule,
+    TraceRate,
+    UniformRate,
+    device_schedules,
+    paced,
+    parse_rate_spec,
+    read_rate_trace,
+    sample_device_rates,
+    schedule_for,
+)
 
 N_DRAWS = 200_000
 
@@ -115,8 +129,8 @@ def test_parse_numbers_and_mappings():
     assert parse_rate_spec({"normal": {"mean": 64, "std": 24}}) == NormalRate(64.0, 24.0)
     spec = parse_rate_spec({"uniform": {"low": 10, "high": 60}})
     assert spec.kind == "uniform" and spec.mean == 35.0
-    with pytest.raises(Exception):
-        spec.low = 3  # frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        spec.low = 3
 
 
 @pytest.mark.parametrize(

@@ -7,8 +7,14 @@ import struct
 import numpy as np
 import pytest
 
-from testbed.data.streaming.sample_wire import (MAGIC, decode_batch, decode_sample, encode_sample, header_size,
-                                                sample_overhead)
+from testbed.data.streaming.sample_wire import (
+    MAGIC,
+    decode_batch,
+    decode_sample,
+    encode_sample,
+    header_size,
+    sample_overhead,
+)
 
 SHAPES = {
     "mnist-hw": (28, 28),

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from testbed import runtimes
-from testbed.plan import parse_scenario
 from testbed.kernel.bridges import BRIDGE_PORTS, LEAF_PORTS, BridgeTree, leaf_count
+from testbed.plan import parse_scenario
 
 
 class FakeIPRoute:

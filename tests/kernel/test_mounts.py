@@ -4,10 +4,11 @@ import errno
 import secrets
 
 import pytest
-from helpers import in_child, needs_root
 
 from testbed.kernel import cgroups
 from testbed.kernel.mounts import mount_points, read_only_host_controls
+
+from helpers import in_child, needs_root
 
 
 def test_mount_points_below_the_paths_parents_first():

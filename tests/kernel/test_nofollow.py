@@ -8,12 +8,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from helpers import needs_root
 
 from testbed.kernel import files
 from testbed.kernel.netlink import NETNS_DIR, remove_netns
 from testbed.records import metrics
 from testbed.runtimes import state
+
+from helpers import needs_root
 
 
 def test_a_table_is_never_opened_through_a_link(tmp_path):

@@ -10,12 +10,12 @@ import threading
 import time
 
 import pytest
-from helpers import needs_root, netns_cluster, until
 
 from testbed.kernel import pid_namespace
 from testbed.kernel.parent_death import ParentWatch
 from testbed.node import mailbox
 
+from helpers import needs_root, netns_cluster, until
 
 
 @pytest.fixture

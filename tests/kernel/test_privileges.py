@@ -10,8 +10,9 @@ import threading
 
 import pytest
 
-from helpers import in_child, needs_root
 from testbed.kernel.privileges import PrivilegeError, drop_privileges, process_status
+
+from helpers import in_child, needs_root
 
 CLONE_NEWNET = 0x40000000
 
@@ -87,7 +88,8 @@ def _try_netlink_changes(capped_ip: str) -> dict:
         out["roots"] = [q.get_attr("TCA_KIND") for q in ipr.get_qdiscs(index=idx) if q["parent"] == 0xFFFFFFFF]
         out["addresses"] = [a.get_attr("IFA_ADDRESS") for a in ipr.get_addr(index=idx)]
     out["tc"] = subprocess.run(["tc", "qdisc", "del", "dev", "d0", "root"], capture_output=True, text=True).stderr
-    out["ip"] = subprocess.run(["ip", "addr", "add", "10.99.0.9/32", "dev", "d0"], capture_output=True, text=True).stderr
+    out["ip"] = subprocess.run(["ip", "addr", "add", "10.99.0.9/32", "dev", "d0"], capture_output=True,
+                               text=True).stderr
     if capped_ip:  # a copy of `ip` granted CAP_NET_ADMIN as a file capability
         try:
             out["capped_ip"] = subprocess.run([capped_ip, "addr", "add", "10.99.0.9/32", "dev", "d0"],

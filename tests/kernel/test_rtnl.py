@@ -8,10 +8,11 @@ import uuid
 
 import pytest
 
-from helpers import needs_root
 from testbed.kernel import rtnl
 from testbed.kernel.netlink import create_netns, ns_iproute, remove_netns
 from testbed.kernel.shaping import change_rate, htb_burst
+
+from helpers import needs_root
 
 
 def test_attributes_are_padded_and_nested_as_netlink_reads_them():

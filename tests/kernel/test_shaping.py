@@ -2,10 +2,10 @@
 
 import pytest
 
-from helpers import needs_root
-
 from testbed.kernel.shaping import KernelCaps, htb_burst, plan_direction
 from testbed.scenario.links import Direction
+
+from helpers import needs_root
 
 NO_NETEM = KernelCaps(htb=True, netem=False, tbf=True, ifb=True)
 NETEM = KernelCaps(htb=True, netem=True, tbf=True, ifb=True)
@@ -107,7 +107,15 @@ def test_a_veth_made_across_namespaces_with_its_offloads_off():
     from pyroute2 import IPRoute
     from pyroute2.ethtool import Ethtool
 
-    from testbed.kernel.netlink import OFFLOADS, add_veth, create_netns, disable_offloads, entered_netns, ns_iproute, remove_netns
+    from testbed.kernel.netlink import (
+        OFFLOADS,
+        add_veth,
+        create_netns,
+        disable_offloads,
+        entered_netns,
+        ns_iproute,
+        remove_netns,
+    )
 
     a, b = f"eb-t-{uuid.uuid4().hex[:6]}", f"eb-t-{uuid.uuid4().hex[:6]}"
     create_netns(a)
@@ -157,8 +165,14 @@ def test_link_counters_read_what_a_link_dump_reads():
     import socket
     import uuid
 
-    from testbed.kernel.netlink import (LOOPBACK_INDEX, create_netns, entered_netns, link_counters, ns_iproute,
-                                        remove_netns)
+    from testbed.kernel.netlink import (
+        LOOPBACK_INDEX,
+        create_netns,
+        entered_netns,
+        link_counters,
+        ns_iproute,
+        remove_netns,
+    )
 
     ns = f"eb-test-{uuid.uuid4().hex[:6]}"
     create_netns(ns, ipv6=False)

@@ -12,11 +12,11 @@ import sys
 
 import pytest
 
-from helpers import REPO, _engine, _run, is_root, run_up, write_scenario
-
 from testbed.kernel import ipsec
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
+
+from helpers import REPO, _engine, _run, is_root, run_up, write_scenario
 
 
 # -- the scenario field --------------------------------------------------------------------------
@@ -25,7 +25,7 @@ def test_encrypt_off_swarm_is_refused_in_one_line_naming_the_field(runtime):
     from testbed import runtimes
 
     sc = parse_scenario({"runtime": runtime, "network": {"encrypt": True}})  # the schema takes it; the runtime not
-    lines = [l for l in runtimes.scenario_problems(sc) if "encrypt" in l]
+    lines = [line for line in runtimes.scenario_problems(sc) if "encrypt" in line]
     assert len(lines) == 1 and "network.encrypt: " in lines[0] and "runtime: swarm" in lines[0]
 
 

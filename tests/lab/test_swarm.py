@@ -14,12 +14,24 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import (REPO, _engine, _ours_on, _rates, _run, assert_shaping_held, at_handshake, edgebed_cmd, run_up,
-                     start_up, undo_shaping_scenario, write_scenario)
-
 from testbed.plan import parse_scenario as scenario_from_dict
 from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer
 from testbed.runtimes.swarm.services import measure_offset
+
+from helpers import (
+    REPO,
+    _engine,
+    _ours_on,
+    _rates,
+    _run,
+    assert_shaping_held,
+    at_handshake,
+    edgebed_cmd,
+    run_up,
+    start_up,
+    undo_shaping_scenario,
+    write_scenario,
+)
 
 
 # -- placement, without an engine ------------------------------------------------------------
@@ -121,7 +133,7 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 
     from testbed.kernel.shaping import KernelCaps
     from testbed.runtimes.live import LiveOps
-    from testbed.runtimes.swarm.runtime import SwarmHandle, SwarmRuntime, UNPROBED
+    from testbed.runtimes.swarm.runtime import UNPROBED, SwarmHandle, SwarmRuntime
 
     kernels = {"a": KernelCaps(htb=True, netem=True, tbf=True, ifb=True, bpf_loss=False),
                "b": KernelCaps(htb=True, netem=False, tbf=True, ifb=True, bpf_loss=False)}
@@ -156,8 +168,8 @@ def test_each_node_is_shaped_by_what_its_own_hosts_kernel_can_do():
 def test_a_container_the_engine_failed_to_start_gets_a_new_task_twice_then_is_an_error():
     """moby#48783: an engine fails now and then to start a container (the node never ran); a new task
     follows, at most twice, and meta.json's warnings say so. Any other end of a task is an error."""
-    from testbed.runtimes.swarm import services as swarm_api
     from testbed.runtimes.live import LiveOps
+    from testbed.runtimes.swarm import services as swarm_api
     from testbed.runtimes.swarm.runtime import SwarmRuntime
 
     race = "starting container failed: unable to remount dir as readonly: mount tmpfs:/x/mounts/secrets: busy"
@@ -279,7 +291,6 @@ def test_a_runner_without_root_keeps_its_runs_in_its_own_dirs_and_removes_only_t
     from pathlib import Path
 
     from testbed.runtimes import state
-
     from testbed.runtimes.engine import images
 
     monkeypatch.setattr(state.os, "geteuid", lambda: 1000)  # os itself: images reads it too
@@ -412,7 +423,8 @@ def test_a_manager_reached_over_ssh(tmp_path, lab, clean_host):
         f"PermitRootLogin prohibit-password\nPermitUserEnvironment yes\nStrictModes no\nUsePAM no\n"
         f"PidFile {tmp_path}/sshd.pid\n")
     (tmp_path / "ssh_config").write_text(f"Host *\n  IdentityFile {tmp_path}/client_key\n  UserKnownHostsFile "
-                                         f"{tmp_path}/known_hosts\n  StrictHostKeyChecking accept-new\n  BatchMode yes\n")
+                                         f"{tmp_path}/known_hosts\n  StrictHostKeyChecking accept-new\n"
+                                         "  BatchMode yes\n")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "ssh").write_text(f"#!/bin/sh\nexec {shutil.which('ssh')} -F {tmp_path}/ssh_config \"$@\"\n")
@@ -493,7 +505,8 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     a delay change must never set the node's trace rate back."""
     sc = yaml.safe_load((REPO / "scenarios" / "dynamics-smoke.yaml").read_text())
     sc.update(runtime="swarm", placement={"ps": "eb-lab-h1", "eval": "eb-lab-h1", "workers": "eb-lab-h2"})
-    sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"}, {"at": "34s", "target": "w2", "action": "resume"},
+    sc["events"] += [{"at": "30s", "target": "w2", "action": "pause"},
+                     {"at": "34s", "target": "w2", "action": "resume"},
                      {"at": "34s", "target": "w1", "action": "partition", "peers": ["ps"]},
                      {"at": "38s", "target": "w1", "action": "heal"}]
     sc["stop"]["seconds"] = 50
@@ -525,7 +538,8 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     assert ((w1.time > 34.6) & (w1.time < 38)).sum() <= 1 and (w1.time > 38).sum() >= 3  # cut, then healed
     assert list(applied.detail[applied.detail.str.contains("cut off|healed")].str.split("-> ").str[-1]) == \
         ["cut off from ps", "healed with ps"]
-    before, after = w2[w2.time < 14].compute_seconds.median(), w2[(w2.time > 17) & (w2.time < 30)].compute_seconds.median()
+    before = w2[w2.time < 14].compute_seconds.median()
+    after = w2[(w2.time > 17) & (w2.time < 30)].compute_seconds.median()
     assert after > 1.25 * before, (before, after)
     assert not ((w2.time > 30.5) & (w2.time < 34)).any() and (w2.time > 34.5).sum() >= 1
     set_on_w2 = pd.read_csv(run_dir / "link_rates.csv").query("node == 'w2'")
@@ -538,7 +552,8 @@ def test_the_timeline_acts_on_nodes_of_another_host(tmp_path, lab, clean_host):
     # the class w2's own host reports, each second: the trace's rate of that moment (a reading
     # within a tick of a rate change may show either), never the link's start rate set back by a
     # reshape for a delay change
-    shaping = pd.read_csv(run_dir / "shaping.csv").query("node == 'w2' and direction == 'up'").dropna(subset=["rate_bps"])
+    shaping = pd.read_csv(run_dir / "shaping.csv").query("node == 'w2' and direction == 'up'") \
+        .dropna(subset=["rate_bps"])
     phase = shaping.time % 4.0
     clear = shaping[((phase > 0.3) & (phase < 1.8)) | ((phase > 2.3) & (phase < 3.8))]
     due = (clear.time % 4.0 < 2).map({True: 40e6, False: 20e6})
@@ -701,12 +716,15 @@ def test_a_command_workload_runs_across_the_hosts(tmp_path, lab, clean_host):
     hosts join one gloo process group from the placeholders' environment, all-reduce, report
     over the control channel, and their output comes back as logs/<node>.log."""
     program = ("{python} -c \"import os, torch, torch.distributed as d, edgebed; d.init_process_group('gloo'); "
-               "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); edgebed.report(step=1, allreduce_sum=t.item()); "
+               "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); "
+               "edgebed.report(step=1, allreduce_sum=t.item()); "
                "print('rank', os.environ['RANK'], 'sum', t.item(), flush=True)\"")
-    run_dir = _run(tmp_path, {"runtime": "swarm", "stop": {"seconds": 120}, "workload": {"command": {"worker": program}},
+    run_dir = _run(tmp_path, {"runtime": "swarm", "stop": {"seconds": 120},
+                              "workload": {"command": {"worker": program}},
                               "profiles": {"edge": {"cpus": 0.5, "bandwidth": "20mbit"}},
                               "workers": [{"count": 2, "profile": "edge"}],
-                              "placement": {"ps": "eb-lab-h1", "eval": "eb-lab-h1", "w0": "eb-lab-h1", "w1": "eb-lab-h2"}})
+                              "placement": {"ps": "eb-lab-h1", "eval": "eb-lab-h1", "w0": "eb-lab-h1",
+                                            "w1": "eb-lab-h2"}})
     meta = json.loads((run_dir / "meta.json").read_text())
     assert (meta["nodes"]["w0"]["host"], meta["nodes"]["w1"]["host"]) == ("eb-lab-h1", "eb-lab-h2")
     summary = json.loads((run_dir / "summary.json").read_text())

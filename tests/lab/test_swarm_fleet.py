@@ -9,13 +9,14 @@ import pandas as pd
 import pytest
 import zmq
 
-from helpers import _ours_on, needs_root, run_up, write_scenario
 from testbed.node.channel_keys import ChannelKeys
 from testbed.node.fleet.plan import DevicePlan, FleetPlan, keys_from_text, keys_to_text
 from testbed.plan import parse_scenario as scenario_from_dict
+from testbed.runtimes.swarm.fleet import device_lans, fleet_problems, packs_workers
 from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer
 from testbed.runtimes.swarm.runtime import SwarmRuntime
-from testbed.runtimes.swarm.fleet import device_lans, fleet_problems, packs_workers
+
+from helpers import _ours_on, needs_root, run_up, write_scenario
 
 
 def _keys(node: str) -> ChannelKeys:

@@ -9,12 +9,21 @@ import sys
 import pandas as pd
 import pytest
 
-from helpers import (REPO, _client, assert_shaping_held, edgebed_cmd, needs_root, run_up, undo_shaping_scenario,
-                     write_scenario)
 from testbed.node.roles.command import environment, placeholders
 from testbed.node.roles.common import RoleConfig
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
+
+from helpers import (
+    REPO,
+    _client,
+    assert_shaping_held,
+    edgebed_cmd,
+    needs_root,
+    run_up,
+    undo_shaping_scenario,
+    write_scenario,
+)
 
 
 def _lines(command: dict) -> list[str]:
@@ -162,10 +171,12 @@ def test_a_command_workload_runs_across_docker_containers(tmp_path, clean_host):
     reports, and prints to its container's log, saved as logs/<node>.log; each has its own HOME."""
     _client()  # skips without an engine
     program = ("{python} -c \"import os, torch, torch.distributed as d, edgebed; d.init_process_group('gloo'); "
-               "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); edgebed.report(step=1, allreduce_sum=t.item()); "
+               "t = torch.ones(1) * (d.get_rank() + 1); d.all_reduce(t); "
+               "edgebed.report(step=1, allreduce_sum=t.item()); "
                "print('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], 'sum', t.item(), 'home', "
                "os.environ['HOME'], flush=True)\"")
-    r, run_dir = _up(tmp_path, {"runtime": "docker", "stop": {"seconds": 120}, "workload": {"command": {"worker": program}},
+    r, run_dir = _up(tmp_path, {"runtime": "docker", "stop": {"seconds": 120},
+                                "workload": {"command": {"worker": program}},
                                 "profiles": {"edge": {"cpus": 0.5, "bandwidth": "20mbit"}},
                                 "workers": [{"count": 2, "profile": "edge"}]})
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]

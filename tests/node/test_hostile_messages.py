@@ -12,12 +12,13 @@ import pytest
 import torch
 import zmq
 from hypothesis import HealthCheck, given, settings, strategies as st
-from helpers import _free_port, _speak_as, loopback_hub, until
 
 from testbed.node import channel, channel_keys, transport, untrusted
 from testbed.node.untrusted import Refused
 from testbed.node.wire import MAGIC, Message, WireError, decode, encode
 from testbed.run.timeline import Change, Timeline
+
+from helpers import _free_port, _speak_as, loopback_hub, until
 
 SETTINGS = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 DEEP = b"[" * 10_000 + b"]" * 10_000
@@ -230,7 +231,8 @@ def test_the_hub_survives_infinity_deep_json_huge_numbers_and_a_100_mib_message(
     hundred_mib = b"x" * (100 << 20)
     hostile = [[b"!ack", b'{"node": "w0", "seq": Infinity}'], [b"!ack", b'{"node": "w0", "seq": NaN}'],
                [b"!ack", b'{"node": "w0", "seq": ' + str(10 ** 400).encode() + b"}"],
-               [b"!ack", DEEP], [b"!ack", b'{"node": "w0", "seq": 1, "x": ' + b'{"a": ' * 10_000 + b"1" + b"}" * 10_001],
+               [b"!ack", DEEP],
+               [b"!ack", b'{"node": "w0", "seq": 1, "x": ' + b'{"a": ' * 10_000 + b"1" + b"}" * 10_001],
                [b"!ack", hundred_mib],
                [b"!replica", b"x" * 1000],  # a run with no replicas
                [b"!stats", b'{"node": "w0", "rx": 1e400}'], [b"!nonsense", b"{}"], [b"!ack", b"[1]"],
@@ -301,7 +303,8 @@ def test_a_supervisor_counts_what_it_cannot_read_and_answers_the_next_request(hu
     try:
         time.sleep(0.3)  # the subscription reaches the publisher
         hostile = [b'{"op": "go", "seq": Infinity}', b'{"op": "go", "seq": ' + str(10 ** 400).encode() + b"}",
-                   DEEP, b"[1, 2]", b'{"op": "go", "seq": "7"}', b"\xff\xfe", b"x" * (2 << 20)]  # (2 MiB: a "go" may be large)
+                   DEEP, b"[1, 2]", b'{"op": "go", "seq": "7"}', b"\xff\xfe",
+                   b"x" * (2 << 20)]  # (2 MiB: a "go" may be large)
         for payload in hostile:
             for frames in channel.framed(channel.topic("node", "w0"), payload):  # (a long one in parts, as the hub's)
                 down.send_multipart(frames)

@@ -12,10 +12,11 @@ import sys
 import time
 
 import pytest
-from helpers import needs_root, netns_cluster
 
 from testbed.kernel.identity import run_block
 from testbed.node import mailbox, reach
+
+from helpers import needs_root, netns_cluster
 
 pytestmark = [needs_root, pytest.mark.root]
 

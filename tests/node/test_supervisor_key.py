@@ -10,11 +10,11 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO, in_child, loopback_hub, needs_root, until
 
 from testbed.kernel.privileges import drop_privileges
-from testbed.node import channel_keys
-from testbed.node import supervisor
+from testbed.node import channel_keys, supervisor
+
+from helpers import REPO, in_child, loopback_hub, needs_root, until
 
 NOBODY = 65534
 

@@ -395,7 +395,8 @@ def test_decode_raises_nothing_but_wire_error_on_any_bytes():
     decoded = errors = 0
     for i in range(3000):
         if i % 3 == 0:
-            frames = [bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 64))) for _ in range(rng.randrange(0, 4))]
+            frames = [bytes(rng.getrandbits(8) for _ in range(rng.randrange(0, 64)))
+                      for _ in range(rng.randrange(0, 4))]
         else:
             frames = [bytearray(f) for f in good]
             for _ in range(rng.randrange(1, 6)):

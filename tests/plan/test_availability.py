@@ -9,8 +9,8 @@ from testbed.plan import parse_scenario
 from testbed.plan.availability import model_offline, plan_offline, read_trace, trace_offline
 from testbed.run.timeline import expand_events
 from testbed.scenario.checks import ScenarioError
-from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.document import Availability
+from testbed.scenario.scenario_file import read_scenario_file
 
 
 def _sc(availability, workers=None, seconds=600, **extra):
@@ -122,7 +122,8 @@ def test_a_relative_trace_is_read_from_the_scenario_s_folder(tmp_path):
     (outside / "sc.yaml").write_text("workers: [{count: 1}]\navailability: [{trace: ../avail.csv}]\n")
     with pytest.raises(ScenarioError) as e:
         read_scenario_file(outside / "sc.yaml")
-    assert e.value.lines[0].startswith("availability[0].trace: ") and "outside the scenario's folder" in e.value.lines[0]
+    assert e.value.lines[0].startswith("availability[0].trace: ")
+    assert "outside the scenario's folder" in e.value.lines[0]
 
 
 # --- a daily cycle, FedScale's traces, time_scale ------------------------------------------------

@@ -9,11 +9,12 @@ import subprocess
 import threading
 
 import pytest
-from helpers import needs_root, netns_cluster
 
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
 from testbed.plan.neighbours import MESH_UP_TO, mac_of, static_neighbours
+
+from helpers import needs_root, netns_cluster
 
 
 def _spec(workers: int, **extra):
@@ -90,7 +91,7 @@ def test_a_device_reaches_its_ps_with_no_arp_asked(tmp_path):
 
     scenario = {"profiles": {"edge": {"cpus": 0.1}}, "workers": [{"count": 2, "profile": "edge"}]}
     with netns_cluster(tmp_path, scenario) as (rt, spec):
-        ps, w0 = spec.ps, spec.node("w0")
+        ps = spec.ps
         ps_ns, w0_ns = netns_name(spec.run_id, "ps"), netns_name(spec.run_id, "w0")
         before = _neighbours(w0_ns), _neighbours(ps_ns)
         assert before[0][ps.address]["lladdr"] == mac_of(ps.address) and before[0][ps.address]["state"] == ["PERMANENT"]

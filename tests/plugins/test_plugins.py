@@ -11,11 +11,12 @@ import textwrap
 import pandas as pd
 import pytest
 
-from helpers import REPO, _client, edgebed_cmd, needs_root, run_up, write_scenario
 from testbed import plugins
 from testbed.plan import parse_scenario
 from testbed.runtimes.preflight import plugin_problems
 from testbed.scenario.schema import ScenarioError
+
+from helpers import REPO, _client, edgebed_cmd, needs_root, run_up, write_scenario
 
 EXAMPLE = REPO / "examples" / "plugin"
 

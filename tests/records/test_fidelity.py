@@ -3,9 +3,8 @@
 warning when a host's nodes are promised more CPU than it has (run.cpu_fit)."""
 
 import json
-from pathlib import Path
-
 import socket
+from pathlib import Path
 
 import pytest
 
@@ -196,8 +195,8 @@ def test_quota_and_pressure_read_from_v2_files(tmp_path, monkeypatch):
 
 # -- before the start: promised CPU against the host's cores ----------------------------------
 def spec_of(cpus: list, stress=None):
-    from testbed.plan.cluster import build_cluster
     from testbed.plan import parse_scenario
+    from testbed.plan.cluster import build_cluster
 
     profiles = {f"p{i}": {"cpus": c} if c is not None else {} for i, c in enumerate(cpus)}
     if stress is not None:

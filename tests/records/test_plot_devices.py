@@ -6,10 +6,11 @@ import json
 
 import pandas as pd
 import pytest
-from helpers import WORKER_SPEED, make_run
 
 from testbed.records.plot_devices import devices_figure, node_devices, step_rates
 from testbed.records.reader import load_run
+
+from helpers import WORKER_SPEED, make_run
 
 DEVICES = {"w0": "raspberry-pi-4", "w1": "raspberry-pi-4", "w2": "raspberry-pi-3b"}
 

@@ -40,7 +40,8 @@ def test_a_round_splits_into_the_mean_client_training_transfer_and_waiting():
     split = round_split(rounds, steps)
     # a: trained 2 of its 4 s, b: 3 of its 6 s (its step on round 2's model is another round's)
     assert split.iloc[0].tolist() == pytest.approx([3, 2.5, 2.5, 5.0])  # waiting: 10 - mean(4, 6)
-    assert split["round"].tolist() == [3, 4, 5] and split.iloc[1:][["training", "transfer", "waiting"]].isna().all().all()
+    assert split["round"].tolist() == [3, 4, 5]
+    assert split.iloc[1:][["training", "transfer", "waiting"]].isna().all().all()
 
 
 def test_training_never_counts_more_than_the_time_to_the_report():

@@ -10,11 +10,19 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from helpers import DURATION, STEP_BYTES, WORKER_SPEED, _write_csv, make_run
 
 from testbed.records.plotting import PLOT_FILES, plot_compare, plot_run
-from testbed.records.reader import (EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS, RunNotFound, load_run,
-                                    traffic_rates)
+from testbed.records.reader import (
+    EVAL_COLUMNS,
+    EVENT_COLUMNS,
+    STEP_COLUMNS,
+    TRAFFIC_COLUMNS,
+    RunNotFound,
+    load_run,
+    traffic_rates,
+)
+
+from helpers import DURATION, STEP_BYTES, WORKER_SPEED, _write_csv, make_run
 
 REPO = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

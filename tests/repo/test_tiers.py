@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 import pytest
-from helpers import REPO
 
+from helpers import REPO
 
 # run inside the collecting pytest: each test in the order it runs, with its tier marks (one
 # collection of the whole suite, about 16 s here, instead of one a tier)
@@ -51,14 +51,16 @@ def test_the_fast_tier_has_no_real_run_and_keeps_the_unit_tests(tiers):
                                          "tests/runs/test_dynamics_run.py::"))}
     assert {"tests/lab/test_swarm.py::test_the_spread_puts_nodes_where_most_cpus_are_left",
             "tests/run/test_api.py::test_a_bad_change_is_one_line_naming_the_field",
-            "tests/scenario/test_scenario.py::test_up_overrides_algorithm_and_params_with_field_errors",  # in-process refusals
+            # in-process refusals
+            "tests/scenario/test_scenario.py::test_up_overrides_algorithm_and_params_with_field_errors",
             } <= fast
 
 
 def test_the_labs_tests_run_last_together(tiers):
     """One lab for the session, up only while its tests run: they come after every other test."""
     order = tiers[1]
-    first_lab = order.index("tests/lab/test_ipsec.py::test_encrypt_on_the_lab_runs_only_where_every_kernel_has_esp_and_gcm")
+    first_lab = order.index("tests/lab/test_ipsec.py::"
+                            "test_encrypt_on_the_lab_runs_only_where_every_kernel_has_esp_and_gcm")
     assert order.index("tests/lab/test_swarm.py::test_hosts_lists_the_lab") > first_lab
     assert order.index("tests/records/test_tensorboard.py::test_a_run_writes_scalars_while_it_goes") < first_lab
     assert len(order) - first_lab == 13  # 2 in test_ipsec, 10 in test_swarm, 1 in test_swarm_fleet

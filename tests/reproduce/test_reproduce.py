@@ -121,11 +121,13 @@ def test_seeds_give_mean_range_band_and_relative_paths(tmp_path):
     assert report["seeds"] == [3, 4, 5] and set(report["per_seed"]) == {"3", "4", "5"}
     ratio = next(c for c in report["criteria"] if c["key"] == "ingress_ratio")
     assert ratio["values"] == [pytest.approx(50.0), pytest.approx(10.0), pytest.approx(100.0)]
-    assert (ratio["mean"], ratio["min"], ratio["max"]) == (pytest.approx(50_000 ** (1 / 3)), pytest.approx(10), pytest.approx(100))  # geometric
+    assert (ratio["mean"], ratio["min"], ratio["max"]) == (pytest.approx(50_000 ** (1 / 3)),  # geometric
+                                                           pytest.approx(10), pytest.approx(100))
     assert report["verdict"] == "holds"  # every seed below ASGD's ingress, the geometric mean 37x
     table = pd.read_csv(tmp_path / "figures" / "fig-adacomp-3-table.csv")
     row = table[table.series == "AdaComp c=0.01"].iloc[0]
-    assert row["ps_ingress_MB_to_target"] == pytest.approx(1000 * (0.017 + 0.085 + 0.0085) / 3)  # the moving average reaches 0.9 at 1000
+    # the moving average reaches 0.9 at 1000
+    assert row["ps_ingress_MB_to_target"] == pytest.approx(1000 * (0.017 + 0.085 + 0.0085) / 3)
     assert row["ps_ingress_MB_to_target min"] == pytest.approx(1000 * 0.0085)
     assert row["ps_ingress_MB_to_target max"] == pytest.approx(1000 * 0.085)
     band = pd.read_csv(tmp_path / "figures" / "fig-adacomp-3.csv")
@@ -231,7 +233,7 @@ def test_scadles_buffer_reduction_and_cnc_from_records(tmp_path):
     assert report["per_seed"]["6"]["per_cr"]["0.1"] == {"cnc_rise": 0.75, "volume_ratio": pytest.approx(4000 / 1300)}
     assert report["verdict"] == "holds"
     # the same CNC with a volume that grows with delta: the verdict says so
-    for s, d in runs:
+    for _s, d in runs:
         steps = pd.read_csv(d / "steps.csv")
         steps.assign(bytes_sent=1000 + 500 * steps.compressed).to_csv(d / "steps.csv", index=False)
     assert analyze(exp, {6: runs}, tmp_path / "f2", "ci", say=lambda s: None)["verdict"] == "does not hold"
@@ -374,7 +376,8 @@ def test_the_report_names_the_commit_the_runs_ran_on(tmp_path):
     runs = {3: _fig3_runs(tmp_path / "s3")}
     for _, d in runs[3]:
         (Path(d) / "reproduce.json").write_text(json.dumps({"seconds": 1.0, "commit": "abc1234"}))
-    assert analyze(get_experiment("fig-adacomp-3"), runs, tmp_path / "f", "ci", say=lambda s: None)["commit"] == "abc1234"
+    report = analyze(get_experiment("fig-adacomp-3"), runs, tmp_path / "f", "ci", say=lambda s: None)
+    assert report["commit"] == "abc1234"
 
 
 def test_the_code_of_a_series_is_its_strategy_with_what_it_imports_the_roles_and_the_experiments_module():
@@ -441,5 +444,6 @@ def test_records_with_no_code_recorded_count_as_other_code(tmp_path, monkeypatch
 
 
 def test_cli_refuses_rerun_with_reuse():
-    r = subprocess.run(edgebed_cmd() + ["reproduce", "fig-dlion-7", "--rerun", "--reuse"], capture_output=True, text=True)
+    r = subprocess.run(edgebed_cmd() + ["reproduce", "fig-dlion-7", "--rerun", "--reuse"], capture_output=True,
+                       text=True)
     assert r.returncode != 0 and "--rerun and --reuse" in r.stderr + r.stdout

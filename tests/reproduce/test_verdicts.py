@@ -66,7 +66,8 @@ def _fig3(ratio, gap):
 
 def test_fig_adacomp_3_verdicts():
     assert _verdict("fig-adacomp-3", [_fig3(30, 0.0), _fig3(25, -0.01), _fig3(40, 0.005)]) == "holds"
-    assert _verdict("fig-adacomp-3", [_fig3(30, 0.0), _fig3(15, -0.01), _fig3(40, 0.005)]) == "holds"  # the mean clears 20x
+    # the mean clears 20x
+    assert _verdict("fig-adacomp-3", [_fig3(30, 0.0), _fig3(15, -0.01), _fig3(40, 0.005)]) == "holds"
     assert _verdict("fig-adacomp-3", [_fig3(30, 0.0), _fig3(0.8, -0.01), _fig3(40, 0.005)]) == "weak"
     assert _verdict("fig-adacomp-3", [_fig3(12, 0.0), _fig3(15, 0.0), _fig3(18, 0.0)]) == "weak"  # below 20x
     assert _verdict("fig-adacomp-3", [_fig3(30, 0.03), _fig3(30, 0.02), _fig3(30, 0.0)]) == "does not hold"
@@ -141,8 +142,10 @@ def test_table_scadles_5_verdicts():
 def _selsync(speedup, diff=0.01, bsp_reached=True, fedavg=(-0.03, -0.02)):
     return {"bsp_reached": bsp_reached,
             "table": [{"method": "BSP", "speedup": 1.0, "diff vs BSP": 0.0}] +
-                     [{"method": f"SelSync delta={d}", "speedup": speedup, "diff vs BSP": diff} for d in ("0.3", "0.5")] +
-                     [{"method": f"FedAvg C=0.5 E={e}", "speedup": 2.0, "diff vs BSP": f} for e, f in zip(("0.25", "0.125"), fedavg)]}
+                     [{"method": f"SelSync delta={d}", "speedup": speedup, "diff vs BSP": diff}
+                      for d in ("0.3", "0.5")] +
+                     [{"method": f"FedAvg C=0.5 E={e}", "speedup": 2.0, "diff vs BSP": f}
+                      for e, f in zip(("0.25", "0.125"), fedavg)]}
 
 
 def test_table_selsync_1_verdicts():

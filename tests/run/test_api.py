@@ -7,8 +7,9 @@ import os
 import pytest
 
 import edgebed
-from helpers import REPO, needs_root
 from edgebed import ScenarioError
+
+from helpers import REPO, needs_root
 
 
 def test_a_scenario_from_a_file_or_a_dict_with_changes_is_validated():
@@ -16,7 +17,8 @@ def test_a_scenario_from_a_file_or_a_dict_with_changes_is_validated():
     assert base.stop.seconds == 12 and base.algorithm.name == "bsp" and base.stop.target_accuracy == 0.92  # merged
     other = edgebed.vary(base, {"workload": {"lr": 0.2}, "workers": [{"count": 3}]})
     assert other.workload.lr == 0.2 and other.n_workers == 3 and base.workload.lr != 0.2  # base unchanged
-    from_dict = edgebed.scenario({"workers": [{"count": 2}]}, {"algorithm.name": "ssp", "algorithm.params.staleness": 2})
+    from_dict = edgebed.scenario({"workers": [{"count": 2}]},
+                                 {"algorithm.name": "ssp", "algorithm.params.staleness": 2})
     assert from_dict.algorithm.params == {"staleness": 2}
 
 

@@ -4,9 +4,10 @@ in a log and as bars on a terminal."""
 import io
 
 import pytest
-from helpers import needs_root
 
 from testbed.run.progress import FleetProgress
+
+from helpers import needs_root
 
 
 class Clock:

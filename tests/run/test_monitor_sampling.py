@@ -52,7 +52,7 @@ def test_idle_links_are_read_once_a_period_and_busy_ones_each_second(tmp_path, m
     reads = {}
     for k in rt.asked[0]:
         reads[k] = 1
-    for second in range(1, 35):
+    for _second in range(1, 35):
         clock.t += 1.0
         rt.bytes["w0"] += 1000  # w0 busy, the rest idle
         s.sample()

@@ -11,7 +11,8 @@ from testbed.scenario.traces import read_link_trace
 
 
 def _sc(events, **kw):
-    return parse_scenario({"name": "t", "workers": [{"count": 2}, {"count": 2, "name": "slow"}], "events": events, **kw})
+    return parse_scenario({"name": "t", "workers": [{"count": 2}, {"count": 2, "name": "slow"}], "events": events,
+                           **kw})
 
 
 def test_event_schema_errors_name_the_field():
@@ -53,7 +54,8 @@ def test_link_traces_csv_and_mahimahi(tmp_path: Path):
     # second 0: 100 delivery opportunities (1.2 Mbit/s), second 1: none (an outage), second 2: 10
     mahi.write_text("\n".join([str(i * 10) for i in range(100)] + [str(2000 + i) for i in range(10)]) + "\n")
     rows = read_link_trace(mahi)
-    assert rows == [(0.0, 100 * 1500 * 8, None), (1.0, 1500 * 8, None), (2.0, 10 * 1500 * 8, None)]  # the outage: 1 frame/s
+    # the outage: 1 frame/s
+    assert rows == [(0.0, 100 * 1500 * 8, None), (1.0, 1500 * 8, None), (2.0, 10 * 1500 * 8, None)]
     sc = _sc([{"at": "10s", "target": "w0", "action": "link", "direction": "down", "trace": str(csv)}])
     changes = expand_events(sc)
     assert [(c.time, c.fields.get("rate"), c.fields.get("latency")) for c in changes] == [
@@ -187,10 +189,11 @@ def test_soak_faults_are_seeded_and_each_is_undone_within_its_minute():
 
 def test_wan_link_targets():
     import yaml
-    from helpers import REPO
 
     from testbed.plan import load_scenario
     from testbed.scenario.schema import resolve_target
+
+    from helpers import REPO
 
     data = yaml.safe_load((REPO / "scenarios/topologies/dlion-p-network.yaml").read_text())
     sc = load_scenario(REPO / "scenarios/topologies/dlion-p-network.yaml")
@@ -243,7 +246,8 @@ def test_a_request_says_who_asked_whatever_source_it_names(tmp_path):
     scenario event, an availability change or the other."""
     (tmp_path / "1-x.json").write_text('{"node": "w1", "action": "kill", "fields": {}, "source": "events[0]"}')
     inbox = [{"id": "c1", "node": "w0", "action": "pause", "fields": {}, "source": "command line (1-x)"},
-             {"id": "c2", "node": "w1", "action": "pause", "fields": {}, "source": "availability: offline\n" + "x" * 500},
+             {"id": "c2", "node": "w1", "action": "pause", "fields": {},
+              "source": "availability: offline\n" + "x" * 500},
              {"id": "c3", "node": "w2", "action": "kill", "fields": {}, "source": "crash after push at step 3 (p=0.1)"},
              {"id": "c4", "node": "w3", "action": "kill", "fields": {}}]
     recorded = []

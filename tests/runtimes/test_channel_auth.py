@@ -8,13 +8,14 @@ import time
 
 import pytest
 import zmq
-from helpers import HANDSHAKE, _free_port, at_handshake, loopback_hub, until
 
 from testbed.node import channel, channel_keys
 from testbed.node.channel_keys import ChannelKeys
 from testbed.records import metrics
 from testbed.records.columns import EVAL_COLUMNS, SERVER_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
 from testbed.runtimes.control.channel_auth import RunKeys
+
+from helpers import HANDSHAKE, _free_port, at_handshake, loopback_hub, until
 
 NODES = {"w0": "worker", "w1": "worker", "ps": "ps", "eval": "evaluator"}
 

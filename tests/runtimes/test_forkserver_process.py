@@ -19,11 +19,11 @@ def test_threads_polling_an_ended_process_together_all_read_its_exit_status():
         barrier = threading.Barrier(4)
         seen: list = []
 
-        def poll():
+        def poll(barrier: threading.Barrier, seen: list, p: ForkserverProcess) -> None:
             barrier.wait()
             seen.append(p.exitcode)
 
-        threads = [threading.Thread(target=poll) for _ in range(4)]
+        threads = [threading.Thread(target=poll, args=(barrier, seen, p)) for _ in range(4)]
         for t in threads:
             t.start()
         for t in threads:

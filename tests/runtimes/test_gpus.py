@@ -5,14 +5,15 @@ import time
 
 import pytest
 import torch
-from helpers import needs_root, netns_cluster
-from env_probe import write_environment
 
 from testbed.kernel.gpus import HostGpu, parse_nvidia_smi
 from testbed.plan import parse_scenario
 from testbed.runtimes import preflight as pf
 from testbed.runtimes.gpu_share import grant
 from testbed.scenario.schema import Profile, ScenarioError
+
+from env_probe import write_environment
+from helpers import needs_root, netns_cluster
 
 TWO_H100 = [HostGpu(0, "NVIDIA H100", 80 << 30), HostGpu(1, "NVIDIA H100", 80 << 30)]
 
@@ -51,7 +52,8 @@ def test_preflight_checks_gpus_against_what_this_machine_has():
 def test_preflight_asks_the_host_for_netns_gpus(monkeypatch):
     monkeypatch.setattr(pf, "host_gpus", lambda: [TWO_H100[0]])
     with pytest.raises(ScenarioError) as e:
-        pf.preflight(parse_scenario({"runtime": "netns", "profiles": {"g": {"gpus": [1]}}, "workers": [{"profile": "g"}]}))
+        pf.preflight(parse_scenario({"runtime": "netns", "profiles": {"g": {"gpus": [1]}},
+                                     "workers": [{"profile": "g"}]}))
     assert e.value.lines == ["profiles.g.gpus: GPU 1 asked for, and this machine has 0"]
 
 
@@ -79,7 +81,8 @@ def test_shares_are_paced_steps_and_mps_threads_for_command_workloads():
 
 def test_nvidia_smi_rows_are_parsed_and_odd_ones_skipped():
     text = "0, NVIDIA H100 80GB HBM3, 81559\n1, NVIDIA H100, 81559\n[N/A], x, y\n"
-    assert parse_nvidia_smi(text) == [HostGpu(0, "NVIDIA H100 80GB HBM3", 81559 << 20), HostGpu(1, "NVIDIA H100", 81559 << 20)]
+    assert parse_nvidia_smi(text) == [HostGpu(0, "NVIDIA H100 80GB HBM3", 81559 << 20),
+                                      HostGpu(1, "NVIDIA H100", 81559 << 20)]
 
 
 def test_a_paced_step_takes_one_over_its_share(monkeypatch):
@@ -170,8 +173,10 @@ def test_a_nodes_gpu_use_is_its_processes_by_nvml(monkeypatch):
     fake = types.SimpleNamespace(
         NVMLError=NVMLError, nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: i,
-        nvmlDeviceGetComputeRunningProcesses=lambda h: [proc(10, 100 << 20), proc(11, None)] if h == 0 else [proc(10, 50 << 20)],
-        nvmlDeviceGetProcessUtilization=lambda h, since: [sample(10, 30), sample(12, 90)] if h == 0 else [sample(10, 45)])
+        nvmlDeviceGetComputeRunningProcesses=lambda h: ([proc(10, 100 << 20), proc(11, None)] if h == 0
+                                                        else [proc(10, 50 << 20)]),
+        nvmlDeviceGetProcessUtilization=lambda h, since: ([sample(10, 30), sample(12, 90)] if h == 0
+                                                          else [sample(10, 45)]))
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     use = gpu_process_use()
     assert use == {10: GpuProcessUse(150 << 20, 45), 11: GpuProcessUse(0, None), 12: GpuProcessUse(0, 90)}

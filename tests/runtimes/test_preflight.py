@@ -4,8 +4,8 @@ import os
 import pytest
 
 from testbed.plan import parse_scenario
-from testbed.runtimes.docker import runtime as docker_runtime
 from testbed.runtimes import preflight as pf
+from testbed.runtimes.docker import runtime as docker_runtime
 from testbed.scenario.schema import ScenarioError
 
 GPU = {"runtime": "docker", "profiles": {"gpu": {"gpus": 1}}, "workers": [{"count": 1, "profile": "gpu"}]}
@@ -54,7 +54,8 @@ def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(m
     import subprocess
     import sys
 
-    code = "import sys, testbed.runtimes.state; print(sorted(m for m in sys.modules if m.startswith('testbed.runtimes.')))"
+    code = ("import sys, testbed.runtimes.state; "
+            "print(sorted(m for m in sys.modules if m.startswith('testbed.runtimes.')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     # errors and ticks: no imports, no backend
     assert out.strip() == "['testbed.runtimes.errors', 'testbed.runtimes.state', 'testbed.runtimes.ticks']"
@@ -72,8 +73,8 @@ def test_the_cleanup_core_imports_no_backend_and_runs_every_registered_sweeper(m
 
 
 def test_a_cpuset_this_machine_lacks_is_named_before_anything_starts():
-    sc = parse_scenario({"profiles": {"pinned": {"cpuset": "1,999"}}, "workers": [{"count": 1, "profile": "pinned"},
-                                                                                {"count": 1, "profile": {"cpuset": "0"}}]})
+    sc = parse_scenario({"profiles": {"pinned": {"cpuset": "1,999"}},
+                         "workers": [{"count": 1, "profile": "pinned"}, {"count": 1, "profile": {"cpuset": "0"}}]})
     assert pf.cpuset_problems(sc, available={0, 1}) == ["profiles.pinned.cpuset: CPU 999 is not on this machine "
                                                         "(it has 0-1)"]
     assert pf.cpuset_problems(sc, available={0, 1, 999}) == []

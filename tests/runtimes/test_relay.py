@@ -6,9 +6,10 @@ import sys
 import threading
 
 import pytest
-from helpers import needs_root
 
 from testbed.runtimes.relay import PortRelay
+
+from helpers import needs_root
 
 pytestmark = [needs_root, pytest.mark.root]
 

@@ -13,12 +13,13 @@ import subprocess
 import sys
 
 import pytest
-from helpers import edgebed_cmd, write_scenario
 
 from testbed.plan import parse_scenario
 from testbed.plan.availability import MAX_INTERVALS, model_offline, plan_offline
 from testbed.scenario.checks import ScenarioError
 from testbed.scenario.document import Availability
+
+from helpers import edgebed_cmd, write_scenario
 
 HANG = 120  # seconds: far above what any of these reads takes; only a loop that never ends gets there
 

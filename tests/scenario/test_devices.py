@@ -382,7 +382,8 @@ def test_calibrate_devices_sets_quotas_threads_and_meta():
 
 
 def test_calibrate_devices_refuses_before_any_quota_is_set():
-    sc = parse_scenario({"profiles": {"big": {"device": "laptop-apple-m1"}}, "workers": [{"count": 1, "profile": "big"}]})
+    sc = parse_scenario({"profiles": {"big": {"device": "laptop-apple-m1"}},
+                         "workers": [{"count": 1, "profile": "big"}]})
     rt = FakeRuntime(cpu_s=0.05, wall_s=0.05)  # a 2 GFLOP/s host core: the M1 needs 30 of them
     with pytest.raises(run_devices.DeviceRefused, match=r"^w0: device laptop-apple-m1 is faster than host"):
         run_devices.calibrate_devices(rt, sc, build_cluster(sc, "abc123"), say=lambda s: None)

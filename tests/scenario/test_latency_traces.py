@@ -23,6 +23,7 @@ from testbed.scenario.links import Direction
 from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.schema import ScenarioError
 from testbed.scenario.traces import TraceSchedule
+
 from helpers import make_run, needs_root, netns_cluster, write_scenario
 
 PING = """PING 10.0.0.1 (10.0.0.1) 56(84) bytes of data.

@@ -141,7 +141,8 @@ def test_bad_direction_shorthand_reports_rate():
 
 
 def test_ps_inline_profile_error():
-    assert only_line({"ps": {"profile": {"latency": "-5ms"}}}).startswith("ps.profile.latency: '-5ms' is not a duration")
+    line = only_line({"ps": {"profile": {"latency": "-5ms"}}})
+    assert line.startswith("ps.profile.latency: '-5ms' is not a duration")
 
 
 @pytest.mark.parametrize(
@@ -408,7 +409,8 @@ def test_up_overrides_algorithm_and_params_with_field_errors(tmp_path: Path) -> 
     assert r.exit_code != 0 and "algorithm.name: unknown algorithm 'nope'" in r.output
     r = runner.invoke(app, ["up", scen, "--param", "total_batch=-3", "--out", str(tmp_path / "b")])
     assert r.exit_code != 0 and "algorithm.params.total_batch" in r.output
-    r = runner.invoke(app, ["up", scen, "--algorithm", "gaia", "--param", "total_batch=64", "--out", str(tmp_path / "c")])
+    r = runner.invoke(app, ["up", scen, "--algorithm", "gaia", "--param", "total_batch=64",
+                            "--out", str(tmp_path / "c")])
     assert r.exit_code != 0 and "algorithm.params" in r.output  # gaia has no total_batch
     r = runner.invoke(app, ["up", scen, "--param", "oops", "--out", str(tmp_path / "d")])
     assert r.exit_code != 0 and "NAME=VALUE" in r.output

@@ -31,8 +31,8 @@ def test_cross_check_lines_keep_the_order_of_the_fields():
     data = {"streaming": {"rates": [10, 20]}, "profiles": {"p": {"jitter": "5ms"}},
             "workers": [{"count": 2, "profile": "nope"}, {"count": 1, "name": "w", "profile": "p"}],
             "events": [{"at": 1, "target": "ghost", "action": "kill"}], "algorithm": {"name": "no-such-algorithm"},
-            "placement": {"ghost": "label:x"}, "network": {"encrypt": True, "subnet": "10.9.0.0/29"}, "runtime": "netns",
-            "workload": {"test_size": 10, "dataset": "mnist"}}
+            "placement": {"ghost": "label:x"}, "network": {"encrypt": True, "subnet": "10.9.0.0/29"},
+            "runtime": "netns", "workload": {"test_size": 10, "dataset": "mnist"}}
     with pytest.raises(ScenarioError) as e:
         validate_schema(data)
     fields = [line.split(":")[0] for line in e.value.lines]

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from testbed.node.trace_replay import GilbertElliott, LinkGone, NodeReplay, TraceReplay
 from testbed.plan import parse_scenario
 from testbed.plan.cluster import build_cluster
-from testbed.node.trace_replay import GilbertElliott, LinkGone, NodeReplay, TraceReplay
 from testbed.runtimes.replay import replays_of
 from testbed.scenario.scenario_file import read_scenario_file
 from testbed.scenario.schema import ScenarioError
-from testbed.scenario.traces import (CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates,
-                                     trace_file)
+from testbed.scenario.traces import CATALOG, TraceSchedule, node_offset, read_link_trace, read_trace_rates, trace_file
+
 from helpers import make_run, needs_root, netns_cluster, write_scenario
 
 
@@ -105,7 +105,8 @@ def test_resolution_bounds_wan_traces_and_outside_files_are_refused(tmp_path):
     assert _lines(tmp_path, {"bandwidth": "1mbit"}, wan={"default": {"forward": {"trace": "norway-bus"}}}) == [
         "wan.default.forward.trace: traces are replayed on access links only (a profile's uplink/downlink or trace)"]
     lines = _lines(tmp_path, {"trace": "../outside.csv"})
-    assert len(lines) == 1 and lines[0].startswith("profiles.edge.trace: ") and "outside the scenario's folder" in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("profiles.edge.trace: ")
+    assert "outside the scenario's folder" in lines[0]
 
 
 # -- offsets and loops ----------------------------------------------------------------------------
@@ -516,4 +517,5 @@ def test_start_replay_lets_a_self_replaying_node_change_its_own_link(tmp_path):
     assert changed and set(changed) == {"w1"}  # w0 changes its own link
     assert noted and set(noted) == {"w0"}  # and the runner's books follow it
     rows = (tmp_path / LINK_RATES_FILE).read_text().splitlines()
-    assert rows[0] == "time,node,direction,rate_bps,trace_time,latency_s" and {r.split(",")[1] for r in rows[1:]} == {"w0", "w1"}
+    assert rows[0] == "time,node,direction,rate_bps,trace_time,latency_s"
+    assert {r.split(",")[1] for r in rows[1:]} == {"w0", "w1"}

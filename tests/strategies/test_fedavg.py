@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from testbed.node.roles.ps import round_row
-from testbed.records.columns import ROUND_COLUMNS
 from testbed.plan import parse_scenario
+from testbed.records.columns import ROUND_COLUMNS
 from testbed.scenario.schema import ScenarioError
 from testbed.strategies import ServerState, WorkerContext, make_strategy
 from testbed.strategies.fedavg import FedAvg, select

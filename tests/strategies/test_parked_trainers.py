@@ -9,7 +9,6 @@ import pandas as pd
 import pytest
 import torch
 import zmq
-from helpers import _docker_or_skip, needs_root, run_up, write_scenario
 
 from testbed.node.roles.common import RoleConfig
 from testbed.node.roles.parking import ParkedTrainers
@@ -18,6 +17,8 @@ from testbed.node.wire import Message, decode, encode
 from testbed.plan import ScenarioError, parse_scenario
 from testbed.records import metrics
 from testbed.strategies import make_strategy
+
+from helpers import _docker_or_skip, needs_root, run_up, write_scenario
 
 
 def test_the_longest_parked_ends_first_past_the_capacity():

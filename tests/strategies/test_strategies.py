@@ -8,7 +8,7 @@ import torch
 
 from testbed.plan import parse_scenario
 from testbed.scenario.schema import ScenarioError
-from testbed.strategies import strategies, ServerState, StrategyError, WorkerContext, get_strategy_class, make_strategy
+from testbed.strategies import ServerState, StrategyError, WorkerContext, get_strategy_class, make_strategy, strategies
 from testbed.strategies.asgd import ASGD, staleness_lr
 from testbed.strategies.bsp import BSP, average
 from testbed.strategies.local_sgd import participants

@@ -24,7 +24,8 @@ def server(lr=1.0, workers=("w0", "w1")):
 
 
 def test_asgd_with_top_c_is_comp_asgd_on_a_fixed_tensor():
-    old, new = make_strategy("comp_asgd", {"c": 0.3}), make_strategy("asgd", {"compressor": {"name": "top_c", "c": 0.3}})
+    old = make_strategy("comp_asgd", {"c": 0.3})
+    new = make_strategy("asgd", {"compressor": {"name": "top_c", "c": 0.3}})
     p_old, p_new = old.worker_payload(G, ctx()), new.worker_payload(G, ctx())
     assert p_old.keys() == p_new.keys() == {"a@i", "a@v", "b@i", "b@v"}
     assert all(torch.equal(p_old[k], p_new[k]) for k in p_old)

@@ -191,10 +191,10 @@ def test_apply_payload_dense_sparse_and_slices():
 # -- per-link rates ----------------------------------------------------------------------------
 
 def test_peer_table_knows_lan_and_wan_rates():
-    from helpers import REPO
-
     from testbed.plan import load_scenario
     from testbed.plan.cluster import build_cluster, peer_table
+
+    from helpers import REPO
 
     sc = load_scenario(REPO / "scenarios" / "topologies" / "dlion-p-network.yaml")
     spec = build_cluster(sc, "t")

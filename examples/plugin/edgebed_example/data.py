@@ -8,7 +8,7 @@ import numpy as np
 
 
 def stripes(arg: str | None = None, *, seed: int = 0, test_size: int | None = None):
-    """4 classes of 1x12x12 noisy stripes (horizontal, vertical, two diagonals); stripes:N for N train samples (default 2,000)"""
+    """4 classes of 1x12x12 noisy stripes (horizontal, vertical, two diagonals); stripes:N for N train samples (default 2,000)"""  # noqa: E501  (one line: `edgebed datasets` shows it)
     rng = np.random.default_rng(seed)
     n_train, n_test = int(arg or 2000), test_size or 400
     yy, xx = np.mgrid[0:12, 0:12]

@@ -7,13 +7,40 @@
 * `sample_wire`: one sample as a Kafka (key, value) record, and back.
 """
 
-from testbed.data.streaming.buffer import (BUFFER_POLICIES, CIFAR_SAMPLE_BYTES, STREAM_COLUMNS, BatchPolicy,
-                                           BufferPolicy, FixedBatch, SimStep, StreamBatch, StreamBuffer, backlog_bytes,
-                                           batch_size_for, eq2_backlog, eq3_backlog, parse_batch_policy,
-                                           simulate_buffer, truncation_backlog)
-from testbed.data.streaming.rates import (DEFAULT_FLOOR, RATE_SETS, ConstantRate, NormalRate, RateSchedule, RateSpec,
-                                          TraceRate, UniformRate, device_schedules, paced, parse_rate_spec,
-                                          read_rate_trace, sample_device_rates, schedule_for)
+from testbed.data.streaming.buffer import (
+    BUFFER_POLICIES,
+    CIFAR_SAMPLE_BYTES,
+    STREAM_COLUMNS,
+    BatchPolicy,
+    BufferPolicy,
+    FixedBatch,
+    SimStep,
+    StreamBatch,
+    StreamBuffer,
+    backlog_bytes,
+    batch_size_for,
+    eq2_backlog,
+    eq3_backlog,
+    parse_batch_policy,
+    simulate_buffer,
+    truncation_backlog,
+)
+from testbed.data.streaming.rates import (
+    DEFAULT_FLOOR,
+    RATE_SETS,
+    ConstantRate,
+    NormalRate,
+    RateSchedule,
+    RateSpec,
+    TraceRate,
+    UniformRate,
+    device_schedules,
+    paced,
+    parse_rate_spec,
+    read_rate_trace,
+    sample_device_rates,
+    schedule_for,
+)
 from testbed.data.streaming.sample_wire import decode_batch, decode_sample, encode_sample, header_size, sample_overhead
 
 __all__ = [

@@ -35,13 +35,12 @@ from dataclasses import dataclass
 from typing import Generic, Literal, TypeVar, Union
 
 from testbed.data.streaming.rates import RateSchedule
+from testbed.records.columns import BUFFER_COLUMNS as STREAM_COLUMNS  # noqa: F401  (testbed.data.streaming exports it)
 
 T = TypeVar("T")
 
 BufferPolicy = Literal["persistence", "truncation"]
 BUFFER_POLICIES: tuple[str, ...] = ("persistence", "truncation")
-
-from testbed.records.columns import BUFFER_COLUMNS as STREAM_COLUMNS
 
 CIFAR_SAMPLE_BYTES = 3 * 32 * 32
 """Bytes of one 32x32 RGB uint8 image: ScaDLES Table II's per-sample size (its "3 KB")."""
@@ -136,7 +135,8 @@ def parse_batch_policy(value: object) -> BatchPolicy:
             if not isinstance(body, Mapping) or not set(body) <= {"b_min", "b_max"}:
                 raise ValueError(f"stream batch takes only b_min and b_max, got {body!r}")
             return StreamBatch(**body)
-    raise ValueError(f"batch must be an integer >= 1, 'stream', {{fixed: b}} or {{stream: {{b_min, b_max}}}}; got {value!r}")
+    raise ValueError(f"batch must be an integer >= 1, 'stream', {{fixed: b}} or {{stream: {{b_min, b_max}}}}; "
+                     f"got {value!r}")
 
 
 # --------------------------------------------------------------------------- the buffer

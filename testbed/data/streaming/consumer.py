@@ -6,11 +6,11 @@ import threading
 import time
 from typing import Callable, Optional
 
-from testbed.errors import RunFailed
 from testbed.data.streaming.broker import BrokerWatch, consumer_config
 from testbed.data.streaming.buffer import BatchPolicy, FixedBatch, StreamBuffer
 from testbed.data.streaming.rates import RateSchedule
 from testbed.data.streaming.sample_wire import decode_sample
+from testbed.errors import RunFailed
 
 
 class StreamFeeder(threading.Thread):

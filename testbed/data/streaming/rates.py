@@ -244,7 +244,8 @@ def parse_rate_spec(value: object, base_dir: str | Path | None = None) -> RateSp
     if isinstance(value, Mapping):
         if len(value) != 1:
             raise ValueError(
-                f"rate mapping must have exactly one key (uniform, normal or trace), got {', '.join(map(str, value)) or 'none'}"
+                f"rate mapping must have exactly one key (uniform, normal or trace), "
+                f"got {', '.join(map(str, value)) or 'none'}"
             )
         ((kind, body),) = value.items()
         if kind == "uniform":

@@ -69,7 +69,8 @@ def encode_sample(x: np.ndarray, label: int) -> tuple[bytes, bytes]:
     key = _encode_label(label)
     code = _CODE_OF.get((x.dtype.kind, x.dtype.itemsize))
     if code is None:
-        raise ValueError(f"sample dtype {x.dtype} cannot travel (supported: {', '.join(str(d) for d in DTYPE_CODES.values())})")
+        raise ValueError(f"sample dtype {x.dtype} cannot travel "
+                         f"(supported: {', '.join(str(d) for d in DTYPE_CODES.values())})")
     if x.ndim > MAX_NDIM:
         raise ValueError(f"sample must have at most {MAX_NDIM} dimensions, got {x.ndim}")
     if any(d > 0xFFFF for d in x.shape):

@@ -1,10 +1,11 @@
 """What a fleet host is told (runtime swarm's fleets): its devices, their addresses on
 its own LAN and their limits (PLAN_FILE), and apart from that their channel keys (KEY_FILE, a
-mapping node -> keys, each with its supervisor's under "supervisor"), each a Docker secret of the run that only the host's service references
-(runtimes.swarm.fleet). The fleet host (node.fleet.host) reads both back and checks every
-field's shape before a name becomes a cgroup or an address a route: a secret is the runner's,
-but a file is still only a file. Apart, because the process that forks the devices must never
-hold their keys (each device is handed its own: node.fleet.host)."""
+mapping node -> keys, each with its supervisor's under "supervisor"), each a Docker secret of
+the run that only the host's service references (runtimes.swarm.fleet). The fleet host
+(node.fleet.host) reads both back and checks every field's shape before a name becomes a cgroup
+or an address a route: a secret is the runner's, but a file is still only a file. Apart, because
+the process that forks the devices must never hold their keys (each device is handed its own:
+node.fleet.host)."""
 
 from __future__ import annotations
 

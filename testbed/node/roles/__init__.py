@@ -27,7 +27,8 @@ PS_ROLES = {
     "producer": f"{_HERE}.broker:run_broker_node",
 }
 # Without a parameter server the `ps` node coordinates, and workers exchange with their peers.
-DECENTRALIZED_ROLES = {**PS_ROLES, "ps": f"{_HERE}.coordinator:run_coordinator", "worker": f"{_HERE}.peer:run_peer_worker"}
+DECENTRALIZED_ROLES = {**PS_ROLES, "ps": f"{_HERE}.coordinator:run_coordinator",
+                       "worker": f"{_HERE}.peer:run_peer_worker"}
 
 
 # Roles that run a foreign image's own entrypoint (Apache Kafka's): nothing of edgebed's runs there.

@@ -15,8 +15,8 @@ from typing import Optional
 import zmq
 
 from testbed.node import transport, untrusted
-from testbed.node.roles.eval_schedule import EvalSchedule
 from testbed.node.roles.common import EvalFeed, RoleConfig, ServingRole, model_and_data, params_of, setup_torch
+from testbed.node.roles.eval_schedule import EvalSchedule
 from testbed.node.roles.replicas import ReplicaBoard, replica_limit
 from testbed.node.wire import Message
 

@@ -71,7 +71,8 @@ class PeerWorker:
         try:
             if not self.wait_for_go():
                 return
-            while not self.stop_event.is_set() and not self.stopped and (max_steps is None or self.ctx.step < max_steps):
+            while (not self.stop_event.is_set() and not self.stopped
+                   and (max_steps is None or self.ctx.step < max_steps)):
                 self.step()
             send_replica(self.cfg, self.params, self.ctx.step)  # for the final evaluation
         finally:

@@ -9,9 +9,17 @@ from typing import Any, Optional
 import zmq
 
 from testbed.node import channel, transport, untrusted
+from testbed.node.roles.common import (
+    EvalFeed,
+    RoleConfig,
+    ServingRole,
+    frame_limit,
+    model_and_data,
+    params_of,
+    send_stop,
+    setup_torch,
+)
 from testbed.node.roles.eval_schedule import EvalSchedule
-from testbed.node.roles.common import (EvalFeed, RoleConfig, ServingRole, frame_limit, model_and_data, params_of,
-                                       send_stop, setup_torch)
 from testbed.node.roles.parking import ParkedTrainers
 from testbed.node.wire import Message
 from testbed.plan.availability import OfflineClock

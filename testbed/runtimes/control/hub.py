@@ -56,8 +56,7 @@ import zmq
 from testbed.errors import RunFailed
 from testbed.kernel.files import replace_text
 from testbed.kernel.netlink import entered_netns
-from testbed.node import untrusted
-from testbed.node import channel
+from testbed.node import channel, untrusted
 from testbed.node.channel import MESSAGE_PREFIX, topic
 from testbed.records import metrics
 from testbed.runtimes.control import hub_rules as rules

@@ -8,7 +8,6 @@ from __future__ import annotations
 import secrets
 from typing import Optional
 
-
 # s: how long a slot may take to arrive after the job that filled it ended (its put has left the
 # node, but the runner's hub thread may not have read it yet on a loaded host)
 ARRIVAL_S = 10.0

@@ -16,9 +16,9 @@ from __future__ import annotations
 import ipaddress
 import secrets
 
+from testbed.kernel.bridges import BridgeTree
 from testbed.kernel.netlink import create_netns, ns_iproute
 from testbed.kernel.rtnl import Rtnl
-from testbed.kernel.bridges import BridgeTree
 from testbed.runtimes.state import RunState
 from testbed.runtimes.ticks import Tick, no_ticks
 

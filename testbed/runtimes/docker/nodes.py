@@ -137,7 +137,8 @@ class ExecProcess(EngineState):
         self.api = client.api
         name = target if isinstance(target, str) else f"{target.__module__}:{target.__qualname__}"
         payload = json.dumps({"target": name, "kwargs": kwargs})
-        self.exec_id = self.api.exec_create(container.id, ["python", "-m", "testbed.node.supervisor", "--exec", payload])["Id"]
+        self.exec_id = self.api.exec_create(container.id,
+                                            ["python", "-m", "testbed.node.supervisor", "--exec", payload])["Id"]
         self.api.exec_start(self.exec_id, detach=True)
 
     def _engine_state(self) -> dict:

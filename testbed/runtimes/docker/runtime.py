@@ -10,13 +10,13 @@ container, inside its quota.
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Optional
 
 from testbed.errors import HostCannot
 from testbed.kernel import names
+from testbed.kernel.bridges import one_bridge_problems
 from testbed.kernel.cgroups import period_us_of, quota_us
 from testbed.kernel.netlink import NetnsSockets, attach_netns, disable_offloads, ns_iproute
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, apply_direction, plan_direction
@@ -24,12 +24,17 @@ from testbed.node import control
 from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable, needs_root
-from testbed.kernel.bridges import one_bridge_problems
-from testbed.runtimes.engine.supervised import GO_TIMEOUT, SupervisedNodes
-from testbed.runtimes.engine.client import docker_client, nvidia_runtime_available
 from testbed.runtimes.docker.network import create_run_network
-from testbed.runtimes.docker.nodes import (ContainerProcess, ExecProcess, PidCgroup, RoleProcess, put_channel_keys,
-                                           sealed_root)
+from testbed.runtimes.docker.nodes import (
+    ContainerProcess,
+    ExecProcess,
+    PidCgroup,
+    RoleProcess,
+    put_channel_keys,
+    sealed_root,
+)
+from testbed.runtimes.engine.client import docker_client, nvidia_runtime_available
+from testbed.runtimes.engine.supervised import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.fabric import Fabric
 from testbed.runtimes.gpu_share import cap_env
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
@@ -66,7 +71,8 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
             return root
         client = docker_client()
         if client is None:
-            return Unavailable("no Docker engine answers", "runtime docker: no Docker engine answers (is dockerd running?)")
+            return Unavailable("no Docker engine answers",
+                               "runtime docker: no Docker engine answers (is dockerd running?)")
         why = image_unavailable(client)
         return None if why is None else Unavailable(why, f"runtime docker: {why} (`edgebed build` makes the image)")
 
@@ -106,7 +112,8 @@ class DockerRuntime(SupervisedNodes, LocalNodeOps, Runtime):
                     + ([f"streaming.broker.kind: {KAFKA_NEEDS} and needs the docker runtime, and no Docker engine "
                         "answers"] if kafka else []))
         if gpus and not nvidia_runtime_available(client):
-            return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have" for w in gpus]
+            return [f"{w}: GPUs need the NVIDIA container runtime, which this Docker engine does not have"
+                    for w in gpus]
         return []
 
     @classmethod
@@ -436,7 +443,8 @@ def docker_labels() -> list[tuple[str, dict]]:
         return []
     found = [(f"container {c.name}", c.labels or {})
              for c in client.containers.list(all=True, filters={"label": LABEL}, ignore_removed=True)]
-    found += [(f"network {n.name}", n.attrs.get("Labels") or {}) for n in client.networks.list(filters={"label": LABEL})]
+    found += [(f"network {n.name}", n.attrs.get("Labels") or {})
+              for n in client.networks.list(filters={"label": LABEL})]
     found += [(f"volume {v.name}", v.attrs.get("Labels") or {}) for v in client.volumes.list(filters={"label": LABEL})]
     return found
 

@@ -23,8 +23,10 @@ def _import_main() -> None:
     if not wanted or os.environ.get(RUNNER_ENV) != str(os.getppid()) or sys.argv[:1] != ["-c"]:
         return  # not a forkserver (`python -c`) of the runner that asked
     me = process.current_process()
-    setattr(me, "_inheriting", True)  # as multiprocessing does while a child prepares: the main
-    try:  # module's own start of a process (unguarded) fails instead of forking from here
+    # As multiprocessing does while a child prepares: the main module's own start of a process
+    # (unguarded) fails instead of forking from here. setattr: BaseProcess declares no _inheriting.
+    setattr(me, "_inheriting", True)  # noqa: B010
+    try:
         spawn.prepare({k: v for k, v in json.loads(wanted).items() if k in MAIN_KEYS})
     except BaseException:  # never break the forkserver (a script's sys.exit included): each node
         pass  # then imports the main module itself as it starts

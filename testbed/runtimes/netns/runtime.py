@@ -34,8 +34,8 @@ from typing import Any, Callable, Optional
 
 from testbed.errors import HostCannot
 from testbed.kernel import cgroups, pid_namespace
-from testbed.kernel.gpus import host_gpus
 from testbed.kernel.files import open_nofollow
+from testbed.kernel.gpus import host_gpus
 from testbed.kernel.identity import NodeIdentity, node_identity
 from testbed.kernel.mounts import Bridge, bridges, make_bridges, read_only_host_controls
 from testbed.kernel.netlink import create_netns, enter_netns
@@ -46,12 +46,12 @@ from testbed.node import channel_keys
 from testbed.node.stop_flag import SealedStopFlag
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, NodeProcess, Runtime, StopEvent, Unavailable, needs_root
-from testbed.runtimes.netns.deferred import Deferred
 from testbed.runtimes.fabric import Fabric
-from testbed.runtimes.netns.forkserver_guard import PID_NAMESPACES_ENV, RUNNER_ENV, request_main
-from testbed.runtimes.netns.forkserver_process import ForkserverProcess
 from testbed.runtimes.gpu_share import GpuGrant, MpsDaemon, grant, wants_mps
 from testbed.runtimes.local_nodes import LocalNodeOps, netns_name, unencrypted_problems
+from testbed.runtimes.netns.deferred import Deferred
+from testbed.runtimes.netns.forkserver_guard import PID_NAMESPACES_ENV, RUNNER_ENV, request_main
+from testbed.runtimes.netns.forkserver_process import ForkserverProcess
 from testbed.runtimes.state import RunState, cleanup_run
 from testbed.scenario.units import stress_loads
 
@@ -249,8 +249,8 @@ class NetnsRuntime(LocalNodeOps, Runtime):
         request_main()
         # the runner's main module and this one (whose _bootstrap every node unpickles) imported
         # once there, not again in every node as it starts (forkserver_main.py)
-        self._ctx.set_forkserver_preload(["testbed.runtimes.netns.forkserver_guard", "testbed.runtimes.netns.forkserver_main",
-                                          __name__, *modules])
+        self._ctx.set_forkserver_preload(["testbed.runtimes.netns.forkserver_guard",
+                                          "testbed.runtimes.netns.forkserver_main", __name__, *modules])
 
     def make_stop_event(self) -> StopEvent:
         self._stop_event = SealedStopFlag()  # lock-free, and the runner's alone to set

@@ -6,7 +6,8 @@ not fit. When the scenario's trainers start per round (`trainers: per_round`), t
 devices apart from processes, and each host that holds some runs one "fleet host" service
 (node.fleet.host): the devices as namespaces and cgroups inside its container, on a LAN of its
 own whose gateway it is, each device with its own channel keys, served by the container's one
-process (no process a device while it is idle). The host's LAN is routed: every other node gets a route to it through the host's overlay address.
+process (no process a device while it is idle). The host's LAN is routed: every other node gets
+a route to it through the host's overlay address.
 
 Placement books no CPU for a packed device (its quota is a cgroup inside the host's container,
 and only the selected devices' trainers run: the netns runtime books none either) and deals

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import os
 from collections import Counter
-from typing import Any, Callable, Optional
 from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 from testbed.errors import BadInput, HostCannot
 
@@ -57,8 +57,8 @@ def engine_at(url: Optional[str] = None, timeout: int = 30):
 def swarm_client(required: bool = True):
     """The engine of a swarm manager: DOCKER_HOST's, else this machine's if it manages a swarm,
     else the lab's (runtimes.swarm.lab). None (or an error, when required) if none answers."""
-    from testbed.runtimes.swarm import lab
     from testbed.runtimes.engine.client import EngineAddressError
+    from testbed.runtimes.swarm import lab
 
     candidates = []
     if os.environ.get("DOCKER_HOST"):
@@ -101,7 +101,8 @@ def swarm_hosts(client) -> list[SwarmHost]:
         kinds = [g.get(t, {}).get("Kind", "") for g in res.get("GenericResources") or []
                  for t in ("DiscreteResourceSpec", "NamedResourceSpec")]
         kind = next((k for k in kinds if k.lower() in GPU_KINDS), "gpu")
-        hosts.append(SwarmHost(gpu_kind=kind, id=n.id, hostname=desc.get("Hostname", n.id), address=a["Status"].get("Addr", ""),
+        hosts.append(SwarmHost(gpu_kind=kind, id=n.id, hostname=desc.get("Hostname", n.id),
+                               address=a["Status"].get("Addr", ""),
                                cpus=res.get("NanoCPUs", 0) / 1e9, memory=res.get("MemoryBytes", 0), gpus=gpus,
                                labels=a["Spec"].get("Labels") or {}, state=a["Status"]["State"],
                                availability=a["Spec"].get("Availability", "active"),
@@ -200,7 +201,7 @@ class SwarmPlacer:
             if not nodes:  # a site
                 nodes, rank = [n.name for n in spec.nodes if n.site == key], 2
             ranked.append((rank, key, nodes, value))
-        for rank, key, nodes, value in sorted(ranked, reverse=True):  # the weakest first, overwritten
+        for _rank, key, nodes, value in sorted(ranked, reverse=True):  # the weakest first, overwritten
             for n in nodes:
                 pins[n] = (key, self._matching(key, value))
         return pins
@@ -244,13 +245,13 @@ def _needs(node) -> list[float]:
 
 
 def _fits(left: list[float], need: list[float]) -> bool:
-    return all(n <= l + 1e-9 for n, l in zip(need, left))
+    return all(n <= free + 1e-9 for n, free in zip(need, left))
 
 
 def _no_fit(node, key: str, allowed: list[SwarmHost], left: dict, need: list[float]) -> str:
     what = ("CPUs", "memory bytes", "GPUs")
     host = max(allowed, key=lambda h: left[h.hostname][0])
-    short = next(i for i, (n, l) in enumerate(zip(need, left[host.hostname])) if n > l + 1e-9)
+    short = next(i for i, (n, free) in enumerate(zip(need, left[host.hostname])) if n > free + 1e-9)
     where = f"placement.{key}" if key else "placement"
     return (f"{where}: {node.name} needs {need[short]:g} {what[short]}, and no host has that left "
             f"({host.hostname} has {left[host.hostname][short]:g} of {[host.cpus, host.memory, host.gpus][short]:g})")

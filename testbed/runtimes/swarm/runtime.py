@@ -22,22 +22,36 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterable, Optional
 
 from testbed.errors import HostCannot, RunFailed
+from testbed.kernel.bridges import one_bridge_problems
 from testbed.kernel.cgroups import period_us_of
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction, weakest
 from testbed.node import control, untrusted
 from testbed.node.trace_replay import LinkGone
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.runtimes.base import Features, Runtime, Unavailable
-from testbed.kernel.bridges import one_bridge_problems
 from testbed.runtimes.engine.supervised import GO_TIMEOUT, SupervisedNodes
 from testbed.runtimes.gpu_share import cap_env
+from testbed.runtimes.state import RunState, Sweeper, register_sweeper
 from testbed.runtimes.swarm.hosts import SwarmHost, SwarmPlacer, swarm_client, swarm_hosts
-from testbed.runtimes.swarm.services import (HubCgroup, SwarmJob, TaskRoleProcess, free_port,  # noqa: F401
-                                        gpu_runtime_problems, latest_task, may_drop, measure_offset,
-                                        remove_swarm_resources, reported_classes, runner_address,
-                                        set_container_quota, swarm_labels, sweep_swarm_run, tasks_running,
-                                        timed_counters, wait_containers_gone)
-from testbed.runtimes.state import RUN_LABEL, RunState, Sweeper, register_sweeper
+from testbed.runtimes.swarm.services import (  # noqa: F401
+    HubCgroup,
+    SwarmJob,
+    TaskRoleProcess,
+    free_port,
+    gpu_runtime_problems,
+    latest_task,
+    may_drop,
+    measure_offset,
+    remove_swarm_resources,
+    reported_classes,
+    runner_address,
+    set_container_quota,
+    swarm_labels,
+    sweep_swarm_run,
+    tasks_running,
+    timed_counters,
+    wait_containers_gone,
+)
 
 # Until the nodes have tried their hosts' kernels, nothing is known of them; the runner's own
 # is not asked (it may be no Linux root at all: only the channel's sockets are made here).

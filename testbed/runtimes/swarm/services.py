@@ -14,8 +14,8 @@ from testbed.kernel import names
 from testbed.kernel.cgroups import CgroupUsage, quota_us
 from testbed.plan.cluster import ClusterSpec
 from testbed.runtimes.engine.supervised import join_polling, role_ended
-from testbed.runtimes.swarm.hosts import SwarmHost, swarm_client, swarm_hosts
 from testbed.runtimes.state import LABEL, RUN_LABEL
+from testbed.runtimes.swarm.hosts import SwarmHost, swarm_client, swarm_hosts
 
 CONTAINERS_GONE_S = 90.0  # s to wait: a few times what a 1,000-device fleet's hosts take (BENCHMARKS)
 

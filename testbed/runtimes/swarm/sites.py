@@ -19,8 +19,8 @@ from typing import Any, Optional, Protocol
 from testbed.kernel.shaping import DirectionPlan, KernelCaps, plan_direction
 from testbed.node import control
 from testbed.plan.cluster import ClusterSpec
-from testbed.runtimes.fabric import WanLinks
 from testbed.runtimes.control.hub import parsed_answer
+from testbed.runtimes.fabric import WanLinks
 
 ROUTER_PREFIX = "rt-"  # a router's name on the control channel: rt-<site>
 

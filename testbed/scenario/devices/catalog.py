@@ -23,7 +23,7 @@ from importlib import metadata, resources
 from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, model_validator
 
 from testbed.data.textfile import capped_text
 from testbed.scenario.fields import Bytes, StrictModel

@@ -75,7 +75,8 @@ def test_a_subnet_the_scenario_names_is_never_moved():
 
 def test_an_external_broker_pins_the_subnet_its_bootstrap_is_in():
     sc = parse_scenario({"name": "t", "runtime": "docker", "workers": [{"count": 2}],
-                         "streaming": {"broker": {"kind": "external", "bootstrap": "10.77.0.1:9092"}, "rates": [10, 10]}})
+                         "streaming": {"broker": {"kind": "external", "bootstrap": "10.77.0.1:9092"},
+                                       "rates": [10, 10]}})
     spec = build_cluster(sc, "abc123")
     assert spec.subnet_fixed
     with pytest.raises(ValueError, match="cannot move"):

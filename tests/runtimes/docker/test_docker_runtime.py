@@ -3,6 +3,7 @@
 import os
 
 import pytest
+
 from helpers import _client, needs_root, our_netns
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -125,11 +126,11 @@ def test_a_default_subnet_the_engine_holds_moves_to_the_next_free_block(image):
     made on the next /16, and every planned address moves with it."""
     import secrets
 
+    import docker
+
     from testbed.plan import parse_scenario
     from testbed.plan.cluster import build_cluster
     from testbed.runtimes.docker.network import create_run_network
-
-    import docker
 
     client, tag = _client(), secrets.token_hex(3)
     sc = parse_scenario({"name": "t", "runtime": "docker", "workers": [{"count": 2}]})

@@ -77,11 +77,12 @@ def test_a_plain_tcp_docker_host_is_refused_not_taken_for_a_missing_engine(monke
 # -- a TLS engine: a server that demands a client certificate signed by the CA -----------------
 def _certificates(folder):
     """ca.pem, cert.pem/key.pem (the client's) and server.pem/server-key.pem (127.0.0.1) in `folder`."""
+    import ipaddress
+
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
-    import ipaddress
 
     now = datetime.datetime.now(datetime.timezone.utc)
 
@@ -115,7 +116,8 @@ class _Engine(BaseHTTPRequestHandler):
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         _Engine.clients.append(self.connection.getpeercert())
-        body = b"OK" if self.path.endswith("/_ping") else json.dumps({"ApiVersion": "1.41", "Version": "20.10"}).encode()
+        body = (b"OK" if self.path.endswith("/_ping")
+                else json.dumps({"ApiVersion": "1.41", "Version": "20.10"}).encode())
         self.send_response(200)
         self.send_header("Content-Type", "text/plain" if self.path.endswith("/_ping") else "application/json")
         self.send_header("Content-Length", str(len(body)))

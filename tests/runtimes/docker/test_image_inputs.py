@@ -173,7 +173,8 @@ def test_a_lock_line_without_version_and_hash_is_refused_with_its_number(tmp_pat
 
 def test_a_lock_reads_continued_lines_and_several_hashes(tmp_path):
     lock = tmp_path / "requirements.txt"
-    lock.write_text(f"PyYAML==6.0.4 \\\n    --hash=sha256:{'a' * 64} \\\n    --hash=sha256:{'b' * 64}  # two platforms\n")
+    lock.write_text(f"PyYAML==6.0.4 \\\n    --hash=sha256:{'a' * 64} \\\n"
+                    f"    --hash=sha256:{'b' * 64}  # two platforms\n")
     pin = read_lock(lock)["pyyaml"]
     assert (pin.version, pin.hashes) == ("6.0.4", frozenset({"a" * 64, "b" * 64}))
 

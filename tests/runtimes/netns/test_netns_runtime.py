@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from helpers import needs_root, netns_cluster
 
 pytestmark = [needs_root, pytest.mark.root]
@@ -209,8 +210,8 @@ def test_the_control_network_reaches_the_runner_and_no_other_node(cluster):
                  for ns, addr in ((ctl.netns, "169.254.0.1"), (rt.handles["w1"].netns, ctl.addresses["w1"]))]
     try:
         time.sleep(1.0)
-        reach = {addr: subprocess.run(["ip", "netns", "exec", rt.handles["w0"].netns, sys.executable, "-c", connect, addr],
-                                      capture_output=True, text=True).stdout.strip()
+        reach = {addr: subprocess.run(["ip", "netns", "exec", rt.handles["w0"].netns, sys.executable, "-c", connect,
+                                       addr], capture_output=True, text=True).stdout.strip()
                  for addr in ("169.254.0.1", ctl.addresses["w1"])}
         assert reach == {"169.254.0.1": "ok", ctl.addresses["w1"]: "TimeoutError"}
         for addr in ("169.254.0.1", ctl.addresses["w1"]):  # over ctl0, not the shaped eth0
