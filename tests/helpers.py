@@ -21,7 +21,7 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,6 +29,9 @@ from testbed.node import channel, channel_keys
 from testbed.records import metrics
 from testbed.records.columns import EVAL_COLUMNS, EVENT_COLUMNS, STEP_COLUMNS, TRAFFIC_COLUMNS
 from testbed.runtimes.control.hub import ControlHub
+
+if TYPE_CHECKING:  # pandas starts a thread: imported where it is used (see above)
+    import pandas as pd
 
 REPO = Path(__file__).resolve().parent.parent
 
