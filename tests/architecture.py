@@ -1,4 +1,4 @@
-"""The import graph and function lengths of testbed/ (issue 19's measures).
+"""The import graph and function lengths of testbed/ (the layout's measures).
 
 `python tests/architecture.py` prints the report; tests/repo/test_architecture.py asserts on it.
 Lazy imports inside functions count: a cycle closed by one still couples the modules."""

@@ -109,7 +109,7 @@ def _docstrings(source: str, path: str) -> list[tuple[int, str]]:
     return out
 
 
-def _python_findings(path: Path, root: Path) -> list[Finding]:
+def python_findings(path: Path, root: Path) -> list[Finding]:
     source = path.read_text()
     rel = str(path.relative_to(root))
     texts = [(line, text) for line, text, _ in _comments(source)] + _docstrings(source, rel)
@@ -141,7 +141,7 @@ def findings(root: Path = REPO, benchmarks: bool = True) -> list[Finding]:
     """Every comment block and docstring in testbed/ (and benchmarks/*.py), and every Makefile
     comment block, that carries history."""
     files = package_files(root) + (sorted((root / "benchmarks").glob("*.py")) if benchmarks else [])
-    out = [f for p in files for f in _python_findings(p, root)]
+    out = [f for p in files for f in python_findings(p, root)]
     makefile = root / "Makefile"
     if makefile.exists():
         out += _makefile_findings(makefile, root)

@@ -1,4 +1,4 @@
-"""The GPU check's dry run (issue 35): on a machine without a GPU, benchmarks/gpu_check.sh runs its CPU
+"""The GPU check's dry run: on a machine without a GPU, benchmarks/gpu_check.sh runs its CPU
 parts, says which GPU steps it skipped and why, and writes one JSON file. CI runs this."""
 import json
 import os

@@ -1,4 +1,4 @@
-"""benchmarks/topk_norm_share.py (issue 36, ScaDLES Table V): the share of the squared norm that the
+"""benchmarks/topk_norm_share.py (ScaDLES Table V): the share of the squared norm that the
 top CR of an update's entries hold, over the whole model as AdaptiveTopC chooses them, and the
 compress-or-not rule it implies."""
 

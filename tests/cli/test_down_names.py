@@ -1,5 +1,5 @@
-"""`edgebed down` removes only its own: names read back are checked against edgebed's own shapes
-(issue 31), the state dir is this user's alone, and another owner's run needs --all."""
+"""`edgebed down` removes only its own: names read back are checked against edgebed's own shapes,
+the state dir is this user's alone, and another owner's run needs --all."""
 import os
 import secrets
 import signal

@@ -102,7 +102,7 @@ def test_a_run_past_the_machine_s_memory_or_open_files_is_one_line_naming_the_li
     assert "4002 nodes need about 5182 open files" in line, line  # 132 busy x 8 + 3,870 idle + 256
     line, = capacity_problems(per_round, memory_mib=4 * 1024, files=100_000)
     assert line.startswith("workers: 4002 nodes need about 8.0 GiB (132 training processes at once"), line
-    assert NODE_PROCESS_MIB == 37.0  # measured: 256 workers at once took 9.6 GiB
+    assert NODE_PROCESS_MIB == 37.0  # a node process (BENCHMARKS.md: 256 workers at once)
     line, = capacity_problems(sc, memory_mib=64 * 1024, files=4096)
     assert line == (f"workers: 1002 nodes need about {1002 * NODE_FILES + 256} open files in the runner, and its "
                     "limit is 4096 (ulimit -Hn; raise nofile)")

@@ -1,4 +1,4 @@
-"""Runtime swarm's fleets (issue 34): a per-round fleet's devices packed into one container a host
+"""Runtime swarm's fleets: a per-round fleet's devices packed into one container a host
 (node.fleet.host, runtimes.swarm.fleet). Planning without an engine; one real run on the lab."""
 
 import ipaddress

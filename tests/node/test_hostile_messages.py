@@ -1,4 +1,4 @@
-"""Nothing a peer or an outsider sends ends a receiver (issue 31): NaN, Infinity, numbers beyond
+"""Nothing a peer or an outsider sends ends a receiver: NaN, Infinity, numbers beyond
 int64, 10,000-deep JSON and oversized messages are refused by the one strict loader
 (node.untrusted) at the wire, the control hub, a node's supervisor and the timeline; each drop is
 counted by reason, and the receiver goes on taking good messages."""

@@ -1,4 +1,4 @@
-"""Workers that come and go (issue 34, availability): the seeded on/off model, traces of online
+"""Workers that come and go (availability): the seeded on/off model, traces of online
 intervals, their validation, and the timeline changes they become."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""fleet.png's numbers (issue 34): devices online from the availability events, and each round's
+"""fleet.png's numbers: devices online from the availability events, and each round's
 time split into training, transfer and waiting for stragglers."""
 
 import json

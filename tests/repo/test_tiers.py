@@ -10,7 +10,7 @@ import pytest
 from helpers import REPO
 
 # run inside the collecting pytest: each test in the order it runs, with its tier marks (one
-# collection of the whole suite, about 16 s here, instead of one a tier)
+# collection of the whole suite instead of one a tier)
 PRINT_TIERS = """
 def pytest_collection_finish(session):
     for item in session.items:

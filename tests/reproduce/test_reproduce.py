@@ -92,8 +92,8 @@ def test_adacomp_fig3_ratio_from_records(tmp_path):
 
 def test_adacomp_final_accuracy_is_the_moving_averages_maximum(tmp_path):
     """The paper's final accuracy (Sec. V-C): the maximum of the moving average. A run whose last
-    evaluations dip ends 3.3 points below ASGD by the mean of its last evaluations (the definition
-    before 2026-11-25: the verdict would fail), and level with it by the paper's."""
+    evaluations dip ends 3.3 points below ASGD by the mean of its last evaluations (where the
+    verdict would fail), and level with it by the paper's."""
     from testbed.reproduce import analyze, get_experiment
 
     curve = [(i * 10.0, i * 100, min(0.95, 0.1 + 0.1 * i)) for i in range(11)]

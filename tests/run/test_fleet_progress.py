@@ -1,4 +1,4 @@
-"""A fleet's bring-up and teardown a person can follow (issue 34): the runtime's ticks, as lines
+"""A fleet's bring-up and teardown a person can follow: the runtime's ticks, as lines
 in a log and as bars on a terminal."""
 
 import io

@@ -40,8 +40,8 @@ def _dynamics_smoke(tmp_path, shift: int) -> str:
 def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
     if runtime == "docker":
         _docker_or_skip()
-    # on docker every event 8 s later: a 0.3-CPU container's role reaches its first step after about
-    # 6 s, and after 12.5 s once in CI's two lanes, so w1 was killed at 12 s before it had stepped
+    # on docker every event 8 s later: a 0.3-CPU container's role takes longer to its first step
+    # (it imports torch under its quota), more on a loaded host
     s = 0 if runtime == "netns" else 8
     run_dir = tmp_path / "run"
     run_up(_dynamics_smoke(tmp_path, s), run_dir, "--runtime", runtime, timeout=400)
@@ -51,7 +51,7 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
     applied = events[events.scheduled_time.notna()]
     assert len(applied) == 5 and not applied.detail.str.contains("FAILED").any(), applied.to_dict("records")
     # each done within 100 ms of its time; on docker a kill or restart goes through the engine's API,
-    # which took 0.17 s once in CI's two lanes
+    # slower on a loaded host
     late = 0.1 if runtime == "netns" else 0.5
     assert ((applied.time - applied.scheduled_time).abs() < late).all(), applied[["time", "scheduled_time"]]
     assert "rejoined" in set(events.action)  # the PS saw w1 come back
@@ -73,7 +73,7 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
     w1 = steps[steps.node == "w1"]
     assert not ((w1.time > 12.5 + s) & (w1.time < 22 + s)).any()
     assert (w1.time > 23 + s).sum() >= 3 and (w1.time < 12 + s).sum() >= 3, w1.time.describe()
-    # w2's CPU halved: a step's compute takes longer (measured 1.48x-2.0x: w2 also waits on the
+    # w2's CPU halved: a step's compute takes longer (by less than 2x: w2 also waits on the
     # network, so a step's CPU burst is throttled more or less depending on where in the
     # 100 ms CFS period it starts), and the cgroup is throttled more
     w2 = steps[steps.node == "w2"]
@@ -87,8 +87,7 @@ def test_dynamics_smoke_records_every_effect(tmp_path, clean_host, runtime):
         return (t.iloc[-1] - t.iloc[0]) / (t.index[-1] - t.index[0])
 
     # from w2's first step: a container imports torch under its quota first, throttled all along
-    # (measured 1.51x on docker and 2.56x on netns on a loaded CI host: the bound only a quota
-    # that did not change fails)
+    # (the bound only a quota that did not change fails)
     assert throttled_per_s(16 + s, 40 + s) > 1.2 * throttled_per_s(max(3.0, float(w2.time.min())), 14.5 + s)
     p = subprocess.run(edgebed_cmd() + ["plot", str(run_dir)], cwd=REPO, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
@@ -155,8 +154,8 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
 
     if runtime == "docker":
         _docker_or_skip()
-    # killed at a model version, not a time: a 0.3-CPU container's role took from 6 s to over 16 s to
-    # its first step in CI's two lanes; three equal workers make some 20 steps each by version 60
+    # killed at a model version, not a time: when a 0.3-CPU container's role takes its first step
+    # depends on the host's load; three equal workers make some 20 steps each by version 60
     path = _scenario(tmp_path, {"name": "asgd"}, [{"at_step": 60, "target": "w1", "action": "kill"}],
                      seconds=90, steps=150, runtime=runtime)
     run_dir = tmp_path / "run"

@@ -1,4 +1,4 @@
-"""scenarios/fleet/availability.yaml at 200 devices, as CI runs it (issue 34): devices that come
+"""scenarios/fleet/availability.yaml at 200 devices, as CI runs it: devices that come
 and go (a seeded on/off model), FedAvg selecting 26 of those online each round, and per-round
 trainers, to the target accuracy in a few minutes on this 2-core machine."""
 

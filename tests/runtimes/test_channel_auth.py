@@ -1,4 +1,4 @@
-"""The control channel lets in only the run's nodes, each as itself (issue 31): the hub's PULL and
+"""The control channel lets in only the run's nodes, each as itself: the hub's PULL and
 PUB are CURVE servers whose ZAP answers name the node of each key; a message's sender is that
 node, never a name in it. On loopback here; tests/lab/test_swarm.py tries it from a lab host."""
 import io

@@ -1,4 +1,4 @@
-"""GPUs on every runtime (issue 35): which devices a node sees, its memory and compute caps, and
+"""GPUs on every runtime: which devices a node sees, its memory and compute caps, and
 the checks before bring-up. These run on the CPU: the GPU itself is benchmarks/gpu_check.sh's."""
 import json
 import time

@@ -1,4 +1,4 @@
-"""Device profiles (issue 33): the catalog, its unit, users' entries, the bad-input lines, and the
+"""Device profiles: the catalog, its unit, users' entries, the bad-input lines, and the
 quota that follows from a calibration (a fake one: no node, no torch run)."""
 
 import math
