@@ -15,7 +15,7 @@ Imports nothing, so every layer may raise these.
 Exit codes, of every `edgebed` command and of `python -m testbed.cli`:
     0    done (a run completed; a benchmark within its bounds)
     1    failed: a run, a benchmark out of its bounds, RunFailed, MessageRefused
-    2    refused: BadInput or HostCannot; nothing was left running
+    2    refused: BadInput or HostCannot (edgebed up: before its cluster was brought up)
     3    a run stopped by a condition its scenario set (faults.on_worker_loss: stop)
     130  interrupted (Ctrl-C, SIGTERM, SIGHUP), torn down
 """
