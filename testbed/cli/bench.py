@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Optional
 
 import typer
 
@@ -13,12 +13,6 @@ bench_app = typer.Typer(no_args_is_help=True, help="Fidelity benchmarks (JSON re
 
 # The runtimes the single-machine benchmarks were written for (the others take every runtime).
 ONE_HOST = "netns | docker"
-
-
-def _run_refusable(benchmark: Callable[..., dict], *args: Any, **kwargs: Any) -> None:
-    """Run a benchmark (one that refuses to start raises HostCannot: one error line, exit 2); exit 1
-    if its result is out of bounds."""
-    exit_unless_ok(benchmark(*args, **kwargs))
 
 
 @bench_app.command("link")
@@ -224,7 +218,7 @@ def bench_mininet(hosts: int = typer.Option(8, help="hosts on one switch (edgebe
 
     if hosts < 2:
         fail("error: --hosts must be at least 2")
-    _run_refusable(mininet_benchmark, hosts, rate=rate, cpus=cpus, out_dir=out, say=typer.echo)
+    exit_unless_ok(mininet_benchmark(hosts, rate=rate, cpus=cpus, out_dir=out, say=typer.echo))
 
 
 @bench_app.command("flower")
@@ -256,9 +250,9 @@ def bench_flower(clients: int = typer.Option(4, help="FedAvg clients (edgebed: w
             units.parse_rate(bandwidth)
         except ValueError as e:
             fail(f"error: --bandwidth: {e}")
-    _run_refusable(flower_benchmark, clients, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
-                   per_round=per_round, bandwidth=bandwidth, parked=parked, venv=venv or FLOWER_VENV, out_dir=out,
-                   say=typer.echo)
+    exit_unless_ok(flower_benchmark(clients, rounds=rounds, local_steps=local_steps, batch_size=batch_size,
+                                    per_round=per_round, bandwidth=bandwidth, parked=parked,
+                                    venv=venv or FLOWER_VENV, out_dir=out, say=typer.echo))
 
 
 @bench_app.command("stress")
@@ -343,8 +337,8 @@ def bench_trace(quick: bool = typer.Option(False, "--quick", help="10 s per trac
 
     if quick:
         seconds, repetitions = 10.0, 1
-    _run_refusable(trace_benchmark, seconds=seconds, repetitions=repetitions, runtime=runtime, out_dir=out,
-                   say=typer.echo)
+    exit_unless_ok(trace_benchmark(seconds=seconds, repetitions=repetitions, runtime=runtime, out_dir=out,
+                                   say=typer.echo))
 
 
 @bench_app.command("device")
@@ -363,6 +357,7 @@ def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, 
     this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile."""
     from testbed.bench.device import device_benchmark
 
-    _run_refusable(device_benchmark, quick=quick, runtime=runtime, out_dir=out, say=typer.echo,
-                   repetitions=repetitions, devices=tuple(d.strip() for d in devices.split(",") if d.strip()),
-                   cross=cross, pace=pace)
+    exit_unless_ok(device_benchmark(quick=quick, runtime=runtime, out_dir=out, say=typer.echo,
+                                    repetitions=repetitions,
+                                    devices=tuple(d.strip() for d in devices.split(",") if d.strip()),
+                                    cross=cross, pace=pace))
