@@ -82,12 +82,12 @@ class TraceReplay:
                  record: Callable[..., None], t0: float,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
                  set_loss: Optional[Callable[[str, str, float], None]] = None,
-                 set_delay: Optional[Callable[[str, str, float], None]] = None):
+                 set_delay: Optional[Callable[[str, str, float], None]] = None, default_tick: float = 0.1):
         self.nodes, self.set_rates, self.record, self.t0, self.clock = list(nodes), set_rates, record, t0, clock
         self.set_loss = set_loss  # (node, "up"/"down", probability): the bursty-loss chains' state
         self.set_delay = set_delay  # (node, "up"/"down", one-way seconds): a latency trace's
         self.tick = min((s.resolution for n in nodes for s in (*n.schedules.values(), *n.delays.values())),
-                        default=0.1)
+                        default=default_tick)
         self._stop = threading.Event()
         self._sleep = sleep or (lambda s: self._stop.wait(s))
         self._thread: Optional[threading.Thread] = None

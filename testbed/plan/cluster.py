@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal, Optional
 
 from testbed.plan.topology import Topology, node_site, plan_topology
+from testbed.scenario.dilation import factor
 from testbed.scenario.latency_traces import with_delay_start
 from testbed.scenario.links import Direction, inherit
 from testbed.scenario.schema import Profile, Scenario
@@ -82,6 +83,7 @@ class ClusterSpec:
     encrypt: bool = False  # the run's networks encrypted between hosts (runtime swarm's overlays)
     subnet_fixed: bool = True  # False: the scenario left network.subnet to edgebed, and a runtime may move it
     trainers_per_round: bool = False  # a worker's process starts for each round it is drawn in (fedavg)
+    dilation: float = 1.0  # virtual time: the plan is the wall's, k times slower than the scenario's world
 
     def take_address(self, node: Node, new: str) -> None:
         """An address the runtime's engine gave `node` (a swarm task's) into the plan: the node's, and
@@ -155,7 +157,8 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
     spec_gateway = str(next(hosts))  # reserved: Docker puts its bridge here; netns leaves it unused
     spec = ClusterSpec(run_id=run_id, subnet=str(net), prefixlen=net.prefixlen, gateway=spec_gateway, topology=topo,
                        encrypt=sc.network.encrypt, subnet_fixed=_subnet_fixed(sc, topo),
-                       trainers_per_round=sc.algorithm.params.get("trainers") == "per_round")
+                       trainers_per_round=sc.algorithm.params.get("trainers") == "per_round",
+                       dilation=factor(sc))
     site_hosts = {s.name: s.hosts() for s in topo.sites} if topo else {}
 
     def add(name: str, role: Role, rank: int, ref, group=None, image=None, site_ref=None) -> None:
@@ -165,7 +168,8 @@ def build_cluster(sc: Scenario, run_id: str) -> ClusterSpec:
         if site is not None:
             lan = sc.profile_of(sc.sites[site].lan)
             up, down = inherit(up, lan.resolved_direction("uplink")), inherit(down, lan.resolved_direction("downlink"))
-        up, down = (with_delay_start(with_trace_start(d, w, sc.seed, name), w, sc.seed, name)
+        up, down = (with_delay_start(with_trace_start(d, w, sc.seed, name, spec.dilation), w, sc.seed, name,
+                                     spec.dilation)
                     for d, w in ((up, "up"), (down, "down")))
         address = str(next(site_hosts[site] if site is not None else hosts))
         spec.nodes.append(Node(name, role, rank, address, _profile_label(ref), prof, Link(name, up, down), group,

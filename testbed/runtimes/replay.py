@@ -18,7 +18,7 @@ from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay, s
 from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
 from testbed.records.metrics import CsvLog
 from testbed.scenario.latency_traces import delay_schedule
-from testbed.scenario.traces import direction_schedule
+from testbed.scenario.traces import DEFAULT_RESOLUTION_S, direction_schedule
 
 DIRECTIONS = (("up", "uplink"), ("down", "downlink"))
 
@@ -29,9 +29,9 @@ def replays_of(spec, seed: int) -> list[NodeReplay]:
     out = []
     for node in spec.nodes:
         dirs = {w: getattr(node.link, name) for w, name in DIRECTIONS}
-        scheds = {w: direction_schedule(d, w, seed, node.name) for w, d in dirs.items()}
+        scheds = {w: direction_schedule(d, w, seed, node.name, spec.dilation) for w, d in dirs.items()}
         present = {w: s for w, s in scheds.items() if s is not None}
-        delayed = {w: delay_schedule(d, w, seed, node.name) for w, d in dirs.items()}
+        delayed = {w: delay_schedule(d, w, seed, node.name, spec.dilation) for w, d in dirs.items()}
         delays = {w: s for w, s in delayed.items() if s is not None}
         losses = {w: GilbertElliott(d.burst_loss.p, d.burst_loss.r, d.burst_loss.good_loss, d.burst_loss.bad_loss,
                                     rng=random.Random(f"{seed}:{node.name}:{w}:loss"))
@@ -50,7 +50,7 @@ def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional
         return None
     path = Path(run_dir) / LINK_RATES_FILE
     replace_text(path, ",".join(LINK_RATE_COLUMNS) + "\n")
-    table = CsvLog(path, LINK_RATE_COLUMNS)
+    table = CsvLog(path, LINK_RATE_COLUMNS, spec.dilation)
 
     def record(t: float, node: str, which: str, rate: Optional[float], trace_time: float,
                delay: Optional[float] = None) -> None:
@@ -73,7 +73,8 @@ def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional
     # publishes a transport delay where the kernel has no netem).
     replay = TraceReplay(nodes, set_rates, record, t0,
                          set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}),
-                         set_delay=lambda node, which, s: runtime.set_link(node, which, {"latency": s}))
+                         set_delay=lambda node, which, s: runtime.set_link(node, which, {"latency": s}),
+                         default_tick=DEFAULT_RESOLUTION_S * spec.dilation)
     replay.start()
     return replay
 

@@ -100,7 +100,17 @@ def _cross_checks(sc: Scenario) -> list[str]:
     lines += _placement_problems(sc) + _runtime_name_problems(sc)
     if sc.workload.test_size is not None and sc.workload.dataset.split(":")[0] in FIXED_SPLIT_DATASETS:
         lines.append(f"workload.test_size: dataset '{sc.workload.dataset}' comes with its own test split")
-    return lines + _jitter_problems(sc, refs) + trace_problems(sc, refs) + _device_problems(sc, refs)
+    return (lines + _jitter_problems(sc, refs) + trace_problems(sc, refs) + _device_problems(sc, refs)
+            + _dilation_problems(sc))
+
+
+def _dilation_problems(sc: Scenario) -> list[str]:
+    """What a dilated run cannot slow down: a command workload's own clocks (its timeouts, its
+    round deadlines, its rates) run on the wall."""
+    if sc.dilation != 1 and sc.workload.command is not None:
+        return ["dilation: a command workload's programs keep their own clocks, which edgebed cannot slow "
+                "down: give dilation 1 (or leave it out)"]
+    return []
 
 
 def _device_problems(sc: Scenario, refs: list[tuple[str, Any]]) -> list[str]:

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from testbed.scenario.devices.catalog import Device, check_name
-from testbed.scenario.fields import Seconds, StrictModel
+from testbed.scenario.fields import VIRTUAL_RATE, VIRTUAL_TIME, Seconds, StrictModel
 from testbed.scenario.links import LINK_PROPERTIES, Direction
 from testbed.scenario.profiles import NodeLink, NodeSpec, Profile, Site, Wan, WorkerGroup
 from testbed.scenario.streaming import Streaming
@@ -70,8 +70,10 @@ class Event(Direction):
     action: Literal["link", "cpu", "stress", "kill", "restart", "pause", "resume", "partition", "heal"]
     direction: Literal["up", "down", "both"] = "both"
     trace: Optional[str] = Field(None, description="link: follow a bandwidth trace (CSV or Mahimahi)")
-    cpus: Optional[float] = Field(None, gt=0, le=1024, description="cpu: the new CFS quota in cores")
-    load: Optional[float] = Field(None, ge=0, le=64, description="stress: cores' worth of busy loop (0 stops)")
+    cpus: Annotated[Optional[float], VIRTUAL_RATE] = Field(None, gt=0, le=1024,
+                                                           description="cpu: the new CFS quota in cores")
+    load: Annotated[Optional[float], VIRTUAL_RATE] = Field(None, ge=0, le=64, description="stress: cores' worth "
+                                                           "of busy loop (0 stops)")
     peers: list[str] = Field(default_factory=list, description="partition: cut the target off from these "
                                                                "(nodes or groups); heal: these, or all")
 
@@ -138,8 +140,8 @@ class Availability(StrictModel):
         "as FLASH reads it), worker i as user first_client + i")
     first_client: int = Field(1, ge=0, le=10**9, description="fedscale, flash: the client id of the target's "
                               "first worker")
-    time_scale: float = Field(1.0, gt=0.0, le=1000.0, description="run seconds per trace second (0.01: a day's "
-                              "trace in 14.4 minutes)")
+    time_scale: Annotated[float, VIRTUAL_TIME] = Field(1.0, gt=0.0, le=1000.0, description="run seconds per "
+                                                       "trace second (0.01: a day's trace in 14.4 minutes)")
     while_offline: Literal["freeze", "stop"] = Field("freeze", description="an offline worker's trainer: frozen "
                                                      "where it is, or stopped (its memory freed) and started again "
                                                      "when it is back, as a restarted worker (it pulls the model)")
@@ -169,6 +171,10 @@ class Scenario(StrictModel):
                                       "'workers' or site -> the host it runs on, by hostname or 'label:KEY=VALUE'")
     packages: list[str] = Field(default_factory=list, description="runtime docker: Python packages (folders with "
                                 "a pyproject.toml, or wheels) installed into the nodes' image: the plugins' code")
+    dilation: Union[float, Literal["auto"]] = Field(
+        1.0, description="virtual time: the run's world k times slower than the wall (every time the scenario "
+        "states x k, every rate / k), so a host too small for it keeps its promises; records in the world's "
+        "seconds. auto: k chosen from the plan and a calibration of this host (edgebed up --dilation)")
     network: Network = Field(default_factory=Network)
     workload: Workload = Field(default_factory=Workload)
     stop: Stop = Field(default_factory=Stop)
@@ -199,6 +205,13 @@ class Scenario(StrictModel):
             bad = check_name(name)
             if bad:
                 raise ValueError(f"an entry's name {bad}")
+        return v
+
+    @field_validator("dilation")
+    @classmethod
+    def _dilation(cls, v: Union[float, str]) -> Union[float, str]:
+        if not isinstance(v, str) and not 1.0 <= v <= 64.0:
+            raise ValueError(f"{v:g} is outside 1-64 (1: no dilation)")
         return v
 
     @field_validator("sites")

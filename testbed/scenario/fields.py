@@ -7,6 +7,7 @@ from typing import Annotated, Any, Callable, Optional
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict
 
+from testbed.records.virtual import VIRTUAL_RATE, VIRTUAL_TIME, Virtual  # noqa: F401 (the schema's marks)
 from testbed.scenario import units
 
 
@@ -43,8 +44,13 @@ def _seconds(x: float) -> str:
     return f"{x:g}s"
 
 
-Rate = Annotated[Optional[float], _optional(_at_most(units.parse_rate, MAX_RATE, units.format_rate))]  # bit/s
-Delay = Annotated[Optional[float], _optional(_at_most(units.parse_duration, MAX_DELAY, _seconds))]
-Seconds = Annotated[Optional[float], _optional(_at_most(units.parse_duration, MAX_SECONDS, _seconds))]
+_seconds_value = _optional(_at_most(units.parse_duration, MAX_SECONDS, _seconds))
+Rate = Annotated[Optional[float], _optional(_at_most(units.parse_rate, MAX_RATE, units.format_rate)),
+                 VIRTUAL_RATE]  # bit/s
+Delay = Annotated[Optional[float], _optional(_at_most(units.parse_duration, MAX_DELAY, _seconds)), VIRTUAL_TIME]
+Seconds = Annotated[Optional[float], _seconds_value, VIRTUAL_TIME]
+# A duration that is not the emulated world's: the host's (a CFS period) or a trace's own
+# coordinates (its resolution, an offset into it: its replay schedule is what dilates).
+UndilatedSeconds = Annotated[Optional[float], _seconds_value]
 Probability = Annotated[Optional[float], _optional(units.parse_fraction)]
 Bytes = Annotated[Optional[int], _optional(_at_most(units.parse_size, MAX_BYTES, lambda x: f"{x / 2**30:g}GiB"))]

@@ -181,10 +181,11 @@ def latency_file(ref: str, which: str) -> Path:
     return LIBRARY / LATENCY_CATALOG[ref] if ref in LATENCY_CATALOG else trace_file(ref, which)
 
 
-def delay_schedule(d: Any, which: str, seed: int, node: str) -> Optional[TraceSchedule]:
+def delay_schedule(d: Any, which: str, seed: int, node: str, dilation: float = 1.0) -> Optional[TraceSchedule]:
     """The delay replay of a direction (a scenario `Direction`) for one node: its `latency_trace`,
     or its `trace:` CSV's latency column; None when it has neither. Its `rates` are one-way delays
-    in seconds; offset, loop and resolution are the direction's trace settings."""
+    in seconds; offset, loop and resolution are the direction's trace settings, all on the wall of a
+    run dilated by `dilation`."""
     resolution = d.trace_resolution if d.trace_resolution is not None else DEFAULT_RESOLUTION_S
     if getattr(d, "latency_trace", None) is not None:
         if d.latency_trace in CATALOG:
@@ -200,11 +201,11 @@ def delay_schedule(d: Any, which: str, seed: int, node: str) -> Optional[TraceSc
     if not delays:
         return None
     offset = node_offset(d.trace_offset, len(delays) * resolution, seed, node, resolution)
-    return TraceSchedule(delays, resolution, d.trace_loop is not False, offset)
+    return TraceSchedule(delays, resolution, d.trace_loop is not False, offset).dilated(dilation, dilation)
 
 
-def with_delay_start(d: Any, which: str, seed: int, node: str) -> Any:
+def with_delay_start(d: Any, which: str, seed: int, node: str, dilation: float = 1.0) -> Any:
     """A direction whose delay is traced, with its delay at the node's start in the trace (so the
     link comes up delayed, and netem, where there is one, is changed in place from then on)."""
-    sched = delay_schedule(d, which, seed, node)
+    sched = delay_schedule(d, which, seed, node, dilation)
     return d if sched is None else d.model_copy(update={"latency": sched.rate_at(0.0) or None})

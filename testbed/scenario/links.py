@@ -10,7 +10,7 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator
 
-from testbed.scenario.fields import Delay, Probability, Rate, Seconds, StrictModel
+from testbed.scenario.fields import Delay, Probability, Rate, StrictModel, UndilatedSeconds
 from testbed.scenario.traces import MAX_RESOLUTION_S, MIN_RESOLUTION_S
 
 
@@ -40,10 +40,10 @@ class Direction(StrictModel):
                                          "time,latency rows; replaces `latency`")
     trace_loop: Optional[bool] = Field(default=None, description="at the trace's end: start over (default) "
                                                                  "or hold its last rate")
-    trace_offset: Union[Literal["random"], Seconds] = Field(default=None, description="where in the trace a node "
-                                                            "starts: seconds, or random (per node, from the scenario's "
-                                                            "seed)")
-    trace_resolution: Seconds = Field(default=None, description="how often the rate changes (default 100ms)")
+    trace_offset: Union[Literal["random"], UndilatedSeconds] = Field(
+        default=None, description="where in the trace a node starts: seconds, or random (per node, from the "
+        "scenario's seed)")
+    trace_resolution: UndilatedSeconds = Field(default=None, description="how often the rate changes (default 100ms)")
     burst_loss: Optional[BurstLoss] = Field(default=None, description="Gilbert-Elliott loss, its state stepped "
                                             "every trace_resolution (replaces `loss`)")
 

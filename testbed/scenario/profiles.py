@@ -4,13 +4,13 @@ and the links between them, worker groups."""
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Optional, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from testbed.kernel import cgroups
 from testbed.scenario.devices.catalog import Speed, check_name
-from testbed.scenario.fields import Bytes, Seconds, StrictModel
+from testbed.scenario.fields import VIRTUAL_RATE, Bytes, StrictModel, UndilatedSeconds
 from testbed.scenario.links import (
     TRACE_FIELDS,
     BothDirections,
@@ -25,7 +25,8 @@ from testbed.scenario.links import (
 class Stress(StrictModel):
     """Background CPU load inside the node's own cgroup (competes with training for the quota)."""
 
-    cpu: float = Field(0.5, gt=0, le=64, description="cores' worth of busy-looping (0.5 = half a core)")
+    cpu: Annotated[float, VIRTUAL_RATE] = Field(0.5, gt=0, le=64, description="cores' worth of busy-looping "
+                                                "(0.5 = half a core)")
     processes: int = Field(1, ge=1, le=64)
 
 
@@ -47,8 +48,9 @@ class Profile(BothDirections):
     """A device class: compute budget plus access link (`bandwidth`, `latency`, `jitter`, `loss`
     for both directions, `uplink`/`downlink` for one)."""
 
-    cpus: Optional[float] = Field(None, gt=0, le=1024, description="CPU quota in cores (0.25 = quarter core)")
-    cpu_period: Seconds = Field(None, description="the CFS period the quota is counted over (default 100ms, "
+    cpus: Annotated[Optional[float], VIRTUAL_RATE] = Field(None, gt=0, le=1024, description="CPU quota in cores "
+                                                           "(0.25 = quarter core)")
+    cpu_period: UndilatedSeconds = Field(None, description="the CFS period the quota is counted over (default 100ms, "
                                 "Docker's too): a shorter one throttles in shorter slices")
     cpuset: Optional[str] = Field(None, description="CPUs to pin to, e.g. '0' or '0-1'")
     device: Optional[str] = Field(None, description="a device of the catalog (edgebed devices): the node is "
@@ -71,8 +73,8 @@ class Profile(BothDirections):
     trace: Optional[str] = Field(None, min_length=1, max_length=300)
     latency_trace: Optional[str] = Field(None, min_length=1, max_length=300)  # each direction gets half an RTT
     trace_loop: Optional[bool] = None
-    trace_offset: Union[Literal["random"], Seconds] = None
-    trace_resolution: Seconds = None
+    trace_offset: Union[Literal["random"], UndilatedSeconds] = None
+    trace_resolution: UndilatedSeconds = None
     burst_loss: Optional[BurstLoss] = None
 
     @field_validator("uplink", "downlink", mode="before")

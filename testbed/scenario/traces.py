@@ -314,6 +314,14 @@ class TraceSchedule:
         """Where in the trace the node is `t` seconds after its start."""
         return (t + self.offset) % self.duration if self.loop else t + self.offset
 
+    def dilated(self, k: float, value_scale: float) -> "TraceSchedule":
+        """The replay on the wall of a run dilated by k (scenario.dilation): every tick k times as
+        long, each value times `value_scale` (a rate's 1/k, a delay's k)."""
+        if k == 1:
+            return self
+        return TraceSchedule(tuple(v * value_scale for v in self.rates), self.resolution * k, self.loop,
+                             self.offset * k)
+
 
 def node_offset(offset: Union[float, str, None], duration: float, seed: int, node: str,
                 resolution: float) -> float:
@@ -327,19 +335,19 @@ def node_offset(offset: Union[float, str, None], duration: float, seed: int, nod
     return float(offset) % duration if duration > 0 else 0.0
 
 
-def direction_schedule(d: Any, which: str, seed: int, node: str) -> Optional[TraceSchedule]:
-    """The replay of a direction (a scenario `Direction`) that names a trace, for one node; None
-    when it names none."""
+def direction_schedule(d: Any, which: str, seed: int, node: str, dilation: float = 1.0) -> Optional[TraceSchedule]:
+    """The replay of a direction (a scenario `Direction`) that names a trace, for one node, on the
+    wall of a run dilated by `dilation`; None when it names none."""
     if getattr(d, "trace", None) is None:
         return None
     resolution = d.trace_resolution if d.trace_resolution is not None else DEFAULT_RESOLUTION_S
     rates = read_trace_rates(trace_file(d.trace, which), resolution)
     offset = node_offset(d.trace_offset, len(rates) * resolution, seed, node, resolution)
-    return TraceSchedule(rates, resolution, d.trace_loop is not False, offset)
+    return TraceSchedule(rates, resolution, d.trace_loop is not False, offset).dilated(dilation, 1.0 / dilation)
 
 
-def with_trace_start(d: Any, which: str, seed: int, node: str) -> Any:
+def with_trace_start(d: Any, which: str, seed: int, node: str, dilation: float = 1.0) -> Any:
     """A traced direction with its rate at the node's start in the trace (so the link comes up
     shaped, with the HTB class the replay changes in place); any other direction as it is."""
-    sched = direction_schedule(d, which, seed, node)
+    sched = direction_schedule(d, which, seed, node, dilation)
     return d if sched is None else d.model_copy(update={"rate": sched.rate_at(0.0)})

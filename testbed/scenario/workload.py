@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal, Optional, Union
+from typing import Annotated, Any, Callable, Literal, Optional, Union
 
 from pydantic import Field, field_validator, model_validator
 
 from testbed.scenario import units
-from testbed.scenario.fields import MAX_SECONDS, StrictModel
+from testbed.scenario.fields import MAX_SECONDS, VIRTUAL_TIME, StrictModel
 
 
 class Injection(StrictModel):
@@ -67,8 +67,9 @@ class Workload(StrictModel):
     lr: float = Field(0.05, gt=0, le=100)
     momentum: float = Field(0.0, ge=0, lt=1)
     eval_interval: int = Field(20, ge=1, description="evaluate every N model updates at the PS")
-    eval_seconds: Optional[float] = Field(None, gt=0, le=3600, description="evaluate the latest model every T "
-                                          "seconds of wall-clock time instead of every eval_interval versions")
+    eval_seconds: Annotated[Optional[float], VIRTUAL_TIME] = Field(
+        None, gt=0, le=3600, description="evaluate the latest model every T seconds of the run's time instead of "
+        "every eval_interval versions")
     eval_samples: Optional[int] = Field(None, ge=1, description="cap on test samples per evaluation")
     test_size: Optional[int] = Field(None, ge=1, description="held-out test samples where edgebed splits the data")
     threads: Optional[int] = Field(None, ge=1, le=256, description="torch threads per node (default: ceil(cpus))")
@@ -132,7 +133,7 @@ class Workload(StrictModel):
 
 class Stop(StrictModel):
     steps: Optional[int] = Field(None, ge=1, le=10**9, description="model updates applied at the PS")
-    seconds: Optional[float] = None
+    seconds: Annotated[Optional[float], VIRTUAL_TIME] = None
     target_accuracy: Optional[float] = Field(None, gt=0, le=1)
 
     @field_validator("seconds", mode="before")

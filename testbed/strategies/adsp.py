@@ -36,22 +36,25 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable, Literal, Optional
+from typing import Annotated, Callable, Literal, Optional
 
 import torch
 from pydantic import Field
 
+from testbed.records.virtual import VIRTUAL_TIME
 from testbed.strategies.base import ServerState, Strategy, StrategyParams, Tensors, WorkerContext
 
 
 class ADSPParams(StrategyParams):
-    check_period: float = Field(60.0, gt=0, description="Gamma: seconds between checkpoints")
+    check_period: Annotated[float, VIRTUAL_TIME] = Field(60.0, gt=0, description="Gamma: seconds between checkpoints")
     commits_per_period: int = Field(1, ge=1, description="k: C_target grows by k every checkpoint")
     global_lr: Optional[float] = Field(None, gt=0, description="eta at the PS (default 1/M for M workers)")
     search: Literal["increment", "literal", "off"] = Field("increment",
                                                            description="Alg. 1's online commit rate search")
-    trial_seconds: float = Field(60.0, gt=0, description="how long each candidate is evaluated online")
-    epoch_seconds: float = Field(1200.0, gt=0, description="scheduler epoch: the search restarts at each")
+    trial_seconds: Annotated[float, VIRTUAL_TIME] = Field(60.0, gt=0, description="how long each candidate is "
+                                                          "evaluated online")
+    epoch_seconds: Annotated[float, VIRTUAL_TIME] = Field(1200.0, gt=0, description="scheduler epoch: the search "
+                                                          "restarts at each")
     target_loss: Optional[float] = Field(None, gt=0, description="l* of the reward (default: see above)")
     reward: Literal["same_stretch", "paper"] = Field("same_stretch", description="how trials are compared")
 

@@ -44,11 +44,12 @@ from __future__ import annotations
 import math
 import random
 import time
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import Field, model_validator
 
 from testbed.errors import RunFailed
+from testbed.records.virtual import VIRTUAL_TIME
 from testbed.strategies.base import ServerState, StrategyParams, Tensors, WorkerContext
 from testbed.strategies.local_sgd import LocalSGD
 
@@ -65,8 +66,9 @@ class FedAvgParams(StrategyParams):
     clients: int = Field(10, ge=1, le=1_000_000, description="K: reports a round waits for (the clients per round)")
     over_selection: float = Field(1.0, ge=1.0, le=10.0, description="select ceil(this x K) of the online "
                                   "clients, keep the first K reports (Bonawitz et al. 2019: 1.3)")
-    deadline_s: Optional[float] = Field(None, gt=0.0, le=86_400.0, description="seconds after a round opens at "
-                                        "which it closes with the reports it has (None: it waits for K)")
+    deadline_s: Annotated[Optional[float], VIRTUAL_TIME] = Field(
+        None, gt=0.0, le=86_400.0, description="seconds after a round opens at which it closes with the reports "
+        "it has (None: it waits for K)")
     min_reports: int = Field(1, ge=1, le=1_000_000, description="reports a round needs at its deadline, "
                              "or it is abandoned with no update")
     trainers: Literal["always", "per_round"] = Field("always", description="always: every device's trainer runs "
