@@ -34,6 +34,7 @@ import zmq
 
 from testbed.node import channel_keys, untrusted
 from testbed.records import metrics
+from testbed.records.virtual import world_row
 
 # How long a role's exit waits for its last rows and report to leave: under the runner's 10-s grace
 # before it kills a node (run/runner.py, stop_processes), and only while some are still queued.
@@ -67,16 +68,17 @@ def _socket(address: str) -> zmq.Socket:
 
 
 class RemoteTable:
-    """One of the run's tables, written through the runner (same interface as metrics.CsvLog)."""
+    """One of the run's tables, written through the runner (same interface as metrics.CsvLog): rows
+    measured on the wall, sent in the world's units (records.virtual) of a run dilated by `dilation`."""
 
-    def __init__(self, address: str, name: str):
-        self.name, self.columns = name, metrics.TABLES[name]
+    def __init__(self, address: str, name: str, dilation: float = 1.0):
+        self.name, self.columns, self.dilation = name, metrics.TABLES[name], dilation
         self._topic = name.encode()
         with _lock:
             self._sock = _socket(address)
 
     def write(self, **row: Any) -> None:
-        line = metrics.format_row(self.columns, row)
+        line = metrics.format_row(self.columns, world_row(self.name, row, self.dilation))
         with _lock:
             for frames in framed(self._topic, line):  # (a row over CHUNK: parts, which the hub drops)
                 self._sock.send_multipart(frames)
@@ -88,8 +90,8 @@ class RemoteTable:
 def open_table(cfg, name: str):
     """Table `name` for a role: through the runner when the run has a control network."""
     if cfg.records:
-        return RemoteTable(cfg.records, name)
-    return metrics.open_table(Path(cfg.run_dir), name)
+        return RemoteTable(cfg.records, name, cfg.dilation)
+    return metrics.open_table(Path(cfg.run_dir), name, cfg.dilation)
 
 
 KINDS = ("ack", "state", "report", "replica", "request", "ready", "stats", "put")  # the up messages that are not rows

@@ -40,7 +40,7 @@ SHAPING_COLUMNS: list[str] = ["time", "node", "direction", "rate_bps", "bytes", 
                                "backlog"]
 # fidelity.csv (records.fidelity), written at the run's end: one row per judged interval of a node
 # (got/promised in cores, wait = share of the interval waiting for a CPU, throttling excluded) or a link direction
-# (bit/s; wait = 1 when saturated); verdict faithful/idle/starved/unlimited/unknown or
+# (bit/s; wait = 1 when saturated); verdict faithful/idle/starved/unlimited/unknown/startup or
 # faithful/unsaturated/shortfall/unshaped
 FIDELITY_COLUMNS: list[str] = ["kind", "name", "start", "end", "got", "promised", "wait", "verdict"]
 # report.csv, a command workload's own metrics (edgebed.report): one row per metric and call

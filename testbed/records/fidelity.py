@@ -28,7 +28,7 @@ A saturated link whose queue never overflows (a short burst into a long queue) g
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -120,15 +120,15 @@ def _waited(a: CpuSample, b: CpuSample, dt: float) -> Optional[float]:
     return max(0.0, b.wait_seconds - a.wait_seconds - throttled) / dt
 
 
-def node_intervals(name: str, samples: Iterable[CpuSample]) -> list[Interval]:
+def node_intervals(name: str, samples: Iterable[CpuSample], min_interval: float = MIN_INTERVAL_S) -> list[Interval]:
     """Each pair of consecutive samples judged; a counter that went back (a restarted node's new
-    cgroup) or an interval too short leaves that pair out."""
+    cgroup) or an interval shorter than `min_interval` leaves that pair out."""
     out = []
     rows = sorted((s for s in samples if s.cpu_seconds is not None), key=lambda s: s.time)
     for a, b in zip(rows, rows[1:]):
         dt = b.time - a.time
         used = b.cpu_seconds - a.cpu_seconds  # type: ignore[operator]
-        if dt < MIN_INTERVAL_S or used < 0:
+        if dt < min_interval or used < 0:
             continue
         wait = _waited(a, b, dt)
         got = used / dt
@@ -144,14 +144,14 @@ def link_verdict(got_bps: float, rate_bps: Optional[float], saturated: bool) -> 
     return "shortfall" if got_bps < LINK_SHARE * rate_bps else "faithful"
 
 
-def link_intervals(name: str, samples: Iterable[LinkSample]) -> list[Interval]:
+def link_intervals(name: str, samples: Iterable[LinkSample], min_interval: float = MIN_INTERVAL_S) -> list[Interval]:
     """Each pair of consecutive samples of one link direction judged against its rate then."""
     out = []
     rows = sorted(samples, key=lambda s: s.time)
     for a, b in zip(rows, rows[1:]):
         dt = b.time - a.time
         carried = b.bytes - a.bytes
-        if dt < MIN_INTERVAL_S or carried < 0:
+        if dt < min_interval or carried < 0:
             continue
         saturated = b.drops > a.drops
         got = carried * 8 / dt
@@ -169,8 +169,11 @@ def summarize(intervals: list[Interval]) -> dict:
         group = out["nodes" if iv.kind == "node" else "links"]
         entry = group.setdefault(iv.name, {"promised": iv.promised, "judged": 0, "flagged_seconds": 0.0,
                                            "intervals": []})
-        entry["judged"] += 1
         entry["promised"] = iv.promised
+        if iv.verdict == "startup":
+            entry["startup"] = entry.get("startup", 0) + 1
+            continue
+        entry["judged"] += 1
         if iv.flagged:
             entry["flagged_seconds"] = round(entry["flagged_seconds"] + iv.end - iv.start, 3)
             entry["intervals"].append([round(iv.start, 2), round(iv.end, 2), round(iv.got, 4),
@@ -239,14 +242,27 @@ def link_samples(run_dir: Path) -> dict[str, list[LinkSample]]:
     return out
 
 
-def assess_run(run_dir: Path) -> list[Interval]:
-    """Every node's intervals (resources.csv) and every shaped link direction's (shaping.csv)."""
+def assess_run(run_dir: Path, dilation: float = 1.0, first_step: Optional[float] = None) -> list[Interval]:
+    """Every node's intervals (resources.csv) and every shaped link direction's (shaping.csv). The
+    records of a run dilated by k are in the world's seconds, k times shorter than the wall's
+    samples: the shortest interval judged is the wall's MIN_INTERVAL_S. Intervals over before
+    `first_step` (the run's first training step) are its nodes' start: "startup", not judged."""
+    least = MIN_INTERVAL_S / dilation
     out = []
     for node, samples in sorted(cpu_samples(run_dir).items()):
-        out += node_intervals(node, samples)
+        out += node_intervals(node, samples, least)
     for name, link in sorted(link_samples(run_dir).items()):
-        out += link_intervals(name, link)
-    return out
+        out += link_intervals(name, link, least)
+    return [before_training(iv, first_step) for iv in out]
+
+
+def before_training(iv: Interval, first_step: Optional[float]) -> Interval:
+    """An interval over before the first training step is the start of the nodes (importing torch,
+    loading data, connecting): the host's work, not the world's, which begins with training (a
+    device's boot is nothing a scenario states). Its verdict is "startup"."""
+    if first_step is None or iv.end > first_step:
+        return iv
+    return replace(iv, verdict="startup")
 
 
 def write_table(run_dir: Path, intervals: list[Interval]) -> Path:

@@ -29,6 +29,7 @@ from testbed.records.columns import (
     STREAM_STEP_COLUMNS,
     TRAFFIC_COLUMNS,
 )
+from testbed.records.virtual import world_row
 
 TABLES: dict[str, list[str]] = {
     "steps.csv": STEP_COLUMNS,
@@ -63,13 +64,17 @@ def format_row(columns: list[str], row: dict[str, Any]) -> bytes:
 
 
 class CsvLog:
-    def __init__(self, path: Path, columns: Iterable[str]):
+    """A table on disk. `dilation`: the run's k (records.virtual); `write` takes a row measured on
+    the wall and writes it in the world's units."""
+
+    def __init__(self, path: Path, columns: Iterable[str], dilation: float = 1.0):
         self.path = Path(path)
         self.columns = list(columns)
+        self.dilation = dilation
         self._fd = open_nofollow(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)  # a planted link: ELOOP
 
     def write(self, **row: Any) -> None:
-        self.append(format_row(self.columns, row))
+        self.append(format_row(self.columns, world_row(self.path.name, row, self.dilation)))
 
     def append(self, data: bytes) -> None:
         """One whole line, as format_row makes it (one write: lines never interleave)."""
@@ -89,5 +94,5 @@ def init_tables(run_dir: Path) -> None:
         replace_text(run_dir / name, ",".join(cols) + "\n")
 
 
-def open_table(run_dir: Path, name: str) -> CsvLog:
-    return CsvLog(Path(run_dir) / name, TABLES[name])
+def open_table(run_dir: Path, name: str, dilation: float = 1.0) -> CsvLog:
+    return CsvLog(Path(run_dir) / name, TABLES[name], dilation)

@@ -285,3 +285,17 @@ def test_a_calibrated_device_quota_is_what_a_node_is_promised():
     assert promised_cpus(spec.workers[0]) == 1.0 and promised_cpus(spec.ps) == 0.1
     line, = oversubscription_warnings(spec, {HERE: 2})
     assert "2.2 cores" in line  # 2 x 1.0 + ps + evaluator
+
+
+def test_intervals_over_before_the_first_training_step_are_the_nodes_start():
+    from testbed.records.fidelity import Interval, before_training, summarize
+
+    early = Interval("node", "w0", 0.8, 1.3, 0.05, 0.3, 0.2, "starved")
+    late = Interval("node", "w0", 1.3, 1.8, 0.05, 0.3, 0.2, "starved")
+    assert before_training(early, 1.6).verdict == "startup"
+    assert before_training(late, 1.6) is late  # it straddles the first step: judged
+    assert before_training(early, None) is early  # no training step: everything judged
+    fid = summarize([before_training(early, 1.6), late])
+    assert fid["nodes"]["w0"]["judged"] == 1 and fid["nodes"]["w0"]["startup"] == 1
+    assert fid["nodes"]["w0"]["starved_seconds"] == 0.5 and fid["faithful"] is False
+    assert summarize([before_training(early, 1.6)])["faithful"] is True
