@@ -46,7 +46,10 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
                                                                       "after bring-up: RUN/link_check.csv"),
        trace_dir: list[Path] = TRACE_DIRS, docker_host: Optional[str] = DOCKER_HOST,
        tensorboard: Optional[Path] = typer.Option(None, "--tensorboard", help="write the records as TensorBoard "
-                                                   "scalars to this folder while the run goes")) -> None:
+                                                   "scalars to this folder while the run goes"),
+       dilation: Optional[str] = typer.Option(None, "--dilation", help="virtual time: K (the world K times slower "
+                                              "than the wall, records in its seconds) or auto (K from the plan "
+                                              "and this host); overrides the scenario's")) -> None:
     """Bring up the cluster, train, record, tear everything down."""
     from testbed.run import api
     from testbed.run.runner import default_run_dir
@@ -55,7 +58,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
     use_docker_host(docker_host)
     if tensorboard is not None and importlib.util.find_spec("tensorboard") is None:
         fail("error: --tensorboard: needs the tensorboard package (pip install tensorboard)")
-    sc = _overridden(load_checked(scenario, trace_dir), runtime, algorithm, param, verify_links)
+    sc = _overridden(load_checked(scenario, trace_dir), runtime, algorithm, param, verify_links, dilation)
     run_dir = out or default_run_dir(sc)
     say = (lambda s: None) if quiet else (lambda s: typer.echo(s))
     try:
@@ -82,7 +85,7 @@ def up(scenario: Path = typer.Argument(..., help="scenario YAML file"),
 
 
 def _overridden(sc: Scenario, runtime: Optional[str], algorithm: Optional[str], param: list[str],
-                verify_links: bool) -> Scenario:
+                verify_links: bool, dilation: Optional[str] = None) -> Scenario:
     """The scenario with `up`'s overrides applied, checked again (or `sc` itself if none is given)."""
     import yaml
 
@@ -101,7 +104,9 @@ def _overridden(sc: Scenario, runtime: Optional[str], algorithm: Optional[str], 
         data["algorithm"].setdefault("params", {})[name.strip()] = yaml.safe_load(value)
     if verify_links:
         data.setdefault("network", {})["verify_links"] = True
-    if runtime is not None or algorithm is not None or param or verify_links:
+    if dilation is not None:
+        data["dilation"] = dilation if dilation == "auto" else yaml.safe_load(dilation)
+    if runtime is not None or algorithm is not None or param or verify_links or dilation is not None:
         sc = checked(lambda: parse_scenario(data))
     return sc
 
@@ -114,8 +119,12 @@ def _outcome(summary: dict, target: Optional[float]) -> str:
         why = f"target accuracy {target:g} reached at {reached:.1f} s"
     traffic = (f"workers sent {(summary.get('worker_egress_bytes') or 0) / 1e6:.2f} MB" if summary.get("decentralized")
                else f"PS ingress {(summary.get('ps_ingress_bytes') or 0) / 1e6:.2f} MB")
+    k = summary.get("dilation") or 1
+    took = f"{summary.get('wall_seconds') or 0:.1f} s" if k == 1 else \
+        f"{summary.get('seconds') or 0:.1f} s of the world ({summary.get('wall_seconds') or 0:.1f} s wall, k {k:g})"
     return (f"{summary.get('status')} ({why}): final evaluation {'-' if acc is None else f'{acc:.4f}'}, "
-            f"{'-' if steps is None else steps} steps, {summary.get('wall_seconds') or 0:.1f} s, {traffic}")
+            f"{'-' if steps is None else steps} steps, {took}, {traffic}")
+
 
 def build(source: str = typer.Option("auto", help="auto | offline | registry (auto: registry if python:3.11-slim is "
                                                   "already local, else offline)"),

@@ -46,6 +46,7 @@ from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.run.cpu_fit import local_cores
 from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
+from testbed.scenario.dilation import factor
 from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.schema import Scenario
 
@@ -119,12 +120,15 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
-def plan_quota(cal: Calibration, speed: Speed, paced: bool = False) -> Calibration:
+def plan_quota(cal: Calibration, speed: Speed, paced: bool = False, dilation: float = 1.0) -> Calibration:
     """Fill in the target step time, the quota (a paced device's with headroom, within what the
     host can give), the threads and what the host can give: the share of a CPU the calibration
     got, on as many CPUs as the device has cores (a one-core device cannot be emulated by two of
-    the host's slower ones)."""
-    cal.target_step_s = speed.step_seconds(cal.flops_per_step)
+    the host's slower ones). Under dilation k the device's step is k times as long on the wall
+    (scenario.dilation): a device k times faster than the host can give is emulated."""
+    cal.target_step_s = speed.step_seconds(cal.flops_per_step) * dilation
+    if dilation != 1:
+        cal.extra["world_step_s"] = cal.target_step_s / dilation
     cal.needed_cores = cal.quota_cores = cal.cpu_median / cal.target_step_s
     share = min(1.0, cal.cpu_median / (cal.wall_median * cal.calibrated_threads)) if cal.wall_median > 0 else 1.0
     cal.available_cores = min(cal.host_cpus, speed.cores) * share
@@ -144,7 +148,9 @@ def shortfall_line(cal: Calibration) -> Optional[str]:
     short = need - cal.available_cores
     return (f"{cal.node}: device {cal.device} is faster than host {cal.host} can give: it needs "
             f"{need:.2f} cores of this host for {cal.model}, the node can get {cal.available_cores:.2f} "
-            f"(short by {short:.2f} cores, {short / need:.0%}); pick a slower device or a faster host")
+            f"(short by {short:.2f} cores, {short / need:.0%}); run it dilated (dilation: "
+            f"{max(2, math.ceil(need / max(cal.available_cores, 1e-9))):d} or auto), or pick a slower device or a "
+            f"faster host")
 
 
 def floor_line(cal: Calibration) -> Optional[str]:
@@ -190,6 +196,7 @@ class Job:
     proc: Any
     slot: Any
     threads: int = 1
+    dilation: float = 1.0  # the run's k: the device's step is k times as long on the wall
 
     def result(self, what: str) -> dict:
         """Wait for the job (CALIBRATION_TIMEOUT_S at most) and read its answer."""
@@ -205,7 +212,8 @@ def _start_job(runtime: Any, sc: Scenario, node: Node, slot_name: str, model: st
     kwargs = dict(result_path=str(slot), model=model, dataset=sc.workload.dataset, seed=sc.seed,
                   test_size=sc.workload.test_size, batch_size=sc.workload.batch_size, threads=threads,
                   repetitions=repetitions, min_rep_s=min_rep_s)
-    return Job(node, runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate"), slot, threads)
+    return Job(node, runtime.start(node.name, CALIBRATE_TARGET, kwargs, label="calibrate"), slot, threads,
+               factor(sc))
 
 
 def start_calibration(runtime: Any, sc: Scenario, node: Node, model: str = "", repetitions: int = REPETITIONS,
@@ -226,7 +234,7 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
                       batch_size=int(r.get("batch_size") or 0), calibrated_threads=job.threads)
     if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
         raise RunFailed(f"{node.name}: the calibration measured no work (model {cal.model})")
-    return plan_quota(cal, speed, paced=node.profile.paces_steps())
+    return plan_quota(cal, speed, paced=node.profile.paces_steps(), dilation=job.dilation)
 
 
 def calibrate_node(runtime: Any, sc: Scenario, node: Node, label: str, speed: Speed, model: str = "",

@@ -23,7 +23,8 @@ class Events:
         self.runtime, self.spec, self.procs, self.start_role = runtime, spec, procs, start
         self.live, self.run_dir, self.say = live, run_dir, say
         self.per_round = per_round  # workers' trainers start when the PS selects them (run/trainers.py)
-        self.table = metrics.open_table(run_dir, "events.csv")  # open while the run goes on
+        self.dilation = spec.dilation
+        self.table = metrics.open_table(run_dir, "events.csv", spec.dilation)  # open while the run goes on
 
     def start(self, sc: Scenario, t0: float) -> Timeline:
         """The scenario's events, applied by a thread of this process when due, and the requests of
@@ -33,6 +34,7 @@ class Events:
         hub = self.runtime.hub
         timeline = Timeline(expand_events(sc), self.apply, self.record, t0, step=lambda: self.live.step,
                             control_dir=self.run_dir / CONTROL_DIR, inbox=hub.take_requests if hub else None)
+        timeline.dilation = self.dilation
         timeline.start()
         return timeline
 
@@ -63,4 +65,4 @@ class Events:
             f"{change.source}; " if change.time is None or not change.source.startswith("events[") else ""
         self.table.write(time=applied_at, scheduled_time=change.time, target=change.node, action=change.action,
                          detail=f"{when}{change.describe()} -> {detail}".strip())
-        self.say(f"[{applied_at:7.1f}s] event {change.action} {change.node}: {detail}")
+        self.say(f"[{applied_at / self.dilation:7.1f}s] event {change.action} {change.node}: {detail}")

@@ -66,3 +66,10 @@ def no_netem_warning(node_meta: dict) -> str:
     loss = (f"loss is NOT applied on {', '.join(lost)} (no usable eBPF filter either)" if lost
             else "loss (where a link has it) by an eBPF drop filter")
     return f"a kernel without sch_netem: latency/jitter are applied by edgebed's transport (per message); {loss}"
+
+
+def dilation_meta(k: float, auto: bool) -> dict:
+    """meta.json's `dilation`: the run's k and what is in which clock (scenario.dilation)."""
+    return {"k": k, "chosen": "auto" if auto else "given",
+            "records": "the world's seconds (wall / k) and rates (wall x k)",
+            "wall": "links, quotas and calibrations in this file are as made on the wall"}

@@ -96,10 +96,11 @@ STALE_READS = 64  # idle classes read a sample at the least: a small cluster's a
 
 class Sampler:
     """The cluster's counters as rows: traffic.csv (access links, WAN links), resources.csv and
-    shaping.csv. `last`: each link's previous reading (for the deltas), kept across samples."""
+    shaping.csv. `last`: each link's previous reading (for the deltas), kept across samples.
+    `dilation`: the run's k; the rows are written in the world's units (records.virtual)."""
 
-    def __init__(self, runtime, run_dir: Path, t0: float, last: dict):
-        self.runtime, self.run_dir, self.t0, self.last = runtime, run_dir, t0, last
+    def __init__(self, runtime, run_dir: Path, t0: float, last: dict, dilation: float = 1.0):
+        self.runtime, self.run_dir, self.t0, self.last, self.dilation = runtime, run_dir, t0, last, dilation
         # "w0/up" -> (read at, its class's reading or None (unshaped), the veth's bytes then)
         self.classes: dict[str, tuple[float, Optional[dict], Optional[int]]] = {}
 
@@ -109,8 +110,8 @@ class Sampler:
             counters = self.runtime.counters()
         except Exception:
             return
-        traffic = metrics.open_table(self.run_dir, "traffic.csv")
-        res = metrics.open_table(self.run_dir, "resources.csv")
+        traffic = metrics.open_table(self.run_dir, "traffic.csv", self.dilation)
+        res = metrics.open_table(self.run_dir, "resources.csv", self.dilation)
         try:
             self._access(traffic, counters, now)
             self._wan(traffic, now)
@@ -149,7 +150,7 @@ class Sampler:
         rows = [(key, st) for key, (_, st, _) in self.classes.items() if st is not None]
         if not rows:
             return
-        table = metrics.open_table(self.run_dir, "shaping.csv")
+        table = metrics.open_table(self.run_dir, "shaping.csv", self.dilation)
         try:
             for key, st in rows:
                 node, direction = key.rsplit("/", 1)
@@ -256,7 +257,8 @@ class Monitor:
             traffic = f"workers out {out / 1e6:8.2f} MB"
         else:
             traffic = f"PS in {counters.get('ps', {}).get('down_bytes', 0) / 1e6:8.2f} MB"
-        return (f"[{now - self.t0:7.1f}s] worker steps {sum(self.worker_steps.values()):6d}  {loss}  {acc}  {traffic}"
+        world_s = (now - self.t0) / self.sampler.dilation  # the records' clock
+        return (f"[{world_s:7.1f}s] worker steps {sum(self.worker_steps.values()):6d}  {loss}  {acc}  {traffic}"
                 + round_counts(self.last_round))
 
     def _check(self, now: float, hard_deadline: float) -> Optional[tuple[str, str]]:

@@ -28,8 +28,10 @@ from testbed.plan.delays import transport_delays
 from testbed.plan.placement import place
 from testbed.plan.streams import stream_config
 from testbed.records import metrics
+from testbed.records.virtual import world_row
 from testbed.run import devices as run_devices, meta as run_meta
 from testbed.run.cpu_fit import oversubscription_warnings
+from testbed.run.dilation import choose_dilation, unstated_speed_warning
 from testbed.run.events import Events
 from testbed.run.interrupts import Interrupted, interrupting_signals, shielded_teardown
 from testbed.run.monitor import LiveState, Monitor, Sampler
@@ -41,6 +43,7 @@ from testbed.runtimes import auto_note, runtime_class, select_runtime
 from testbed.runtimes.preflight import files_needed, may_raise_limits, preflight
 from testbed.runtimes.replay import start_replay
 from testbed.runtimes.state import RunState, cleanup_run
+from testbed.scenario.dilation import factor, wall_scenario
 from testbed.scenario.schema import Scenario, scenario_to_yaml
 from testbed.strategies import get_strategy_class, make_strategy
 
@@ -90,8 +93,14 @@ class Run:
 
     def __init__(self, sc: Scenario, scenario_path: str, run_dir: Path, say: Callable[[str], None],
                  progress_every: float):
-        self.sc, self.scenario_path, self.say, self.progress_every = sc, str(scenario_path), say, progress_every
+        self.scenario_path, self.say, self.progress_every = str(scenario_path), say, progress_every
         self.t_invoked = time.time()
+        # `world`: the scenario as stated (what the nodes are told and the records are in); `sc`:
+        # as the wall runs it, every time x k and rate / k (scenario.dilation)
+        self.dilation_auto = isinstance(sc.dilation, str)
+        self.world = choose_dilation(sc, say)
+        self.dilation = factor(self.world)
+        self.sc = sc = wall_scenario(self.world, self.dilation)
         preflight(sc)  # before anything is made: a need no engine here meets fails with the field named
         raise_open_files(files_needed(len(sc.node_names())))  # a fleet's: the limit preflight checked
         self.runtime_name = select_runtime(sc.runtime, say, sc)  # auto: the first that can run here and run sc
@@ -99,7 +108,7 @@ class Run:
         if self.run_dir.exists() and any(self.run_dir.iterdir()):
             raise FileExistsError(f"--out: {self.run_dir} exists and is not empty")
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        replace_text(self.run_dir / "scenario.yaml", scenario_to_yaml(sc))
+        replace_text(self.run_dir / "scenario.yaml", scenario_to_yaml(self.world))
         metrics.init_tables(self.run_dir)
         self.run_id = secrets.token_hex(3)
         self.state = RunState(run_id=self.run_id, runner_pid=os.getpid(), run_dir=str(self.run_dir),
@@ -206,6 +215,7 @@ class Run:
         meta = {
             "run_id": self.run_id, "scenario": self.scenario_path, "name": sc.name, "runtime": self.runtime_name,
             "started": self.t0, "versions": run_meta.versions(), "host": run_meta.host(),
+            "dilation": run_meta.dilation_meta(self.dilation, self.dilation_auto),
             "kernel_features": asdict(runtime.caps), "image": runtime.image,
             "cgroup_version": 2 if cgroups.is_v2() else 1,
             "nodes": run_meta.nodes_meta(sc, spec, node_meta),
@@ -219,6 +229,8 @@ class Run:
         warnings = ([] if runtime.caps.netem else [run_meta.no_netem_warning(node_meta)]) + runtime.warnings
         at_once = self.strategy.trainers_at_once(len(spec.workers))
         warnings += oversubscription_warnings(spec, workers_at_once=at_once)  # promised CPU over a host's cores
+        unstated = unstated_speed_warning(self.world, self.dilation)
+        warnings += [unstated] if unstated else []
         if warnings:
             meta["warnings"] = warnings
         return meta
@@ -236,6 +248,7 @@ class Run:
         # rates (each exec'd measuring process runs under its container's quota).
         rows = verify.verify_links(runtime, self.spec, delays, runtime.mailbox("link_check"), tolerance=tolerance,
                                    say=say, together=runtime.features.concurrent_flows)
+        rows = [world_row("link_check.csv", r, self.dilation) for r in rows]  # measured on the wall
         verify.write(rows, self.run_dir)
         self.meta["link_check"] = verify.summary(rows, tolerance, time.time() - started)
         warnings = verify.warnings_for(rows, tolerance)
@@ -274,7 +287,7 @@ class Run:
 
     def watch(self) -> tuple[str, str]:
         """From the nodes' start to the run's end: (status, reason)."""
-        sampler = Sampler(self.runtime, self.run_dir, self.t0, self.last_counters)
+        sampler = Sampler(self.runtime, self.run_dir, self.t0, self.last_counters, self.dilation)
         return Monitor(self.sc, self.spec, self.procs, self.stop_event, sampler, self.live, self.say,
                        self.progress_every).watch()
 
@@ -295,7 +308,8 @@ class Run:
         """Start (or restart) one node's role."""
         sc, spec = self.sc, self.spec
         cfg = RoleConfig(node=node.name, role=node.role, rank=node.rank, run_dir=str(self.run_dir), t0=self.t0,
-                         scenario=sc.model_dump(mode="json"), ps_address=spec.ps.address,
+                         scenario=self.world.model_dump(mode="json"), dilation=self.dilation,
+                         ps_address=spec.ps.address,
                          threads=sc.workload.threads or node.threads,
                          delay=self.delays(node, control=self.control_address),
                          workers=[n.name for n in spec.workers], peers=peer_table(spec, node), stream=self.stream,
@@ -332,7 +346,7 @@ class Run:
             self._guarded("the nodes' records", self._close_hub)
         if self.runtime is not None:
             if self.spec is not None:
-                sampler = Sampler(self.runtime, self.run_dir, self.t0, self.last_counters)
+                sampler = Sampler(self.runtime, self.run_dir, self.t0, self.last_counters, self.dilation)
                 self._guarded("the last counters", sampler.sample)
             problems = self._guarded("the teardown", self._remove_nodes) or []
         else:
@@ -340,11 +354,20 @@ class Run:
         if problems:
             self.say("teardown problems (run `edgebed down`): " + "; ".join(problems))
         summary = self._summary(t_teardown)
+        self._guarded("meta.json's wall time", lambda: self._note_wall_time(summary))
         text = json.dumps(summary, indent=1)
         self._guarded("summary.json", lambda: replace_text(self.run_dir / "summary.json", text))
         if self._tensorboard is not None:  # the last rows
             self._guarded("the TensorBoard scalars", self._tensorboard.stop)
         return summary
+
+    def _note_wall_time(self, summary: dict) -> None:
+        """meta.json's `dilation` gets the run's wall and world seconds, once it has ended."""
+        meta = getattr(self, "meta", None)
+        if meta is None or "dilation" not in meta:
+            return
+        meta["dilation"].update(wall_seconds=summary.get("wall_seconds"), world_seconds=summary.get("seconds"))
+        replace_text(self.run_dir / "meta.json", json.dumps(meta, indent=1))
 
     def _remove_nodes(self) -> list[str]:
         """The runtime's teardown; a fleet's shows how far it has got, on a clock of its own."""
@@ -376,8 +399,8 @@ class Run:
 
     def _summary(self, t_teardown: float) -> dict:
         try:
-            summary = summarize(self.sc, self.spec, self.run_dir, self.last_counters, t0=self.t0, status=self.status,
-                                reason=self.reason)
+            summary = summarize(self.world, self.spec, self.run_dir, self.last_counters, t0=self.t0,
+                                status=self.status, reason=self.reason)
         except Exception as e:  # unreadable records (a full disk): the status, and why
             summary = {"status": "failed", "reason": f"{self.reason}; records unreadable: {type(e).__name__}: {e}",
                        "run_dir": str(self.run_dir)}

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from testbed.plan.cluster import ClusterSpec
+from testbed.run.dilation import enough_dilation, host_cores
+from testbed.scenario.dilation import factor
 from testbed.scenario.schema import Scenario
 
 
@@ -22,9 +24,11 @@ def ps_info(run_dir: Path) -> dict:
 def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters: dict, *, t0: float, status: str,
               reason: str) -> dict:
     """The run's summary from its records, ps.json and the last counters (`_first_step_time`: for
-    the runner's startup_seconds, not kept)."""
+    the runner's startup_seconds, not kept). Its times are the world's (a dilated run's wall / k),
+    but `wall_seconds`."""
     from testbed.records.reader import load_run
 
+    k = factor(sc)
     rec = load_run(run_dir)
     ev = rec.evals.sort_values("step") if len(rec.evals) else rec.evals
     ps = ps_info(run_dir)
@@ -44,6 +48,8 @@ def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters
         "worker_steps": int(len(rec.steps)),
         "_first_step_time": float(rec.steps["time"].min()) if len(rec.steps) else None,
         "wall_seconds": round(time.time() - t0, 3),
+        "seconds": round((time.time() - t0) / k, 3),  # the world's: wall / k
+        "dilation": k,
         "ps_ingress_bytes": counters.get("ps", {}).get("down_bytes"),  # wire bytes into the PS
         "ps_ingress_payload_bytes": ps.get("ingress_payload_bytes"),
         # messages the PS (or coordinator) dropped unread or refused: malformed, or from no node of the run
@@ -53,23 +59,30 @@ def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters
         "worker_egress_bytes": sum(counters.get(n.name, {}).get("up_bytes", 0) for n in spec.workers) if spec else None,
         # the evaluator's longest backlog (s; a stop on target comes this late) and the snapshots
         # skipped at the end to keep the final model's evaluation within its limit
-        "evaluator_lag_seconds": ps.get("evaluator_lag_seconds"),
+        "evaluator_lag_seconds": _world(ps.get("evaluator_lag_seconds"), k),
         "evaluations_skipped": ps.get("evaluations_skipped"),
         "decentralized": bool(ps.get("decentralized", False)),
         "workers": len(spec.workers) if spec else sc.n_workers,
         "algorithm": sc.algorithm.name,
-        "fidelity": fidelity_of(run_dir),
+        "fidelity": fidelity_of(run_dir, k, float(rec.steps["time"].min()) if len(rec.steps) else None),
         "run_dir": str(run_dir),
     }
 
 
-def fidelity_of(run_dir: Path) -> dict:
-    """summary.json's `fidelity` (records.fidelity's rule over resources.csv); fidelity.csv beside it."""
+def _world(seconds, k: float):
+    return seconds / k if isinstance(seconds, (int, float)) and not isinstance(seconds, bool) else seconds
+
+
+def fidelity_of(run_dir: Path, dilation: float = 1.0, first_step: Optional[float] = None) -> dict:
+    """summary.json's `fidelity` (records.fidelity's rule over resources.csv, judged from the first
+    training step on); fidelity.csv beside it; the k that would have been enough (run.dilation)."""
     from testbed.records import fidelity
 
-    intervals = fidelity.assess_run(run_dir)
+    intervals = fidelity.assess_run(run_dir, dilation, first_step)
     fidelity.write_table(run_dir, intervals)
-    return fidelity.summarize(intervals)
+    out = fidelity.summarize(intervals)
+    out["dilation"] = enough_dilation(intervals, dilation, host_cores(run_dir))
+    return out
 
 
 def control_drops(hub) -> dict[str, int]:

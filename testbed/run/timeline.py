@@ -37,6 +37,7 @@ from typing import Callable, Optional
 from testbed.node import untrusted
 from testbed.plan.availability import offline_modes, plan_offline
 from testbed.scenario import units
+from testbed.scenario.dilation import dilate_model, factor, mark_of
 from testbed.scenario.schema import Event, resolve_target
 from testbed.scenario.traces import read_link_trace
 
@@ -84,23 +85,28 @@ REQUEST_FORBIDS = ("at", "at_step", "target", "action", "trace")
 MAX_WORDS = 80  # characters of a node's own words on its request kept in events.csv
 
 
-def request_change(req: object, name: str, asker: Optional[str] = None) -> Change:
+def request_change(req: object, name: str, asker: Optional[str] = None, dilation: float = 1.0) -> Change:
     """A control request (`edgebed link/...`, a node's drawn crash) as a change, checked as a
     scenario's event is (the action, its fields and their bounds); ValueError when it is not one.
     Its source says who asked: the command line, or node `asker` with its own words after its name
-    (never in place of it)."""
+    (never in place of it). Its quantities are the world's: on the wall of a run dilated by
+    `dilation`, a rate / k and a delay x k (scenario.dilation)."""
     if not isinstance(req, dict) or not isinstance(req.get("node"), str) or not isinstance(req.get("action"), str) \
             or not isinstance(req.get("fields", {}), dict):
         raise ValueError("not a request: {node, action, fields}")
     forbidden = [k for k in req.get("fields", {}) if k in REQUEST_FORBIDS]
     if forbidden:
         raise ValueError(f"a request may not set {', '.join(forbidden)}")
-    Event(at=0, target=req["node"], action=req["action"], **req.get("fields", {}))  # raises on what an event may not be
+    event = Event(at=0, target=req["node"], action=req["action"], **req.get("fields", {}))  # raises if no event
+    fields = dict(req.get("fields", {}))
+    if dilation != 1:
+        wall = dilate_model(event, dilation)
+        fields = {f: getattr(wall, f) if mark_of(Event.model_fields.get(f)) else v for f, v in fields.items()}
     source = f"command line ({str(req.get('id', name))[:60]})" if asker is None else f"asked by {asker}"
     words = req.get("source") if asker is not None and isinstance(req.get("source"), str) else ""
     if words:
         source += ": " + "".join(c if c.isprintable() else "?" for c in words[:MAX_WORDS])
-    return Change(None, None, req["node"], req["action"], req.get("fields", {}), source)
+    return Change(None, None, req["node"], req["action"], fields, source)
 
 
 def expand_events(sc) -> list[Change]:
@@ -110,7 +116,8 @@ def expand_events(sc) -> list[Change]:
         nodes = resolve_target(sc, ev.target)
         src = f"events[{i}]"
         if ev.action == "link" and ev.trace is not None:
-            rows = read_link_trace(ev.trace)
+            k = factor(sc)  # a trace's rows are the world's: on the wall, k times as long, rates / k
+            rows = [(t * k, rate / k, None if lat is None else lat * k) for t, rate, lat in read_link_trace(ev.trace)]
             for j, (t, rate, lat) in enumerate(rows):
                 f = {"direction": ev.direction, "rate": rate}
                 if lat is not None:
@@ -178,6 +185,7 @@ class Timeline:
         self.refused: list[str] = []  # control requests that were not valid changes
         self.inbox = inbox  # the nodes' own requests (a drawn crash), over the control channel
         self.counts = {"applied": 0, "failed": 0, "refused": 0}  # for summary.json ("timeline")
+        self.dilation = 1.0  # virtual time: requests state the world's rates and delays (request_change)
 
     def due(self, now: float, step: int) -> list[Change]:
         """Pop every change due at run time `now` or global step `step`."""
@@ -214,7 +222,8 @@ class Timeline:
     def _take(self, out: list[Change], req, rid: str, where: str, asker: Optional[str] = None) -> None:
         """A request (a file's bytes, or node `asker`'s request as the hub read it) as a change, or refused."""
         try:
-            out.append(request_change(untrusted.loads(req) if isinstance(req, bytes) else req, rid, asker))
+            out.append(request_change(untrusted.loads(req) if isinstance(req, bytes) else req, rid, asker,
+                                      self.dilation))
         except Exception as e:  # whoever wrote it, a bad request is refused, and said so
             self.refused.append(f"{where}: {(str(e).splitlines() or [type(e).__name__])[0][:160]}")
 

@@ -33,7 +33,8 @@ def test_teardown_runs_whatever_fails_before_it(tmp_path):
     said = []
     rt = FullDiskRuntime()
     metrics.init_tables(tmp_path)
-    run.__dict__.update(sc=parse_scenario({"runtime": "netns"}), say=said.append, timeline=None, stop_event=None,
+    sc = parse_scenario({"runtime": "netns"})
+    run.__dict__.update(sc=sc, world=sc, dilation=1.0, say=said.append, timeline=None, stop_event=None,
                         runtime=rt, spec=object(), run_dir=tmp_path, t0=time.time(), t_invoked=time.time(),
                         status="completed", reason="steps", last_counters={}, runtime_name="netns",
                         run_id="abcdef", state=None, relay=None, hub=None, _tensorboard=None)

@@ -286,7 +286,8 @@ def test_device_faster_than_its_host_is_one_line():
     # needs 2.0 cores; 2 CPUs at the half it got while calibrating: 1.0
     assert run_devices.shortfall_line(cal) == (
         "w0: device raspberry-pi-4 is faster than host h1 can give: it needs 2.00 cores of this host for "
-        "adacomp_cnn, the node can get 1.00 (short by 1.00 cores, 50%); pick a slower device or a faster host")
+        "adacomp_cnn, the node can get 1.00 (short by 1.00 cores, 50%); run it dilated (dilation: 2 or auto), "
+            "or pick a slower device or a faster host")
 
 
 def test_quota_under_the_kernel_s_floor_is_one_line():

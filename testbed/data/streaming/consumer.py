@@ -26,7 +26,8 @@ class StreamFeeder(threading.Thread):
 
     def __init__(self, bootstrap: str, topic: str, buffer: StreamBuffer, t0: float,
                  on_snapshot: Optional[Callable[[dict], None]] = None, snapshot_every: float = 1.0,
-                 schedule: Optional[RateSchedule] = None, batch_policy: Optional[BatchPolicy] = None):
+                 schedule: Optional[RateSchedule] = None, batch_policy: Optional[BatchPolicy] = None,
+                 dilation: float = 1.0):
         super().__init__(daemon=True, name=f"feeder-{topic}")
         self.bootstrap, self.topic, self.buffer, self.t0 = bootstrap, topic, buffer, t0
         self.rate_schedule = schedule or RateSchedule.constant(buffer.rate)
@@ -37,9 +38,15 @@ class StreamFeeder(threading.Thread):
         self._halt = threading.Event()
         self.error: Optional[str] = None
         self.left_after_take = 0  # samples still buffered right after the last take (under the lock)
+        # virtual time: the schedule's times and rates are the world's, k times faster than the wall
+        self.dilation = dilation
 
     def now(self) -> float:
         return time.time() - self.t0
+
+    def rate_now(self) -> float:
+        """The device's rate now, the world's (samples per world second: a batch's and a window's size)."""
+        return self.rate_schedule.rate_at(self.now() / self.dilation)
 
     def run(self) -> None:
         from confluent_kafka import Consumer, TopicPartition
@@ -59,7 +66,7 @@ class StreamFeeder(threading.Thread):
                     raise RunFailed(problem)
                 with self.lock:
                     if not self.rate_schedule.is_constant:  # a trace: the truncation window follows it
-                        self.buffer.rate = self.rate_schedule.rate_at(self.now())
+                        self.buffer.rate = self.rate_now()
                     if samples:
                         self.buffer.push(samples, self.now())
                         self.lock.notify_all()
@@ -73,13 +80,13 @@ class StreamFeeder(threading.Thread):
 
     def next_take(self) -> tuple[int, int]:
         """(samples wanted, samples needed to start) for the next step, at the device's current rate."""
-        rate = self.rate_schedule.rate_at(self.now())
+        rate = self.rate_now()
         # either policy waits for the same samples: truncation keeps at least the batch
         return self.batch_policy.batch_size(rate), self.batch_policy.min_samples(rate)
 
     def take(self, want: int, at_least: int, stop_event, timeout: float = 120.0) -> tuple[list, float]:
         """Wait until `at_least` samples are buffered, then take up to `want`. Returns (samples, waited s)."""
-        start = time.monotonic()
+        start, timeout = time.monotonic(), timeout * self.dilation
         with self.lock:
             while self.buffer.buffered < at_least:
                 if stop_event.is_set() or self.error or time.monotonic() - start > timeout:

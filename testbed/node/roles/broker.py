@@ -21,6 +21,12 @@ def _tail(path: str, limit: int = 2000) -> str:
         return ""
 
 
+def wall_schedule(schedule: dict, k: float) -> dict:
+    """A device's stream schedule ({times, rates}, the world's) on the wall of a run dilated by k:
+    each time k times later, each rate k times slower (the same samples, k times as long)."""
+    return {"times": [t * k for t in schedule["times"]], "rates": [r / k for r in schedule["rates"]]}
+
+
 def run_broker_node(cfg: RoleConfig, stop_event) -> None:
     """The stream source: one producer process per device topic, and (role broker) the embedded
     Tansu broker beside them, as ScaDLES ran its producers beside Kafka. Role producer publishes
@@ -62,10 +68,10 @@ def run_broker_node(cfg: RoleConfig, stop_event) -> None:
         shards = partition_indices(ds.train_y, len(cfg.workers), sc.workload.partition, sc.seed)
         ctx = mp.get_context("fork")  # this process is single-threaded: forking shares the dataset pages
         for rank, worker in enumerate(cfg.workers):
+            schedule = wall_schedule(asdict(stream.schedules[worker]), cfg.dilation)
             p = ctx.Process(target=produce_stream, name=f"producer-{worker}",
-                            args=(bootstrap, topics[worker], ds.train_x[shards[rank]],
-                                  ds.train_y[shards[rank]], asdict(stream.schedules[worker]), stop_event,
-                                  sc.seed * 1000 + rank, cfg.t0))
+                            args=(bootstrap, topics[worker], ds.train_x[shards[rank]], ds.train_y[shards[rank]],
+                                  schedule, stop_event, sc.seed * 1000 + rank, cfg.t0))
             p.start()
             producers.append(p)
         channel.send_json(cfg.records, "ready", {"node": cfg.node})  # the runner starts the trainers now

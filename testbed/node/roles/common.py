@@ -18,6 +18,7 @@ from testbed.node import channel, transport
 from testbed.node.gpu import StepPacer, cap_error, is_out_of_memory, pick_device
 from testbed.node.pacing import DevicePace
 from testbed.node.wire import Message
+from testbed.scenario.dilation import wall_scenario
 from testbed.scenario.schema import Scenario
 
 
@@ -97,6 +98,9 @@ class RoleConfig:
     # A per-round trainer (a worker of such a run): its node outlives it, and a container's
     # supervisor waits for the next round's start when it ends (node/supervisor.py)
     per_round: bool = False
+    # Virtual time (scenario.dilation): `scenario` is the world's, the role runs on the wall k
+    # times slower, and its records are written in the world's units
+    dilation: float = 1.0
 
     def __post_init__(self):
         """The parts given as mappings (the runner's tables, or JSON in a container) as dataclasses."""
@@ -107,7 +111,8 @@ class RoleConfig:
             self.stream = StreamConfig(**self.stream) if self.stream else None
 
     def scenario_model(self) -> Scenario:
-        return Scenario.model_validate(self.scenario)
+        """The scenario as this node runs it: on the wall (scenario.dilation.wall_scenario)."""
+        return wall_scenario(Scenario.model_validate(self.scenario), self.dilation)
 
     def now(self) -> float:
         """Seconds since the run started: the time column of every record."""

@@ -222,7 +222,7 @@ def start_feeder(cfg: RoleConfig, sc: Scenario, sample_bytes: int):
     policy = FixedBatch(sc.workload.batch_size) if st.batch == "fixed" else parse_batch_policy(st.batch)
     feeder = StreamFeeder(cfg.stream.bootstrap, cfg.stream.topics[cfg.node], buf, cfg.t0,
                           on_snapshot=lambda row: table.write(node=cfg.node, **row), schedule=schedule,
-                          batch_policy=policy)
+                          batch_policy=policy, dilation=cfg.dilation)
     feeder.start()
     return feeder
 
