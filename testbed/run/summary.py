@@ -59,6 +59,7 @@ def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters
         "workers": len(spec.workers) if spec else sc.n_workers,
         "algorithm": sc.algorithm.name,
         "fidelity": fidelity_of(run_dir),
+        "energy": energy_of(run_dir),
         "run_dir": str(run_dir),
     }
 
@@ -70,6 +71,13 @@ def fidelity_of(run_dir: Path) -> dict:
     intervals = fidelity.assess_run(run_dir)
     fidelity.write_table(run_dir, intervals)
     return fidelity.summarize(intervals)
+
+
+def energy_of(run_dir: Path) -> dict:
+    """summary.json's `energy` (records.energy: the device nodes' joules); energy.csv beside it."""
+    from testbed.records import energy
+
+    return energy.assess_run(run_dir)
 
 
 def control_drops(hub) -> dict[str, int]:
