@@ -18,4 +18,8 @@ if ! "$PY" -c "import pyroute2, zmq, pydantic, docker, yaml, mlxtend; import imp
   # edgebed's own wheel gives its entry points (strategies, models, data sets); the code is this tree's
   export PYTHONPATH="$PWD:$SITE${PYTHONPATH:+:$PYTHONPATH}"
 fi
-exec "$PY" benchmarks/gpu_check.py --out "$OUT_JSON" "${@:2}"
+"$PY" benchmarks/gpu_check.py --out "$OUT_JSON" "${@:2}"
+rc=$?
+# Step time against batch per model (CUDA; a short CPU run where there is none): fits a roofline entry.
+"$PY" benchmarks/gpu_step_sweep.py --out "${OUT_JSON%.json}_step_sweep.csv" || echo "gpu_step_sweep: failed" >&2
+exit $rc

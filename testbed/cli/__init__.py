@@ -16,7 +16,7 @@ app.add_typer(lab.lab_app, name="lab")
 
 # The top-level commands, in the order `edgebed --help` lists them.
 for _command in (core.validate, core.up, core.build, core.plot, core.reproduce, lab.hosts, lab.place, core.status,
-                 core.down, core.algorithms, core.tensorboard, core.models, core.datasets, core.kernel,
+                 core.down, core.algorithms, core.tensorboard, core.models, core.datasets, core.devices, core.kernel,
                  live.link, live.cpu, live.stress, live.kill, live.restart, live.pause, live.partition, live.heal,
                  live.resume):
     app.command()(_command)

@@ -352,12 +352,23 @@ def bench_device(quick: bool = typer.Option(False, "--quick", help="one device, 
                  pace: bool = typer.Option(False, "--pace", help="the devices' steps paced to their time (a "
                                            "device profile's default), each on its own model; without it "
                                            "the quota alone (pace_steps: false)"),
+                 dilation: float = typer.Option(1.0, "--dilation", min=1.0, help="time dilation K: every target "
+                                                "step time times K, step times reported divided by K (virtual)"),
+                 batches: str = typer.Option("", help="accelerators: batch sizes, comma-separated (e.g. 8,32,128): "
+                                             "each device's paced step per batch against its roofline"),
+                 model: str = typer.Option("adacomp_cnn", help="with --batches: the model"),
                  out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """Device profiles: measured step time against the device's target (3 devices x 3 models), on
-    this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile."""
-    from testbed.bench.device import device_benchmark
+    this host idle and slowed by a busy neighbour, beside a host-relative `cpus:` profile; with
+    --batches, accelerators' paced steps per batch under --dilation."""
+    from testbed.bench.device import accelerator_benchmark, device_benchmark
 
+    names = tuple(d.strip() for d in devices.split(",") if d.strip())
+    if batches:
+        sizes = tuple(int(b) for b in batches.split(",") if b.strip())
+        exit_unless_ok(accelerator_benchmark(runtime=runtime, out_dir=out, say=typer.echo, devices=names,
+                                             batches=sizes, dilation=dilation, model=model, repetitions=repetitions))
+        return
     exit_unless_ok(device_benchmark(quick=quick, runtime=runtime, out_dir=out, say=typer.echo,
-                                    repetitions=repetitions,
-                                    devices=tuple(d.strip() for d in devices.split(",") if d.strip()),
-                                    cross=cross, pace=pace))
+                                    repetitions=repetitions, devices=names, cross=cross, pace=pace,
+                                    dilation=dilation))

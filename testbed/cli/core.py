@@ -338,6 +338,18 @@ def datasets() -> None:
         typer.echo(f"{name:18s} {desc}")
 
 
+def devices() -> None:
+    """List the device catalog (plugins' too): speed, step model, power, and whether it is an estimate."""
+    from testbed.scenario.devices.catalog import catalog
+
+    for name, d in catalog().items():
+        acc, power = d.accelerator, d.power
+        model = (f"roofline {acc.peak_tflops:g} TFLOP/s x {acc.efficiency:g}, {acc.memory_gbps:g} GB/s, "
+                 f"+{acc.overhead_ms:g} ms/step" if acc is not None else f"{d.gflops:g} GFLOP/s x {d.cores} cores")
+        watts = f"{power.idle_w:g}-{power.active_w:g} W" if power is not None else "power not stated"
+        typer.echo(f"{name:22s} {model:58s} {watts:14s}{' (estimate)' if d.estimate else ''}")
+
+
 def kernel() -> None:
     """Which shaping features this kernel has (netem, htb, tbf, ifb) and the cgroup version."""
     from testbed.kernel import cgroups

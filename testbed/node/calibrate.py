@@ -16,7 +16,7 @@ import os
 import socket
 import statistics
 import time
-from typing import Any
+from typing import Any, Optional
 
 from testbed.node import mailbox
 
@@ -44,21 +44,10 @@ def count_flops(step) -> int:
     return int(counter.get_total_flops())
 
 
-def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None, batch_size: int = 32,
-                  threads: int = 1, repetitions: int = 5, min_rep_s: float = 0.2, pace_s: float = 0.0) -> dict:
-    """Per repetition, the wall and CPU seconds of one training step (SGD, cross-entropy) of
-    `model` on a batch of `dataset`; each repetition runs whole steps for at least `min_rep_s`,
-    after a warm-up of as long (a fresh process's first steps are slower, more so under a quota).
-    `pace_s`: each step held to that time, as a paced device's worker holds it (node.pacing)."""
+def sgd_step(net, x, y):
+    """One training step of `net` on (x, y) as a function: SGD, cross-entropy."""
     import torch
 
-    from testbed.data.models import build_model
-    from testbed.node.pacing import DevicePace
-
-    torch.set_num_threads(threads)
-    ds, x, y = _batch(dataset, seed, test_size, batch_size)
-    torch.manual_seed(seed)
-    net = build_model(model, tuple(ds.input_shape), ds.num_classes)
     opt = torch.optim.SGD(net.parameters(), lr=0.01)
     loss_fn = torch.nn.CrossEntropyLoss()
 
@@ -67,7 +56,53 @@ def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None
         loss_fn(net(x), y).backward()
         opt.step()
 
-    pace = DevicePace(pace_s, len(y)) if pace_s > 0 else None
+    return train
+
+
+def count_activations(net, x) -> int:
+    """Elements of every leaf module's output in one forward pass of `x` (the traffic that grows
+    with the batch, for an accelerator's roofline)."""
+    import torch
+
+    sizes: list[int] = []
+
+    def hook(_module, _inputs, output) -> None:
+        if isinstance(output, torch.Tensor):
+            sizes.append(output.numel())
+
+    leaves = [m for m in net.modules() if not list(m.children())]
+    handles = [m.register_forward_hook(hook) for m in leaves]
+    try:
+        with torch.no_grad():
+            net(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return sum(sizes)
+
+
+def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None, batch_size: int = 32,
+                  threads: int = 1, repetitions: int = 5, min_rep_s: float = 0.2, pace_s: float = 0.0,
+                  pace_batch: int = 0, pace_shape: Optional[dict] = None) -> dict:
+    """Per repetition, the wall and CPU seconds of one training step (SGD, cross-entropy) of
+    `model` on a batch of `dataset`; each repetition runs whole steps for at least `min_rep_s`,
+    after a warm-up of as long (a fresh process's first steps are slower, more so under a quota).
+    `pace_s`: each step held to that time, as a paced device's worker holds it (node.pacing): the
+    time of a step of `pace_batch` samples (default this batch) and `pace_shape` the device's
+    step-time shape (StepTime.as_dict; default proportional)."""
+    import torch
+
+    from testbed.data.models import build_model
+    from testbed.node.pacing import DevicePace
+    from testbed.scenario.devices.step_time import StepTime
+
+    torch.set_num_threads(threads)
+    ds, x, y = _batch(dataset, seed, test_size, batch_size)
+    torch.manual_seed(seed)
+    net = build_model(model, tuple(ds.input_shape), ds.num_classes)
+    train = sgd_step(net, x, y)
+    shape = StepTime.from_dict(pace_shape)
+    pace = DevicePace(pace_s, pace_batch or len(y), shape=shape) if pace_s > 0 else None
 
     def step() -> None:
         t0 = time.perf_counter()
@@ -76,6 +111,7 @@ def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None
             pace.after(time.perf_counter() - t0, len(y))
 
     flops = count_flops(train)
+    activations = count_activations(net, x)
     t, warm = time.perf_counter(), 0
     while warm < WARMUP_STEPS or time.perf_counter() - t < min_rep_s:  # first touches, allocator, caches
         step()
@@ -94,7 +130,8 @@ def measure_steps(model: str, dataset: str, seed: int = 0, test_size: Any = None
         wall.append((time.perf_counter() - t) / done)
         cpu.append((time.process_time() - c) / done)
     return {"model": model, "dataset": dataset, "batch_size": int(len(y)), "threads": threads,
-            "flops_per_step": flops, "step_s": wall, "cpu_s": cpu, "repetitions": repetitions,
+            "flops_per_step": flops, "params": sum(p.numel() for p in net.parameters() if p.requires_grad),
+            "activations": activations, "step_s": wall, "cpu_s": cpu, "repetitions": repetitions,
             "step_s_median": statistics.median(wall), "cpu_s_median": statistics.median(cpu),
             "cpus": len(os.sched_getaffinity(0)), "host": socket.gethostname(), "paced_s": pace_s}
 

@@ -61,6 +61,7 @@ class Node:
     # a paced device (profile pace_steps): its step time for a batch of device_step_batch samples
     device_step_s: float = 0.0
     device_step_batch: int = 0
+    device_step_shape: dict = field(default_factory=dict)  # its StepTime for other batches (empty: proportional)
 
     @property
     def threads(self) -> int:

@@ -22,6 +22,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from testbed.records.plot_devices import devices_figure
+from testbed.records.plot_energy import energy_figure
 from testbed.records.plot_fidelity import fidelity_figure
 from testbed.records.plot_fleet import fleet_figure
 from testbed.records.plot_network import link_check_figure, link_rates_figure, links_figure, traffic_figure
@@ -33,7 +34,8 @@ from testbed.records.reader import RunRecords, load_run
 __all__ = ["plot_run", "plot_compare", "plot_progress_compare", "PLOT_FILES", "COMPARE_FILE", "PROGRESS_FILE"]
 
 PLOT_FILES = ("accuracy.png", "loss.png", "traffic.png", "steps.png", "streaming.png", "topology.png", "wan.png",
-              "links.png", "link_check.png", "link_rates.png", "fidelity.png", "devices.png", "fleet.png")
+              "links.png", "link_check.png", "link_rates.png", "fidelity.png", "devices.png", "fleet.png",
+              "energy.png")
 COMPARE_FILE = "compare_accuracy.png"
 PROGRESS_FILE = "compare_progress.png"
 
@@ -61,6 +63,7 @@ def plot_run(run_dir: str | os.PathLike[str], out_dir: str | os.PathLike[str] | 
         "fidelity.png": fidelity_figure,  # CPU got against promised, starved intervals shaded
         "devices.png": devices_figure,  # step and link rate per catalog device
         "fleet.png": fleet_figure,  # online over time, participants and time per round (client selection, availability)
+        "energy.png": energy_figure,  # device nodes' joules over time and per round (catalog power)
     }
     written: list[Path] = []
     with warnings.catch_warnings():

@@ -8,6 +8,8 @@ wall and CPU seconds of a step, on one thread, with no quota. The runner (here, 
 cgroups) computes
 
     target step time  T = FLOPs / (device gflops per core * cores * 1e9)
+                      (an accelerator's: its roofline of the step's FLOPs, parameters and
+                      activations, scenario/devices/step_time.py; both in target_step_seconds)
     needed cores      n = (median CPU seconds per step) / T
     threads           k = ceil(n), at most the device's cores and the CPUs the node may run on
     quota             q = n (a paced device: up to PACE_HEADROOM x n, within what the host gives)
@@ -46,6 +48,7 @@ from testbed.node import untrusted
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.run.cpu_fit import local_cores
 from testbed.scenario.devices.catalog import Device, Speed, catalog, resolve_speed
+from testbed.scenario.devices.step_time import StepCost
 from testbed.scenario.dilation import factor
 from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MIN_CPU_QUOTA_S
 from testbed.scenario.schema import Scenario
@@ -90,6 +93,10 @@ class Calibration:
     needed_cores: float = 0.0  # CPU seconds per step over the step's time: what the device needs
     batch_size: int = 0  # the calibration's batch (a paced step's time is for this many samples)
     paced: bool = False
+    params: int = 0  # the model's trainable parameters and a forward pass's activations (elements)
+    activations: int = 0
+    step_shape: dict = field(default_factory=dict)  # the device's StepTime for this model, any batch
+    power: dict = field(default_factory=dict)  # the device's catalog Power (records/energy.py), if stated
     extra: dict = field(default_factory=dict)
 
     @property
@@ -105,6 +112,7 @@ class Calibration:
         d.pop("node")
         d.pop("calibrated_threads")
         d["calibration"] = {"model": d.pop("model"), "flops_per_step": d.pop("flops_per_step"),
+                            "params": d.pop("params"), "activations": d.pop("activations"),
                             "repetitions": len(self.step_s), "threads": self.calibrated_threads,
                             "step_s": d.pop("step_s"), "cpu_s": d.pop("cpu_s"),
                             "step_s_median": self.wall_median, "step_s_spread": spread(self.step_s),
@@ -120,13 +128,25 @@ def spread(xs: list[float]) -> float:
     return (max(xs) - min(xs)) / m if m > 0 else 0.0
 
 
+def step_cost(cal: Calibration) -> StepCost:
+    """What the calibrated step costs: its FLOPs, batch, parameters and activations."""
+    return StepCost(flops=cal.flops_per_step, batch=cal.batch_size or 1, params=cal.params,
+                    activations=cal.activations)
+
+
+def target_step_seconds(cal: Calibration, speed: Speed) -> float:
+    """The device's time for the calibrated step (its batch): the one place a target is made."""
+    return speed.step_time(step_cost(cal)).seconds(cal.batch_size or 1)
+
+
 def plan_quota(cal: Calibration, speed: Speed, paced: bool = False, dilation: float = 1.0) -> Calibration:
     """Fill in the target step time, the quota (a paced device's with headroom, within what the
     host can give), the threads and what the host can give: the share of a CPU the calibration
     got, on as many CPUs as the device has cores (a one-core device cannot be emulated by two of
     the host's slower ones). Under dilation k the device's step is k times as long on the wall
     (scenario.dilation): a device k times faster than the host can give is emulated."""
-    cal.target_step_s = speed.step_seconds(cal.flops_per_step) * dilation
+    cal.step_shape = speed.step_time(step_cost(cal)).as_dict()
+    cal.target_step_s = target_step_seconds(cal, speed) * dilation
     if dilation != 1:
         cal.extra["world_step_s"] = cal.target_step_s / dilation
     cal.needed_cores = cal.quota_cores = cal.cpu_median / cal.target_step_s
@@ -231,7 +251,9 @@ def finish_calibration(job: Job, label: str, speed: Speed) -> Calibration:
                       gflops_per_core=speed.gflops, cores=speed.cores, model=str(r["model"]),
                       flops_per_step=int(r["flops_per_step"]), step_s=[float(x) for x in r["step_s"]],
                       cpu_s=[float(x) for x in r["cpu_s"]], host_cpus=max(1, int(r["cpus"])),
-                      batch_size=int(r.get("batch_size") or 0), calibrated_threads=job.threads)
+                      batch_size=int(r.get("batch_size") or 0), calibrated_threads=job.threads,
+                      params=int(r.get("params") or 0), activations=int(r.get("activations") or 0),
+                      power=speed.power.model_dump() if speed.power is not None else {})
     if cal.flops_per_step <= 0 or not cal.step_s or min(cal.cpu_s) <= 0:
         raise RunFailed(f"{node.name}: the calibration measured no work (model {cal.model})")
     return plan_quota(cal, speed, paced=node.profile.paces_steps(), dilation=job.dilation)
@@ -378,6 +400,7 @@ def calibrate_devices(runtime: Any, sc: Scenario, spec: ClusterSpec, say: Callab
         node.device_cpus, node.device_threads = cal.quota_cores, cal.threads
         if cal.paced:
             node.device_step_s, node.device_step_batch = cal.target_step_s, cal.batch_size or sc.workload.batch_size
+            node.device_step_shape = cal.step_shape
         say(f"{cal.node}: device {cal.device} on host {cal.host}: {cal.model} step {cal.target_step_s * 1e3:.1f} ms "
             f"(host: {cal.cpu_median * 1e3:.1f} ms CPU, spread {spread(cal.cpu_s):.0%}) -> quota "
             f"{cal.quota_cores:.3f} cores, {cal.threads} thread(s)" + (", steps paced" if cal.paced else ""))

@@ -317,6 +317,7 @@ class Run:
                          addresses={n.name: n.address for n in spec.nodes}, records=self.records_address,
                          control=self.control_address, log_path=self._log_path(node),
                          step_target_s=node.device_step_s, step_target_batch=node.device_step_batch,
+                         step_target_shape=node.device_step_shape,
                          offline=self.offline if node.role == "ps" else {},
                          per_round=self.per_round and node.role == "worker")
         self.procs[node.name] = self.runtime.start_node(node, cfg, self.stop_event)

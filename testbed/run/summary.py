@@ -65,6 +65,7 @@ def summarize(sc: Scenario, spec: Optional[ClusterSpec], run_dir: Path, counters
         "workers": len(spec.workers) if spec else sc.n_workers,
         "algorithm": sc.algorithm.name,
         "fidelity": fidelity_of(run_dir, k, float(rec.steps["time"].min()) if len(rec.steps) else None),
+        "energy": energy_of(run_dir),
         "run_dir": str(run_dir),
     }
 
@@ -83,6 +84,13 @@ def fidelity_of(run_dir: Path, dilation: float = 1.0, first_step: Optional[float
     out = fidelity.summarize(intervals)
     out["dilation"] = enough_dilation(intervals, dilation, host_cores(run_dir))
     return out
+
+
+def energy_of(run_dir: Path) -> dict:
+    """summary.json's `energy` (records.energy: the device nodes' joules); energy.csv beside it."""
+    from testbed.records import energy
+
+    return energy.assess_run(run_dir)
 
 
 def control_drops(hub) -> dict[str, int]:

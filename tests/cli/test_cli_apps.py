@@ -16,7 +16,7 @@ from testbed.runtimes import runtime_names
 runner = CliRunner()
 
 TOP = ["validate", "up", "build", "plot", "reproduce", "hosts", "place", "status", "down", "algorithms",
-       "tensorboard", "models", "datasets", "kernel", "link", "cpu", "stress", "kill", "restart", "pause",
+       "tensorboard", "models", "datasets", "devices", "kernel", "link", "cpu", "stress", "kill", "restart", "pause",
        "partition", "heal", "resume", "bench", "lab"]
 BENCH = ["link", "loss", "delay", "startup", "fleet", "ddp", "flower-app", "stream", "topology", "cpu", "update",
          "overhead", "mininet", "flower", "stress", "wire", "all", "soak", "trace", "device"]

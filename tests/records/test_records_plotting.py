@@ -184,10 +184,11 @@ def test_plot_run_writes_all_figures(tmp_path: Path, capsys: pytest.CaptureFixtu
     # streaming.png needs a streaming run's buffer.csv, wan.png WAN links, links.png worker-to-worker
     # traffic (peers.csv), link_check.png a --verify-links run, link_rates.png a traced link,
     # fidelity.png quotas in resources.csv, devices.png device profiles, fleet.png rounds or
-    # availability: this run has none of them
+    # availability, energy.png a device's power: this run has none of them
     assert [p.name for p in written] == [f for f in PLOT_FILES if f not in ("streaming.png", "wan.png", "links.png",
                                                                             "link_check.png", "link_rates.png",
-                                                                            "fidelity.png", "devices.png", "fleet.png")]
+                                                                            "fidelity.png", "devices.png", "fleet.png",
+                                                                            "energy.png")]
     for p in written:
         assert p.parent == run / "plots"
         _assert_png(p)

@@ -87,9 +87,12 @@ NOT_THE_WORLDS = {
     ("Device", "cores"): "a count: as Speed's",
     ("Speed", "gflops"): "dilated where it is planned: the device's step time x k (run.devices)",
     ("Device", "gflops"): "as Speed's",
+    ("Accelerator", "peak_tflops"): "a device's: its whole step time dilates where it is planned (run.devices)",
+    ("Accelerator", "memory_gbps"): "as peak_tflops",
+    ("Accelerator", "overhead_ms"): "as peak_tflops",
 }
 TIME_WORDS = ("second", "seconds", "timeout", "latency", "jitter", "rate", "cores", "period", "deadline", "time",
-              "flops")
+              "flops", "_ms", "bps")
 
 
 def _models(model: type, seen: set) -> list[type]:

@@ -18,6 +18,7 @@ from testbed.node import channel, transport
 from testbed.node.gpu import StepPacer, cap_error, is_out_of_memory, pick_device
 from testbed.node.pacing import DevicePace
 from testbed.node.wire import Message
+from testbed.scenario.devices.step_time import StepTime
 from testbed.scenario.dilation import wall_scenario
 from testbed.scenario.schema import Scenario
 
@@ -92,6 +93,7 @@ class RoleConfig:
     # of step_target_batch samples (0: not paced)
     step_target_s: float = 0.0
     step_target_batch: int = 0
+    step_target_shape: dict = field(default_factory=dict)  # its StepTime for other batches (empty: proportional)
     # Per-round trainers (fedavg `trainers: per_round`), the PS only: each device's offline
     # intervals in run seconds (plan/availability.py), so that it selects among those online
     offline: dict[str, list[list[float]]] = field(default_factory=dict)
@@ -389,5 +391,6 @@ def worker_setup(cfg: RoleConfig, sc: Scenario) -> WorkerData:
     x = torch.from_numpy(np.ascontiguousarray(ds.train_x[shard]))
     y = torch.from_numpy(np.ascontiguousarray(ds.train_y[shard]))
     batches = Batches(len(shard), sc.workload.batch_size, sc.seed * 1000 + cfg.rank, [len(c) for c in chunks])
-    pace = DevicePace(cfg.step_target_s, cfg.step_target_batch) if cfg.step_target_s > 0 else None
+    pace = DevicePace(cfg.step_target_s, cfg.step_target_batch, shape=StepTime.from_dict(cfg.step_target_shape)) \
+        if cfg.step_target_s > 0 else None
     return WorkerData(model, ds, device, x, y, batches, StepPacer(device), pace)

@@ -8,6 +8,11 @@ counts them: 2 per multiply-add of convolutions and matrix products) divided by 
 seconds on one core, with the device's core count beside it. A device's speed is
 `gflops * cores`; a node's target step time is `FLOPs per step / (gflops * cores * 1e9)`.
 
+An accelerator entry (`accelerator:`: a GPU) states its datasheet's peak fp32 rate and memory
+bandwidth, the fraction of that peak training reaches and a fixed cost per step instead; its step
+time is a roofline of the model and the batch (step_time.py), and its `gflops` follows from them.
+Every entry may state its power draw, idle and training (`power:`), for the run's energy.
+
 Entries come from three places, every one with a `source:` and a `derivation:`:
 edgebed's `catalog.yaml` (package data, sources in README.md beside it), packages registering
 the entry point group `edgebed.devices` (an object that is, or a function returning, a mapping
@@ -26,6 +31,7 @@ from typing import Any, Callable, Optional, Union
 from pydantic import Field, ValidationError, model_validator
 
 from testbed.data.textfile import capped_text
+from testbed.scenario.devices.step_time import StepCost, StepTime, proportional, roofline
 from testbed.scenario.fields import Bytes, StrictModel
 from testbed.scenario.safe_yaml import LoadError, load_yaml_text
 
@@ -37,11 +43,44 @@ MAX_TEXT = 600  # characters of a source or a derivation
 UNIT = "effective GFLOP/s per core, PyTorch fp32 CPU training (forward+backward, FlopCounterMode's FLOPs)"
 
 
-class Speed(StrictModel):
-    """A speed in the catalog's unit: GFLOP/s per core, and how many cores."""
+class Accelerator(StrictModel):
+    """An accelerator's roofline (step_time.py): datasheet peaks, and what training reaches of them."""
 
-    gflops: float = Field(..., gt=0, le=10_000, description="effective GFLOP/s per core (" + UNIT + ")")
+    peak_tflops: float = Field(..., gt=0, le=10_000, description="peak fp32 TFLOP/s (datasheet)")
+    memory_gbps: float = Field(..., gt=0, le=100_000, description="memory bandwidth, GB/s (datasheet)")
+    efficiency: float = Field(..., gt=0, le=1, description="the fraction of peak fp32 a training step's "
+                              "compute-bound work reaches")
+    overhead_ms: float = Field(..., ge=0, le=10_000, description="fixed time per step: kernel launches, "
+                               "the optimizer's pass, synchronisation")
+
+    def step_time(self, cost: StepCost) -> StepTime:
+        return roofline(cost, self.peak_tflops * 1e12, self.efficiency, self.memory_gbps * 1e9,
+                        self.overhead_ms / 1e3)
+
+
+class Power(StrictModel):
+    """A device's power draw, whole board or card, in watts: idle, and while it trains."""
+
+    idle_w: float = Field(..., ge=0, le=100_000)
+    active_w: float = Field(..., gt=0, le=100_000)
+    source: str = Field(..., min_length=10, max_length=MAX_TEXT, description="datasheet or published measurement")
+    estimate: bool = Field(False, description="true where a number is an estimate, not a measurement")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Power":
+        if self.active_w < self.idle_w:
+            raise ValueError("active_w: below idle_w; a training device draws at least its idle power")
+        return self
+
+
+class Speed(StrictModel):
+    """A speed in the catalog's unit: GFLOP/s per core, and how many cores; for an accelerator, its
+    roofline (then gflops is its compute-bound rate per core); and what it draws."""
+
+    gflops: float = Field(..., gt=0, le=10_000_000, description="effective GFLOP/s per core (" + UNIT + ")")
     cores: int = Field(1, ge=1, le=256)
+    accelerator: Optional[Accelerator] = None
+    power: Optional[Power] = None
 
     @property
     def total_gflops(self) -> float:
@@ -51,13 +90,31 @@ class Speed(StrictModel):
         """The device's time for a training step of `flops_per_step` FLOPs on all its cores."""
         return flops_per_step / (self.total_gflops * 1e9)
 
+    def step_time(self, cost: StepCost) -> StepTime:
+        """The device's step time for any batch of the model whose step `cost` is (a CPU's:
+        proportional to the batch, as step_seconds; an accelerator's: its roofline)."""
+        if self.accelerator is not None:
+            return self.accelerator.step_time(cost)
+        return proportional(cost.flops / cost.batch, self.total_gflops * 1e9)
+
+    def dilated(self, k: float) -> "Speed":
+        """The same device k times slower: every step time of it times k (virtual time)."""
+        acc = self.accelerator
+        if acc is not None:
+            acc = acc.model_copy(update=dict(peak_tflops=acc.peak_tflops / k, memory_gbps=acc.memory_gbps / k,
+                                             overhead_ms=acc.overhead_ms * k))
+        return self.model_copy(update=dict(gflops=self.gflops / k, accelerator=acc))
+
 
 class Device(StrictModel):
     """A catalog entry: cores, memory, speed, and what the speed rests on."""
 
     cores: int = Field(..., ge=1, le=256)
     memory: Bytes = Field(..., description="the device's RAM: the node's memory limit unless its profile sets one")
-    gflops: float = Field(..., gt=0, le=10_000, description="effective GFLOP/s per core (" + UNIT + ")")
+    gflops: Optional[float] = Field(None, gt=0, le=10_000, description="effective GFLOP/s per core (" + UNIT +
+                                    "); an accelerator's follows from its roofline")
+    accelerator: Optional[Accelerator] = Field(None, description="a GPU's roofline instead of gflops")
+    power: Optional[Power] = Field(None, description="idle and training power, watts, with their source")
     source: str = Field("", max_length=MAX_TEXT, description="the published measurement or datasheet, citable")
     derivation: str = Field("", max_length=MAX_TEXT, description="how the speed follows from the source")
     estimate: bool = Field(False, description="true where the speed is an estimate, not a measurement")
@@ -72,11 +129,15 @@ class Device(StrictModel):
             raise ValueError("derivation: missing; say how the speed follows from the source")
         if self.memory is None:
             raise ValueError("memory: missing")
+        if (self.gflops is None) == (self.accelerator is None):
+            raise ValueError("gflops: give gflops (a CPU) or accelerator (a GPU's roofline), one of them")
         return self
 
     @property
     def speed(self) -> Speed:
-        return Speed(gflops=self.gflops, cores=self.cores)
+        acc = self.accelerator
+        gflops = acc.peak_tflops * 1e3 * acc.efficiency / self.cores if acc is not None else float(self.gflops or 0)
+        return Speed(gflops=gflops, cores=self.cores, accelerator=acc, power=self.power)
 
 
 def check_name(name: Any) -> Optional[str]:
