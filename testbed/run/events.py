@@ -63,6 +63,7 @@ class Events:
         # a scenario event's time says where it came from; a request's or an availability plan's says why
         when = f"at_step {change.step}; " if change.step is not None else \
             f"{change.source}; " if change.time is None or not change.source.startswith("events[") else ""
+        wall = f" (the wall's: k {self.dilation:g})" if self.dilation != 1 and change.fields else ""
         self.table.write(time=applied_at, scheduled_time=change.time, target=change.node, action=change.action,
-                         detail=f"{when}{change.describe()} -> {detail}".strip())
+                         detail=f"{when}{change.describe()} -> {detail}{wall}".strip())
         self.say(f"[{applied_at / self.dilation:7.1f}s] event {change.action} {change.node}: {detail}")
