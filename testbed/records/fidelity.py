@@ -192,13 +192,25 @@ def one_line(fid: dict) -> str:
     short = {n: e["shortfall_seconds"] for n, e in fid.get("links", {}).items() if e["shortfall_seconds"]}
     if not starved and not short:
         judged = sum(e["judged"] for e in fid.get("nodes", {}).values())
-        return f"fidelity: faithful ({judged} node-intervals judged, none starved, no link short of its rate)"
+        return (f"fidelity: faithful ({judged} node-intervals judged, none starved, no link short of its rate)"
+                + dilation_note(fid))
     parts = []
     if starved:
         parts.append("starved (CPU wanted, under {:.0%} of quota): ".format(GOT_SHARE) + _worst(starved))
     if short:
         parts.append("links short of their rate: " + _worst(short))
-    return "fidelity: NOT faithful: " + "; ".join(parts) + " (summary.json 'fidelity', fidelity.csv)"
+    return ("fidelity: NOT faithful: " + "; ".join(parts) + " (summary.json 'fidelity', fidelity.csv)"
+            + dilation_note(fid))
+
+
+def dilation_note(fid: dict) -> str:
+    """What the run's load says of its dilation (run.dilation.enough_dilation), where it says
+    something: a dilated run, or one whose load did not fit."""
+    d = fid.get("dilation") or {}
+    k, enough = d.get("k"), d.get("enough")
+    if k is None or enough is None or (k == 1 and enough <= 1):
+        return ""
+    return f"; dilation: k {k:g} ran, k {enough:g} fits this load"
 
 
 def _worst(seconds: dict[str, float], shown: int = LINE_NODES) -> str:

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from testbed.errors import BadInput
 from testbed.records.virtual import Virtual
-from testbed.scenario.profiles import Profile, cpu_quota_problem
+from testbed.scenario.profiles import DEFAULT_CPU_PERIOD_S, MAX_CPU_PERIOD_S, Profile, cpu_quota_problem
 from testbed.scenario.schema import Scenario
 
 MAX_DILATION = 64.0
@@ -70,10 +70,18 @@ def dilate_model(model: BaseModel, k: float, path: str = "") -> BaseModel:
                              for key, v in value.items()}
     out = model.model_copy(update=updates)
     if isinstance(out, Profile) and out.cpus is not None:
+        out = out.model_copy(update={"cpu_period": wall_period(out.cpu_period, k)})
         problem = cpu_quota_problem(out.cpus, out.cpu_period)
         if problem:
             raise DilationError(f"{path}cpus: under dilation {k:g}, {problem}")
     return out
+
+
+def wall_period(period: Optional[float], k: float) -> float:
+    """A quota's CFS period on the wall: k times the world's (at most the kernel's 1 s), so that
+    a period holds the same CPU time at cpus / k and CFS's rhythm (a burst at full speed up to
+    the quota, then a wait for the next period) is the world's rhythm, k times slower."""
+    return min(MAX_CPU_PERIOD_S, (period if period is not None else DEFAULT_CPU_PERIOD_S) * k)
 
 
 def dilate_params(name: str, params: dict, k: float) -> dict:

@@ -299,3 +299,15 @@ def test_intervals_over_before_the_first_training_step_are_the_nodes_start():
     assert fid["nodes"]["w0"]["judged"] == 1 and fid["nodes"]["w0"]["startup"] == 1
     assert fid["nodes"]["w0"]["starved_seconds"] == 0.5 and fid["faithful"] is False
     assert summarize([before_training(early, 1.6)])["faithful"] is True
+
+
+def test_the_line_says_which_dilation_fits_the_load():
+    from testbed.records.fidelity import one_line
+
+    fid = {"nodes": {"w0": {"starved_seconds": 0.0, "judged": 9}}, "links": {},
+           "dilation": {"k": 2.0, "enough": 1.5}}
+    assert one_line(fid).endswith("no link short of its rate); dilation: k 2 ran, k 1.5 fits this load")
+    fid["dilation"] = {"k": 1.0, "enough": 1.0}
+    assert one_line(fid).endswith("of its rate)")
+    fid["dilation"] = {"k": 1.0, "enough": 3.0}
+    assert one_line(fid).endswith("; dilation: k 1 ran, k 3 fits this load")

@@ -42,7 +42,8 @@ def test_every_time_the_world_states_is_k_times_as_long_and_every_rate_k_times_s
     assert w.algorithm.params == {"deadline_s": 16, "clients": 2}
     assert factor(w) == 4
     # what is not a quantity of the world stays as stated
-    assert (edge.loss, edge.cpu_period, w.stop.steps, w.workload.batch_size, w.seed) == (0.01, 0.05, 100, 32, 0)
+    assert edge.cpu_period == pytest.approx(0.2)  # 50 ms x 4: a period holds the world's CPU time
+    assert (edge.loss, w.stop.steps, w.workload.batch_size, w.seed) == (0.01, 100, 32, 0)
     traced = w.profiles["traced"]
     assert (traced.trace_resolution, traced.trace_offset) == (0.2, 3)  # its replay schedule dilates instead
     assert sc.profiles["edge"].bandwidth == 10e6 and sc.stop.seconds == 60  # the world's scenario untouched
@@ -61,10 +62,14 @@ def test_a_factor_outside_1_to_64_is_refused():
     assert validate_schema({"dilation": "auto"}).dilation == "auto"
 
 
-def test_a_quota_dilated_under_the_kernels_floor_names_the_field():
+def test_a_quotas_period_stretches_with_it_up_to_the_kernels_second():
     sc = parse_scenario({"profiles": {"tiny": {"cpus": 0.02}}, "workers": [{"count": 1, "profile": "tiny"}]})
-    with pytest.raises(DilationError, match=r"^profiles\.tiny\.cpus: under dilation 4, .*kernel's 1ms"):
-        wall_scenario(sc, 4)
+    tiny = wall_scenario(sc, 4).profiles["tiny"]
+    assert (tiny.cpus, tiny.cpu_period) == (pytest.approx(0.005), pytest.approx(0.4))  # 2 ms a period, as at k 1
+    assert wall_scenario(sc, 20).profiles["tiny"].cpu_period == 1.0
+    with pytest.raises(DilationError, match=r"^profiles\.tiny\.cpus: under dilation 40, .*kernel's 1ms"):
+        wall_scenario(sc, 40)  # 0.0005 cores over the longest period: under the kernel's floor
+    assert sc.profiles["tiny"].cpu_period is None
 
 
 def test_a_command_workload_is_refused_under_dilation_in_one_line():
@@ -75,7 +80,7 @@ def test_a_command_workload_is_refused_under_dilation_in_one_line():
 
 # Fields that hold a time or a rate of something other than the emulated world: each says why.
 NOT_THE_WORLDS = {
-    ("Profile", "cpu_period"): "the host's CFS period",
+    ("Profile", "cpu_period"): "scaled with its quota (scenario.dilation.wall_period)",
     ("Direction", "trace_resolution"): "the trace's own clock: its replay schedule dilates",
     ("Direction", "trace_offset"): "the trace's own clock",
     ("Profile", "trace_resolution"): "the trace's own clock",
