@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional
 
-from testbed.node.trace_replay import starting_at
+from testbed.node.trace_replay import TraceReplay, starting_at
 from testbed.plan.cluster import ClusterSpec, Node
 from testbed.records import metrics
 from testbed.run.monitor import LiveState
@@ -85,11 +85,11 @@ class Events:
 
 
 class LinkTraces:
-    """Link events' traces, handed to the run's trace replay (runtimes.replay.RunnerReplay): a
+    """Link events' traces, handed to the run's trace replay (runtimes.replay.RunnerReplay's `follow`): a
     direction's schedule is built as a profile's `trace:` is (at its resolution, loop and offset,
     the latency column too), begun at the event's time, in place of the direction's earlier trace."""
 
-    def __init__(self, replay: RunnerReplay, seed: int):
+    def __init__(self, replay: TraceReplay, seed: int):
         self.replay, self.seed = replay, seed
 
     def follow(self, node: str, fields: dict, at: float) -> str:
