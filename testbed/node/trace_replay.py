@@ -159,9 +159,11 @@ class TraceReplay:
     def node(self, name: str) -> Optional[NodeReplay]:
         return next((n for n in self.nodes if n.node == name), None)
 
-    def follow(self, name: str, which: str, rates: TraceSchedule, delays: Optional[TraceSchedule] = None) -> NodeReplay:
+    def follow(self, name: str, which: str, rates: TraceSchedule, delays: Optional[TraceSchedule] = None,
+               now: Optional[float] = None) -> NodeReplay:
         """From now on a node's direction follows `rates` (and `delays`, one-way, where the trace has
-        them) in place of any trace it followed: set at the next tick. The node's replay after it."""
+        them) in place of any trace it followed: set at run time `now` (None: at the next tick),
+        so the trace's first tick is not lost. The node's replay after it."""
         with self._lock:
             n = self.node(name)
             if n is None:
@@ -174,6 +176,9 @@ class TraceReplay:
                 n.applied_delay.pop(which, None)
             else:
                 n.delays.pop(which, None)
+            if now is not None:
+                self._step_rates(n, now)
+                self._step_delays(n, now)
             return n
 
     def unfollow(self, name: str, which: str) -> Optional[NodeReplay]:

@@ -55,8 +55,8 @@ class Events:
             self.live.killed.add(n)
         if change.action == "link" and self.traces is not None:
             if "trace" in change.fields:  # a timed event's trace starts when it was due, not a tick late
-                return self.traces.follow(n, change.fields, change.time if change.time is not None else
-                                          time.time() - self.t0)
+                now = time.time() - self.t0
+                return self.traces.follow(n, change.fields, change.time if change.time is not None else now, now)
             if "rate" in change.fields:  # the rate given holds: no trace sets it back
                 ended = self.traces.unfollow(n, change.fields["direction"])
                 return ended + self.runtime.apply_change(change.action, n, change.fields)
@@ -92,7 +92,8 @@ class LinkTraces:
     def __init__(self, replay: TraceReplay, seed: int):
         self.replay, self.seed = replay, seed
 
-    def follow(self, node: str, fields: dict, at: float) -> str:
+    def follow(self, node: str, fields: dict, at: float, now: Optional[float] = None) -> str:
+        """The event's trace followed from run time `at`; its rate due `now` (run time) set at once."""
         d = Direction(**{k: v for k, v in fields.items() if k in EVENT_TRACE_FIELDS})
         said = []
         for which in _directions(fields["direction"]):
@@ -101,7 +102,8 @@ class LinkTraces:
                 raise ValueError(f"{node}: a trace event without a trace")
             rates = starting_at(traced, at)
             delays = delay_schedule(d, which, self.seed, node)
-            self.replay.follow(node, which, rates, starting_at(delays, at) if delays is not None else None)
+            self.replay.follow(node, which, rates, starting_at(delays, at) if delays is not None else None,
+                               now=at if now is None else max(now, at))
             said.append(f"{which} follows the trace from {at:.1f} s, every {rates.resolution:g} s"
                         + (" (its latency too)" if delays is not None else ""))
         return "; ".join(said)

@@ -97,8 +97,9 @@ class RunnerReplay(TraceReplay):
                 self.runtime.replay_on_node(n.node, schedules_to_wire(n.schedules), self.t0):
             self.remote.add(n.node)
 
-    def follow(self, name: str, which: str, rates: TraceSchedule, delays: Optional[TraceSchedule] = None) -> NodeReplay:
-        n = super().follow(name, which, rates, delays)
+    def follow(self, name: str, which: str, rates: TraceSchedule, delays: Optional[TraceSchedule] = None,
+               now: Optional[float] = None) -> NodeReplay:
+        n = super().follow(name, which, rates, delays, now)
         self.hand_over(n)
         return n
 

@@ -2,6 +2,7 @@
 trace's resolution from the event's time, in place of the direction's earlier trace, until an
 event sets the rate; on a runtime whose nodes replay themselves, handed to the node again."""
 
+import time
 from pathlib import Path
 
 import pytest
@@ -56,7 +57,8 @@ class Runtime:
         return self.self_replaying
 
 
-def _run(tmp_path, events, profile=None, runtime=None):
+def _run(tmp_path, events, profile=None, runtime=None, now=None):
+    """The run's pieces, its clock `now` s after the nodes' start (the first event's time)."""
     sc = parse_scenario({"name": "t", "profiles": {"edge": profile or {"bandwidth": "10mbit"}},
                          "workers": [{"count": 2, "profile": "edge"}], "events": events})
     spec = build_cluster(sc, "abc")
@@ -64,6 +66,7 @@ def _run(tmp_path, events, profile=None, runtime=None):
     replay = start_replay(rt, spec, sc.seed, tmp_path, 0.0, event_trace_tick(sc))
     ev = Events(rt, spec, {}, lambda node: None, LiveState(), tmp_path, lambda line: None, replay=replay,
                 seed=sc.seed)
+    ev.t0 = time.time() - (now if now is not None else sc.events[0].at)  # as Events.start sets it
     return sc, rt, replay, ev
 
 
@@ -85,11 +88,22 @@ def test_an_events_trace_steps_every_100ms_from_the_events_time(tmp_path):
     assert [(c.time, c.node, c.fields) for c in changes] == [(5.0, "w1", {"direction": "up", "trace": str(trace)})]
     assert replay.tick == 0.1 and replay.nodes == []  # nothing traced before the event
     assert "up follows the trace from 5.0 s, every 0.1 s" in ev.apply(changes[0])
-    got = _tick_rates(rt, replay, "w1", "up", [5.0 + 0.1 * k for k in range(10)])
+    assert rt.rates == [("w1", {"up": PER_TICK[0] * FRAME / 0.1})]  # the first tick's rate at once
+    got = _tick_rates(rt, replay, "w1", "up", [5.0 + 0.1 * k for k in range(1, 10)])
     # each 100 ms its own rate (an empty tick: one frame a tick), where a per-second binning held one
-    assert got == [max(n, 1) * FRAME / 0.1 for n in PER_TICK]
+    assert got == [max(n, 1) * FRAME / 0.1 for n in PER_TICK[1:]]
     assert _tick_rates(rt, replay, "w1", "up", [6.0]) == [PER_TICK[0] * FRAME / 0.1]  # it loops
     assert not any(n == "w0" for n, _ in rt.rates)
+
+
+def test_an_event_applied_late_starts_where_the_trace_is_by_then(tmp_path):
+    trace = _mahimahi(tmp_path / "lte.up")
+    sc, rt, replay, ev = _run(tmp_path, [{"at": 2, "target": "w0", "action": "link", "direction": "up",
+                                          "trace": str(trace)}], now=2.35)
+    ev.apply(expand_events(sc)[0])  # the timeline came 0.35 s late (a busy host)
+    assert rt.rates == [("w0", {"up": PER_TICK[3] * FRAME / 0.1})]
+    assert _tick_rates(rt, replay, "w0", "up", [2.4, 2.5]) == [max(PER_TICK[4], 1) * FRAME / 0.1,
+                                                                PER_TICK[5] * FRAME / 0.1]
 
 
 def test_an_events_trace_settings_are_a_directions(tmp_path):
@@ -99,10 +113,11 @@ def test_an_events_trace_settings_are_a_directions(tmp_path):
                                           "trace_offset": "0.4s"}])
     assert replay.tick == pytest.approx(0.2)
     ev.apply(expand_events(sc)[0])
-    got = _tick_rates(rt, replay, "w0", "up", [2.0, 2.2, 2.4, 2.6, 3.0, 4.0])
     per_200ms = [(PER_TICK[k] + PER_TICK[k + 1]) * FRAME / 0.2 for k in range(0, 10, 2)]
-    # from 0.4 s into the trace; at its end it holds its last rate (no change made)
-    assert got == [per_200ms[2], per_200ms[3], per_200ms[4], None, None, None]
+    assert rt.rates == [("w0", {"up": per_200ms[2]})]  # from 0.4 s into the trace
+    got = _tick_rates(rt, replay, "w0", "up", [2.0, 2.2, 2.4, 2.6, 3.0, 4.0])
+    # at its end it holds its last rate (no change made)
+    assert got == [None, per_200ms[3], per_200ms[4], None, None, None]
 
 
 def test_an_events_trace_replaces_the_profiles_and_a_rate_ends_it(tmp_path):
@@ -114,7 +129,8 @@ def test_an_events_trace_replaces_the_profiles_and_a_rate_ends_it(tmp_path):
     first, rate_event = expand_events(sc)
     ev.apply(first)
     assert replay.node("w0").schedules["up"] is not profile_up
-    assert _tick_rates(rt, replay, "w0", "up", [2.0, 2.1]) == [PER_TICK[0] * FRAME / 0.1, PER_TICK[1] * FRAME / 0.1]
+    assert rt.rates[-1][0] == "w0" and rt.rates[-1][1]["up"] == PER_TICK[0] * FRAME / 0.1
+    assert _tick_rates(rt, replay, "w0", "up", [2.1, 2.2]) == [PER_TICK[1] * FRAME / 0.1, PER_TICK[2] * FRAME / 0.1]
     assert replay.node("w1").schedules["up"] is not None  # the other node's profile trace goes on
     said = ev.apply(rate_event)
     assert said.startswith("up+down trace ended; ") and rt.changes[-1] == ("w0", "link", rate_event.fields)
@@ -136,7 +152,7 @@ def test_a_self_replaying_node_is_handed_the_events_trace(tmp_path):
     assert node == "w0" and set(wire) == {"up"} and wire["up"]["offset"] == pytest.approx(-7.0)
     sched = schedules_from_wire(wire)["up"]  # what the node checks and replays, by the run's clock
     assert [sched.rate_at(7.0 + 0.1 * k) for k in range(10)] == [max(n, 1) * FRAME / 0.1 for n in PER_TICK]
-    assert _tick_rates(rt, replay, "w0", "up", [7.0]) == [PER_TICK[0] * FRAME / 0.1]  # the runner's books
+    assert rt.rates == [("w0", {"up": PER_TICK[0] * FRAME / 0.1})]  # the runner's books, at once
     ev.apply(rate_event)
     assert rt.handed[-1] == ("w0", {})  # the node's replay stops
     with pytest.raises(ValueError, match="offset"):
