@@ -13,8 +13,11 @@ compared with the rate the trace set for window k:
 - TCP: goodput (payload at the receiver) over the section, beside the trace's mean.
 
 Each repetition replays another section of the trace (offset `rep * seconds`); the first second
-of each (the flow starting) is left out. Compares wire rates (frames with their headers) with the
-trace's; goodput sits below by the headers (Kollaps#47) and, for TCP, by its own dynamics.
+of each (the flow starting) is left out. `via`: the trace given on the profile's uplink
+(`trace:`), or by a timeline event (`{at: 0s, target: w0, action: link, direction: up, trace:}`,
+its schedule built and handed to the replay as a run's LinkTraces does) on a plain link.
+Compares wire rates (frames with their headers) with the trace's; goodput sits below by the
+headers (Kollaps#47) and, for TCP, by its own dynamics.
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ from testbed.bench.links import udp_sink
 from testbed.node.trace_replay import TraceReplay, schedules_to_wire
 from testbed.run.flows import BENCH_PORT, tcp_sink, tcp_source
 from testbed.runtimes.replay import replays_of
+from testbed.scenario.traces import trace_file
 
 # (label, the trace w0's uplink replays): a library path picks that direction's file
 TRACES = (("att-lte-driving", "mahimahi/ATT-LTE-driving.down"),
           ("verizon-lte-short", "mahimahi/Verizon-LTE-short.down"),
           ("norway-hsdpa-bus", "norway-bus"))
+VIAS = ("profile", "event")  # how the trace is given: a profile's `trace:`, a timeline link event's
+RESOLUTION_S = 0.1
 PAYLOAD = 1400  # datagrams that fit every runtime's MTU unfragmented (swarm's overlay: 1450)
 TARGET_MAE, TARGET_PEARSON = 0.05, 0.9
 
@@ -175,31 +181,49 @@ def _one_section(bench: Bench, rt, spec, replay: TraceReplay, flow: str, seconds
     return out
 
 
+def section_replay(rt, spec, via: str, ref: str, offset: float) -> TraceReplay:
+    """w0's uplink replaying the trace from `offset` s into it: given on the profile, or by an event at 0 s."""
+    if via == "profile":
+        base = replays_of(spec, 0)[0]
+        sched = replace(base.schedules["up"], offset=offset)
+        return TraceReplay([replace(base, schedules={"up": sched}, applied={})], rt.set_rates, lambda *row: None,
+                           t0=0.0)
+    # imported here: run.events starts a native thread at import, and a node process imports this
+    # module (its flows' functions) before it gives up its privileges, which needs one thread
+    from testbed.run.events import LinkTraces
+
+    replay = TraceReplay([], rt.set_rates, lambda *row: None, t0=0.0, tick=RESOLUTION_S)
+    LinkTraces(replay, 0).follow("w0", {"direction": "up", "trace": str(trace_file(ref, "up")),
+                                        "trace_resolution": RESOLUTION_S, "trace_offset": offset}, at=0.0)
+    return replay
+
+
 def trace_benchmark(*, seconds: float = 30.0, repetitions: int = 3, runtime: str = "netns",
                     out_dir: Optional[Path] = None, say: Callable[[str], None] = print,
-                    traces=TRACES) -> dict:
+                    traces=TRACES, via: str = "profile") -> dict:
     """Each trace, each repetition (another section), UDP then TCP; targets on UDP's windows."""
+    if via not in VIAS:
+        raise ValueError(f"via: {via} is not one of {', '.join(VIAS)}")
     results = []
     for label, ref in traces:
-        bench = Bench({"uplink": {"trace": ref, "trace_resolution": "100ms"}}, runtime)
+        link = {"trace": ref, "trace_resolution": "100ms"} if via == "profile" else {"rate": "10mbit"}
+        bench = Bench({"uplink": link}, runtime)
         with bench as (rt, spec):
-            base = replays_of(spec, 0)[0]
             for rep in range(repetitions):
                 for flow in ("udp", "tcp"):
-                    sched = replace(base.schedules["up"], offset=rep * (seconds + 2) + (flow == "tcp") * 0.0)
-                    replay = TraceReplay([replace(base, schedules={"up": sched}, applied={})], rt.set_rates,
-                                         lambda *row: None, t0=0.0)
+                    replay = section_replay(rt, spec, via, ref, rep * (seconds + 2.0))
                     r = _one_section(bench, rt, spec, replay, flow, seconds)
-                    r.update(trace=label, file=ref, repetition=rep, offset_s=sched.offset)
+                    r.update(trace=label, file=ref, repetition=rep, offset_s=rep * (seconds + 2.0), via=via)
                     results.append(r)
                     say(f"{label:18s} rep {rep} {flow}: trace mean {r['trace_mean_bps'] / 1e6:6.2f} Mbit/s  wire "
                         f"{r['wire_mean_bps'] / 1e6:6.2f}  MAE {100 * r['mae_fraction']:5.1f}%  r {r['pearson']:.3f}  "
                         f"goodput {(r['goodput_bps'] or 0) / 1e6:6.2f}")
         if bench.problems:
             say(f"teardown problems: {bench.problems}")
-    out = save_result(_summary(results, seconds, repetitions, runtime), out_dir, f"trace-{runtime}.json", say)
+    name = f"trace-{runtime}" + ("" if via == "profile" else f"-{via}")
+    out = save_result({**_summary(results, seconds, repetitions, runtime), "via": via}, out_dir, f"{name}.json", say)
     if out_dir is not None:
-        say(f"wrote {draw_trace_figure(out, Path(out_dir).parent / 'plots' / f'bench-trace-{runtime}.png')}")
+        say(f"wrote {draw_trace_figure(out, Path(out_dir).parent / 'plots' / f'bench-{name}.png')}")
     return out
 
 
@@ -227,7 +251,8 @@ def draw_trace_figure(result: dict, path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper right")
     axes[-1].set_xlabel("seconds into the section (100 ms windows)")
-    fig.suptitle(f"edgebed bench trace ({result['runtime']}): the link's wire rate against the replayed trace")
+    fig.suptitle(f"edgebed bench trace ({result['runtime']}, the trace on {result.get('via', 'profile')}): "
+                 "the link's wire rate against the replayed trace")
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     return path

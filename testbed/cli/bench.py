@@ -331,14 +331,22 @@ def bench_trace(quick: bool = typer.Option(False, "--quick", help="10 s per trac
                 seconds: float = typer.Option(30.0, help="seconds per section (each flow, each repetition)"),
                 repetitions: int = typer.Option(3, help="sections of each trace replayed"),
                 runtime: str = runtime_option("netns", "netns | docker | swarm (on the lab: edgebed lab up)"),
+                via: str = typer.Option("profile", help="the trace given on the profile's link (profile) or by a "
+                                        "timeline link event (event)"),
+                only: str = typer.Option("", help="these traces only, comma-separated (att-lte-driving, "
+                                         "verizon-lte-short, norway-hsdpa-bus)"),
                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """A link replaying 3 recorded traces at 10 Hz: wire rate vs the trace per 100 ms (UDP, TCP)."""
-    from testbed.bench.trace import trace_benchmark
+    from testbed.bench.trace import TRACES, trace_benchmark
 
     if quick:
         seconds, repetitions = 10.0, 1
+    names = [n.strip() for n in only.split(",") if n.strip()]
+    traces = tuple(t for t in TRACES if not names or t[0] in names)
+    if not traces:
+        raise typer.BadParameter(f"no trace of {', '.join(t[0] for t in TRACES)}", param_hint="--only")
     exit_unless_ok(trace_benchmark(seconds=seconds, repetitions=repetitions, runtime=runtime, out_dir=out,
-                                   say=typer.echo))
+                                   say=typer.echo, traces=traces, via=via))
 
 
 @bench_app.command("device")

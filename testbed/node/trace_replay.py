@@ -12,6 +12,11 @@ A node whose link went away with it (a docker container that exited: Docker remo
 pair) makes `set_rates` raise `LinkGone`: the replay leaves that node (summary.json's
 trace_replay.ended), a change that failed otherwise is counted as failed with where it raised.
 
+A timeline `link` event with a trace (run/events.py) hands its schedules to a running replay
+(`follow`): from the event's time they replace that direction's earlier trace, at the trace's own
+resolution, on the same clock; a later event that sets the direction's rate ends it (`unfollow`).
+A schedule that starts at run time T has its offset moved back by T (`starting_at`).
+
 A latency trace (scenario/latency_traces.py) is a second schedule per direction (`delays`), of
 one-way delays, on the same clock: `set_delay(node, which, seconds)` is called when the delay due
 differs from the one set (the runner's `set_link(latency=)` on every runtime).
@@ -30,7 +35,7 @@ import random
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -82,12 +87,18 @@ class TraceReplay:
                  record: Callable[..., None], t0: float,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], None]] = None,
                  set_loss: Optional[Callable[[str, str, float], None]] = None,
-                 set_delay: Optional[Callable[[str, str, float], None]] = None, default_tick: float = 0.1):
+                 set_delay: Optional[Callable[[str, str, float], None]] = None, tick: Optional[float] = None):
         self.nodes, self.set_rates, self.record, self.t0, self.clock = list(nodes), set_rates, record, t0, clock
         self.set_loss = set_loss  # (node, "up"/"down", probability): the bursty-loss chains' state
         self.set_delay = set_delay  # (node, "up"/"down", one-way seconds): a latency trace's
+        # `tick`: the finest resolution of the traces that events hand over later (`follow`); such a
+        # replay keeps ticking with no node yet
+        self.open = tick is not None
         self.tick = min((s.resolution for n in nodes for s in (*n.schedules.values(), *n.delays.values())),
-                        default=default_tick)
+                        default=tick if tick is not None else 0.1)
+        if tick is not None:
+            self.tick = min(self.tick, tick)
+        self._lock = threading.Lock()  # `follow` comes from the timeline's thread, ticks from this one
         self._stop = threading.Event()
         self._sleep = sleep or (lambda s: self._stop.wait(s))
         self._thread: Optional[threading.Thread] = None
@@ -96,6 +107,10 @@ class TraceReplay:
 
     def run_once(self, t: float) -> None:
         """Apply what is due at run time `t` (seconds since the nodes started)."""
+        with self._lock:
+            self._run_once(t)
+
+    def _run_once(self, t: float) -> None:
         self.counts["ticks"] += 1
         for n in list(self.nodes):
             try:
@@ -140,6 +155,44 @@ class TraceReplay:
             n.applied_delay[which] = delay
             self.counts["changes"] += 1
             self.record(t, n.node, which, n.applied.get(which), n.delays[which].trace_time(t), delay)
+
+    def node(self, name: str) -> Optional[NodeReplay]:
+        return next((n for n in self.nodes if n.node == name), None)
+
+    def follow(self, name: str, which: str, rates: TraceSchedule, delays: Optional[TraceSchedule] = None,
+               now: Optional[float] = None) -> NodeReplay:
+        """From now on a node's direction follows `rates` (and `delays`, one-way, where the trace has
+        them) in place of any trace it followed: set at run time `now` (None: at the next tick),
+        so the trace's first tick is not lost. The node's replay after it."""
+        with self._lock:
+            n = self.node(name)
+            if n is None:
+                n = NodeReplay(name, {})
+                self.nodes.append(n)
+            n.schedules[which] = rates
+            n.applied.pop(which, None)
+            if delays is not None:
+                n.delays[which] = delays
+                n.applied_delay.pop(which, None)
+            else:
+                n.delays.pop(which, None)
+            if now is not None:
+                self._step_rates(n, now)
+                self._step_delays(n, now)
+            return n
+
+    def unfollow(self, name: str, which: str) -> Optional[NodeReplay]:
+        """A node's direction follows no trace from now on (its rate is set otherwise): the node's
+        replay after it, or None where that direction followed none."""
+        with self._lock:
+            n = self.node(name)
+            if n is None or which not in n.schedules:
+                return None
+            del n.schedules[which]
+            n.applied.pop(which, None)
+            n.delays.pop(which, None)
+            n.applied_delay.pop(which, None)
+            return n
 
     def forget_applied(self) -> None:
         """Apply every node's due rates and delays again at the next tick (the link was reshaped
@@ -189,7 +242,7 @@ class TraceReplay:
             k += 1
 
     def start(self) -> None:
-        if self.nodes:
+        if self.nodes or self.open:
             self._thread = threading.Thread(target=self._loop, name="edgebed-trace-replay", daemon=True)
             self._thread.start()
 
@@ -224,6 +277,13 @@ class GilbertElliott:
         return share * self.bad_loss + (1 - share) * self.good_loss
 
 
+def starting_at(schedule: TraceSchedule, at: float) -> TraceSchedule:
+    """`schedule` begun at run time `at` instead of at the nodes' start: at `at` it is where its
+    offset says (before `at` it is not followed)."""
+    return replace(schedule, offset=schedule.offset - at)
+
+
+MAX_START_S = 366 * 86400.0  # how late in a run an event's trace may start (`starting_at`), on the wire
 MAX_TICKS = 200_000  # a schedule's ticks a node takes (a week at 100 ms would be 6 M: loop a shorter one)
 
 
@@ -248,8 +308,9 @@ def schedules_from_wire(data: dict) -> dict[str, TraceSchedule]:
         if (not isinstance(res, (int, float)) or isinstance(res, bool)
                 or not MIN_RESOLUTION_S <= res <= MAX_RESOLUTION_S):
             raise ValueError(f"schedules.{which}.resolution: not within {MIN_RESOLUTION_S}-{MAX_RESOLUTION_S} s")
-        if not isinstance(offset, (int, float)) or isinstance(offset, bool) or not 0 <= offset <= len(rates) * res:
-            raise ValueError(f"schedules.{which}.offset: not within the trace")
+        if not isinstance(offset, (int, float)) or isinstance(offset, bool) or \
+                not -MAX_START_S <= offset <= len(rates) * res:
+            raise ValueError(f"schedules.{which}.offset: not within the trace, nor a start within a year")
         out[which] = TraceSchedule(tuple(float(r) for r in rates), float(res), d.get("loop") is not False,
                                    float(offset))
     return out

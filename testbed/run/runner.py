@@ -38,6 +38,7 @@ from testbed.run.monitor import LiveState, Monitor, Sampler
 from testbed.run.progress import FleetProgress
 from testbed.run.streams import relay_external_broker, start_streams
 from testbed.run.summary import control_drops, ps_info, summarize
+from testbed.run.timeline import event_trace_tick
 from testbed.run.trainers import Trainers
 from testbed.runtimes import auto_note, runtime_class, select_runtime
 from testbed.runtimes.preflight import files_needed, may_raise_limits, preflight
@@ -280,10 +281,11 @@ class Run:
         if self.per_round:  # a device's trainer starts when the PS selects it
             self.trainers = Trainers(spec, self.procs, self.start_node, self.hub.take_trainers, self.offline, self.t0)
             self.trainers.start()
+        # the replay first: an event at 0 s may hand it a trace
+        self.replay = start_replay(self.runtime, spec, self.sc.seed, self.run_dir, self.t0, event_trace_tick(self.sc))
         events = Events(self.runtime, spec, self.procs, self.start_node, self.live, self.run_dir, self.say,
-                        per_round=self.per_round)
+                        per_round=self.per_round, replay=self.replay, seed=self.sc.seed)
         self.timeline = events.start(self.sc, self.t0)
-        self.replay = start_replay(self.runtime, spec, self.sc.seed, self.run_dir, self.t0)
 
     def watch(self) -> tuple[str, str]:
         """From the nodes' start to the run's end: (status, reason)."""

@@ -17,7 +17,10 @@ node liveness, applied by the runner while the run goes on, each recorded in eve
 A trace is a CSV of `time,bandwidth[,latency]` (seconds from the event's time; a rate such as
 `12mbit` or bit/s; seconds or `20ms`), or a Mahimahi packet-delivery trace (`*.up`, `*.down`,
 `*.mahi`: one line per 1500-byte delivery opportunity, in ms), the format of the public cellular
-traces, binned per second. It expands into one link change per row.
+traces. It is replayed as a profile's `trace:` is (node/trace_replay.py: the HTB class's rate
+changed in place every `trace_resolution`, 100 ms by default; `trace_loop` and `trace_offset` as
+a direction's), from the event's time, in place of any trace the direction followed, until a
+later link event sets the direction's rate (run/events.py).
 
 Targets are node names (ps, eval, w0, ...), a worker group's name (its `name:` prefix, `w` for
 unnamed groups) or `workers`. The engine (Timeline) runs beside the runner's monitor: it sleeps
@@ -37,9 +40,9 @@ from typing import Callable, Optional
 from testbed.node import untrusted
 from testbed.plan.availability import offline_modes, plan_offline
 from testbed.scenario import units
-from testbed.scenario.dilation import dilate_model, factor, mark_of
+from testbed.scenario.dilation import dilate_model, mark_of
 from testbed.scenario.schema import Event, resolve_target
-from testbed.scenario.traces import read_link_trace
+from testbed.scenario.traces import DEFAULT_RESOLUTION_S
 
 
 @dataclass(order=True)
@@ -52,7 +55,7 @@ class Change:
     node: str
     action: str
     fields: dict = field(compare=False, default_factory=dict)
-    source: str = field(compare=False, default="")  # e.g. "events[3]" or "events[3] trace row 12"
+    source: str = field(compare=False, default="")  # e.g. "events[3]" or "availability: offline"
 
     def __post_init__(self):
         self.sort_key = (0 if self.time is not None else 1, self.time or 0.0, self.step or 0)
@@ -79,7 +82,15 @@ def _show(key: str, v) -> str:
 
 
 # Event fields a request may not set: when and to whom are the request's own; a trace is a file's
-REQUEST_FORBIDS = ("at", "at_step", "target", "action", "trace")
+REQUEST_FORBIDS = ("at", "at_step", "target", "action", "trace", "trace_resolution", "trace_loop", "trace_offset")
+# A link event's trace and how it is replayed, as a direction's (scenario/links.py)
+EVENT_TRACE_FIELDS = ("trace", "trace_resolution", "trace_loop", "trace_offset")
+
+
+def event_trace_tick(sc) -> Optional[float]:
+    """The finest resolution of the scenario's link events' traces (None: no event has a trace)."""
+    return min((ev.trace_resolution or DEFAULT_RESOLUTION_S for ev in sc.events
+                if ev.action == "link" and ev.trace is not None), default=None)
 
 
 MAX_WORDS = 80  # characters of a node's own words on its request kept in events.csv
@@ -115,19 +126,9 @@ def expand_events(sc) -> list[Change]:
     for i, ev in enumerate(sc.events):
         nodes = resolve_target(sc, ev.target)
         src = f"events[{i}]"
-        if ev.action == "link" and ev.trace is not None:
-            k = factor(sc)  # a trace's rows are the world's: on the wall, k times as long, rates / k
-            rows = [(t * k, rate / k, None if lat is None else lat * k) for t, rate, lat in read_link_trace(ev.trace)]
-            for j, (t, rate, lat) in enumerate(rows):
-                f = {"direction": ev.direction, "rate": rate}
-                if lat is not None:
-                    f["latency"] = lat
-                for n in nodes:
-                    out.append(Change((ev.at or 0.0) + t if ev.at_step is None else None,
-                                      ev.at_step if ev.at_step is not None and t == 0 else None,
-                                      n, "link", f, f"{src} trace row {j + 1}"))
-            continue
         fields = ev.change_fields()
+        if ev.action == "link" and ev.trace is not None:
+            fields.update({k: getattr(ev, k) for k in EVENT_TRACE_FIELDS if getattr(ev, k) is not None})
         if "peers" in fields:  # groups to nodes
             fields["peers"] = sorted({p for ref in fields["peers"] for p in resolve_target(sc, ref)})
         for n in nodes:

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from testbed.kernel.files import replace_text
 from testbed.node.trace_replay import GilbertElliott, NodeReplay, TraceReplay, schedules_to_wire
 from testbed.records.columns import LINK_RATE_COLUMNS, LINK_RATES_FILE
 from testbed.records.metrics import CsvLog
 from testbed.scenario.latency_traces import delay_schedule
-from testbed.scenario.traces import DEFAULT_RESOLUTION_S, direction_schedule
+from testbed.scenario.traces import DEFAULT_RESOLUTION_S, TraceSchedule, direction_schedule
 
 DIRECTIONS = (("up", "uplink"), ("down", "downlink"))
 
@@ -42,11 +42,13 @@ def replays_of(spec, seed: int) -> list[NodeReplay]:
     return out
 
 
-def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional[TraceReplay]:
+def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float,
+                 tick: Optional[float] = None) -> Optional["RunnerReplay"]:
     """Replay the cluster's link traces on `runtime` (its `set_rates`), each change written to
-    RUN/link_rates.csv (the bring-up's rates as its first rows); None when no link has a trace."""
+    RUN/link_rates.csv (the bring-up's rates as its first rows); None when no link has a trace
+    and no event will start one (`tick`: the finest resolution of the events' traces)."""
     nodes = replays_of(spec, seed)
-    if not nodes:
+    if not nodes and tick is None:
         return None
     path = Path(run_dir) / LINK_RATES_FILE
     replace_text(path, ",".join(LINK_RATE_COLUMNS) + "\n")
@@ -61,26 +63,51 @@ def start_replay(runtime, spec, seed: int, run_dir: Path, t0: float) -> Optional
             sched = n.schedules.get(which) or n.delays[which]
             record(0.0, n.node, which, n.applied.get(which), sched.offset, n.applied_delay.get(which))
         n.applied_loss.update({which: 0.0 for which in n.losses})  # the chains start good (no loss set yet)
-    remote = {n.node for n in nodes if n.schedules and _on_node(runtime, n, t0)}
-
-    def set_rates(node: str, rates: dict[str, float]) -> None:
-        if node in remote:  # a node replaying itself changes its own link: the runner keeps its books
-            runtime.note_rates(node, rates)
-        else:
-            runtime.set_rates(node, rates)
-
-    # Loss and delay change by the runner's clock on every runtime (`set_link`, which also
-    # publishes a transport delay where the kernel has no netem).
-    replay = TraceReplay(nodes, set_rates, record, t0,
-                         set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}),
-                         set_delay=lambda node, which, s: runtime.set_link(node, which, {"latency": s}),
-                         default_tick=DEFAULT_RESOLUTION_S * spec.dilation)
+    # the events' finest resolution, or a loss chain's tick, k times as long on the wall
+    k = spec.dilation
+    wall_tick = tick * k if tick is not None else (DEFAULT_RESOLUTION_S * k if k != 1 else None)
+    replay = RunnerReplay(runtime, nodes, record, t0, wall_tick)
+    for n in nodes:
+        replay.hand_over(n)
     replay.start()
     return replay
 
 
+class RunnerReplay(TraceReplay):
+    """The runner's replay on a runtime. A node that replays its own schedules (swarm) is handed
+    them again whenever an event changes them (`follow`, `unfollow`); the runner keeps the same
+    clock to record the rates and keep its books (`note_rates`). Loss and delay change by the
+    runner's clock on every runtime (`set_link`, which also publishes a transport delay where the
+    kernel has no netem)."""
 
+    def __init__(self, runtime, nodes: list[NodeReplay], record: Callable[..., None], t0: float,
+                 tick: Optional[float] = None):
+        self.runtime = runtime
+        self.remote: set[str] = set()  # the nodes that replay themselves
+        super().__init__(nodes, self._set_rates, record, t0,
+                         set_loss=lambda node, which, p: runtime.set_link(node, which, {"loss": p}),
+                         set_delay=lambda node, which, s: runtime.set_link(node, which, {"latency": s}), tick=tick)
 
-def _on_node(runtime, n: NodeReplay, t0: float) -> bool:
-    """Whether the node replays its own schedules (swarm), told here; else the runner's clock does."""
-    return bool(runtime.replay_on_node(n.node, schedules_to_wire(n.schedules), t0))
+    def _set_rates(self, node: str, rates: dict[str, float]) -> None:
+        if node in self.remote:  # a node replaying itself changes its own link: the runner keeps its books
+            self.runtime.note_rates(node, rates)
+        else:
+            self.runtime.set_rates(node, rates)
+
+    def hand_over(self, n: NodeReplay) -> None:
+        """Tell the node its schedules where it replays them itself (none left: it stops)."""
+        if (n.schedules or n.node in self.remote) and \
+                self.runtime.replay_on_node(n.node, schedules_to_wire(n.schedules), self.t0):
+            self.remote.add(n.node)
+
+    def follow(self, name: str, which: str, rates: TraceSchedule, delays: Optional[TraceSchedule] = None,
+               now: Optional[float] = None) -> NodeReplay:
+        n = super().follow(name, which, rates, delays, now)
+        self.hand_over(n)
+        return n
+
+    def unfollow(self, name: str, which: str) -> Optional[NodeReplay]:
+        n = super().unfollow(name, which)
+        if n is not None:
+            self.hand_over(n)
+        return n

@@ -15,8 +15,7 @@ from testbed.scenario.document import Scenario
 from testbed.scenario.profiles import Profile, cpu_quota_problem
 from testbed.scenario.safe_yaml import excerpt
 from testbed.scenario.streaming import split_host_port
-from testbed.scenario.trace_checks import trace_problems
-from testbed.scenario.traces import read_link_trace
+from testbed.scenario.trace_checks import event_trace_problems, trace_problems
 
 # In all groups together: what names and veth indices take. What a machine can hold is less, and
 # preflight says so (runtimes/preflight.py: memory and open files); one bridge's 1,023 ports
@@ -292,12 +291,7 @@ def _event_problems(sc: Scenario, all_nodes: list[str]) -> list[str]:
         for peer in ev.peers:
             if not resolve_target(sc, peer):
                 lines.append(f"events[{i}].peers: '{peer}' is no node, worker group or 'workers'")
-        if ev.trace is not None:
-            try:
-                read_link_trace(ev.trace)
-            except (OSError, ValueError) as e:
-                lines.append(f"events[{i}].trace: {e}")
-    return lines
+    return lines + event_trace_problems(sc)
 
 
 KAFKA_NEEDS = "kafka runs Apache Kafka from its image"

@@ -69,9 +69,11 @@ def dilate_model(model: BaseModel, k: float, path: str = "") -> BaseModel:
             updates[name] = {key: dilate_model(v, k, f"{where}.{key}.") if isinstance(v, BaseModel) else v
                              for key, v in value.items()}
     out = model.model_copy(update=updates)
-    if isinstance(out, Profile) and out.cpus is not None:
-        out = out.model_copy(update={"cpu_period": wall_period(out.cpu_period, k)})
-        problem = cpu_quota_problem(out.cpus, out.cpu_period)
+    cpus = out.cpus if isinstance(out, Profile) else None
+    if isinstance(out, Profile) and cpus is not None:
+        period = wall_period(out.cpu_period, k)
+        out = out.model_copy(update={"cpu_period": period})
+        problem = cpu_quota_problem(cpus, period)
         if problem:
             raise DilationError(f"{path}cpus: under dilation {k:g}, {problem}")
     return out

@@ -45,3 +45,22 @@ def trace_problems(sc: Any, refs: list[tuple[str, Any]]) -> list[str]:
                     lines.append(f"{where}.{side}.{key}: traces are replayed on access links only (a profile's "
                                  "uplink/downlink or trace)")
     return list(dict.fromkeys(lines))  # a profile's trace: one line, not one per direction
+
+
+def event_trace_problems(sc: Any) -> list[str]:
+    """Each link event's trace read at its resolution, in each direction it changes, as the run will
+    replay it; a trace setting on an event without a trace, or a profile's own, refused."""
+    lines: list[str] = []
+    for i, ev in enumerate(sc.events):
+        profiles_own = [f for f in ("latency_trace", "burst_loss") if getattr(ev, f) is not None]
+        if profiles_own:
+            lines.append(f"events[{i}]: {', '.join(profiles_own)} belong to a profile's link (an event's trace "
+                         "replays its own latency column)")
+        if ev.trace is None:
+            settings = [f for f in ("trace_resolution", "trace_loop", "trace_offset") if getattr(ev, f) is not None]
+            if settings:
+                lines.append(f"events[{i}]: {', '.join(settings)} apply only to a link event with a trace")
+            continue
+        for which in (("up", "down") if ev.direction == "both" else (ev.direction,)):
+            lines += _direction_problem(f"events[{i}]", ev, which)
+    return list(dict.fromkeys(lines))

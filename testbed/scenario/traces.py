@@ -4,8 +4,9 @@
 testbed/traces/ (README there: sources and licences) and its catalog of short names; and a
 direction's replay schedule, the rate at each tick of its resolution (`TraceSchedule`).
 
-An event's trace (`{action: link, trace: FILE}`) is binned per second (`read_link_trace`); a
-link direction's `trace:` is sampled at its resolution, 100 ms by default (`read_trace_rates`)."""
+A link direction's `trace:` and a link event's (`{action: link, trace: FILE}`) are sampled at their
+resolution, 100 ms by default (`read_trace_rates`); `read_link_trace` gives a trace's rows as they are
+(Mahimahi's binned per second)."""
 
 from __future__ import annotations
 

@@ -22,3 +22,25 @@ def test_window_edges_between_reads_and_past_the_last_one():
     assert wire_rates(reads, 0.0, 0.1, 2) == pytest.approx([1e6, 1e6])
     assert wire_rates(reads, 0.05, 0.1, 1) == pytest.approx([1e6])  # both edges between reads
     assert wire_rates(reads, 0.15, 0.1, 1) == pytest.approx([1e6])  # its end past the last read
+
+
+def test_an_events_trace_replays_as_the_profiles():
+    """`--via event` hands the replay the schedule a run's link event would: the same rates per
+    100 ms as the profile's trace, section by section."""
+    from types import SimpleNamespace
+
+    from testbed.bench.trace import TRACES, section_replay
+    from testbed.plan import parse_scenario
+    from testbed.plan.cluster import build_cluster
+
+    label, ref = TRACES[0]
+    sc = parse_scenario({"name": "t", "profiles": {"p": {"uplink": {"trace": ref, "trace_resolution": "100ms"}}},
+                         "workers": [{"count": 1, "profile": "p"}]})
+    spec = build_cluster(sc, "abc")
+    rt = SimpleNamespace(set_rates=lambda node, rates: None)
+    for offset in (0.0, 32.0):
+        by = {via: section_replay(rt, spec, via, ref, offset).nodes[0] for via in ("profile", "event")}
+        assert by["event"].node == by["profile"].node == "w0"
+        profile, event = by["profile"].schedules["up"], by["event"].schedules["up"]
+        assert event.resolution == profile.resolution == 0.1
+        assert [event.rate_at(0.1 * k) for k in range(300)] == [profile.rate_at(0.1 * k) for k in range(300)]

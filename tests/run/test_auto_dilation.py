@@ -90,14 +90,41 @@ def test_a_request_states_the_worlds_rate_and_delay():
 
 
 def test_an_event_trace_is_replayed_k_times_slower(tmp_path):
-    from testbed.run.timeline import expand_events
+    from testbed.plan.cluster import build_cluster
+    from testbed.run.events import Events
+    from testbed.run.monitor import LiveState
+    from testbed.run.timeline import event_trace_tick, expand_events
+    from testbed.runtimes.replay import start_replay
     from testbed.scenario.dilation import wall_scenario
 
     trace = tmp_path / "t.csv"
-    trace.write_text("time,bandwidth\n0,8mbit\n2,4mbit\n")
-    sc = parse_scenario({"events": [{"at": 1, "target": "w0", "action": "link", "trace": str(trace)}]})
-    changes = expand_events(wall_scenario(sc, 2))
-    assert [(c.time, c.fields["rate"]) for c in changes] == [(2.0, 4e6), (6.0, 2e6)]
+    trace.write_text("time,bandwidth\n0,8mbit\n0.1,4mbit\n0.2,2mbit\n")
+    world = parse_scenario({"workers": [{"count": 1}],
+                            "events": [{"at": 1, "target": "w0", "action": "link", "direction": "up",
+                                        "trace": str(trace)}]})
+    sc = wall_scenario(world, 2)
+    spec = build_cluster(sc, "abc")
+    set_rates = []
+
+    class Runtime:
+        hub = None
+
+        def set_rates(self, node, rates):
+            set_rates.append(rates["up"])
+
+        def replay_on_node(self, node, schedules, t0):
+            return False
+
+    replay = start_replay(Runtime(), spec, sc.seed, tmp_path, 0.0, event_trace_tick(sc))
+    assert replay.tick == pytest.approx(0.2)  # 100 ms of the world
+    ev = Events(Runtime(), spec, {}, lambda node: None, LiveState(), tmp_path, lambda line: None, replay=replay,
+                seed=sc.seed)
+    change = expand_events(sc)[0]
+    assert change.time == 2.0  # the world's 1 s
+    assert "every 0.2 s" in ev.apply(change)
+    for t in (2.2, 2.4, 2.6):
+        replay.run_once(t)
+    assert set_rates == [pytest.approx(4e6), pytest.approx(2e6), pytest.approx(1e6), pytest.approx(4e6)]
 
 
 def test_a_devices_step_is_k_times_as_long_on_the_wall():

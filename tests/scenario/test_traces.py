@@ -39,7 +39,7 @@ def test_mahimahi_binned_at_the_resolution_plain_and_gzipped(tmp_path):
     for p in (plain, gz):
         rates = read_trace_rates(p, 0.1)
         assert rates == pytest.approx((3 * 12000 / 0.1, 1 * 12000 / 0.1, 12000 / 0.1, 2 * 12000 / 0.1))  # 4 ticks
-    assert [r for _, r, _ in read_link_trace(plain)] == [6 * 12000.0]  # events keep per-second bins
+    assert [r for _, r, _ in read_link_trace(plain)] == [6 * 12000.0]  # read_link_trace keeps per-second bins
 
 
 def test_csv_and_cooked_steps_are_sampled_at_each_tick(tmp_path):
