@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: setup
-	$(BIN)/edgebed up scenarios/smoke.yaml --out $(RUN)
+	$(BIN)/edgebed up scenarios/smoke.yaml --dilation auto --out $(RUN)
 	$(BIN)/edgebed plot $(RUN)
 
 # The test tiers (README, "Tests"). `make test`: the type check and the lint, then every test, real

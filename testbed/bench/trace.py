@@ -17,7 +17,9 @@ of each (the flow starting) is left out. `via`: the trace given on the profile's
 (`trace:`), or by a timeline event (`{at: 0s, target: w0, action: link, direction: up, trace:}`,
 its schedule built and handed to the replay as a run's LinkTraces does) on a plain link.
 Compares wire rates (frames with their headers) with the trace's; goodput sits below by the
-headers (Kollaps#47) and, for TCP, by its own dynamics.
+headers (Kollaps#47) and, for TCP, by its own dynamics. `dilation` k: the replay as a run dilated
+by k makes it (scenario.dilation: every tick k x 100 ms, every rate / k), so each window is 100 ms
+of the world and its MAE, a fraction, is the world's too.
 """
 
 from __future__ import annotations
@@ -144,9 +146,9 @@ def _await_traffic(rt, timeout: float = 30.0) -> None:
 
 
 def _one_section(bench: Bench, rt, spec, replay: TraceReplay, flow: str, seconds: float) -> dict:
-    """One flow over one section of the trace (the replay already at its offset)."""
+    """One flow over one section of the trace (the replay already at its offset; `seconds` the wall's)."""
     sched = replay.nodes[0].schedules["up"]
-    warm = 1.0
+    warm = 10 * replay.tick  # ten ticks: a second of the world
     peak = max(sched.rate_at(k * sched.resolution) for k in range(int((seconds + warm) / sched.resolution) + 2))
     result = bench.result(f"{flow}.json")
     result.unlink(missing_ok=True)
@@ -181,27 +183,38 @@ def _one_section(bench: Bench, rt, spec, replay: TraceReplay, flow: str, seconds
     return out
 
 
-def section_replay(rt, spec, via: str, ref: str, offset: float) -> TraceReplay:
-    """w0's uplink replaying the trace from `offset` s into it: given on the profile, or by an event at 0 s."""
+def section_replay(rt, spec, via: str, ref: str, offset: float, dilation: float = 1.0) -> TraceReplay:
+    """w0's uplink replaying the trace from `offset` s into it: given on the profile, or by an event
+    at 0 s; on the wall of a run dilated by `dilation`."""
     if via == "profile":
-        base = replays_of(spec, 0)[0]
-        sched = replace(base.schedules["up"], offset=offset)
+        base = replays_of(spec, 0)[0]  # (the bench's own spec: undilated, dilated here)
+        sched = replace(base.schedules["up"], offset=offset).dilated(dilation, 1 / dilation)
         return TraceReplay([replace(base, schedules={"up": sched}, applied={})], rt.set_rates, lambda *row: None,
                            t0=0.0)
     # imported here: run.events starts a native thread at import, and a node process imports this
     # module (its flows' functions) before it gives up its privileges, which needs one thread
     from testbed.run.events import LinkTraces
 
-    replay = TraceReplay([], rt.set_rates, lambda *row: None, t0=0.0, tick=RESOLUTION_S)
-    LinkTraces(replay, 0).follow("w0", {"direction": "up", "trace": str(trace_file(ref, "up")),
+    replay = TraceReplay([], rt.set_rates, lambda *row: None, t0=0.0, tick=RESOLUTION_S * dilation)
+    LinkTraces(replay, 0, dilation).follow("w0", {"direction": "up", "trace": str(trace_file(ref, "up")),
                                         "trace_resolution": RESOLUTION_S, "trace_offset": offset}, at=0.0)
     return replay
 
 
+def world_rates(r: dict, k: float) -> dict:
+    """A section's means, peak and goodput measured on the wall of a run dilated by k, in the
+    world's bit/s (x k); MAE and r are ratios, the same in both."""
+    for key in ("trace_mean_bps", "wire_mean_bps", "peak_bps", "goodput_bps"):
+        if isinstance(r.get(key), (int, float)):
+            r[key] = r[key] * k
+    return r
+
+
 def trace_benchmark(*, seconds: float = 30.0, repetitions: int = 3, runtime: str = "netns",
                     out_dir: Optional[Path] = None, say: Callable[[str], None] = print,
-                    traces=TRACES, via: str = "profile") -> dict:
-    """Each trace, each repetition (another section), UDP then TCP; targets on UDP's windows."""
+                    traces=TRACES, via: str = "profile", dilation: float = 1.0) -> dict:
+    """Each trace, each repetition (another section), UDP then TCP; targets on UDP's windows.
+    `seconds` and the sections' offsets are the world's (the wall's at dilation 1)."""
     if via not in VIAS:
         raise ValueError(f"via: {via} is not one of {', '.join(VIAS)}")
     results = []
@@ -211,16 +224,17 @@ def trace_benchmark(*, seconds: float = 30.0, repetitions: int = 3, runtime: str
         with bench as (rt, spec):
             for rep in range(repetitions):
                 for flow in ("udp", "tcp"):
-                    replay = section_replay(rt, spec, via, ref, rep * (seconds + 2.0))
-                    r = _one_section(bench, rt, spec, replay, flow, seconds)
-                    r.update(trace=label, file=ref, repetition=rep, offset_s=rep * (seconds + 2.0), via=via)
+                    replay = section_replay(rt, spec, via, ref, rep * (seconds + 2.0), dilation)
+                    r = world_rates(_one_section(bench, rt, spec, replay, flow, seconds * dilation), dilation)
+                    r.update(trace=label, file=ref, repetition=rep, offset_s=rep * (seconds + 2.0), via=via,
+                             dilation=dilation)
                     results.append(r)
                     say(f"{label:18s} rep {rep} {flow}: trace mean {r['trace_mean_bps'] / 1e6:6.2f} Mbit/s  wire "
                         f"{r['wire_mean_bps'] / 1e6:6.2f}  MAE {100 * r['mae_fraction']:5.1f}%  r {r['pearson']:.3f}  "
                         f"goodput {(r['goodput_bps'] or 0) / 1e6:6.2f}")
         if bench.problems:
             say(f"teardown problems: {bench.problems}")
-    name = f"trace-{runtime}" + ("" if via == "profile" else f"-{via}")
+    name = f"trace-{runtime}" + ("" if via == "profile" else f"-{via}") + (f"-k{dilation:g}" if dilation != 1 else "")
     out = save_result({**_summary(results, seconds, repetitions, runtime), "via": via}, out_dir, f"{name}.json", say)
     if out_dir is not None:
         say(f"wrote {draw_trace_figure(out, Path(out_dir).parent / 'plots' / f'bench-{name}.png')}")

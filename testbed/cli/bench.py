@@ -335,6 +335,8 @@ def bench_trace(quick: bool = typer.Option(False, "--quick", help="10 s per trac
                                         "timeline link event (event)"),
                 only: str = typer.Option("", help="these traces only, comma-separated (att-lte-driving, "
                                          "verizon-lte-short, norway-hsdpa-bus)"),
+                dilation: float = typer.Option(1.0, "--dilation", min=1.0, max=64.0, help="time dilation K: the "
+                                               "replay a run dilated by K makes (ticks K x 100 ms, rates / K)"),
                 out: Path = typer.Option(Path("benchmarks/results"))) -> None:
     """A link replaying 3 recorded traces at 10 Hz: wire rate vs the trace per 100 ms (UDP, TCP)."""
     from testbed.bench.trace import TRACES, trace_benchmark
@@ -346,7 +348,7 @@ def bench_trace(quick: bool = typer.Option(False, "--quick", help="10 s per trac
     if not traces:
         raise typer.BadParameter(f"no trace of {', '.join(t[0] for t in TRACES)}", param_hint="--only")
     exit_unless_ok(trace_benchmark(seconds=seconds, repetitions=repetitions, runtime=runtime, out_dir=out,
-                                   say=typer.echo, traces=traces, via=via))
+                                   say=typer.echo, traces=traces, via=via, dilation=dilation))
 
 
 @bench_app.command("device")

@@ -210,6 +210,9 @@ def dilation_note(fid: dict) -> str:
     k, enough = d.get("k"), d.get("enough")
     if k is None or enough is None or (k == 1 and enough <= 1):
         return ""
+    if enough <= k and not fid.get("faithful", True):  # flagged, though the load fits: bursts
+        return (f"; dilation: k {k:g} ran and the load fits k {enough:g}: a larger k does not help the "
+                "intervals flagged (bursts at the host's speed contend at every k)")
     return f"; dilation: k {k:g} ran, k {enough:g} fits this load"
 
 

@@ -44,3 +44,12 @@ def test_an_events_trace_replays_as_the_profiles():
         profile, event = by["profile"].schedules["up"], by["event"].schedules["up"]
         assert event.resolution == profile.resolution == 0.1
         assert [event.rate_at(0.1 * k) for k in range(300)] == [profile.rate_at(0.1 * k) for k in range(300)]
+
+
+def test_a_dilated_sections_rates_are_the_worlds():
+    from testbed.bench.trace import world_rates
+
+    r = world_rates({"trace_mean_bps": 1e6, "wire_mean_bps": 0.9e6, "peak_bps": 2e6, "goodput_bps": None,
+                     "mae_fraction": 0.04, "pearson": 0.99}, 4)
+    assert r == {"trace_mean_bps": 4e6, "wire_mean_bps": 3.6e6, "peak_bps": 8e6, "goodput_bps": None,
+                 "mae_fraction": 0.04, "pearson": 0.99}

@@ -311,3 +311,7 @@ def test_the_line_says_which_dilation_fits_the_load():
     assert one_line(fid).endswith("of its rate)")
     fid["dilation"] = {"k": 1.0, "enough": 3.0}
     assert one_line(fid).endswith("; dilation: k 1 ran, k 3 fits this load")
+    flagged = {"nodes": {"w2": {"starved_seconds": 2.0, "judged": 9}}, "links": {}, "faithful": False,
+               "dilation": {"k": 1.5, "enough": 1.0}}
+    assert one_line(flagged).endswith("; dilation: k 1.5 ran and the load fits k 1: a larger k does not help the "
+                                      "intervals flagged (bursts at the host's speed contend at every k)")

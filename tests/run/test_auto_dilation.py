@@ -121,7 +121,7 @@ def test_an_event_trace_is_replayed_k_times_slower(tmp_path):
                 seed=sc.seed)
     change = expand_events(sc)[0]
     assert change.time == 2.0  # the world's 1 s
-    assert "every 0.2 s" in ev.apply(change)
+    assert "every 0.2 s" in ev.traces.follow("w0", change.fields, at=2.0, now=2.0)  # the run's, built dilated
     for t in (2.2, 2.4, 2.6):
         replay.run_once(t)
     assert set_rates == [pytest.approx(4e6), pytest.approx(2e6), pytest.approx(1e6), pytest.approx(4e6)]
@@ -183,3 +183,19 @@ def test_nodes_of_no_stated_speed_are_said_under_dilation():
     assert line.startswith("dilation 2: ps state no speed (cpus, device or speed): they run as fast as this host ")
     assert rd.unstated_speed_warning(sc, 1.0) is None
     assert rd.unstated_speed_warning(parse_scenario(SMOKE_LIKE), 2.0) is None
+
+
+def test_up_takes_dilation_from_the_command_line():
+    from testbed.cli.core import _overridden
+
+    sc = parse_scenario({"workers": [{"count": 1}]})
+    assert _overridden(sc, None, None, [], False, "auto").dilation == "auto"
+    assert _overridden(sc, None, None, [], False, "2.5").dilation == 2.5
+    assert _overridden(sc, None, None, [], False).dilation == 1.0
+
+
+def test_make_demo_runs_the_smoke_at_auto():
+    from pathlib import Path
+
+    makefile = (Path(__file__).resolve().parents[2] / "Makefile").read_text()
+    assert "edgebed up scenarios/smoke.yaml --dilation auto" in makefile
