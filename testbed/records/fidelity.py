@@ -282,11 +282,10 @@ def before_training(iv: Interval, first_step: Optional[float]) -> Interval:
 
 def write_table(run_dir: Path, intervals: list[Interval]) -> Path:
     """fidelity.csv: one row per judged interval (kind, name, start, end, got, promised, wait, verdict)."""
+    from testbed.kernel.files import replace_text
     from testbed.records.metrics import format_row
 
     path = Path(run_dir) / FIDELITY_FILE
-    with open(path, "wb") as f:
-        f.write((",".join(FIDELITY_COLUMNS) + "\n").encode())
-        for iv in intervals:
-            f.write(format_row(FIDELITY_COLUMNS, asdict(iv)))
+    lines = [format_row(FIDELITY_COLUMNS, asdict(iv)).decode() for iv in intervals]
+    replace_text(path, ",".join(FIDELITY_COLUMNS) + "\n" + "".join(lines))  # a link planted there is replaced
     return path

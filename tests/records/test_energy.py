@@ -93,3 +93,19 @@ def test_node_power_reads_only_well_formed_entries():
                       "c": {"device": {"device": "z", "power": "hot"}}, "d": {"device": {"device": "w"}}, "e": []}}
     assert energy.node_power(meta) == {"a": ("x", 1.0, 2.0)}
     assert energy.node_power({}) == {} and energy.node_power({"nodes": []}) == {}
+
+
+def test_energy_and_fidelity_tables_replace_a_link_planted_in_their_place(tmp_path):
+    import pandas as pd
+
+    from testbed.records import energy, fidelity
+
+    target = tmp_path / "elsewhere"
+    target.write_text("keep\n")
+    for name in (energy.ENERGY_FILE, fidelity.FIDELITY_FILE):
+        (tmp_path / name).symlink_to(target)
+    energy.write_table(tmp_path, pd.DataFrame(columns=energy.ENERGY_COLUMNS))
+    fidelity.write_table(tmp_path, [])
+    assert target.read_text() == "keep\n"
+    assert not (tmp_path / energy.ENERGY_FILE).is_symlink() and not (tmp_path / fidelity.FIDELITY_FILE).is_symlink()
+    assert (tmp_path / fidelity.FIDELITY_FILE).read_text().startswith("kind,name,start")
