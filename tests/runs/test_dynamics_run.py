@@ -12,6 +12,7 @@ from helpers import REPO, _docker_or_skip, _rates, edgebed_cmd, needs_root, our_
 
 from testbed.records.columns import LINK_RATES_FILE
 from testbed.records.fidelity import FIDELITY_FILE
+from testbed.records.energy import ENERGY_FILE
 from testbed.records.metrics import TABLES
 
 pytestmark = [needs_root, pytest.mark.root, pytest.mark.slow]
@@ -169,7 +170,8 @@ def test_a_node_killed_with_sigkill_keeps_its_rows_up_to_the_kill(tmp_path, clea
         for name, sources in mounts.items():
             assert not [s for s in sources if str(run_dir).startswith(s) or s.startswith(str(run_dir))], (name, sources)
         assert {e.name for e in run_dir.iterdir()} <= {"scenario.yaml", "meta.json", "summary.json", "ps.json",
-                                                       "logs", FIDELITY_FILE, LINK_RATES_FILE, *TABLES}  # the runner's files only
+                                                       "logs", FIDELITY_FILE, ENERGY_FILE, LINK_RATES_FILE,
+                                                       *TABLES}  # the runner's files only
     with open(run_dir / "steps.csv", newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == STEP_COLUMNS and all(len(row) == len(STEP_COLUMNS) for row in rows[1:])
