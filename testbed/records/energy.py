@@ -107,13 +107,9 @@ def summarize(table: "pd.DataFrame", meta: dict[str, Any], steps: "pd.DataFrame"
 
 def write_table(run_dir: Path, table: "pd.DataFrame") -> Path:
     """energy.csv: ENERGY_COLUMNS, a row per step of a device node with a power."""
-    from testbed.kernel.files import replace_text
-    from testbed.records.metrics import format_row
+    from testbed.records.metrics import write_whole
 
-    path = Path(run_dir) / ENERGY_FILE
-    lines = [format_row(ENERGY_COLUMNS, row).decode() for row in table[ENERGY_COLUMNS].to_dict("records")]
-    replace_text(path, ",".join(ENERGY_COLUMNS) + "\n" + "".join(lines))  # a link planted there is replaced
-    return path
+    return write_whole(Path(run_dir) / ENERGY_FILE, ENERGY_COLUMNS, table[ENERGY_COLUMNS].to_dict("records"))
 
 
 def assess_run(run_dir: Path) -> dict:

@@ -282,10 +282,6 @@ def before_training(iv: Interval, first_step: Optional[float]) -> Interval:
 
 def write_table(run_dir: Path, intervals: list[Interval]) -> Path:
     """fidelity.csv: one row per judged interval (kind, name, start, end, got, promised, wait, verdict)."""
-    from testbed.kernel.files import replace_text
-    from testbed.records.metrics import format_row
+    from testbed.records.metrics import write_whole
 
-    path = Path(run_dir) / FIDELITY_FILE
-    lines = [format_row(FIDELITY_COLUMNS, asdict(iv)).decode() for iv in intervals]
-    replace_text(path, ",".join(FIDELITY_COLUMNS) + "\n" + "".join(lines))  # a link planted there is replaced
-    return path
+    return write_whole(Path(run_dir) / FIDELITY_FILE, FIDELITY_COLUMNS, (asdict(iv) for iv in intervals))

@@ -88,6 +88,14 @@ class CsvLog:
             self._fd = -1
 
 
+def write_whole(path: Path, columns: list[str], rows: Iterable[dict[str, Any]]) -> Path:
+    """A table written whole at a run's end (fidelity.csv, energy.csv): its header and rows at
+    once, a link planted at `path` replaced, not followed (kernel.files.replace_text)."""
+    lines = "".join(format_row(columns, row).decode() for row in rows)
+    replace_text(path, ",".join(columns) + "\n" + lines)
+    return Path(path)
+
+
 def init_tables(run_dir: Path) -> None:
     """Create each table with its header (the runner does this before any node starts)."""
     for name, cols in TABLES.items():
